@@ -1,0 +1,209 @@
+"""Encoding and decoding of AMQP 0-9-1 field values, with RabbitMQ's table types.
+
+Tables decode to dicts of plain Python values; long strings become str when they are
+valid UTF-8 and bytes otherwise, so binary headers survive a round trip.
+"""
+
+import datetime
+import decimal
+import struct
+
+from .constants import SYNTAX_ERROR
+
+
+class DecodeError(Exception):
+    """A malformed field: the peer gets 502 SYNTAX_ERROR (or 501 for framing)."""
+
+    code = SYNTAX_ERROR
+
+
+_B = struct.Struct(">B")
+_b = struct.Struct(">b")
+_H = struct.Struct(">H")
+_h = struct.Struct(">h")
+_I = struct.Struct(">I")
+_i = struct.Struct(">i")
+_Q = struct.Struct(">Q")
+_q = struct.Struct(">q")
+_f = struct.Struct(">f")
+_d = struct.Struct(">d")
+
+
+def shortstr(value) -> bytes:
+    if isinstance(value, str):
+        value = value.encode()
+    if len(value) > 255:
+        raise ValueError("shortstr longer than 255 bytes")
+    return bytes((len(value),)) + value
+
+
+def longstr(value) -> bytes:
+    if isinstance(value, str):
+        value = value.encode()
+    return _I.pack(len(value)) + value
+
+
+def read_shortstr(buf, pos: int):
+    try:
+        n = buf[pos]
+    except IndexError:
+        raise DecodeError("truncated shortstr") from None
+    end = pos + 1 + n
+    if end > len(buf):
+        raise DecodeError("truncated shortstr")
+    raw = bytes(buf[pos + 1:end])
+    try:
+        return raw.decode(), end
+    except UnicodeDecodeError:
+        raise DecodeError("shortstr is not valid UTF-8") from None
+
+
+def read_longstr_raw(buf, pos: int):
+    if pos + 4 > len(buf):
+        raise DecodeError("truncated longstr")
+    (n,) = _I.unpack_from(buf, pos)
+    end = pos + 4 + n
+    if end > len(buf):
+        raise DecodeError("truncated longstr")
+    return bytes(buf[pos + 4:end]), end
+
+
+def _text(raw: bytes):
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return raw
+
+
+def read_table(buf, pos: int):
+    raw, end = read_longstr_raw(buf, pos)
+    return decode_table(raw), end
+
+
+def decode_table(raw) -> dict:
+    table = {}
+    pos, n = 0, len(raw)
+    while pos < n:
+        key, pos = read_shortstr(raw, pos)
+        value, pos = _read_value(raw, pos)
+        table[key] = value
+    return table
+
+
+def _read_array(buf, pos):
+    raw, end = read_longstr_raw(buf, pos)
+    items, p = [], 0
+    while p < len(raw):
+        value, p = _read_value(raw, p)
+        items.append(value)
+    return items, end
+
+
+def _read_value(buf, pos):
+    try:
+        kind = buf[pos]
+        pos += 1
+        if kind == 0x53:  # S
+            raw, pos = read_longstr_raw(buf, pos)
+            return _text(raw), pos
+        if kind == 0x49:  # I
+            return _i.unpack_from(buf, pos)[0], pos + 4
+        if kind == 0x6C:  # l
+            return _q.unpack_from(buf, pos)[0], pos + 8
+        if kind == 0x74:  # t
+            return bool(buf[pos]), pos + 1
+        if kind == 0x46:  # F
+            return read_table(buf, pos)
+        if kind == 0x41:  # A
+            return _read_array(buf, pos)
+        if kind == 0x62:  # b
+            return _b.unpack_from(buf, pos)[0], pos + 1
+        if kind == 0x42:  # B
+            return buf[pos], pos + 1
+        if kind == 0x73:  # s
+            return _h.unpack_from(buf, pos)[0], pos + 2
+        if kind == 0x75:  # u
+            return _H.unpack_from(buf, pos)[0], pos + 2
+        if kind == 0x69:  # i
+            return _I.unpack_from(buf, pos)[0], pos + 4
+        if kind == 0x4C:  # L (unsigned 64, rarely sent)
+            return _Q.unpack_from(buf, pos)[0], pos + 8
+        if kind == 0x66:  # f
+            return _f.unpack_from(buf, pos)[0], pos + 4
+        if kind == 0x64:  # d
+            return _d.unpack_from(buf, pos)[0], pos + 8
+        if kind == 0x44:  # D
+            scale = buf[pos]
+            (value,) = _i.unpack_from(buf, pos + 1)
+            return decimal.Decimal(value).scaleb(-scale), pos + 5
+        if kind == 0x54:  # T
+            (ts,) = _Q.unpack_from(buf, pos)
+            return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc), pos + 8
+        if kind == 0x78:  # x
+            raw, pos = read_longstr_raw(buf, pos)
+            return raw, pos
+        if kind == 0x56:  # V
+            return None, pos
+    except (struct.error, IndexError):
+        raise DecodeError("truncated field value") from None
+    raise DecodeError(f"unknown field type {chr(kind)!r}")
+
+
+def encode_table(table) -> bytes:
+    if not table:
+        return b"\x00\x00\x00\x00"
+    parts = []
+    for key, value in table.items():
+        parts.append(shortstr(key))
+        parts.append(_encode_value(value))
+    body = b"".join(parts)
+    return _I.pack(len(body)) + body
+
+
+def _encode_value(value) -> bytes:
+    if isinstance(value, bool):
+        return b"t" + (b"\x01" if value else b"\x00")
+    if isinstance(value, int):
+        if -(2**31) <= value < 2**31:
+            return b"I" + _i.pack(value)
+        return b"l" + _q.pack(value)
+    if isinstance(value, str):
+        return b"S" + longstr(value)
+    if isinstance(value, (bytes, bytearray)):
+        return b"S" + longstr(bytes(value))
+    if isinstance(value, dict):
+        return b"F" + encode_table(value)
+    if isinstance(value, (list, tuple)):
+        body = b"".join(_encode_value(v) for v in value)
+        return b"A" + _I.pack(len(body)) + body
+    if isinstance(value, float):
+        return b"d" + _d.pack(value)
+    if isinstance(value, decimal.Decimal):
+        sign, digits, exponent = value.as_tuple()
+        scale = max(0, -exponent)
+        unscaled = int(value.scaleb(scale))
+        return b"D" + bytes((scale,)) + _i.pack(unscaled)
+    if isinstance(value, datetime.datetime):
+        return b"T" + _Q.pack(int(value.timestamp()))
+    if value is None:
+        return b"V"
+    raise TypeError(f"cannot encode {type(value).__name__} in a field table")
+
+
+def table_type_name(value) -> str:
+    """RabbitMQ's name for a decoded value's type, as used in its error texts."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "long"
+    if isinstance(value, (str, bytes)):
+        return "longstr"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, float):
+        return "double"
+    if value is None:
+        return "void"
+    return type(value).__name__

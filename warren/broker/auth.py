@@ -1,0 +1,66 @@
+"""Users, password hashes and per-vhost permissions, as RabbitMQ's internal auth backend."""
+
+import base64
+import hashlib
+import hmac
+import os
+import re
+
+from .errors import access_refused
+
+SHA256 = "rabbit_password_hashing_sha256"
+SHA512 = "rabbit_password_hashing_sha512"
+MD5 = "rabbit_password_hashing_md5"
+_HASHES = {SHA256: hashlib.sha256, SHA512: hashlib.sha512, MD5: hashlib.md5}
+
+
+def hash_password(password: str, algorithm: str = SHA256, salt: bytes | None = None) -> str:
+    """RabbitMQ's salted hash: base64(salt(4) + H(salt + password))."""
+    salt = salt if salt is not None else os.urandom(4)
+    digest = _HASHES[algorithm](salt + password.encode()).digest()
+    return base64.b64encode(salt + digest).decode()
+
+
+class User:
+    def __init__(self, name: str, password_hash: str, tags=(), algorithm: str = SHA256):
+        self.name = name
+        self.password_hash = password_hash
+        self.algorithm = algorithm
+        self.tags = list(tags)
+
+    @classmethod
+    def with_password(cls, name, password, tags=()):
+        return cls(name, hash_password(password), tags)
+
+    def check_password(self, password: str) -> bool:
+        if not self.password_hash:
+            return False  # a user without a password cannot log in with one
+        try:
+            raw = base64.b64decode(self.password_hash)
+        except ValueError:
+            return False
+        salt = raw[:4]
+        expected = hash_password(password, self.algorithm, salt)
+        return hmac.compare_digest(expected, self.password_hash)
+
+
+class Permission:
+    __slots__ = ("configure", "write", "read", "_res")
+
+    def __init__(self, configure: str, write: str, read: str):
+        self.configure, self.write, self.read = configure, write, read
+        self._res = {k: (re.compile(v) if v else None) for k, v in
+                     (("configure", configure), ("write", write), ("read", read))}
+
+    def allows(self, what: str, name: str) -> bool:
+        regex = self._res[what]
+        return regex is not None and regex.search(name) is not None
+
+
+def check(permission: Permission | None, user: str, what: str, kind: str, name: str, vhost: str) -> None:
+    """Raise 403 unless `user` may `what` (configure/write/read) the named resource."""
+    # RabbitMQ checks the default exchange under the name amq.default.
+    checked = "amq.default" if kind == "exchange" and name == "" else name
+    if permission is None or not permission.allows(what, checked):
+        raise access_refused(
+            f"{what} access to {kind} '{name}' in vhost '{vhost}' refused for user '{user}'")

@@ -1,0 +1,102 @@
+"""What every exchange type shares: identity, flags and the binding set."""
+
+from ..errors import precondition_failed, rs
+
+
+def freeze(value):
+    """A hashable form of a decoded table value, for binding identity."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+class Binding:
+    __slots__ = ("source", "destination", "routing_key", "arguments", "key")
+
+    def __init__(self, source, destination, routing_key: str, arguments: dict):
+        self.source = source
+        self.destination = destination
+        self.routing_key = routing_key
+        self.arguments = arguments or {}
+        self.key = (destination, routing_key, freeze(self.arguments))
+
+
+class Exchange:
+    """An exchange: routes a message to the destinations (queues or exchanges) bound to it."""
+
+    type_name = ""
+    is_default = False
+
+    def __init__(self, vhost, name: str, durable: bool = True, auto_delete: bool = False,
+                 internal: bool = False, arguments: dict | None = None):
+        self.vhost = vhost
+        self.name = name
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.internal = internal
+        self.arguments = arguments or {}
+        self.bindings: dict = {}  # Binding.key -> Binding, where this exchange is the source
+        self.policy = None
+
+    @property
+    def kind(self) -> str:
+        return "exchange"
+
+    @property
+    def alternate_exchange(self):
+        """The AE name: the declare argument wins over a policy."""
+        ae = self.arguments.get("alternate-exchange")
+        if ae is None and self.policy is not None:
+            ae = self.policy.definition.get("alternate-exchange")
+        return ae
+
+    def describe(self) -> str:
+        return rs("exchange", self.name, self.vhost.name)
+
+    def validate_binding(self, routing_key: str, arguments: dict) -> None:
+        """Raise if this exchange type refuses the binding arguments."""
+
+    def add_binding(self, binding: Binding) -> bool:
+        if binding.key in self.bindings:
+            return False
+        self.bindings[binding.key] = binding
+        self._bindings_changed()
+        return True
+
+    def remove_binding(self, key) -> Binding | None:
+        binding = self.bindings.pop(key, None)
+        if binding is not None:
+            self._bindings_changed()
+        return binding
+
+    def _bindings_changed(self) -> None:
+        """Rebuild whatever index the type keeps over its bindings."""
+
+    def match(self, routing_key: str, message):
+        """The destinations this exchange's own bindings select (no AE, no recursion)."""
+        raise NotImplementedError
+
+    def check_equivalent(self, type_name, durable, auto_delete, internal, arguments) -> None:
+        def mismatch(arg, received, current):
+            return precondition_failed(
+                f"inequivalent arg '{arg}' for {self.describe()}: "
+                f"received '{received}' but current is '{current}'")
+
+        if type_name != self.type_name:
+            raise mismatch("type", type_name, self.type_name)
+        for arg, received, current in (("durable", durable, self.durable),
+                                       ("auto_delete", auto_delete, self.auto_delete),
+                                       ("internal", internal, self.internal)):
+            if received != current:
+                raise mismatch(arg, str(received).lower(), str(current).lower())
+        # Like RabbitMQ, only the alternate-exchange argument must match on redeclare.
+        received = (arguments or {}).get("alternate-exchange")
+        current = self.arguments.get("alternate-exchange")
+        if received != current:
+            def show(v):
+                return "none" if v is None else f"the value '{v}' of type 'longstr'"
+            raise precondition_failed(
+                f"inequivalent arg 'alternate-exchange' for {self.describe()}: "
+                f"received {show(received)} but current is {show(current)}")

@@ -1,0 +1,175 @@
+"""A virtual host: its exchanges and queues, and message routing between them."""
+
+import base64
+import logging
+import os
+
+from .errors import access_refused, not_found, precondition_failed, resource_locked, rs
+from .exchanges import TYPES, Binding, DefaultExchange
+from .queue import Queue, validate_arguments
+
+log = logging.getLogger("warren.routing")
+
+PREDECLARED = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
+               ("amq.headers", "headers"), ("amq.match", "headers"))
+
+
+def server_named(prefix: str) -> str:
+    return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+
+
+class VHost:
+    def __init__(self, name: str):
+        self.name = name
+        self.default_exchange = DefaultExchange(self, "", durable=True)
+        self.exchanges: dict = {"": self.default_exchange}
+        self.queues: dict = {}
+        for xname, xtype in PREDECLARED:
+            self.exchanges[xname] = TYPES[xtype](self, xname, durable=True)
+
+    # lookups -----------------------------------------------------------------
+    def exchange(self, name: str):
+        x = self.exchanges.get(name)
+        if x is None:
+            raise not_found(f"no {rs('exchange', name, self.name)}")
+        return x
+
+    def queue(self, name: str):
+        q = self.queues.get(name)
+        if q is None:
+            raise not_found(f"no {rs('queue', name, self.name)}")
+        return q
+
+    # exchanges ---------------------------------------------------------------
+    def declare_exchange(self, name, type_name, durable=True, auto_delete=False, internal=False,
+                         arguments=None):
+        """Create an exchange or check an existing one is equivalent. Returns (exchange, created)."""
+        existing = self.exchanges.get(name)
+        if existing is not None:
+            existing.check_equivalent(type_name, durable, auto_delete, internal, arguments)
+            return existing, False
+        if name.startswith("amq."):
+            raise access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
+        ae = (arguments or {}).get("alternate-exchange")
+        if ae is not None and not isinstance(ae, (str, bytes)):
+            from ..amqp.codec import table_type_name
+            raise precondition_failed(
+                f"invalid type '{table_type_name(ae)}' for arg 'alternate-exchange' in "
+                f"{rs('exchange', name, self.name)}")
+        x = TYPES[type_name](self, name, durable, auto_delete, internal, arguments)
+        self.exchanges[name] = x
+        return x, True
+
+    def delete_exchange(self, name: str, if_unused=False) -> bool:
+        x = self.exchanges.get(name)
+        if x is None:
+            return False
+        if if_unused and x.bindings:
+            raise precondition_failed(f"{x.describe()} in use")
+        del self.exchanges[name]
+        for binding in list(x.bindings.values()):
+            x.remove_binding(binding.key)
+        # bindings where it is the destination
+        for other in list(self.exchanges.values()):
+            for key in [k for k, b in other.bindings.items() if b.destination is x]:
+                self._remove_binding(other, key)
+        return True
+
+    # queues ------------------------------------------------------------------
+    def declare_queue(self, name, durable=False, exclusive_owner=None, auto_delete=False, arguments=None):
+        existing = self.queues.get(name)
+        if existing is not None:
+            self.check_exclusive(existing, exclusive_owner, strict=True)
+            existing.check_equivalent(durable, auto_delete, arguments)
+            return existing, False
+        validate_arguments(arguments, rs("queue", name, self.name))
+        q = Queue(self, name, durable, exclusive_owner, auto_delete, arguments)
+        self.queues[name] = q
+        return q, True
+
+    def check_exclusive(self, queue, connection, strict=False) -> None:
+        """405 if the queue is exclusive to another connection (or, strictly, if the
+        exclusive flag of a redeclare does not match)."""
+        owner = queue.owner
+        if owner is None and (not strict or connection is None):
+            return
+        if owner is connection:
+            return
+        raise resource_locked(
+            f"cannot obtain exclusive access to locked {queue.describe()}. It could be originally "
+            "declared on another connection or the exclusive property value does not match that "
+            "of the original declaration.")
+
+    def delete_queue(self, queue) -> int:
+        """Remove a queue; its consumers are cancelled. Returns the ready count it had."""
+        if self.queues.get(queue.name) is not queue:
+            return 0
+        del self.queues[queue.name]
+        queue.deleted = True
+        count = queue.message_count
+        queue.purge()
+        for x in list(self.exchanges.values()):
+            for key in [k for k, b in x.bindings.items() if b.destination is queue]:
+                self._remove_binding(x, key)
+        for consumer in list(queue.consumers):
+            consumer.channel.consumer_cancelled_by_broker(consumer)
+        queue.consumers.clear()
+        return count
+
+    # bindings ----------------------------------------------------------------
+    def bind(self, source, destination, routing_key: str, arguments: dict) -> None:
+        source.validate_binding(routing_key, arguments)
+        source.add_binding(Binding(source, destination, routing_key, arguments))
+
+    def unbind(self, source, destination, routing_key: str, arguments: dict) -> None:
+        key = Binding(source, destination, routing_key, arguments).key
+        if key in source.bindings:
+            self._remove_binding(source, key)
+
+    def _remove_binding(self, source, key) -> None:
+        source.remove_binding(key)
+        if source.auto_delete and not source.bindings and self.exchanges.get(source.name) is source:
+            self.delete_exchange(source.name)
+
+    def bindings_to(self, destination):
+        return [b for x in self.exchanges.values() for b in x.bindings.values() if b.destination is destination]
+
+    # routing -----------------------------------------------------------------
+    def route(self, exchange, routing_key: str, message) -> list:
+        """The queues a message goes to, following exchange-to-exchange bindings and alternate
+        exchanges exactly as RabbitMQ does: an exchange's AE is tried when that exchange's own
+        bindings select nothing, and no exchange is visited twice."""
+        if exchange.is_default:
+            q = self.queues.get(routing_key)
+            return [q] if q is not None else []
+        dests = exchange.match(routing_key, message)
+        if exchange.alternate_exchange is None:
+            # Fast path: no AE and only queues bound.
+            for d in dests:
+                if d.kind != "queue":
+                    break
+            else:
+                return list(dests)
+        queues: dict = {}
+        seen = {exchange}
+        work = [(exchange, dests)]
+        while work:
+            x, dests = work.pop()
+            if not dests:
+                ae_name = x.alternate_exchange
+                if ae_name is not None:
+                    ae = self.exchanges.get(ae_name)
+                    if ae is None:
+                        log.warning("alternate exchange '%s' of %s does not exist; message dropped",
+                                    ae_name, x.describe())
+                    elif ae not in seen:
+                        seen.add(ae)
+                        work.append((ae, ae.match(routing_key, message)))
+                continue
+            for d in dests:
+                if d.kind == "queue":
+                    queues[d] = None
+                elif d not in seen:
+                    seen.add(d)
+                    work.append((d, d.match(routing_key, message)))
+        return list(queues)

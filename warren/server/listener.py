@@ -1,0 +1,50 @@
+"""The listening server: accepts connections and shuts down cleanly on a signal."""
+
+import asyncio
+import logging
+import signal
+
+from .transport import AMQPProtocol
+
+log = logging.getLogger("warren.server")
+
+
+class Server:
+    def __init__(self, broker, host="127.0.0.1", port=5672):
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self.loop = None
+        self.protocols: set = set()
+        self._server = None
+        self._stopped = None
+
+    async def start(self):
+        self.loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        self._server = await self.loop.create_server(
+            lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True, backlog=1024)
+        for sock in self._server.sockets:
+            self.port = sock.getsockname()[1]
+        log.info("Warren listening for AMQP 0-9-1 on %s:%d", self.host, self.port)
+
+    async def serve(self):
+        await self.start()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(sig, self._stopped.set)
+        await self._stopped.wait()
+        await self.stop()
+
+    async def stop(self):
+        log.info("shutting down: closing %d connections", len(self.protocols))
+        self._server.close()
+        for proto in list(self.protocols):
+            proto.conn.close()
+        # Give clients a moment to answer close-ok.
+        for _ in range(20):
+            if not self.protocols:
+                break
+            await asyncio.sleep(0.05)
+        for proto in list(self.protocols):
+            proto.close()
+        await self._server.wait_closed()

@@ -1,0 +1,99 @@
+"""The asyncio protocol that carries one AMQP connection: bytes in, bytes out, timers."""
+
+import asyncio
+import logging
+import time
+
+from ..session.connection import Connection
+
+log = logging.getLogger("warren.server")
+
+READ_HIGH_WATER = 4 << 20
+
+
+class AMQPProtocol(asyncio.Protocol):
+    """Moves bytes between a socket and a session Connection, and runs its heartbeats."""
+
+    def __init__(self, server):
+        self.server = server
+        self.loop = server.loop
+        self.transport = None
+        self.conn = None
+        self.last_recv = self.last_send = time.monotonic()
+        self.heartbeat_timer = None
+        self.close_timer = None
+        self.handshake_timer = None
+        self.closed = False
+
+    # asyncio callbacks ------------------------------------------------------
+    def connection_made(self, transport):
+        self.transport = transport
+        transport.set_write_buffer_limits(high=READ_HIGH_WATER)
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        self.conn = Connection(self.server.broker, self, (peer[0], peer[1]))
+        self.server.protocols.add(self)
+        self.handshake_timer = self.loop.call_later(
+            self.server.broker.limits.handshake_timeout, self._handshake_timeout)
+
+    def data_received(self, data):
+        self.last_recv = time.monotonic()
+        self.conn.data_received(data)
+
+    def connection_lost(self, exc):
+        self.closed = True
+        for timer in (self.heartbeat_timer, self.close_timer, self.handshake_timer):
+            if timer is not None:
+                timer.cancel()
+        self.conn.connection_lost()
+        self.server.protocols.discard(self)
+
+    def pause_writing(self):
+        self.conn.pause_writing()
+
+    def resume_writing(self):
+        self.conn.resume_writing()
+
+    # the transport interface the session Connection uses ----------------------
+    def write(self, data: bytes) -> None:
+        if not self.closed:
+            self.transport.write(data)
+            self.last_send = time.monotonic()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.transport.close()
+
+    def close_later(self, seconds: float) -> None:
+        if self.close_timer is None:
+            self.close_timer = self.loop.call_later(seconds, self.close)
+
+    def schedule_flush(self, conn) -> None:
+        self.loop.call_soon(conn.flush)
+
+    def heartbeat_negotiated(self, seconds: int) -> None:
+        if self.handshake_timer is not None:
+            self.handshake_timer.cancel()
+            self.handshake_timer = None
+        if seconds > 0:
+            self.heartbeat_timer = self.loop.call_later(seconds / 2, self._heartbeat_tick, seconds)
+
+    # timers -------------------------------------------------------------------
+    def _heartbeat_tick(self, seconds):
+        if self.closed:
+            return
+        now = time.monotonic()
+        if now - self.last_recv > 2 * seconds:
+            log.warning("missed heartbeats from client %s, timeout: %ss", self.conn.name, seconds)
+            self.conn.connection_lost()
+            self.close()
+            return
+        if now - self.last_send >= seconds / 2:
+            self.conn.send_heartbeat()
+        self.heartbeat_timer = self.loop.call_later(seconds / 2, self._heartbeat_tick, seconds)
+
+    def _handshake_timeout(self):
+        self.handshake_timer = None
+        if self.conn.vhost is None and not self.closed:
+            log.warning("handshake timeout from %s", self.conn.name)
+            self.close()

@@ -1,0 +1,649 @@
+"""One AMQP channel: assembles published content, runs the channel's methods against the
+broker model, and tracks deliveries, acks, transactions and publisher confirms."""
+
+import logging
+import struct
+
+from ..amqp import spec
+from ..amqp.codec import read_shortstr
+from ..amqp.constants import BASIC, BASIC_ACK, BASIC_PUBLISH, NO_ROUTE
+from ..amqp.frames import ack_frame, content_frames, deliver_frame, deliver_prefix, get_ok_frame, method_frame
+from ..amqp.properties import FLAG_USER_ID, decode_properties, parse_header
+from ..broker.consumer import Consumer
+from ..broker.errors import (
+    AMQPError, access_refused, channel_error, command_invalid, not_allowed, not_found,
+    not_implemented, precondition_failed, rs, unexpected_frame,
+)
+from ..broker.exchanges import TYPES
+from ..broker.message import Message
+from ..broker.vhost import server_named
+
+log = logging.getLogger("warren.channel")
+
+_HH = struct.Struct(">HH")
+_QB = struct.Struct(">QB")
+_I = struct.Struct(">I")
+
+OPEN, CLOSING = 0, 1
+
+
+class Channel:
+    def __init__(self, connection, channel_id: int):
+        self.conn = connection
+        self.id = channel_id
+        self.state = OPEN
+        self.vhost = connection.vhost
+        self.user = connection.user.name
+        self.flow_active = True
+        self.blocked = not connection.writable
+        # content being assembled: [exchange, routing_key, route, mandatory, header, parts, remaining]
+        self.publishing = None
+        self.consumers: dict = {}
+        self.unacked: dict = {}   # delivery tag -> (QueuedMessage, Queue, Consumer | None)
+        self.unacked_count = 0
+        self.delivery_tag = 0
+        self.prefetch = 0          # basic.qos global=false: limit for consumers created next
+        self.global_prefetch = 0   # basic.qos global=true: limit shared by the channel
+        self.confirm = False
+        self.publish_seq = 0       # last publish sequence number handed out in confirm mode
+        self.confirmed = 0         # last sequence number acked to the publisher
+        self.tx = None             # list of deferred actions while in tx mode
+        self.last_queue = ""       # for the empty-queue-name shortcut
+        self.writable_exchanges: set = set()
+        self.stats = {"publish": 0, "deliver": 0, "ack": 0}
+
+    # ----------------------------------------------------------------- frames
+    def method_frame(self, payload) -> None:
+        if self.state == CLOSING:
+            self._closing_frame(payload)
+            return
+        if self.publishing is not None:
+            raise unexpected_frame("expected content header for class 60, got non content header frame instead")
+        method_id = _I.unpack_from(payload, 0)[0] if len(payload) >= 4 else 0
+        try:
+            if method_id == BASIC_PUBLISH:
+                self._start_publish(payload)
+            elif method_id == BASIC_ACK:
+                tag, bits = _QB.unpack_from(payload, 4)
+                self._ack(tag, bool(bits & 1))
+            else:
+                self._dispatch(spec.decode_method(payload))
+        except AMQPError as err:
+            cid, mid = _HH.unpack_from(payload, 0) if len(payload) >= 4 else (0, 0)
+            self.error(err, cid, mid)
+        except struct.error:
+            self.conn.connection_error(AMQPError(502, "truncated method frame"))
+
+    def header_frame(self, payload) -> None:
+        if self.state == CLOSING:
+            return
+        pub = self.publishing
+        if pub is None or pub[4] is not None:
+            raise unexpected_frame("expected method frame, got non method frame instead")
+        class_id, body_size, flags = parse_header(payload)
+        if class_id != BASIC:
+            raise unexpected_frame(f"expected content header for class 60, got one for class {class_id} instead")
+        pub[4] = bytes(payload)
+        pub[6] = body_size
+        max_size = self.conn.broker.limits.max_message_size
+        if body_size > max_size:
+            self.publishing = None
+            self.error(precondition_failed(
+                f"message size {body_size} is larger than configured max size {max_size}"), 60, 40)
+            return
+        if flags & FLAG_USER_ID:
+            user_id = decode_properties(pub[4]).get("user_id")
+            if user_id != self.user:
+                self.publishing = None
+                self.error(precondition_failed(
+                    f"user_id property set to '{user_id}' but authenticated user was '{self.user}'"), 60, 40)
+                return
+        if body_size == 0:
+            self._publish_complete(b"")
+
+    def body_frame(self, payload) -> None:
+        if self.state == CLOSING:
+            return
+        pub = self.publishing
+        if pub is None or pub[4] is None:
+            raise unexpected_frame("expected method frame, got non method frame instead")
+        remaining = pub[6] - len(payload)
+        if remaining < 0:
+            raise unexpected_frame(f"body frame exceeds the declared body size by {-remaining} bytes")
+        if remaining == 0 and not pub[5]:
+            self._publish_complete(bytes(payload))
+            return
+        pub[5].append(bytes(payload))
+        pub[6] = remaining
+        if remaining == 0:
+            self._publish_complete(b"".join(pub[5]))
+
+    def _closing_frame(self, payload) -> None:
+        # After we sent channel.close, everything but close/close-ok is dropped.
+        method = spec.decode_method(payload)
+        if isinstance(method, spec.ChannelCloseOk):
+            self.conn.channel_closed(self)
+        elif isinstance(method, spec.ChannelClose):
+            self.send(spec.ChannelCloseOk())
+            self.conn.channel_closed(self)
+
+    # ---------------------------------------------------------------- helpers
+    def send(self, method) -> None:
+        self.conn.send_method(self.id, method)
+
+    def error(self, err: AMQPError, class_id: int = 0, method_id: int = 0) -> None:
+        """Close the channel (soft error) or the connection (hard error) with RabbitMQ's code."""
+        if err.closes_connection:
+            self.conn.connection_error(err, class_id, method_id)
+            return
+        log.info("channel %s:%d error: %s", self.conn.name, self.id, err.reply_text)
+        self.release()
+        self.state = CLOSING
+        self.send(spec.ChannelClose(reply_code=err.code, reply_text=err.reply_text,
+                                    class_id=class_id, method_id=method_id))
+
+    def _queue_name(self, name: str) -> str:
+        if name == "":
+            if self.last_queue == "":
+                raise not_found("no previously declared queue")
+            return self.last_queue
+        return name
+
+    def _queue(self, name: str):
+        return self.vhost.queue(self._queue_name(name))
+
+    def _check(self, what, kind, name):
+        self.conn.broker.check(self.user, self.vhost.name, what, kind, name)
+
+    def _dispatch(self, method) -> None:
+        handler = _HANDLERS.get(type(method))
+        if handler is None:
+            if method.CLASS_ID == 10:
+                raise command_invalid(f"connection method {method.NAME} on channel {self.id}")
+            raise command_invalid(f"unexpected method {method.NAME} on a channel")
+        handler(self, method)
+
+    # --------------------------------------------------------------- channel
+    def _channel_open(self, m):
+        raise channel_error("second 'channel.open' seen")
+
+    def _channel_flow(self, m):
+        if not m.active:
+            raise not_implemented("active=false")
+        self.send(spec.ChannelFlowOk(active=True))
+
+    def _channel_flow_ok(self, m):
+        pass
+
+    def _channel_close(self, m):
+        self.release()
+        self.send(spec.ChannelCloseOk())
+        self.conn.channel_closed(self)
+
+    def _channel_close_ok(self, m):
+        pass
+
+    # -------------------------------------------------------------- exchange
+    def _exchange_declare(self, m):
+        vhost = self.vhost
+        name = m.exchange
+        if name == "":
+            raise access_refused("operation not permitted on the default exchange")
+        if m.passive:
+            vhost.exchange(name)
+        else:
+            if m.type not in TYPES:
+                raise command_invalid(f"unknown exchange type '{m.type}'")
+            self._check("configure", "exchange", name)
+            ae = (m.arguments or {}).get("alternate-exchange")
+            if name not in vhost.exchanges and isinstance(ae, str):
+                # RabbitMQ: an AE needs read on the exchange and write on the AE.
+                self._check("read", "exchange", name)
+                self._check("write", "exchange", ae)
+            vhost.declare_exchange(name, m.type, m.durable, m.auto_delete, m.internal, m.arguments)
+        if not m.nowait:
+            self.send(spec.ExchangeDeclareOk())
+
+    def _exchange_delete(self, m):
+        name = m.exchange
+        if name == "":
+            raise access_refused("operation not permitted on the default exchange")
+        if name.startswith("amq.") and name in self.vhost.exchanges:
+            raise access_refused(f"deletion of system {rs('exchange', name, self.vhost.name)} not allowed")
+        self._check("configure", "exchange", name)
+        self.vhost.delete_exchange(name, m.if_unused)
+        if not m.nowait:
+            self.send(spec.ExchangeDeleteOk())
+
+    def _exchange_bind(self, m, unbind=False):
+        vhost = self.vhost
+        if m.destination == "" or m.source == "":
+            raise access_refused("operation not permitted on the default exchange")
+        self._check("write", "exchange", m.destination)
+        self._check("read", "exchange", m.source)
+        if unbind:
+            source = vhost.exchanges.get(m.source)
+            dest = vhost.exchanges.get(m.destination)
+            if source is None or dest is None:
+                raise not_found(f"no {rs('exchange', m.source if source is None else m.destination, vhost.name)}")
+            vhost.unbind(source, dest, m.routing_key, m.arguments)
+            if not m.nowait:
+                self.send(spec.ExchangeUnbindOk())
+            return
+        source = vhost.exchange(m.source)
+        dest = vhost.exchange(m.destination)
+        vhost.bind(source, dest, m.routing_key, m.arguments)
+        if not m.nowait:
+            self.send(spec.ExchangeBindOk())
+
+    def _exchange_unbind(self, m):
+        self._exchange_bind(m, unbind=True)
+
+    # ----------------------------------------------------------------- queue
+    def _queue_declare(self, m):
+        vhost = self.vhost
+        conn = self.conn
+        if m.passive:
+            q = self._queue(m.queue)
+            vhost.check_exclusive(q, conn)
+        else:
+            name = m.queue
+            if name == "":
+                name = server_named("amq.gen-")
+            elif name.startswith("amq."):
+                raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+            self._check("configure", "queue", name)
+            args = m.arguments or {}
+            dlx = args.get("x-dead-letter-exchange")
+            if name not in vhost.queues and isinstance(dlx, str):
+                self._check("read", "queue", name)
+                self._check("write", "exchange", dlx)
+            owner = conn if m.exclusive else None
+            durable = m.durable and not m.exclusive
+            q, created = vhost.declare_queue(name, durable, owner, m.auto_delete, args)
+            if created and owner is not None:
+                conn.exclusive_queues.append(q)
+        self.last_queue = q.name
+        if not m.nowait:
+            self.send(spec.QueueDeclareOk(queue=q.name, message_count=q.message_count,
+                                          consumer_count=q.consumer_count))
+
+    def _queue_bind(self, m, unbind=False):
+        vhost = self.vhost
+        qname = self._queue_name(m.queue)
+        routing_key = m.routing_key
+        if m.queue == "" and routing_key == "":
+            routing_key = qname  # RabbitMQ's shortcut: empty key on the last queue uses its name
+        if m.exchange == "":
+            raise access_refused("operation not permitted on the default exchange")
+        self._check("write", "queue", qname)
+        self._check("read", "exchange", m.exchange)
+        q = vhost.queue(qname)
+        x = vhost.exchange(m.exchange)
+        vhost.check_exclusive(q, self.conn)
+        if unbind:
+            vhost.unbind(x, q, routing_key, m.arguments)
+            self.send(spec.QueueUnbindOk())
+            return
+        vhost.bind(x, q, routing_key, m.arguments)
+        if not m.nowait:
+            self.send(spec.QueueBindOk())
+
+    def _queue_unbind(self, m):
+        self._queue_bind(m, unbind=True)
+
+    def _queue_purge(self, m):
+        q = self._queue(m.queue)
+        self._check("read", "queue", q.name)
+        self.vhost.check_exclusive(q, self.conn)
+        count = q.purge()
+        if not m.nowait:
+            self.send(spec.QueuePurgeOk(message_count=count))
+
+    def _queue_delete(self, m):
+        vhost = self.vhost
+        name = self._queue_name(m.queue)
+        self._check("configure", "queue", name)
+        q = vhost.queues.get(name)
+        count = 0
+        if q is not None:
+            vhost.check_exclusive(q, self.conn)
+            if m.if_unused and q.consumers:
+                raise precondition_failed(f"{q.describe()} in use")
+            if m.if_empty and q.message_count:
+                raise precondition_failed(f"{q.describe()} not empty")
+            count = vhost.delete_queue(q)
+        if not m.nowait:
+            self.send(spec.QueueDeleteOk(message_count=count))
+
+    # ----------------------------------------------------------------- basic
+    def _basic_qos(self, m):
+        if m.prefetch_size != 0:
+            raise not_implemented(f"prefetch_size!=0 ({m.prefetch_size})")
+        if m.global_:
+            self.global_prefetch = m.prefetch_count
+        else:
+            self.prefetch = m.prefetch_count
+        self.send(spec.BasicQosOk())
+        self.kick_queues()
+
+    def _basic_consume(self, m):
+        q = self._queue(m.queue)
+        self._check("read", "queue", q.name)
+        self.vhost.check_exclusive(q, self.conn)
+        tag = m.consumer_tag or server_named("amq.ctag-")
+        if tag in self.consumers:
+            raise not_allowed(f"attempt to reuse consumer tag '{tag}'")
+        if q.has_exclusive_consumer() or (m.exclusive and q.consumers):
+            raise access_refused(f"{q.describe()} in exclusive use")
+        consumer = Consumer(tag, self, q, m.no_ack, m.exclusive, m.arguments, self.prefetch,
+                            deliver_prefix(tag))
+        self.consumers[tag] = consumer
+        q.add_consumer(consumer)
+        if not m.nowait:
+            self.send(spec.BasicConsumeOk(consumer_tag=tag))
+        q.deliver_ready()
+
+    def _basic_cancel(self, m):
+        consumer = self.consumers.pop(m.consumer_tag, None)
+        if consumer is not None:
+            self._drop_consumer(consumer)
+        if not m.nowait:
+            self.send(spec.BasicCancelOk(consumer_tag=m.consumer_tag))
+
+    def _drop_consumer(self, consumer) -> None:
+        q = consumer.queue
+        q.remove_consumer(consumer)
+        if q.unused_auto_delete and not q.deleted:
+            q.vhost.delete_queue(q)
+
+    def consumer_cancelled_by_broker(self, consumer) -> None:
+        """The queue went away: tell clients that asked for consumer_cancel_notify."""
+        if self.consumers.pop(consumer.tag, None) is None:
+            return
+        if self.conn.capabilities.get("consumer_cancel_notify"):
+            self.send(spec.BasicCancel(consumer_tag=consumer.tag, nowait=True))
+
+    def _basic_get(self, m):
+        q = self._queue(m.queue)
+        self._check("read", "queue", q.name)
+        self.vhost.check_exclusive(q, self.conn)
+        qm = q.get()
+        if qm is None:
+            self.send(spec.BasicGetEmpty(cluster_id=""))
+            return
+        self.delivery_tag += 1
+        tag = self.delivery_tag
+        msg = qm.message
+        conn = self.conn
+        out = conn.out
+        out.append(get_ok_frame(self.id, tag, qm.redelivered, msg.route, q.message_count))
+        content_frames(out, self.id, msg.header, msg.body, conn.frame_max)
+        conn.note_output(len(msg.body))
+        if not m.no_ack:
+            self.unacked[tag] = (qm, q, None)
+            self.unacked_count += 1
+        q.delivered(qm, m.no_ack)
+
+    def _basic_ack(self, m):
+        self._ack(m.delivery_tag, m.multiple)
+
+    def _basic_reject(self, m):
+        self._settle(self._take_unacked(m.delivery_tag, False), requeue=m.requeue, ack=False)
+
+    def _basic_nack(self, m):
+        self._settle(self._take_unacked(m.delivery_tag, m.multiple), requeue=m.requeue, ack=False)
+
+    def _basic_recover(self, m):
+        if not m.requeue:
+            raise not_implemented("requeue=false")
+        self.requeue_unacked()
+        if isinstance(m, spec.BasicRecover):
+            self.send(spec.BasicRecoverOk())
+
+    # ------------------------------------------------------------- publish
+    def _start_publish(self, payload) -> None:
+        pos = 6
+        try:
+            exchange, pos = read_shortstr(payload, pos)
+            routing_key, pos = read_shortstr(payload, pos)
+            bits = payload[pos]
+        except IndexError:
+            raise AMQPError(502, "truncated basic.publish") from None
+        if bits & 2:
+            raise not_implemented("immediate=true")
+        # The exchange and routing key shortstrs, reused verbatim in deliver/get-ok/return.
+        route = bytes(payload[6:pos])
+        self.publishing = [exchange, routing_key, route, bool(bits & 1), None, [], 0]
+
+    def _publish_complete(self, body: bytes) -> None:
+        exchange_name, routing_key, route, mandatory, header, _, _ = self.publishing
+        self.publishing = None
+        try:
+            self.publish(exchange_name, routing_key, route, mandatory, header, body)
+        except AMQPError as err:
+            self.error(err, 60, 40)
+
+    def publish(self, exchange_name, routing_key, route, mandatory, header, body) -> None:
+        vhost = self.vhost
+        x = vhost.exchanges.get(exchange_name)
+        if x is None:
+            raise not_found(f"no {rs('exchange', exchange_name, vhost.name)}")
+        if exchange_name not in self.writable_exchanges:
+            self._check("write", "exchange", exchange_name)
+            if x.internal:
+                raise access_refused(f"cannot publish to internal {x.describe()}")
+            self.writable_exchanges.add(exchange_name)
+        message = Message(exchange_name, routing_key, route, header, body)
+        queues = vhost.route(x, routing_key, message)
+        self.stats["publish"] += 1
+        if self.tx is not None:
+            self.tx.append(("publish", queues, message, mandatory))
+            return
+        if queues:
+            for q in queues:
+                q.publish(message)
+        elif mandatory:
+            self._return(message, NO_ROUTE, "NO_ROUTE")
+        if self.confirm:
+            self.publish_seq += 1
+            self.conn.confirming.add(self)
+
+    def _return(self, message, code, text) -> None:
+        conn = self.conn
+        payload = _HH.pack(60, 50) + struct.pack(">H", code) + bytes((len(text),)) + text.encode() + message.route
+        out = conn.out
+        out.append(struct.pack(">BHI", 1, self.id, len(payload)) + payload + b"\xce")
+        content_frames(out, self.id, message.header, message.body, conn.frame_max)
+        conn.schedule_flush()
+
+    def emit_confirms(self) -> None:
+        """Acknowledge every publish confirmed since the last call, in one basic.ack."""
+        upto = self.publish_seq
+        if upto > self.confirmed and self.state == OPEN:
+            self.conn.out.append(ack_frame(self.id, upto, upto - self.confirmed > 1))
+            self.confirmed = upto
+
+    def _confirm_select(self, m):
+        if self.tx is not None:
+            raise precondition_failed("cannot switch from tx to confirm mode")
+        self.confirm = True
+        if not m.nowait:
+            self.send(spec.ConfirmSelectOk())
+
+    # --------------------------------------------------------------- deliver
+    def deliver(self, consumer, qm) -> None:
+        """Send one message to a consumer on this channel (called by the queue)."""
+        self.delivery_tag += 1
+        tag = self.delivery_tag
+        msg = qm.message
+        conn = self.conn
+        out = conn.out
+        out.append(deliver_frame(self.id, consumer.prefix, tag, qm.redelivered, msg.route))
+        content_frames(out, self.id, msg.header, msg.body, conn.frame_max)
+        queue = consumer.queue
+        if consumer.no_ack:
+            queue.delivered(qm, True)
+        else:
+            self.unacked[tag] = (qm, queue, consumer)
+            consumer.unacked += 1
+            self.unacked_count += 1
+            queue.delivered(qm, False)
+        conn.note_output(len(msg.body) + 64)
+
+    def update_blocked(self) -> None:
+        self.blocked = not (self.flow_active and self.conn.writable)
+
+    def kick_queues(self) -> None:
+        """Credit may have been freed: let the queues we consume from deliver again."""
+        for queue in {c.queue for c in self.consumers.values()}:
+            queue.deliver_ready()
+
+    # ------------------------------------------------------------------ acks
+    def _take_unacked(self, tag: int, multiple: bool) -> list:
+        unacked = self.unacked
+        if multiple:
+            if tag == 0:
+                taken = list(unacked.items())
+                unacked.clear()
+                return taken
+            if tag not in unacked:
+                raise precondition_failed(f"unknown delivery tag {tag}")
+            taken = []
+            for t in unacked:
+                if t > tag:
+                    break
+                taken.append(t)
+            return [(t, unacked.pop(t)) for t in taken]
+        entry = unacked.pop(tag, None)
+        if entry is None:
+            raise precondition_failed(f"unknown delivery tag {tag}")
+        return [(tag, entry)]
+
+    def _ack(self, tag: int, multiple: bool) -> None:
+        taken = self._take_unacked(tag, multiple)
+        if self.tx is not None:
+            self.tx.append(("ack", taken))
+            return
+        self._settle(taken, requeue=False, ack=True)
+
+    def _settle(self, taken, requeue: bool, ack: bool) -> None:
+        if not ack and self.tx is not None:
+            self.tx.append(("reject", taken, requeue))
+            return
+        queues = set()
+        for _tag, (qm, queue, consumer) in taken:
+            if consumer is not None:
+                consumer.unacked -= 1
+            self.unacked_count -= 1
+            if ack:
+                queue.ack(qm)
+            else:
+                queue.reject(qm, requeue)
+            queues.add(queue)
+        self.stats["ack"] += len(taken)
+        for queue in queues:
+            queue.deliver_ready()
+        if self.global_prefetch:
+            self.kick_queues()
+
+    def requeue_unacked(self) -> None:
+        taken = list(self.unacked.items())
+        self.unacked.clear()
+        self._settle_now(taken, requeue=True)
+
+    def _settle_now(self, taken, requeue):
+        tx, self.tx = self.tx, None
+        try:
+            self._settle(taken, requeue=requeue, ack=False)
+        finally:
+            self.tx = tx
+
+    # -------------------------------------------------------------------- tx
+    def _tx_select(self, m):
+        if self.confirm:
+            raise precondition_failed("cannot switch from confirm to tx mode")
+        if self.tx is None:
+            self.tx = []
+        self.send(spec.TxSelectOk())
+
+    def _tx_commit(self, m):
+        if self.tx is None:
+            raise precondition_failed("channel is not transactional")
+        actions, self.tx = self.tx, None
+        try:
+            for action in actions:
+                if action[0] == "publish":
+                    _, queues, message, mandatory = action
+                    live = [q for q in queues if not q.deleted]
+                    if live:
+                        for q in live:
+                            q.publish(message)
+                    elif mandatory:
+                        self._return(message, NO_ROUTE, "NO_ROUTE")
+                elif action[0] == "ack":
+                    self._settle(action[1], requeue=False, ack=True)
+                else:
+                    self._settle(action[1], requeue=action[2], ack=False)
+        finally:
+            self.tx = []
+        self.send(spec.TxCommitOk())
+
+    def _tx_rollback(self, m):
+        if self.tx is None:
+            raise precondition_failed("channel is not transactional")
+        # Acks and rejects taken in the transaction become outstanding again.
+        for action in self.tx:
+            if action[0] in ("ack", "reject"):
+                for tag, entry in action[1]:
+                    self.unacked[tag] = entry
+        self.unacked = dict(sorted(self.unacked.items()))
+        self.tx = []
+        self.send(spec.TxRollbackOk())
+
+    # --------------------------------------------------------------- release
+    def release(self) -> None:
+        """The channel is closing: cancel its consumers and requeue what it holds."""
+        if self.state == CLOSING:
+            return
+        consumers = list(self.consumers.values())
+        self.consumers.clear()
+        for consumer in consumers:
+            self._drop_consumer(consumer)
+        self.tx = None
+        self.publishing = None
+        if self.unacked:
+            self.requeue_unacked()
+        self.state = CLOSING
+        self.conn.confirming.discard(self)
+
+
+_HANDLERS = {
+    spec.ChannelOpen: Channel._channel_open,
+    spec.ChannelFlow: Channel._channel_flow,
+    spec.ChannelFlowOk: Channel._channel_flow_ok,
+    spec.ChannelClose: Channel._channel_close,
+    spec.ChannelCloseOk: Channel._channel_close_ok,
+    spec.ExchangeDeclare: Channel._exchange_declare,
+    spec.ExchangeDelete: Channel._exchange_delete,
+    spec.ExchangeBind: Channel._exchange_bind,
+    spec.ExchangeUnbind: Channel._exchange_unbind,
+    spec.QueueDeclare: Channel._queue_declare,
+    spec.QueueBind: Channel._queue_bind,
+    spec.QueueUnbind: Channel._queue_unbind,
+    spec.QueuePurge: Channel._queue_purge,
+    spec.QueueDelete: Channel._queue_delete,
+    spec.BasicQos: Channel._basic_qos,
+    spec.BasicConsume: Channel._basic_consume,
+    spec.BasicCancel: Channel._basic_cancel,
+    spec.BasicGet: Channel._basic_get,
+    spec.BasicAck: Channel._basic_ack,
+    spec.BasicReject: Channel._basic_reject,
+    spec.BasicNack: Channel._basic_nack,
+    spec.BasicRecover: Channel._basic_recover,
+    spec.BasicRecoverAsync: Channel._basic_recover,
+    spec.ConfirmSelect: Channel._confirm_select,
+    spec.TxSelect: Channel._tx_select,
+    spec.TxCommit: Channel._tx_commit,
+    spec.TxRollback: Channel._tx_rollback,
+}

@@ -1,0 +1,384 @@
+"""One AMQP connection: handshake, frame parsing, channel dispatch and output batching.
+
+The server feeds received bytes to `data_received`; everything the connection wants to send
+is gathered in `out` and written to the transport in one piece per loop tick (`flush`).
+The transport is the server's object with write(bytes), close(), schedule_flush(conn),
+close_later(seconds) and peer/local addresses.
+"""
+
+import logging
+import platform
+import struct
+
+from .. import __version__
+from ..amqp import spec
+from ..amqp.codec import DecodeError
+from ..amqp.constants import (
+    CONNECTION_FORCED, FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD,
+    FRAME_MIN_SIZE, PROTOCOL_HEADER,
+)
+from ..amqp.frames import HEARTBEAT, method_frame
+from ..broker.errors import (
+    AMQPError, access_refused, channel_error, command_invalid, frame_error, not_allowed,
+    syntax_error, unexpected_frame,
+)
+from .channel import Channel
+from .sasl import MECHANISMS, credentials
+
+log = logging.getLogger("warren.connection")
+
+_FRAME_HEAD = struct.Struct(">BHI")
+_unpack_head = _FRAME_HEAD.unpack_from
+
+# Connection states.
+AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
+
+# How much output may pile up in one tick before consumers of this connection are paused.
+OUTPUT_HIGH_WATER = 1 << 20
+
+CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+}
+
+
+def server_properties(cluster_name: str) -> dict:
+    return {
+        "product": "Warren",
+        "version": __version__,
+        "platform": f"Python {platform.python_version()}",
+        "copyright": "Warren contributors",
+        "information": "AMQP 0-9-1 broker compatible with RabbitMQ clients",
+        "cluster_name": cluster_name,
+        "capabilities": dict(CAPABILITIES),
+    }
+
+
+class Connection:
+    def __init__(self, broker, transport, peer=("127.0.0.1", 0)):
+        self.broker = broker
+        self.transport = transport
+        self.peer = peer
+        self.state = AWAIT_HEADER
+        self.buf = bytearray()
+        self.out: list = []
+        self.out_bytes = 0
+        self.flush_scheduled = False
+        self.write_paused = False      # the transport's buffer is full
+        self.writable = True           # consumers may be sent to
+        self.confirming: set = set()   # channels with confirms waiting to go out
+        self.channels: dict = {}
+        limits = broker.limits
+        self.frame_max = max(limits.frame_max, FRAME_MIN_SIZE)
+        self.channel_max = limits.channel_max
+        self.heartbeat = 0
+        self.user = None
+        self.vhost = None
+        self.client_properties: dict = {}
+        self.capabilities: dict = {}
+        self.exclusive_queues: list = []
+        self.name = f"{peer[0]}:{peer[1]}"
+
+    # ------------------------------------------------------------------ input
+    def data_received(self, data) -> None:
+        if self.state == CLOSED:
+            return
+        buf = self.buf
+        buf += data
+        try:
+            if self.state == AWAIT_HEADER:
+                if not self._read_protocol_header():
+                    return
+            self._read_frames()
+        except AMQPError as err:
+            self.connection_error(err)
+        except DecodeError as err:
+            self.connection_error(syntax_error(str(err)))
+        self.flush()
+
+    def _read_protocol_header(self) -> bool:
+        buf = self.buf
+        if len(buf) < 8:
+            if not PROTOCOL_HEADER.startswith(bytes(buf)):
+                self._refuse_protocol()
+            return False
+        if bytes(buf[:8]) != PROTOCOL_HEADER:
+            self._refuse_protocol()
+            return False
+        del buf[:8]
+        self.state = AWAIT_START_OK
+        self.send_method(0, spec.ConnectionStart(
+            version_major=0, version_minor=9,
+            server_properties=server_properties(self.broker.cluster_name),
+            mechanisms=MECHANISMS.encode(), locales=b"en_US"))
+        return True
+
+    def _refuse_protocol(self) -> None:
+        # As the spec says: answer with the protocol header we do speak, then close.
+        self.state = CLOSED
+        self.transport.write(PROTOCOL_HEADER)
+        self.transport.close()
+
+    def _read_frames(self) -> None:
+        buf = self.buf
+        n = len(buf)
+        pos = 0
+        limit = self.frame_max - 8
+        channels = self.channels
+        try:
+            while n - pos >= 8:
+                ftype, ch, size = _unpack_head(buf, pos)
+                if size > limit:
+                    raise frame_error(f"type {ftype}, {size} bytes, frame_max is {self.frame_max}")
+                end = pos + 7 + size
+                if end >= n:
+                    break
+                if buf[end] != FRAME_END:
+                    raise frame_error(f"invalid frame end byte {buf[end]}")
+                payload = buf[pos + 7:end]
+                pos = end + 1
+                channel = channels.get(ch)
+                if channel is not None and self.state == OPEN:
+                    # Hot path: frames for an open channel.
+                    if ftype == FRAME_METHOD:
+                        channel.method_frame(payload)
+                    elif ftype == FRAME_BODY:
+                        channel.body_frame(payload)
+                    elif ftype == FRAME_HEADER:
+                        channel.header_frame(payload)
+                    elif ftype == FRAME_HEARTBEAT:
+                        raise unexpected_frame(f"heartbeat frame on channel {ch}")
+                    else:
+                        raise frame_error(f"unknown frame type {ftype}")
+                else:
+                    self._other_frame(ftype, ch, payload)
+                if self.state == CLOSED:
+                    return
+        finally:
+            del buf[:pos]
+
+    def _other_frame(self, ftype, ch, payload) -> None:
+        if ftype not in (FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT):
+            raise frame_error(f"unknown frame type {ftype}")
+        if ftype == FRAME_HEARTBEAT:
+            if ch != 0:
+                raise unexpected_frame(f"heartbeat frame on channel {ch}")
+            return
+        if self.state == CLOSING:
+            # After sending connection.close only close/close-ok matter.
+            if ch == 0 and ftype == FRAME_METHOD:
+                method = spec.decode_method(payload)
+                if isinstance(method, spec.ConnectionCloseOk):
+                    self._closed()
+                elif isinstance(method, spec.ConnectionClose):
+                    self.send_method(0, spec.ConnectionCloseOk())
+                    self._closed()
+            return
+        if ch == 0:
+            if ftype != FRAME_METHOD:
+                raise unexpected_frame(f"content frame of type {ftype} on channel 0")
+            self._connection_method(spec.decode_method(payload))
+            return
+        if self.state != OPEN:
+            raise unexpected_frame(f"frame of type {ftype} on channel {ch} before the connection is open")
+        # A frame on a channel that is not open: only channel.open may create it.
+        if ftype != FRAME_METHOD:
+            raise unexpected_frame(f"content frame of type {ftype} on unopened channel {ch}")
+        method = spec.decode_method(payload)
+        if not isinstance(method, spec.ChannelOpen):
+            raise channel_error("expected 'channel.open'")
+        if ch > self.channel_max:
+            raise channel_error(f"channel number {ch} exceeds the negotiated channel_max ({self.channel_max})")
+        channel = Channel(self, ch)
+        self.channels[ch] = channel
+        self.send_method(ch, spec.ChannelOpenOk(channel_id=b""))
+
+    # ------------------------------------------------------- connection class
+    def _connection_method(self, method) -> None:
+        state = self.state
+        if isinstance(method, spec.ConnectionStartOk) and state == AWAIT_START_OK:
+            self._start_ok(method)
+        elif isinstance(method, spec.ConnectionTuneOk) and state == AWAIT_TUNE_OK:
+            self._tune_ok(method)
+        elif isinstance(method, spec.ConnectionOpen) and state == AWAIT_OPEN:
+            self._open(method)
+        elif isinstance(method, spec.ConnectionClose):
+            self.send_method(0, spec.ConnectionCloseOk())
+            self._closed()
+        elif isinstance(method, spec.ConnectionCloseOk):
+            self._closed()
+        elif isinstance(method, spec.ConnectionUpdateSecret) and state == OPEN:
+            # Internal users carry no expiring secret: accept, as RabbitMQ's internal backend does.
+            self.send_method(0, spec.ConnectionUpdateSecretOk())
+        elif state != OPEN:
+            raise unexpected_frame(f"{method.NAME} during the connection handshake")
+        else:
+            raise command_invalid(f"{method.NAME} on channel 0")
+
+    def _start_ok(self, method) -> None:
+        self.client_properties = method.client_properties or {}
+        caps = self.client_properties.get("capabilities")
+        self.capabilities = caps if isinstance(caps, dict) else {}
+        mechanism = method.mechanism
+        if mechanism not in MECHANISMS.split():
+            raise command_invalid(f"unknown authentication mechanism '{mechanism}'")
+        creds = credentials(mechanism, method.response)
+        user = None
+        if creds is not None:
+            user = self.broker.authenticate(*creds)
+            if user is not None and user.name in self.broker.loopback_users and not _is_loopback(self.peer[0]):
+                log.warning("user '%s' can only connect via localhost (from %s)", user.name, self.peer[0])
+                user = None
+        if user is None:
+            log.warning("authentication failed for %s from %s", creds[0] if creds else "?", self.name)
+            err = access_refused(f"Login was refused using authentication mechanism {mechanism}. "
+                                 "For details see the broker logfile.")
+            if self.capabilities.get("authentication_failure_close"):
+                raise err
+            # Clients that do not announce the capability just see the socket close (AMQP 0-9-1).
+            self.state = CLOSED
+            self.transport.close()
+            return
+        self.user = user
+        limits = self.broker.limits
+        self.state = AWAIT_TUNE_OK
+        self.send_method(0, spec.ConnectionTune(channel_max=limits.channel_max, frame_max=limits.frame_max,
+                                                heartbeat=limits.heartbeat))
+
+    def _tune_ok(self, method) -> None:
+        limits = self.broker.limits
+        for field, minimum, server_value in (("frame_max", FRAME_MIN_SIZE, limits.frame_max),
+                                             ("channel_max", 1, limits.channel_max)):
+            value = getattr(method, field)
+            if value != 0 and value < minimum:
+                raise not_allowed(f"negotiated {field} = {value} is lower than the minimum allowed value ({minimum})")
+            if server_value != 0 and (value == 0 or value > server_value):
+                raise not_allowed(f"negotiated {field} = {value} is higher than the maximum allowed value ({server_value})")
+        self.frame_max = method.frame_max
+        self.channel_max = method.channel_max
+        self.heartbeat = method.heartbeat
+        self.state = AWAIT_OPEN
+        self.transport.heartbeat_negotiated(self.heartbeat)
+
+    def _open(self, method) -> None:
+        name = method.virtual_host
+        vhost = self.broker.vhosts.get(name)
+        if vhost is None:
+            raise not_allowed(f"vhost {name} not found")
+        if (self.user.name, name) not in self.broker.permissions:
+            raise not_allowed(f"access to vhost '{name}' refused for user '{self.user.name}'")
+        self.vhost = vhost
+        self.state = OPEN
+        self.broker.connections.add(self)
+        self.send_method(0, spec.ConnectionOpenOk(known_hosts=""))
+
+    # ----------------------------------------------------------------- output
+    def send_method(self, channel: int, method) -> None:
+        self.out.append(method_frame(channel, method))
+        self.schedule_flush()
+
+    def schedule_flush(self) -> None:
+        if not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.transport.schedule_flush(self)
+
+    def flush(self) -> None:
+        """Write everything gathered since the last flush in one call."""
+        self.flush_scheduled = False
+        if self.confirming:
+            for channel in self.confirming:
+                channel.emit_confirms()
+            self.confirming.clear()
+        if self.out:
+            data = b"".join(self.out)
+            self.out.clear()
+            self.out_bytes = 0
+            self.transport.write(data)
+        if not self.writable and not self.write_paused and self.state == OPEN:
+            self.set_writable(True)
+
+    def note_output(self, size: int) -> None:
+        """Called for each delivery: pause this connection's consumers past the high-water mark."""
+        self.out_bytes += size
+        if self.out_bytes > OUTPUT_HIGH_WATER and self.writable:
+            self.set_writable(False)
+        self.schedule_flush()
+
+    def set_writable(self, writable: bool) -> None:
+        self.writable = writable
+        for channel in self.channels.values():
+            channel.update_blocked()
+        if writable:
+            for channel in list(self.channels.values()):
+                channel.kick_queues()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self.set_writable(False)
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.state == OPEN:
+            self.set_writable(True)
+            self.flush()
+
+    def send_heartbeat(self) -> None:
+        self.out.append(HEARTBEAT)
+        self.flush()
+
+    # ---------------------------------------------------------------- closing
+    def connection_error(self, err: AMQPError, class_id: int = 0, method_id: int = 0) -> None:
+        if self.state in (CLOSING, CLOSED):
+            return
+        log.warning("closing connection %s: %s", self.name, err.reply_text)
+        self.close(err.code, err.reply_text, class_id, method_id)
+
+    def close(self, code: int = CONNECTION_FORCED, text: str = "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'",
+              class_id: int = 0, method_id: int = 0) -> None:
+        """Start a server-initiated close: send connection.close and wait for close-ok."""
+        if self.state in (CLOSING, CLOSED):
+            return
+        if self.state == AWAIT_HEADER:
+            self._closed()
+            return
+        self._release()
+        self.state = CLOSING
+        self.send_method(0, spec.ConnectionClose(reply_code=code, reply_text=text[:255],
+                                                 class_id=class_id, method_id=method_id))
+        self.flush()
+        self.transport.close_later(3.0)
+
+    def _closed(self) -> None:
+        self._release()
+        self.state = CLOSED
+        self.flush()
+        self.transport.close()
+
+    def connection_lost(self) -> None:
+        self._release()
+        self.state = CLOSED
+
+    def _release(self) -> None:
+        """Give back everything the connection holds: unacked messages, consumers, exclusive queues."""
+        for channel in list(self.channels.values()):
+            channel.release()
+        self.channels.clear()
+        for queue in self.exclusive_queues:
+            if not queue.deleted:
+                queue.vhost.delete_queue(queue)
+        self.exclusive_queues.clear()
+        self.broker.connections.discard(self)
+
+    def channel_closed(self, channel) -> None:
+        if self.channels.get(channel.id) is channel:
+            del self.channels[channel.id]
+        self.confirming.discard(channel)
+
+
+def _is_loopback(host: str) -> bool:
+    return host.startswith("127.") or host in ("::1", "localhost") or host.startswith("::ffff:127.")
+

@@ -1,0 +1,38 @@
+"""The one interface between a queue and its storage.
+
+A queue hands its store every message it accepts, takes the next ready one when a consumer
+has credit, puts requeued ones back, and reports settled ones (acked, dropped) so a durable
+store can reclaim their space. The in-memory store is the default; the durability work
+backs the same interface with segment files.
+"""
+
+from typing import Protocol
+
+from ..broker.message import QueuedMessage
+
+
+class QueueStore(Protocol):
+    def push(self, qm: QueuedMessage) -> None:
+        """Append a newly enqueued message at the tail."""
+
+    def pop(self) -> QueuedMessage | None:
+        """Remove and return the next ready message (requeued ones first, by position)."""
+
+    def requeue(self, qm: QueuedMessage) -> None:
+        """Put a delivered message back at its original position."""
+
+    def settle(self, qm: QueuedMessage) -> None:
+        """A delivered message is gone for good (acked, rejected, or delivered no-ack)."""
+
+    def purge(self) -> int:
+        """Drop every ready message, returning how many there were."""
+
+    def peek_all(self) -> list:
+        """The ready messages in delivery order (management views; not the hot path)."""
+
+    def __len__(self) -> int:
+        """Number of ready messages."""
+
+    @property
+    def ready_bytes(self) -> int:
+        """Total body size of the ready messages."""
