@@ -234,6 +234,7 @@ typedef struct {
   size_t batch_bytes;
   int lib_publish;
   int no_marker;
+  int sndbuf;
   double confirm_timeout; /* wait for outstanding confirms at the end */
 
   /* consume */
@@ -267,7 +268,8 @@ static void usage(void) {
 "publish: --exchange X ('') --routing-key K (default: --queue) --size N (16)\n"
 "         --count N (0=unlimited) --seconds S (0=unlimited; one of them needed)\n"
 "         --confirm [--window N (1000)] --persistent --rate MSG_PER_S (0)\n"
-"         --batch-bytes N (65536) --lib-publish --no-marker\n"
+"         --batch-bytes N (65536) --sndbuf BYTES (262144; 0=kernel default)\n"
+"         --lib-publish --no-marker\n"
 "         --confirm-timeout S (30)\n"
 "consume: --queue Q --prefetch N (0) --auto-ack | --ack-every K (multiple=true)\n"
 "         --count N (stop after N unique messages) --seconds S (hard deadline)\n"
@@ -282,7 +284,7 @@ enum {
   O_EXCHANGE, O_RKEY, O_SIZE, O_COUNT, O_SECONDS, O_CONFIRM, O_WINDOW,
   O_PERSISTENT, O_RATE, O_BATCH, O_LIBPUB, O_NOMARKER, O_CONFIRM_TO,
   O_QUEUE, O_PREFETCH, O_AUTOACK, O_ACKEVERY, O_IDLE, O_GRACE, O_READY,
-  O_LIBCONS, O_XTYPE, O_DURABLE, O_DELETE, O_PURGE, O_BIND, O_QUIET, O_HELP
+  O_LIBCONS, O_SNDBUF, O_XTYPE, O_DURABLE, O_DELETE, O_PURGE, O_BIND, O_QUIET, O_HELP
 };
 
 static struct option long_opts[] = {
@@ -314,6 +316,7 @@ static struct option long_opts[] = {
     {"grace", required_argument, 0, O_GRACE},
     {"ready-file", required_argument, 0, O_READY},
     {"lib-consume", no_argument, 0, O_LIBCONS},
+    {"sndbuf", required_argument, 0, O_SNDBUF},
     {"exchange-type", required_argument, 0, O_XTYPE},
     {"durable", no_argument, 0, O_DURABLE},
     {"delete", no_argument, 0, O_DELETE},
@@ -351,6 +354,7 @@ static void parse_opts(opts_t *o, int argc, char **argv) {
   o->size = 16;
   o->window = 1000;
   o->batch_bytes = 65536;
+  o->sndbuf = 262144;
   o->confirm_timeout = 30;
   o->idle_timeout = 10;
   o->grace = 2;
@@ -390,6 +394,7 @@ static void parse_opts(opts_t *o, int argc, char **argv) {
       case O_GRACE: o->grace = parse_dbl(optarg, "grace"); break;
       case O_READY: o->ready_file = optarg; break;
       case O_LIBCONS: o->lib_consume = 1; break;
+      case O_SNDBUF: o->sndbuf = (int)parse_u64(optarg, "sndbuf"); break;
       case O_XTYPE: o->exchange_type = optarg; break;
       case O_DURABLE: o->durable = 1; break;
       case O_DELETE: o->do_delete = 1; break;
@@ -829,6 +834,11 @@ static int cmd_publish(opts_t *o) {
   pub_t *p = &P;
   p->o = o;
   p->conn = connect_broker(o, &p->fd);
+  if (o->sndbuf > 0) {
+    /* keep the amount of data parked in socket buffers small, otherwise a
+     * slow broker gets credited with publishes it has not read yet */
+    setsockopt(p->fd, SOL_SOCKET, SO_SNDBUF, &o->sndbuf, sizeof(o->sndbuf));
+  }
   build_template(p);
   p->buf_cap = o->batch_bytes;
   p->buf = malloc(p->buf_cap);
@@ -926,7 +936,23 @@ static int cmd_publish(opts_t *o) {
       pub_wait_frames(p, 100000000ull);
     }
   }
+  /* Barrier: channel.close-ok is sent by the broker only after it has
+   * processed every publish that precedes it on the channel, so "elapsed"
+   * covers messages the broker has actually taken in, not bytes that are
+   * still sitting in socket buffers. In confirm mode the last confirm is
+   * already such a barrier. */
+  int drain_timed_out = 0;
   uint64_t t_end = now_ns();
+  {
+    struct timeval tv = ns_to_tv((uint64_t)(o->confirm_timeout * 1e9));
+    amqp_set_rpc_timeout(p->conn, &tv);
+    amqp_rpc_reply_t r = amqp_channel_close(p->conn, 1, AMQP_REPLY_SUCCESS);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+      drain_timed_out = 1;
+      note("channel.close did not complete");
+    }
+    if (!o->confirm) t_end = now_ns();
+  }
   double elapsed = (double)(t_end - t0) / 1e9;
   double send_elapsed = (double)(t_sent - t0) / 1e9;
   uint64_t acked = p->acked, nacked = p->nacked;
@@ -935,7 +961,12 @@ static int cmd_publish(opts_t *o) {
     if (acked) acked--;
     else if (nacked) nacked--;
   }
-  close_broker(p->conn);
+  {
+    struct timeval tv = {5, 0};
+    amqp_set_rpc_timeout(p->conn, &tv);
+    amqp_connection_close(p->conn, AMQP_REPLY_SUCCESS);
+    amqp_destroy_connection(p->conn);
+  }
 
   printf("{\"role\":\"publish\",\"exchange\":\"%s\",\"routing_key\":\"%s\","
          "\"size\":%zu,\"confirm\":%s,\"persistent\":%s,\"sent\":%" PRIu64
@@ -951,7 +982,8 @@ static int cmd_publish(opts_t *o) {
            confirm_timed_out ? "true" : "false");
     hist_json(stdout, "confirm_latency", &p->confirm_lat);
   }
-  printf(",\"returned\":%" PRIu64 ",\"interrupted\":%s}\n", p->returned,
+  printf(",\"returned\":%" PRIu64 ",\"drain_timed_out\":%s,\"interrupted\":%s}\n",
+         p->returned, drain_timed_out ? "true" : "false",
          stopped_by_signal ? "true" : "false");
   fflush(stdout);
   return (confirm_timed_out || stopped_by_signal) ? 3 : 0;

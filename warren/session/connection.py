@@ -130,7 +130,7 @@ class Connection:
         limit = self.frame_max - 8
         channels = self.channels
         try:
-            while n - pos >= 8:
+            while n - pos >= 7:
                 ftype, ch, size = _unpack_head(buf, pos)
                 if size > limit:
                     raise frame_error(f"type {ftype}, {size} bytes, frame_max is {self.frame_max}")

@@ -1,0 +1,841 @@
+#!/usr/bin/env python3
+"""Benchmark Warren against RabbitMQ on the same machine, in the same run.
+
+Starts each broker under test on free loopback ports, drives it with the C load
+generator (bench/loadgen, see loadgen.c), and prints a Markdown table with the
+Warren figure, the RabbitMQ figure and the ratio Warren/RabbitMQ per metric.
+
+Standard library only. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import string
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+LOADGEN = BENCH_DIR / "loadgen"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# --------------------------------------------------------------------------
+# logging / process bookkeeping
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+class Interrupted(Exception):
+    pass
+
+
+_CHILDREN: dict[int, subprocess.Popen] = {}  # pid -> process (own process group)
+
+
+def spawn(argv, *, env=None, cwd=None, stdout=None, stderr=None) -> subprocess.Popen:
+    """Start a child in its own process group so the whole tree can be killed."""
+    p = subprocess.Popen(
+        [str(a) for a in argv], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+        stdout=stdout, stderr=stderr, start_new_session=True)
+    _CHILDREN[p.pid] = p
+    return p
+
+
+def kill_tree(p: subprocess.Popen, grace: float = 5.0) -> None:
+    """SIGTERM the child's process group, SIGKILL it after `grace` seconds."""
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            p.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    # the leader may be gone while other members of its group linger
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        p.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    _CHILDREN.pop(p.pid, None)
+
+
+def kill_all_children() -> None:
+    for p in list(_CHILDREN.values()):
+        kill_tree(p, grace=2.0)
+
+
+def wait_rusage(p: subprocess.Popen, timeout: float) -> tuple[int | None, float]:
+    """Wait for a child up to `timeout` s; return (exit status or None, CPU s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        except ChildProcessError:  # already reaped
+            return p.returncode, 0.0
+        if pid == p.pid:
+            p.returncode = os.waitstatus_to_exitcode(status)
+            _CHILDREN.pop(p.pid, None)
+            return p.returncode, ru.ru_utime + ru.ru_stime
+        if time.monotonic() >= deadline:
+            return None, 0.0
+        time.sleep(0.02)
+
+
+def group_cpu_seconds(pgid: int | None) -> float:
+    """utime+stime (all threads) of the live processes in a process group, in
+    seconds. Brokers are started as group leaders, so this covers e.g. the
+    Erlang VM that rabbitmq-server exec's into, and any helper processes."""
+    if not pgid:
+        return 0.0
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid:
+                total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / CLK_TCK
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def amqp_answers(port: int, host: str = "127.0.0.1") -> bool:
+    """True if something on the port answers an AMQP 0-9-1 protocol header
+    with a method frame (connection.start)."""
+    try:
+        with socket.create_connection((host, port), timeout=1.0) as s:
+            s.settimeout(2.0)
+            s.sendall(b"AMQP\x00\x00\x09\x01")
+            data = s.recv(7)
+            return len(data) >= 1 and data[0] == 1
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------
+# brokers
+
+
+class BrokerError(Exception):
+    pass
+
+
+class Broker:
+    name = "broker"
+
+    def __init__(self, args):
+        self.args = args
+        self.port = 0
+        self.proc: subprocess.Popen | None = None
+        self.tmp: str | None = None
+        self.restarts = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BrokerError(f"{self.name} exited with status {self.proc.returncode} "
+                                  f"during start-up; see {self.logfile}\n{self.log_tail()}")
+            if port_open(self.port) and amqp_answers(self.port):
+                return
+            time.sleep(0.2)
+        raise BrokerError(f"{self.name} did not answer on port {self.port} within "
+                          f"{timeout:.0f} s; see {self.logfile}\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 15) -> str:
+        try:
+            with open(self.logfile, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def cleanup_tmp(self) -> None:
+        if self.tmp and not self.args.keep_tmp:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        elif self.tmp:
+            log(f"{self.name}: kept {self.tmp}")
+        self.tmp = None
+
+
+class Warren(Broker):
+    name = "warren"
+
+    def start(self) -> None:
+        self.tmp = tempfile.mkdtemp(prefix="warren-bench-")
+        self.port = free_port()
+        data_dir = os.path.join(self.tmp, "data")
+        self.logfile = os.path.join(self.tmp, "warren.log")
+        fmt = {"port": self.port, "data_dir": data_dir, "python": sys.executable}
+        if self.args.warren_cmd:
+            argv = [a.format(**fmt) for a in shlex.split(self.args.warren_cmd)]
+        else:
+            argv = [sys.executable, "-m", "warren", "server", "--port", str(self.port),
+                    "--data-dir", data_dir]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO_DIR) + (os.pathsep + env["PYTHONPATH"]
+                                             if env.get("PYTHONPATH") else "")
+        log(f"warren: starting on port {self.port}: {' '.join(argv)}")
+        with open(self.logfile, "ab") as lf:
+            self.proc = spawn(argv, env=env, cwd=str(REPO_DIR), stdout=lf, stderr=lf)
+        self._wait_ready(self.args.start_timeout)
+        log(f"warren: ready (pid {self.proc.pid})")
+
+    def stop(self) -> None:
+        if self.proc:
+            kill_tree(self.proc, grace=10.0)  # SIGTERM = clean shutdown
+            self.proc = None
+
+
+def _default_rabbitmq_bin(name: str) -> str:
+    for cand in (f"/usr/lib/rabbitmq/bin/{name}",):
+        if os.path.exists(cand):
+            return cand
+    return shutil.which(name) or name
+
+
+class RabbitMQ(Broker):
+    """A private RabbitMQ node: own node name, ports, epmd, cookie and dirs."""
+
+    name = "rabbitmq"
+
+    def __init__(self, args):
+        super().__init__(args)
+        self.epmd: subprocess.Popen | None = None
+        self.env: dict[str, str] = {}
+
+    def start(self) -> None:
+        self.tmp = tempfile.mkdtemp(prefix="rabbitmq-bench-")
+        t = self.tmp
+        self.port = free_port()
+        dist_port = free_port()
+        epmd_port = free_port()
+        self.logfile = os.path.join(t, "rabbitmq-server.out")
+        # Own cookie in our own HOME: rabbitmq-server and rabbitmqctl both read
+        # $HOME/.erlang.cookie, so they agree even when run as root, and
+        # neither /root nor /var/lib/rabbitmq is touched.
+        cookie = "".join(secrets.choice(string.ascii_uppercase) for _ in range(20))
+        cookie_path = os.path.join(t, ".erlang.cookie")
+        with open(cookie_path, "w") as f:
+            f.write(cookie)
+        os.chmod(cookie_path, 0o400)
+        with open(os.path.join(t, "enabled_plugins"), "w") as f:
+            f.write("[].\n")
+        open(os.path.join(t, "rabbitmq-env.conf"), "w").close()
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RABBITMQ_", "ERL_"))}
+        env.update({
+            "HOME": t,
+            "ERL_EPMD_PORT": str(epmd_port),
+            "RABBITMQ_NODENAME": self.args.rabbitmq_nodename,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(dist_port),
+            "RABBITMQ_MNESIA_BASE": os.path.join(t, "mnesia"),
+            "RABBITMQ_LOG_BASE": os.path.join(t, "log"),
+            "RABBITMQ_PID_FILE": os.path.join(t, "rabbitmq.pid"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": os.path.join(t, "enabled_plugins"),
+            "RABBITMQ_PLUGINS_EXPAND_DIR": os.path.join(t, "plugins-expand"),
+            "RABBITMQ_CONFIG_FILE": os.path.join(t, "rabbitmq"),  # absent: defaults
+            "RABBITMQ_ADVANCED_CONFIG_FILE": os.path.join(t, "advanced.config"),
+            "RABBITMQ_CONF_ENV_FILE": os.path.join(t, "rabbitmq-env.conf"),
+        })
+        self.env = env
+        # Our own epmd on a private port, in the foreground, so it is our
+        # child (erl would otherwise daemonize one that outlives the run).
+        epmd = shutil.which("epmd") or "epmd"
+        self.epmd = spawn([epmd, "-port", str(epmd_port)], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not port_open(epmd_port):
+            if self.epmd.poll() is not None or time.monotonic() > deadline:
+                raise BrokerError("could not start epmd")
+            time.sleep(0.05)
+        server = self.args.rabbitmq_server or _default_rabbitmq_bin("rabbitmq-server")
+        log(f"rabbitmq: starting node {self.args.rabbitmq_nodename} on port {self.port} "
+            f"(dist {dist_port}, epmd {epmd_port}, dir {t})")
+        with open(self.logfile, "ab") as lf:
+            self.proc = spawn([server], env=env, cwd=t, stdout=lf, stderr=lf)
+        self._wait_ready(self.args.start_timeout)
+        log(f"rabbitmq: ready (pid {self.proc.pid})")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            ctl = self.args.rabbitmqctl or _default_rabbitmq_bin("rabbitmqctl")
+            try:
+                subprocess.run([ctl, "-n", self.args.rabbitmq_nodename, "stop"],
+                               env=self.env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               timeout=30, start_new_session=True)
+            except (subprocess.TimeoutExpired, OSError):
+                pass
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.proc:
+            kill_tree(self.proc, grace=5.0)
+            self.proc = None
+        if self.epmd:
+            kill_tree(self.epmd, grace=2.0)
+            self.epmd = None
+
+
+# --------------------------------------------------------------------------
+# load generator
+
+
+class RunError(Exception):
+    pass
+
+
+def loadgen(port: int, role: str, *opts) -> list[str]:
+    return [str(LOADGEN), role, "--host", "127.0.0.1", "--port", str(port), *map(str, opts)]
+
+
+def run_setup(port: int, *opts, timeout: float = 60) -> None:
+    r = subprocess.run(loadgen(port, "setup", "--quiet", *opts), stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0:
+        raise RunError(f"setup {' '.join(map(str, opts))} failed: {r.stderr.strip()}")
+
+
+@dataclass
+class Scenario:
+    key: str
+    title: str
+    description: str
+    size: int = 16
+    confirm: bool = False
+    window: int = 1000
+    persistent: bool = False
+    durable: bool = False
+    prefetch: int = 0
+    ack_every: int = 0  # 0 = auto-ack
+    fanout: int = 0     # number of queues bound to a fanout exchange (0 = direct to one queue)
+    rate: float = 0.0   # publish rate limit, msg/s (latency scenario)
+    latency: bool = False
+    default: bool = True
+
+
+SCENARIOS: list[Scenario] = [
+    Scenario("1", "16 B transient, 1 pub / 1 cons, auto-ack",
+             "Raw throughput: one publisher without confirms, one auto-ack consumer.",
+             size=16),
+    Scenario("2", "1 KiB, confirms (window 1000), manual ack (multiple/50, prefetch 200)",
+             "Reliable-delivery throughput: publisher confirms with at most 1000 unconfirmed, "
+             "consumer prefetch 200 acking with multiple=true every 50 messages.",
+             size=1024, confirm=True, window=1000, prefetch=200, ack_every=50),
+    Scenario("3", "fanout to 4 queues, 4 consumers, 16 B transient, auto-ack",
+             "Routing fan-out: one publisher to a fanout exchange bound to 4 queues, "
+             "one auto-ack consumer per queue.",
+             size=16, fanout=4),
+    Scenario("4", "latency at 1000 msg/s, 16 B, confirms, auto-ack",
+             "Latency at a fixed 1000 msg/s: end-to-end (publish to delivery) and "
+             "confirm (publish to basic.ack) percentiles.",
+             size=16, confirm=True, window=1000, rate=1000, latency=True),
+    Scenario("5", "1 KiB persistent to durable queue, confirms, manual ack (optional)",
+             "Like 2 but persistent messages to a durable queue (exercises the store). "
+             "Not run by default.",
+             size=1024, confirm=True, window=1000, prefetch=200, ack_every=50,
+             persistent=True, durable=True, default=False),
+]
+SCENARIO_ALIASES = {"throughput": "1", "confirms": "2", "fanout": "3", "latency": "4",
+                    "persistent": "5"}
+
+
+def run_scenario(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
+    """Run one scenario once against one broker; return a result dict."""
+    port = broker.port
+    tag = f"bench.s{sc.key}.{os.getpid()}.{run_no}"
+    workdir = tempfile.mkdtemp(prefix=f"bench-s{sc.key}-", dir=broker.tmp)
+    nq = sc.fanout or 1
+    queues = [f"{tag}.q{i}" for i in range(nq)]
+    exchange = f"{tag}.fanout" if sc.fanout else ""
+
+    setup_opts = []
+    for q in queues:
+        setup_opts += ["--queue", q]
+    if sc.durable:
+        setup_opts.append("--durable")
+    if exchange:
+        setup_opts += ["--exchange", exchange, "--exchange-type", "fanout", "--bind"]
+    run_setup(port, *setup_opts)
+
+    pub_seconds = args.seconds if not args.count else 0
+    if sc.latency:
+        count = args.latency_count or 0
+        pub_seconds = args.seconds if not count else 0
+    else:
+        count = args.count or 0
+    # The consumer stops on the publisher's end marker; its own deadline only
+    # bounds a broken or hopelessly slow broker.
+    est = pub_seconds if pub_seconds else max(10.0, count / 20000.0)
+    cons_deadline = est * 3 + 30
+    pub_timeout = est * 3 + 60
+    procs = []
+    result: dict = {"scenario": sc.key, "broker": broker.name, "run": run_no}
+    try:
+        cons = []
+        for i, q in enumerate(queues):
+            ready = os.path.join(workdir, f"ready{i}")
+            copts = ["--queue", q, "--seconds", f"{cons_deadline:.0f}",
+                     "--idle-timeout", str(args.idle_timeout), "--ready-file", ready]
+            if sc.prefetch:
+                copts += ["--prefetch", sc.prefetch]
+            if sc.ack_every:
+                copts += ["--ack-every", sc.ack_every]
+            else:
+                copts.append("--auto-ack")
+            out = open(os.path.join(workdir, f"cons{i}.json"), "w+")
+            err = open(os.path.join(workdir, f"cons{i}.err"), "w+")
+            p = spawn(loadgen(port, "consume", *copts), stdout=out, stderr=err)
+            cons.append((p, out, err, ready))
+            procs.append(p)
+        deadline = time.monotonic() + 20
+        for p, out, err, ready in cons:
+            while not os.path.exists(ready):
+                if p.poll() is not None or time.monotonic() > deadline:
+                    err.seek(0)
+                    raise RunError(f"consumer did not start: {err.read().strip()}")
+                time.sleep(0.02)
+
+        popts = ["--size", sc.size]
+        if exchange:
+            popts += ["--exchange", exchange, "--routing-key", ""]
+        else:
+            popts += ["--routing-key", queues[0]]
+        if pub_seconds:
+            popts += ["--seconds", pub_seconds]
+        if count:
+            popts += ["--count", count]
+        if sc.confirm:
+            popts += ["--confirm", "--window", sc.window]
+        if sc.persistent:
+            popts.append("--persistent")
+        if sc.rate:
+            popts += ["--rate", sc.rate]
+        pout = open(os.path.join(workdir, "pub.json"), "w+")
+        perr = open(os.path.join(workdir, "pub.err"), "w+")
+        cpu0 = group_cpu_seconds(broker.pid)
+        t0 = time.monotonic()
+        pp = spawn(loadgen(port, "publish", *popts), stdout=pout, stderr=perr)
+        procs.append(pp)
+        rc, pub_cpu = wait_rusage(pp, pub_timeout)
+        if rc is None:
+            kill_tree(pp)
+            raise RunError(f"publisher did not finish within {pub_timeout:.0f} s")
+        pout.seek(0)
+        perr.seek(0)
+        pub_text, pub_err = pout.read().strip(), perr.read().strip()
+        if rc != 0 or not pub_text:
+            # let the consumers report what they got, then fail
+            for p, *_ in cons:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            raise RunError(f"publisher failed (exit {rc}): {pub_err or pub_text}")
+        pub = json.loads(pub_text.splitlines()[-1])
+
+        cons_results = []
+        cons_cpu = 0.0
+        for p, out, err, _ in cons:
+            remaining = max(1.0, cons_deadline + 15 - (time.monotonic() - t0))
+            crc, ccpu = wait_rusage(p, remaining)
+            if crc is None:
+                kill_tree(p)
+                raise RunError("consumer did not finish")
+            cons_cpu += ccpu
+            out.seek(0)
+            err.seek(0)
+            text = out.read().strip()
+            if crc != 0 or not text:
+                raise RunError(f"consumer failed (exit {crc}): {err.read().strip()}")
+            cons_results.append(json.loads(text.splitlines()[-1]))
+        wall = time.monotonic() - t0
+        broker_cpu = group_cpu_seconds(broker.pid) - cpu0
+
+        result.update(pub=pub, cons=cons_results, wall_s=wall, broker_cpu_s=broker_cpu,
+                      loadgen_cpu_s=pub_cpu + cons_cpu)
+        result["metrics"] = extract_metrics(sc, pub, cons_results, broker_cpu)
+        result["integrity"] = {
+            "missing": sum(c["missing"] for c in cons_results),
+            "duplicates": sum(c["duplicates"] for c in cons_results),
+            "nacked": pub.get("nacked", 0),
+            "unconfirmed": pub.get("unconfirmed", 0),
+            "marker_missing": sum(0 if c["marker_seen"] else 1 for c in cons_results),
+            "stop_reasons": sorted({c["stop_reason"] for c in cons_results}),
+        }
+        return result
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                kill_tree(p, grace=2.0)
+            _CHILDREN.pop(p.pid, None)
+        try:
+            del_opts = []
+            for q in queues:
+                del_opts += ["--queue", q]
+            if exchange:
+                del_opts += ["--exchange", exchange]
+            if broker.alive():
+                run_setup(port, "--delete", *del_opts, timeout=30)
+        except (RunError, subprocess.TimeoutExpired) as e:
+            log(f"{broker.name}: cleanup failed: {e}")
+        if not args.keep_tmp:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+# metric name, unit, higher-is-better
+METRICS = {
+    "publish_rate": ("publish msg/s", True),
+    "consume_rate": ("consume msg/s", True),
+    "consume_rate_total": ("consume msg/s, sum of 4 queues", True),
+    "broker_cpu_us_per_msg": ("broker CPU µs per message delivered", False),
+    "e2e_p50_us": ("end-to-end p50 µs", False),
+    "e2e_p99_us": ("end-to-end p99 µs", False),
+    "confirm_p50_us": ("confirm p50 µs", False),
+    "confirm_p99_us": ("confirm p99 µs", False),
+    "achieved_rate": ("achieved publish msg/s", True),
+}
+
+
+def extract_metrics(sc: Scenario, pub: dict, cons: list[dict], broker_cpu: float) -> dict:
+    m: dict[str, float] = {}
+    delivered = sum(c["received"] for c in cons)
+    if sc.latency:
+        lat = cons[0].get("latency") or {}
+        conf = pub.get("confirm_latency") or {}
+        m["e2e_p50_us"] = lat.get("p50_us")
+        m["e2e_p99_us"] = lat.get("p99_us")
+        m["confirm_p50_us"] = conf.get("p50_us")
+        m["confirm_p99_us"] = conf.get("p99_us")
+        m["achieved_rate"] = pub["rate"]
+        return m
+    m["publish_rate"] = pub["rate"]
+    if len(cons) > 1:
+        m["consume_rate_total"] = sum(c["rate"] for c in cons)
+    else:
+        m["consume_rate"] = cons[0]["rate"]
+    if delivered:
+        m["broker_cpu_us_per_msg"] = broker_cpu / delivered * 1e6
+    return m
+
+
+# --------------------------------------------------------------------------
+# reporting
+
+
+def fmt_num(v) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, str):
+        return v
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def median_metric(results: list[dict], key: str):
+    vals = [r["metrics"][key] for r in results
+            if "metrics" in r and r["metrics"].get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def integrity_text(results: list[dict]) -> str:
+    ok = [r for r in results if "integrity" in r]
+    failed = [r for r in results if "error" in r]
+    if not ok and failed:
+        return "FAILED"
+    if not ok:
+        return "n/a"
+    miss = sum(r["integrity"]["missing"] for r in ok)
+    dup = sum(r["integrity"]["duplicates"] for r in ok)
+    extra = []
+    nack = sum(r["integrity"]["nacked"] + r["integrity"]["unconfirmed"] for r in ok)
+    if nack:
+        extra.append(f"{nack} nack/unconfirmed")
+    if any(r["integrity"]["marker_missing"] for r in ok):
+        extra.append("end marker lost")
+    if failed:
+        extra.append(f"{len(failed)} run(s) failed")
+    s = f"{miss} / {dup}"
+    return s + (" (" + ", ".join(extra) + ")" if extra else "")
+
+
+def render_table(scenarios: list[Scenario], targets: list[str], results: list[dict],
+                 args) -> str:
+    names = {"warren": "Warren", "rabbitmq": "RabbitMQ"}
+    cols = [names[t] for t in targets]
+    both = "warren" in targets and "rabbitmq" in targets
+    header = ["Scenario", "Metric"] + cols + (["Warren/RabbitMQ"] if both else [])
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join(["---", "---"] + ["---:"] * (len(header) - 2)) + "|"]
+    for sc in scenarios:
+        per = {t: [r for r in results if r["scenario"] == sc.key and r["broker"] == t]
+               for t in targets}
+        keys: list[str] = []
+        for t in targets:
+            for r in per[t]:
+                for k in r.get("metrics", {}):
+                    if k not in keys:
+                        keys.append(k)
+        if not keys:
+            keys = ["latency" if sc.latency else "publish_rate"]
+        first = True
+        for k in list(METRICS) + [k for k in keys if k not in METRICS]:
+            if k not in keys:
+                continue
+            label, higher = METRICS.get(k, (k, True))
+            label += " (higher is better)" if higher else " (lower is better)"
+            vals = {t: median_metric(per[t], k) for t in targets}
+            cells = [f"{sc.key}. {sc.title}" if first else "", label]
+            for t in targets:
+                if vals[t] is not None:
+                    cells.append(fmt_num(vals[t]))
+                elif any("error" in r for r in per[t]):
+                    cells.append("FAILED")
+                else:
+                    cells.append("n/a")
+            if both:
+                w, r = vals["warren"], vals["rabbitmq"]
+                cells.append(f"{w / r:.2f}" if w is not None and r else "n/a")
+            lines.append("| " + " | ".join(cells) + " |")
+            first = False
+        cells = ["", "missing / duplicate msgs"] + [integrity_text(per[t]) for t in targets]
+        if both:
+            cells.append("")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
+# main
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(
+        description="Benchmark Warren against RabbitMQ (same machine, same run).")
+    ap.add_argument("--target", choices=["warren", "rabbitmq", "both"], default="both")
+    ap.add_argument("--scenario", action="append", default=[],
+                    help="scenario(s) to run: 1,2,3,4,5 or throughput,confirms,fanout,"
+                         "latency,persistent, or 'all'; comma-separated or repeated "
+                         "(default: 1-4)")
+    ap.add_argument("--seconds", type=float, default=10.0,
+                    help="publish duration per scenario and broker (default 10)")
+    ap.add_argument("--count", type=int, default=0,
+                    help="publish this many messages instead of --seconds "
+                         "(throughput scenarios)")
+    ap.add_argument("--latency-count", type=int, default=0,
+                    help="messages for the latency scenario instead of --seconds")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per scenario and broker, alternating brokers; the table "
+                         "shows medians (default 1)")
+    ap.add_argument("--idle-timeout", type=float, default=10.0,
+                    help="consumer gives up after this long without a delivery")
+    ap.add_argument("--start-timeout", type=float, default=60.0,
+                    help="seconds to wait for a broker to accept connections")
+    ap.add_argument("--pause", type=float, default=1.0,
+                    help="settle time between runs, seconds")
+    ap.add_argument("--warren-cmd", default=None,
+                    help="command to start Warren; {port}, {data_dir} and {python} are "
+                         "substituted (default: python -m warren server --port {port} "
+                         "--data-dir {data_dir})")
+    ap.add_argument("--rabbitmq-server", default=None,
+                    help="rabbitmq-server script (default /usr/lib/rabbitmq/bin/rabbitmq-server)")
+    ap.add_argument("--rabbitmqctl", default=None)
+    ap.add_argument("--rabbitmq-nodename", default="bench@localhost")
+    ap.add_argument("--json", metavar="FILE", help="also write all raw results to FILE")
+    ap.add_argument("--keep-tmp", action="store_true",
+                    help="keep broker data dirs and logs")
+    ap.add_argument("--no-build", action="store_true", help="do not run make first")
+    return ap.parse_args(argv)
+
+
+def select_scenarios(spec: list[str]) -> list[Scenario]:
+    if not spec:
+        return [s for s in SCENARIOS if s.default]
+    keys: list[str] = []
+    for item in spec:
+        for part in item.split(","):
+            part = part.strip().lower()
+            if not part:
+                continue
+            if part == "all":
+                keys += [s.key for s in SCENARIOS]
+                continue
+            part = SCENARIO_ALIASES.get(part, part.lstrip("s"))
+            if part not in {s.key for s in SCENARIOS}:
+                raise SystemExit(f"unknown scenario {part!r}")
+            keys.append(part)
+    return [s for s in SCENARIOS if s.key in keys]
+
+
+def _raise_interrupt(signum, frame):
+    raise Interrupted(f"signal {signum}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    scenarios = select_scenarios(args.scenario)
+    targets = ["warren", "rabbitmq"] if args.target == "both" else [args.target]
+
+    if not args.no_build:
+        r = subprocess.run(["make", "-s", "-C", str(BENCH_DIR), "loadgen"],
+                           stdin=subprocess.DEVNULL)
+        if r.returncode != 0:
+            log("building loadgen failed")
+            return 2
+    if not os.access(LOADGEN, os.X_OK):
+        log(f"{LOADGEN} missing; run make -C bench")
+        return 2
+
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGHUP, _raise_interrupt)
+    atexit.register(kill_all_children)
+
+    brokers: dict[str, Broker] = {}
+    errors: dict[str, str] = {}
+    results: list[dict] = []
+    t_start = time.monotonic()
+    exit_code = 0
+    try:
+        for t in targets:
+            b = Warren(args) if t == "warren" else RabbitMQ(args)
+            try:
+                b.start()
+                brokers[t] = b
+            except (BrokerError, OSError) as e:
+                log(f"{t}: failed to start: {e}")
+                errors[t] = str(e).splitlines()[0]
+                b.stop()
+                b.cleanup_tmp()
+        if not brokers:
+            log("no broker could be started")
+            return 1
+
+        for sc in scenarios:
+            for rep in range(args.repeat):
+                order = targets if rep % 2 == 0 else list(reversed(targets))
+                for t in order:
+                    b = brokers.get(t)
+                    if b is None:
+                        continue
+                    if not b.alive():
+                        log(f"{t}: broker died (see {b.logfile}); restarting")
+                        b.stop()
+                        try:
+                            b.start()
+                        except BrokerError as e:
+                            log(f"{t}: restart failed: {e}")
+                            results.append({"scenario": sc.key, "broker": t, "run": rep,
+                                            "error": "broker down"})
+                            continue
+                    log(f"{t}: scenario {sc.key} ({sc.title}), run {rep + 1}/{args.repeat}")
+                    try:
+                        res = run_scenario(sc, b, args, rep)
+                        log(f"{t}: scenario {sc.key}: " + summary(res))
+                    except (RunError, json.JSONDecodeError, subprocess.TimeoutExpired) as e:
+                        msg = str(e)
+                        log(f"{t}: scenario {sc.key} FAILED: {msg}")
+                        if not b.alive():
+                            msg += " (broker exited)"
+                        res = {"scenario": sc.key, "broker": t, "run": rep, "error": msg}
+                        exit_code = 1
+                    results.append(res)
+                    time.sleep(args.pause)
+    except (KeyboardInterrupt, Interrupted) as e:
+        log(f"interrupted ({e or 'Ctrl-C'}); stopping brokers")
+        exit_code = 130
+    finally:
+        for b in brokers.values():
+            try:
+                b.stop()
+            except Exception as e:  # never leave a broker behind
+                log(f"{b.name}: stop failed: {e}")
+            b.cleanup_tmp()
+        kill_all_children()
+
+    if exit_code == 130 and not results:
+        return exit_code
+    print()
+    print(f"Warren vs RabbitMQ — {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, "
+          f"{'%g s' % args.seconds if not args.count else '%d msgs' % args.count} per run, "
+          f"{args.repeat} run(s) per scenario and broker (median), "
+          f"total {time.monotonic() - t_start:.0f} s")
+    print()
+    print(render_table(scenarios, targets, results, args))
+    for t, e in errors.items():
+        print(f"\n{t}: not measured: {e}")
+    failures = [r for r in results if "error" in r]
+    for r in failures:
+        print(f"\n{r['broker']} scenario {r['scenario']} run {r['run'] + 1} failed: {r['error']}")
+    print()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "errors": errors, "results": results}, f, indent=1)
+    return exit_code or (1 if errors else 0)
+
+
+def summary(res: dict) -> str:
+    m = res["metrics"]
+    parts = [f"{METRICS.get(k, (k,))[0]}={fmt_num(v)}" for k, v in m.items()]
+    i = res["integrity"]
+    parts.append(f"missing={i['missing']} dup={i['duplicates']}")
+    parts.append(f"loadgen cpu={res['loadgen_cpu_s']:.1f}s broker cpu={res['broker_cpu_s']:.1f}s "
+                 f"wall={res['wall_s']:.1f}s")
+    return ", ".join(parts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

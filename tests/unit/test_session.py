@@ -1,0 +1,123 @@
+"""The session layer without sockets: bytes in, bytes out (the h11 style)."""
+
+import struct
+
+from pamqp import commands, frame, header, body
+
+from warren.broker.broker import Broker
+from warren.session.connection import Connection
+
+
+class FakeTransport:
+    def __init__(self):
+        self.data = bytearray()
+        self.closed = False
+        self.heartbeat = None
+
+    def write(self, data):
+        self.data += data
+
+    def close(self):
+        self.closed = True
+
+    def close_later(self, seconds):
+        pass
+
+    def schedule_flush(self, conn):
+        pass
+
+    def heartbeat_negotiated(self, seconds):
+        self.heartbeat = seconds
+
+    def frames(self):
+        """Decode and consume everything written so far."""
+        out = []
+        while self.data:
+            used, channel, value = frame.unmarshal(bytes(self.data))
+            del self.data[:used]
+            out.append((channel, value))
+        return out
+
+
+def open_connection(heartbeat=0):
+    transport = FakeTransport()
+    conn = Connection(Broker.with_defaults(), transport, ("127.0.0.1", 50000))
+    conn.data_received(b"AMQP\x00\x00\x09\x01")
+    [(_, start)] = transport.frames()
+    assert isinstance(start, commands.Connection.Start)
+    conn.data_received(frame.marshal(commands.Connection.StartOk(
+        client_properties={"capabilities": {"consumer_cancel_notify": True}},
+        mechanism="PLAIN", response="\0guest\0guest"), 0))
+    [(_, tune)] = transport.frames()
+    assert (tune.channel_max, tune.frame_max, tune.heartbeat) == (2047, 131072, 60)
+    conn.data_received(frame.marshal(commands.Connection.TuneOk(2047, 131072, heartbeat), 0))
+    conn.data_received(frame.marshal(commands.Connection.Open("/"), 0))
+    [(_, open_ok)] = transport.frames()
+    assert isinstance(open_ok, commands.Connection.OpenOk)
+    assert transport.heartbeat == heartbeat
+    return conn, transport
+
+
+def test_handshake_and_capabilities():
+    transport = FakeTransport()
+    conn = Connection(Broker.with_defaults(), transport)
+    conn.data_received(b"AMQP\x00\x00\x09\x01")
+    [(_, start)] = transport.frames()
+    caps = start.server_properties["capabilities"]
+    assert set(caps) == {"publisher_confirms", "exchange_exchange_bindings", "basic.nack",
+                         "consumer_cancel_notify", "authentication_failure_close", "per_consumer_qos"}
+    assert start.mechanisms == "PLAIN AMQPLAIN"
+
+
+def test_wrong_protocol_header_gets_ours_back():
+    transport = FakeTransport()
+    conn = Connection(Broker.with_defaults(), transport)
+    conn.data_received(b"AMQP\x01\x01\x00\x09")
+    assert bytes(transport.data) == b"AMQP\x00\x00\x09\x01"
+    assert transport.closed
+
+
+def test_publish_and_get_in_one_chunk():
+    conn, transport = open_connection()
+    props = commands.Basic.Properties(content_type="text/plain", delivery_mode=2)
+    chunk = b"".join([
+        frame.marshal(commands.Channel.Open(), 1),
+        frame.marshal(commands.Queue.Declare(queue="q1"), 1),
+        frame.marshal(commands.Basic.Publish(exchange="", routing_key="q1"), 1),
+        frame.marshal(header.ContentHeader(0, 5, props), 1),
+        frame.marshal(body.ContentBody(b"hello"), 1),
+        frame.marshal(commands.Basic.Get(queue="q1", no_ack=True), 1),
+    ])
+    conn.data_received(chunk)
+    frames = [f for _, f in transport.frames()]
+    kinds = [type(f).__name__ for f in frames]
+    assert kinds == ["OpenOk", "DeclareOk", "GetOk", "ContentHeader", "ContentBody"]
+    get_ok, content_header, content = frames[2:]
+    assert (get_ok.routing_key, get_ok.message_count, get_ok.delivery_tag) == ("q1", 0, 1)
+    assert content_header.properties.content_type == "text/plain"
+    assert content_header.properties.delivery_mode == 2
+    assert content.value == b"hello"
+
+
+def test_frames_split_at_every_byte_boundary():
+    conn, transport = open_connection()
+    data = b"".join([
+        frame.marshal(commands.Channel.Open(), 1),
+        frame.marshal(commands.Queue.Declare(queue="q2"), 1),
+        frame.marshal(commands.Basic.Publish(exchange="", routing_key="q2"), 1),
+        frame.marshal(header.ContentHeader(0, 3, commands.Basic.Properties()), 1),
+        frame.marshal(body.ContentBody(b"abc"), 1),
+    ])
+    for i in range(len(data)):
+        conn.data_received(data[i:i + 1])
+    kinds = [type(f).__name__ for _, f in transport.frames()]
+    assert kinds == ["OpenOk", "DeclareOk"]
+    assert conn.vhost.queues["q2"].message_count == 1
+
+
+def test_oversized_frame_is_a_frame_error():
+    conn, transport = open_connection()
+    conn.data_received(struct.pack(">BHI", 1, 0, 200_000))
+    [(_, close)] = transport.frames()
+    assert isinstance(close, commands.Connection.Close)
+    assert close.reply_code == 501
