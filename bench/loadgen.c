@@ -576,7 +576,7 @@ typedef struct {
   uint64_t acked, nacked, returned;
   hist_t confirm_lat;
 
-  uint64_t sent, sent_bytes, writes;
+  uint64_t bad_confirms, writes;
 } pub_t;
 
 static void build_template(pub_t *p) {
@@ -649,17 +649,20 @@ static void settle(pub_t *p, uint64_t tag, int nack, uint64_t now) {
   if (!p->ring_pending[i]) return;
   p->ring_pending[i] = 0;
   p->outstanding--;
+  if (!p->ring_ts[i]) return; /* the end marker: not a message */
   if (nack)
     p->nacked++;
   else
     p->acked++;
-  if (p->ring_ts[i]) hist_add(&p->confirm_lat, now - p->ring_ts[i]);
+  hist_add(&p->confirm_lat, now - p->ring_ts[i]);
 }
 
 static void on_confirm(pub_t *p, uint64_t tag, int multiple, int nack) {
   uint64_t now = now_ns();
   if (tag >= p->next_tag) {
-    note("confirm for unknown delivery tag %" PRIu64, tag);
+    if (!p->bad_confirms++)
+      note("confirm for unknown delivery tag %" PRIu64 " (next is %" PRIu64 ")",
+           tag, p->next_tag);
     return;
   }
   if (multiple) {
@@ -821,6 +824,28 @@ static void pub_flush_any(pub_t *p) {
   if (!p->o->lib_publish && p->buf_len) pub_flush(p);
 }
 
+/* Block until another message may be published in confirm mode: fewer than
+ * --window unconfirmed and room in the tag ring. Returns -1 if no confirm
+ * arrived for --confirm-timeout seconds, or on a signal. */
+static int pub_wait_window(pub_t *p) {
+  const opts_t *o = p->o;
+  while (p->outstanding >= (uint64_t)o->window ||
+         p->next_tag - p->low_tag > p->ring_mask) {
+    pub_flush_any(p);
+    uint64_t before = p->acked + p->nacked;
+    uint64_t t_wait = now_ns();
+    while (p->acked + p->nacked == before) {
+      if (g_stop) return -1;
+      pub_wait_frames(p, 100000000ull);
+      if (now_ns() - t_wait >= (uint64_t)(o->confirm_timeout * 1e9)) {
+        note("no confirm received for %.0f s with the window full", o->confirm_timeout);
+        return -1;
+      }
+    }
+  }
+  return 0;
+}
+
 static int cmd_publish(opts_t *o) {
   g_role = "loadgen publish";
   if (!o->routing_key) o->routing_key = o->queue ? o->queue : "";
@@ -861,7 +886,7 @@ static int cmd_publish(opts_t *o) {
   uint64_t deadline = o->seconds ? t0 + (uint64_t)(o->seconds * 1e9) : UINT64_MAX;
   double interval = o->rate > 0 ? 1e9 / o->rate : 0;
   uint64_t seq = 0;
-  int stopped_by_signal = 0;
+  int stopped_by_signal = 0, stalled = 0;
   uint64_t now = t0;
 
   while ((!o->count || seq < o->count)) {
@@ -892,20 +917,10 @@ static int cmd_publish(opts_t *o) {
       if (now >= deadline) break;
     }
     if (o->confirm) {
-      /* respect the window of outstanding confirms */
-      while (p->outstanding >= (uint64_t)o->window ||
-             p->next_tag - p->low_tag > p->ring_mask) {
-        pub_flush_any(p);
-        uint64_t before = p->acked + p->nacked;
-        uint64_t t_wait = now_ns();
-        while (p->acked + p->nacked == before && !g_stop) {
-          pub_wait_frames(p, 100000000ull);
-          if (now_ns() - t_wait >= (uint64_t)(o->confirm_timeout * 1e9))
-            die("no confirm received for %.0f s (window full)", o->confirm_timeout);
-        }
-        if (g_stop) break;
+      if (pub_wait_window(p) < 0) {
+        if (!g_stop) stalled = 1;
+        break;
       }
-      if (g_stop) continue;
     }
     uint64_t ts = now_ns();
     pub_one(p, seq, ts, ts);
@@ -921,11 +936,13 @@ static int cmd_publish(opts_t *o) {
     }
   }
   uint64_t sent = seq;
-  if (!o->no_marker) pub_one(p, END_MARKER, sent, 0);
+  if (!o->no_marker && !stalled) {
+    if (!o->confirm || pub_wait_window(p) == 0) pub_one(p, END_MARKER, sent, 0);
+  }
   pub_flush_any(p);
   uint64_t t_sent = now_ns();
-  int confirm_timed_out = 0;
-  if (o->confirm) {
+  int confirm_timed_out = stalled;
+  if (o->confirm && !stalled) {
     uint64_t limit = now_ns() + (uint64_t)(o->confirm_timeout * 1e9);
     while (p->outstanding > 0) {
       if (now_ns() >= limit) {
@@ -945,6 +962,7 @@ static int cmd_publish(opts_t *o) {
   uint64_t t_end = now_ns();
   {
     struct timeval tv = ns_to_tv((uint64_t)(o->confirm_timeout * 1e9));
+    if (stalled || stopped_by_signal || confirm_timed_out) tv.tv_sec = 2, tv.tv_usec = 0;
     amqp_set_rpc_timeout(p->conn, &tv);
     amqp_rpc_reply_t r = amqp_channel_close(p->conn, 1, AMQP_REPLY_SUCCESS);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
@@ -955,12 +973,6 @@ static int cmd_publish(opts_t *o) {
   }
   double elapsed = (double)(t_end - t0) / 1e9;
   double send_elapsed = (double)(t_sent - t0) / 1e9;
-  uint64_t acked = p->acked, nacked = p->nacked;
-  if (!o->no_marker && o->confirm) {
-    /* the marker was confirmed too; do not count it */
-    if (acked) acked--;
-    else if (nacked) nacked--;
-  }
   {
     struct timeval tv = {5, 0};
     amqp_set_rpc_timeout(p->conn, &tv);
@@ -977,8 +989,9 @@ static int cmd_publish(opts_t *o) {
          elapsed > 0 ? (double)sent / elapsed : 0.0, o->rate, p->writes);
   if (o->confirm) {
     printf(",\"window\":%d,\"acked\":%" PRIu64 ",\"nacked\":%" PRIu64
-           ",\"unconfirmed\":%" PRIu64 ",\"confirm_timed_out\":%s,",
-           o->window, acked, nacked, p->outstanding,
+           ",\"unconfirmed\":%" PRIu64 ",\"bad_confirms\":%" PRIu64
+           ",\"confirm_timed_out\":%s,",
+           o->window, p->acked, p->nacked, sent - p->acked - p->nacked, p->bad_confirms,
            confirm_timed_out ? "true" : "false");
     hist_json(stdout, "confirm_latency", &p->confirm_lat);
   }

@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -48,12 +48,68 @@ class Interrupted(Exception):
 _CHILDREN: dict[int, subprocess.Popen] = {}  # pid -> process (own process group)
 
 
+# A sidecar that SIGKILLs every process group we registered (and removes our
+# temp dirs) if run.py dies without cleaning up, e.g. when it is SIGKILLed:
+# it reads "+pgid"/"-pgid"/"d+path"/"d-path" lines on stdin and acts when
+# stdin reaches EOF without a final "done".
+_WATCHDOG_CODE = r"""
+import os, shutil, signal, sys, time
+groups, dirs = set(), set()
+for line in sys.stdin:
+    line = line.rstrip("\n")
+    if line == "done":
+        sys.exit(0)
+    if line[:2] == "d+":
+        dirs.add(line[2:])
+    elif line[:2] == "d-":
+        dirs.discard(line[2:])
+    elif line[:1] == "+":
+        groups.add(int(line[1:]))
+    elif line[:1] == "-":
+        groups.discard(int(line[1:]))
+for g in groups:
+    try:
+        os.killpg(g, signal.SIGKILL)
+    except OSError:
+        pass
+time.sleep(0.5)
+for d in dirs:
+    shutil.rmtree(d, ignore_errors=True)
+"""
+_watchdog: subprocess.Popen | None = None
+
+
+def _watchdog_send(msg: str) -> None:
+    global _watchdog
+    try:
+        if _watchdog is None:
+            _watchdog = subprocess.Popen(
+                [sys.executable, "-c", _WATCHDOG_CODE], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, text=True)
+        _watchdog.stdin.write(msg + "\n")
+        _watchdog.stdin.flush()
+    except OSError:
+        pass
+
+
+def _watchdog_stop() -> None:
+    if _watchdog is not None and _watchdog.poll() is None:
+        try:
+            _watchdog.stdin.write("done\n")
+            _watchdog.stdin.close()
+            _watchdog.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+
 def spawn(argv, *, env=None, cwd=None, stdout=None, stderr=None) -> subprocess.Popen:
     """Start a child in its own process group so the whole tree can be killed."""
     p = subprocess.Popen(
         [str(a) for a in argv], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
         stdout=stdout, stderr=stderr, start_new_session=True)
     _CHILDREN[p.pid] = p
+    _watchdog_send(f"+{p.pid}")
     return p
 
 
@@ -77,12 +133,18 @@ def kill_tree(p: subprocess.Popen, grace: float = 5.0) -> None:
         p.wait(timeout=5)
     except subprocess.TimeoutExpired:
         pass
-    _CHILDREN.pop(p.pid, None)
+    _forget(p)
+
+
+def _forget(p: subprocess.Popen) -> None:
+    if _CHILDREN.pop(p.pid, None) is not None:
+        _watchdog_send(f"-{p.pid}")
 
 
 def kill_all_children() -> None:
     for p in list(_CHILDREN.values()):
         kill_tree(p, grace=2.0)
+    _watchdog_stop()
 
 
 def wait_rusage(p: subprocess.Popen, timeout: float) -> tuple[int | None, float]:
@@ -95,7 +157,7 @@ def wait_rusage(p: subprocess.Popen, timeout: float) -> tuple[int | None, float]
             return p.returncode, 0.0
         if pid == p.pid:
             p.returncode = os.waitstatus_to_exitcode(status)
-            _CHILDREN.pop(p.pid, None)
+            _forget(p)
             return p.returncode, ru.ru_utime + ru.ru_stime
         if time.monotonic() >= deadline:
             return None, 0.0
@@ -165,7 +227,7 @@ class Broker:
         self.port = 0
         self.proc: subprocess.Popen | None = None
         self.tmp: str | None = None
-        self.restarts = 0
+        self.logfile = ""
 
     @property
     def pid(self) -> int | None:
@@ -179,12 +241,12 @@ class Broker:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise BrokerError(f"{self.name} exited with status {self.proc.returncode} "
-                                  f"during start-up; see {self.logfile}\n{self.log_tail()}")
+                                  f"during start-up; last log lines:\n{self.log_tail()}")
             if port_open(self.port) and amqp_answers(self.port):
                 return
             time.sleep(0.2)
-        raise BrokerError(f"{self.name} did not answer on port {self.port} within "
-                          f"{timeout:.0f} s; see {self.logfile}\n{self.log_tail()}")
+        raise BrokerError(f"{self.name} did not answer AMQP on port {self.port} within "
+                          f"{timeout:.0f} s; last log lines:\n{self.log_tail()}")
 
     def log_tail(self, n: int = 15) -> str:
         try:
@@ -199,9 +261,16 @@ class Broker:
     def stop(self) -> None:
         raise NotImplementedError
 
+    def make_tmp(self, prefix: str) -> str:
+        self.tmp = tempfile.mkdtemp(prefix=prefix)
+        if not self.args.keep_tmp:
+            _watchdog_send(f"d+{self.tmp}")
+        return self.tmp
+
     def cleanup_tmp(self) -> None:
         if self.tmp and not self.args.keep_tmp:
             shutil.rmtree(self.tmp, ignore_errors=True)
+            _watchdog_send(f"d-{self.tmp}")
         elif self.tmp:
             log(f"{self.name}: kept {self.tmp}")
         self.tmp = None
@@ -211,7 +280,7 @@ class Warren(Broker):
     name = "warren"
 
     def start(self) -> None:
-        self.tmp = tempfile.mkdtemp(prefix="warren-bench-")
+        self.make_tmp("warren-bench-")
         self.port = free_port()
         data_dir = os.path.join(self.tmp, "data")
         self.logfile = os.path.join(self.tmp, "warren.log")
@@ -254,8 +323,7 @@ class RabbitMQ(Broker):
         self.env: dict[str, str] = {}
 
     def start(self) -> None:
-        self.tmp = tempfile.mkdtemp(prefix="rabbitmq-bench-")
-        t = self.tmp
+        t = self.make_tmp("rabbitmq-bench-")
         self.port = free_port()
         dist_port = free_port()
         epmd_port = free_port()
@@ -423,6 +491,7 @@ def run_scenario(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
     cons_deadline = est * 3 + 30
     pub_timeout = est * 3 + 60
     procs = []
+    files = []
     result: dict = {"scenario": sc.key, "broker": broker.name, "run": run_no}
     try:
         cons = []
@@ -438,6 +507,7 @@ def run_scenario(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
                 copts.append("--auto-ack")
             out = open(os.path.join(workdir, f"cons{i}.json"), "w+")
             err = open(os.path.join(workdir, f"cons{i}.err"), "w+")
+            files += [out, err]
             p = spawn(loadgen(port, "consume", *copts), stdout=out, stderr=err)
             cons.append((p, out, err, ready))
             procs.append(p)
@@ -466,6 +536,7 @@ def run_scenario(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
             popts += ["--rate", sc.rate]
         pout = open(os.path.join(workdir, "pub.json"), "w+")
         perr = open(os.path.join(workdir, "pub.err"), "w+")
+        files += [pout, perr]
         cpu0 = group_cpu_seconds(broker.pid)
         t0 = time.monotonic()
         pp = spawn(loadgen(port, "publish", *popts), stdout=pout, stderr=perr)
@@ -477,12 +548,11 @@ def run_scenario(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
         pout.seek(0)
         perr.seek(0)
         pub_text, pub_err = pout.read().strip(), perr.read().strip()
-        if rc != 0 or not pub_text:
-            # let the consumers report what they got, then fail
-            for p, *_ in cons:
-                if p.poll() is None:
-                    p.send_signal(signal.SIGTERM)
+        # exit 3 = finished but with unconfirmed messages: still a result
+        if rc not in (0, 3) or not pub_text:
             raise RunError(f"publisher failed (exit {rc}): {pub_err or pub_text}")
+        if pub_err:
+            log(f"{broker.name}: publisher: {pub_err}")
         pub = json.loads(pub_text.splitlines()[-1])
 
         cons_results = []
@@ -497,8 +567,11 @@ def run_scenario(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
             out.seek(0)
             err.seek(0)
             text = out.read().strip()
+            etext = err.read().strip()
             if crc != 0 or not text:
-                raise RunError(f"consumer failed (exit {crc}): {err.read().strip()}")
+                raise RunError(f"consumer failed (exit {crc}): {etext}")
+            if etext:
+                log(f"{broker.name}: consumer: {etext}")
             cons_results.append(json.loads(text.splitlines()[-1]))
         wall = time.monotonic() - t0
         broker_cpu = group_cpu_seconds(broker.pid) - cpu0
@@ -519,7 +592,9 @@ def run_scenario(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
         for p in procs:
             if p.poll() is None:
                 kill_tree(p, grace=2.0)
-            _CHILDREN.pop(p.pid, None)
+            _forget(p)
+        for f in files:
+            f.close()
         try:
             del_opts = []
             for q in queues:
@@ -538,7 +613,7 @@ def run_scenario(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
 METRICS = {
     "publish_rate": ("publish msg/s", True),
     "consume_rate": ("consume msg/s", True),
-    "consume_rate_total": ("consume msg/s, sum of 4 queues", True),
+    "consume_rate_total": ("consume msg/s, all queues together", True),
     "broker_cpu_us_per_msg": ("broker CPU µs per message delivered", False),
     "e2e_p50_us": ("end-to-end p50 µs", False),
     "e2e_p99_us": ("end-to-end p99 µs", False),
@@ -607,6 +682,9 @@ def integrity_text(results: list[dict]) -> str:
         extra.append(f"{nack} nack/unconfirmed")
     if any(r["integrity"]["marker_missing"] for r in ok):
         extra.append("end marker lost")
+    reasons = {x for r in ok for x in r["integrity"]["stop_reasons"]} - {"complete", "grace"}
+    if reasons:
+        extra.append("consumer stopped by " + "/".join(sorted(reasons)))
     if failed:
         extra.append(f"{len(failed)} run(s) failed")
     s = f"{miss} / {dup}"
@@ -630,8 +708,8 @@ def render_table(scenarios: list[Scenario], targets: list[str], results: list[di
                 for k in r.get("metrics", {}):
                     if k not in keys:
                         keys.append(k)
-        if not keys:
-            keys = ["latency" if sc.latency else "publish_rate"]
+        if not any(per[t] for t in targets):
+            continue  # not run (interrupted)
         first = True
         for k in list(METRICS) + [k for k in keys if k not in METRICS]:
             if k not in keys:
@@ -652,7 +730,8 @@ def render_table(scenarios: list[Scenario], targets: list[str], results: list[di
                 cells.append(f"{w / r:.2f}" if w is not None and r else "n/a")
             lines.append("| " + " | ".join(cells) + " |")
             first = False
-        cells = ["", "missing / duplicate msgs"] + [integrity_text(per[t]) for t in targets]
+        cells = [f"{sc.key}. {sc.title}" if first else "", "missing / duplicate msgs"]
+        cells += [integrity_text(per[t]) for t in targets]
         if both:
             cells.append("")
         lines.append("| " + " | ".join(cells) + " |")
@@ -740,6 +819,8 @@ def main(argv=None) -> int:
         log(f"{LOADGEN} missing; run make -C bench")
         return 2
 
+    # explicit, in case SIGINT was ignored by whoever started us
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)
     atexit.register(kill_all_children)
@@ -772,8 +853,10 @@ def main(argv=None) -> int:
                     if b is None:
                         continue
                     if not b.alive():
-                        log(f"{t}: broker died (see {b.logfile}); restarting")
+                        log(f"{t}: broker died; last log lines:\n{b.log_tail()}"
+                            f"restarting {t}")
                         b.stop()
+                        b.cleanup_tmp()
                         try:
                             b.start()
                         except BrokerError as e:
@@ -795,7 +878,7 @@ def main(argv=None) -> int:
                     results.append(res)
                     time.sleep(args.pause)
     except (KeyboardInterrupt, Interrupted) as e:
-        log(f"interrupted ({e or 'Ctrl-C'}); stopping brokers")
+        log(f"interrupted ({str(e) or 'Ctrl-C'}); stopping brokers")
         exit_code = 130
     finally:
         for b in brokers.values():
@@ -832,6 +915,8 @@ def summary(res: dict) -> str:
     parts = [f"{METRICS.get(k, (k,))[0]}={fmt_num(v)}" for k, v in m.items()]
     i = res["integrity"]
     parts.append(f"missing={i['missing']} dup={i['duplicates']}")
+    if set(i["stop_reasons"]) - {"complete"}:
+        parts.append("consumer stop: " + "/".join(i["stop_reasons"]))
     parts.append(f"loadgen cpu={res['loadgen_cpu_s']:.1f}s broker cpu={res['broker_cpu_s']:.1f}s "
                  f"wall={res['wall_s']:.1f}s")
     return ", ".join(parts)

@@ -114,10 +114,6 @@ class RawClient:
         return frames
 
 
-def methods_only(frames):
-    return [f for f in frames if not isinstance(f, (pheader.ContentHeader, pbody.ContentBody))]
-
-
 # --------------------------------------------------------------------------- tests
 
 

@@ -17,6 +17,10 @@ class DecodeError(Exception):
     code = SYNTAX_ERROR
 
 
+class MalformedUTF8(DecodeError):
+    """A shortstr that is not UTF-8 (RabbitMQ: 501 "Malformed UTF-8 in shortstr")."""
+
+
 _B = struct.Struct(">B")
 _b = struct.Struct(">b")
 _H = struct.Struct(">H")
@@ -27,6 +31,43 @@ _Q = struct.Struct(">Q")
 _q = struct.Struct(">q")
 _f = struct.Struct(">f")
 _d = struct.Struct(">d")
+
+
+class _TypedInt(int):
+    """An integer field value that remembers its wire type, for RabbitMQ's error texts."""
+
+    __slots__ = ()
+    type_name = "long"
+
+
+class _TypedFloat(float):
+    __slots__ = ()
+    type_name = "double"
+
+
+def _typed(base, name):
+    # Named after the module attribute it is bound to, so that pickle can find it.
+    return type(name, (base,), {"__slots__": (), "type_name": name, "__qualname__": "_" + name})
+
+
+_byte, _unsignedbyte, _short, _unsignedshort = (_typed(_TypedInt, n) for n in
+                                                 ("byte", "unsignedbyte", "short", "unsignedshort"))
+_signedint, _unsignedint, _long, _unsignedlong = (_typed(_TypedInt, n) for n in
+                                                  ("signedint", "unsignedint", "long", "unsignedlong"))
+_float, _double = _typed(_TypedFloat, "float"), _typed(_TypedFloat, "double")
+_timestamp = _typed(_TypedInt, "timestamp")  # a 'T' too large for a datetime
+
+# How a decoded typed number goes back on the wire: in the type it came in.
+_WIRE = {"byte": (b"b", _b), "unsignedbyte": (b"B", _B), "short": (b"s", _h), "unsignedshort": (b"u", _H),
+         "signedint": (b"I", _i), "unsignedint": (b"i", _I), "long": (b"l", _q), "unsignedlong": (b"L", _Q),
+         "float": (b"f", _f), "double": (b"d", _d), "timestamp": (b"T", _Q)}
+
+
+class _LongstrBytes(bytes):
+    """A longstr ('S') that is not valid UTF-8: bytes like a byte array ('x'), but encoded
+    back as a longstr."""
+
+    __slots__ = ()
 
 
 def shortstr(value) -> bytes:
@@ -55,7 +96,7 @@ def read_shortstr(buf, pos: int):
     try:
         return raw.decode(), end
     except UnicodeDecodeError:
-        raise DecodeError("shortstr is not valid UTF-8") from None
+        raise MalformedUTF8("shortstr is not valid UTF-8") from None
 
 
 def read_longstr_raw(buf, pos: int):
@@ -72,7 +113,7 @@ def _text(raw: bytes):
     try:
         return raw.decode()
     except UnicodeDecodeError:
-        return raw
+        return _LongstrBytes(raw)
 
 
 def read_table(buf, pos: int):
@@ -107,9 +148,9 @@ def _read_value(buf, pos):
             raw, pos = read_longstr_raw(buf, pos)
             return _text(raw), pos
         if kind == 0x49:  # I
-            return _i.unpack_from(buf, pos)[0], pos + 4
+            return _signedint(_i.unpack_from(buf, pos)[0]), pos + 4
         if kind == 0x6C:  # l
-            return _q.unpack_from(buf, pos)[0], pos + 8
+            return _long(_q.unpack_from(buf, pos)[0]), pos + 8
         if kind == 0x74:  # t
             return bool(buf[pos]), pos + 1
         if kind == 0x46:  # F
@@ -117,28 +158,31 @@ def _read_value(buf, pos):
         if kind == 0x41:  # A
             return _read_array(buf, pos)
         if kind == 0x62:  # b
-            return _b.unpack_from(buf, pos)[0], pos + 1
+            return _byte(_b.unpack_from(buf, pos)[0]), pos + 1
         if kind == 0x42:  # B
-            return buf[pos], pos + 1
+            return _unsignedbyte(buf[pos]), pos + 1
         if kind == 0x73:  # s
-            return _h.unpack_from(buf, pos)[0], pos + 2
+            return _short(_h.unpack_from(buf, pos)[0]), pos + 2
         if kind == 0x75:  # u
-            return _H.unpack_from(buf, pos)[0], pos + 2
+            return _unsignedshort(_H.unpack_from(buf, pos)[0]), pos + 2
         if kind == 0x69:  # i
-            return _I.unpack_from(buf, pos)[0], pos + 4
+            return _unsignedint(_I.unpack_from(buf, pos)[0]), pos + 4
         if kind == 0x4C:  # L (unsigned 64, rarely sent)
-            return _Q.unpack_from(buf, pos)[0], pos + 8
+            return _unsignedlong(_Q.unpack_from(buf, pos)[0]), pos + 8
         if kind == 0x66:  # f
-            return _f.unpack_from(buf, pos)[0], pos + 4
+            return _float(_f.unpack_from(buf, pos)[0]), pos + 4
         if kind == 0x64:  # d
-            return _d.unpack_from(buf, pos)[0], pos + 8
+            return _double(_d.unpack_from(buf, pos)[0]), pos + 8
         if kind == 0x44:  # D
             scale = buf[pos]
             (value,) = _i.unpack_from(buf, pos + 1)
             return decimal.Decimal(value).scaleb(-scale), pos + 5
         if kind == 0x54:  # T
             (ts,) = _Q.unpack_from(buf, pos)
-            return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc), pos + 8
+            try:
+                return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc), pos + 8
+            except (OverflowError, ValueError, OSError):  # past year 9999 (e.g. milliseconds)
+                return _timestamp(ts), pos + 8
         if kind == 0x78:  # x
             raw, pos = read_longstr_raw(buf, pos)
             return raw, pos
@@ -163,14 +207,19 @@ def encode_table(table) -> bytes:
 def _encode_value(value) -> bytes:
     if isinstance(value, bool):
         return b"t" + (b"\x01" if value else b"\x00")
+    if isinstance(value, (_TypedInt, _TypedFloat)):  # decoded: back in its wire type
+        letter, packer = _WIRE[value.type_name]
+        return letter + packer.pack(value)
     if isinstance(value, int):
         if -(2**31) <= value < 2**31:
             return b"I" + _i.pack(value)
         return b"l" + _q.pack(value)
     if isinstance(value, str):
         return b"S" + longstr(value)
-    if isinstance(value, (bytes, bytearray)):
+    if isinstance(value, _LongstrBytes):
         return b"S" + longstr(bytes(value))
+    if isinstance(value, (bytes, bytearray)):  # a byte array, as RabbitMQ and pika use 'x'
+        return b"x" + longstr(bytes(value))
     if isinstance(value, dict):
         return b"F" + encode_table(value)
     if isinstance(value, (list, tuple)):
@@ -192,18 +241,40 @@ def _encode_value(value) -> bytes:
 
 def table_type_name(value) -> str:
     """RabbitMQ's name for a decoded value's type, as used in its error texts."""
+    # Plain (not decoded) ints: clients (pika, py-amqp, the Java client) send 'I'
+    # (signedint) when the value fits and 'l' (long) otherwise. bytes come from 'x'.
     if isinstance(value, bool):
         return "bool"
+    if isinstance(value, (_TypedInt, _TypedFloat)):  # decoded: the type it had on the wire
+        return value.type_name
     if isinstance(value, int):
-        return "long"
-    if isinstance(value, (str, bytes)):
+        return "signedint" if -(2**31) <= value < 2**31 else "long"
+    if isinstance(value, (str, _LongstrBytes)):
         return "longstr"
+    if isinstance(value, bytes):
+        return "binary"
     if isinstance(value, dict):
         return "table"
     if isinstance(value, list):
         return "array"
     if isinstance(value, float):
         return "double"
+    if isinstance(value, decimal.Decimal):
+        return "decimal"
+    if isinstance(value, datetime.datetime):
+        return "timestamp"
     if value is None:
         return "void"
     return type(value).__name__
+
+
+def table_type_class(value) -> str:
+    """RabbitMQ's type class (every integer width alike, both float widths alike), which it
+    compares when checking arguments for equivalence."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    return table_type_name(value)

@@ -31,6 +31,7 @@ PROPERTIES = (
 )
 FLAG_HEADERS = 1 << 13
 FLAG_DELIVERY_MODE = 1 << 12
+FLAG_EXPIRATION = 1 << 8
 FLAG_USER_ID = 1 << 4
 HEADER_PREFIX = 14  # class id, weight, body size, first flags word
 

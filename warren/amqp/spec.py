@@ -9,11 +9,11 @@ import struct
 
 from .codec import (
     DecodeError,
+    decode_table,
     encode_table,
     longstr,
     read_longstr_raw,
     read_shortstr,
-    read_table,
     shortstr,
 )
 
@@ -166,6 +166,10 @@ class UnknownMethod(DecodeError):
     pass
 
 
+class BadTable(DecodeError):
+    """A field table whose content does not parse (the arguments around it do)."""
+
+
 def decode_method(payload) -> Method:
     """Decode a method frame payload (class id, method id, fields)."""
     if len(payload) < 4:
@@ -205,12 +209,18 @@ def decode_method(payload) -> Method:
                 value = payload[pos]
                 pos += 1
             elif kind == "table":
-                value, pos = read_table(payload, pos)
+                raw, pos = read_longstr_raw(payload, pos)
+                try:
+                    value = decode_table(raw)
+                except DecodeError as err:
+                    raise BadTable(f"{cls.NAME}: {err}") from None
             else:  # longstr
                 value, pos = read_longstr_raw(payload, pos)
             setattr(method, field, value)
     except (struct.error, IndexError):
         raise DecodeError(f"truncated {cls.NAME} fields") from None
+    if pos != len(payload):
+        raise DecodeError(f"{len(payload) - pos} bytes after the {cls.NAME} fields")
     return method
 
 

@@ -63,4 +63,4 @@ def check(permission: Permission | None, user: str, what: str, kind: str, name: 
     checked = "amq.default" if kind == "exchange" and name == "" else name
     if permission is None or not permission.allows(what, checked):
         raise access_refused(
-            f"{what} access to {kind} '{name}' in vhost '{vhost}' refused for user '{user}'")
+            f"{what} access to {kind} '{checked}' in vhost '{vhost}' refused for user '{user}'")

@@ -71,3 +71,59 @@ def syntax_error(text):
 
 def unexpected_frame(text):
     return AMQPError(505, text)
+
+
+# Erlang's ~p escapes in a printable binary, and the bytes it counts as printable (latin1).
+_ERL_ESCAPES = {0x22: b'\\"', 0x5C: b"\\\\", 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t", 0x0B: b"\\v",
+                0x08: b"\\b", 0x0C: b"\\f", 0x1B: b"\\e"}
+
+
+def _erl_bytes(value) -> bytes:
+    raw = value.encode() if isinstance(value, str) else bytes(value)
+    if not raw:
+        return b"<<>>"
+    if all(32 <= b < 127 or b >= 160 or b in _ERL_ESCAPES for b in raw):
+        return b'<<"' + b"".join(_ERL_ESCAPES.get(b) or bytes((b,)) for b in raw) + b'">>'
+    return b"<<" + b",".join(str(b).encode() for b in raw) + b">>"
+
+
+def erl_term(value) -> str:
+    """A decoded field value the way Erlang's ~p prints RabbitMQ's form of it in error texts:
+    <<"text">>, true, undefined, [{<<"key">>,longstr,<<"v">>}] for a table."""
+    from ..amqp.codec import table_type_name
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "undefined"
+    if isinstance(value, (str, bytes)):
+        return _erl_bytes(value).decode(errors="replace")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        text = repr(value)
+        if "e" in text:
+            mantissa, exp = text.split("e")
+            text = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{int(exp)}"
+        return text
+    if isinstance(value, dict):
+        return "[" + ",".join(f"{{{erl_term(k)},{table_type_name(v)},{erl_term(v)}}}"
+                              for k, v in value.items()) + "]"
+    if isinstance(value, list):
+        return "[" + ",".join(f"{{{table_type_name(v)},{erl_term(v)}}}" for v in value) + "]"
+    if hasattr(value, "timestamp"):  # datetime: a timestamp is an integer in RabbitMQ
+        return str(int(value.timestamp()))
+    if hasattr(value, "as_tuple"):  # Decimal: {Scale, Unscaled}
+        sign, digits, exponent = value.as_tuple()
+        unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1) * 10 ** max(0, exponent)
+        return f"{{{max(0, -exponent)},{unscaled}}}"
+    return repr(value)
+
+
+def erl_s(value) -> str:
+    """Erlang's ~s for a binary (the raw text), ~p for anything else."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return erl_term(value)

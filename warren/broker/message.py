@@ -3,6 +3,29 @@
 from ..amqp.properties import FLAG_HEADERS, decode_properties, delivery_mode
 
 
+# RabbitMQ's ?MAX_EXPIRY_TIMER: the largest per-message or per-queue TTL, in milliseconds.
+MAX_EXPIRY = 315360000000
+
+
+def parse_expiration(text: str):
+    """The `expiration` property as RabbitMQ reads it: (milliseconds, None) or (None, error),
+    error being the Erlang term RabbitMQ prints ("no_integer", "{value_negative,-1}", ...)."""
+    digits = text[1:] if text[:1] in ("+", "-") else text
+    n = len(digits) - len(digits.lstrip("0123456789"))
+    if n == 0:
+        return None, "no_integer"
+    value = int(text[:len(text) - len(digits) + n])
+    rest = digits[n:]
+    if rest:
+        escaped = rest.replace("\\", "\\\\").replace('"', '\\"')
+        return None, f'{{leftover_string,"{escaped}"}}'
+    if value > MAX_EXPIRY:
+        return None, f"{{value_too_large,{value}}}"
+    if value < 0:
+        return None, f"{{value_negative,{value}}}"
+    return value, None
+
+
 class Message:
     """One published message, shared by every queue it is routed to.
 

@@ -3,28 +3,45 @@
 from collections import deque
 
 from ..store import MemoryQueueStore
-from .errors import precondition_failed, rs
+from .errors import erl_s, precondition_failed, rs
 from .message import QueuedMessage
-from ..amqp.codec import table_type_name
+from ..amqp.codec import table_type_class, table_type_name
 
-# Arguments RabbitMQ compares when a queue is redeclared.
+# Arguments RabbitMQ compares when a queue is redeclared, in the order it checks them
+# (its declare_args() order; x-queue-type is not compared).
 EQUIVALENCE_ARGS = ("x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
-                    "x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
-                    "x-queue-type", "x-single-active-consumer")
+                    "x-max-length", "x-max-length-bytes", "x-max-in-memory-length", "x-max-in-memory-bytes",
+                    "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-version",
+                    "x-single-active-consumer")
+
+# RabbitMQ's ?MAX_EXPIRY_TIMER for x-expires and x-message-ttl: ten years in milliseconds.
+MAX_EXPIRY = 315360000000
+
+# Arguments of other queue types, which a classic queue refuses.
+NOT_CLASSIC_ARGS = frozenset({"x-max-in-memory-length", "x-max-in-memory-bytes", "x-delivery-limit",
+                              "x-dead-letter-strategy", "x-max-age", "x-stream-max-segment-size-bytes",
+                              "x-initial-cluster-size", "x-queue-leader-locator",
+                              "x-quorum-initial-group-size"})
 
 
-def _erl(value) -> str:
-    return f"<<\"{value}\">>" if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _int_arg(value, *, positive=False):
+def _int_arg(value):
     if isinstance(value, bool) or not isinstance(value, int):
-        return f"{{unacceptable_type,{table_type_name(value)}}}"
-    if value < 0:
-        return f"{{value_negative,{value}}}"
-    if positive and value == 0:
-        return "{value_zero,0}"
+        return f'"expected integer, got {table_type_name(value)}"'
     return None
+
+
+def _non_neg_int_arg(value):
+    err = _int_arg(value)
+    if err is None and value < 0:
+        return f"{{value_negative,{value}}}"
+    return err
+
+
+def _expiry_arg(value):
+    err = _non_neg_int_arg(value)
+    if err is None and value > MAX_EXPIRY:
+        return f"{{value_too_large,{value}}}"
+    return err
 
 
 def _str_arg(value):
@@ -33,54 +50,90 @@ def _str_arg(value):
     return None
 
 
-def _choice(value, choices):
+def _check_expires(value, args):
+    err = _int_arg(value)
+    if err is None and value == 0:
+        return "{value_zero,0}"
+    return err or _expiry_arg(value)
+
+
+def _check_dlx_rk(value, args):
     err = _str_arg(value)
-    if err:
-        return err
-    if value not in choices:
-        return f"{{unacceptable_value,{_erl(value)}}}"
+    if err is None and "x-dead-letter-exchange" not in args:
+        return "routing_key_but_no_dlx_defined"
+    return err
+
+
+def _check_max_priority(value, args):
+    err = _non_neg_int_arg(value)
+    if err is None and value > 255:
+        return f"{{max_value_exceeded,{value}}}"
+    return err
+
+
+def _check_overflow(value, args):
+    err = _str_arg(value)
+    if err is None and value not in ("drop-head", "reject-publish", "reject-publish-dlx"):
+        return "invalid_overflow"
+    return err
+
+
+def _check_queue_mode(value, args):
+    err = _str_arg(value)
+    if err is None and value not in ("default", "lazy"):
+        return f"\"unsupported queue mode '{erl_s(value)}'\""
+    return err
+
+
+def _check_queue_version(value, args):
+    err = _int_arg(value)
+    if err is None and value not in (1, 2):
+        return f"\"unsupported queue version '{value}'\""
+    return err
+
+
+def _check_sac(value, args):
+    if not isinstance(value, bool):
+        return f"{{unacceptable_type,{table_type_name(value)}}}"
     return None
 
 
-def _check_arg(key, value, args):
-    if key == "x-expires":
-        return _int_arg(value, positive=True)
-    if key in ("x-message-ttl", "x-max-length", "x-max-length-bytes"):
-        return _int_arg(value)
-    if key == "x-max-priority":
-        err = _int_arg(value)
-        if err is None and value > 255:
-            return f"{{value_too_large,{value},255}}"
-        return err
-    if key == "x-dead-letter-exchange":
-        return _str_arg(value)
-    if key == "x-dead-letter-routing-key":
-        err = _str_arg(value)
-        if err is None and "x-dead-letter-exchange" not in args:
-            return "routing_key_but_no_dlx_defined"
-        return err
-    if key == "x-overflow":
-        return _choice(value, ("drop-head", "reject-publish", "reject-publish-dlx"))
-    if key == "x-queue-mode":
-        return _choice(value, ("default", "lazy"))
-    if key == "x-queue-type":
-        return _choice(value, ("classic",))
-    if key == "x-single-active-consumer":
-        if not isinstance(value, bool):
-            return f"{{unacceptable_type,{table_type_name(value)}}}"
-    if key == "x-queue-version":
-        err = _int_arg(value)
-        if err is None and value not in (1, 2):
-            return f"{{unacceptable_value,{value}}}"
-        return err
-    return None  # unknown x- arguments are ignored, as in RabbitMQ
+# RabbitMQ's declare_args(): each present argument is checked in this order.
+_CHECKS = (
+    ("x-expires", _check_expires),
+    ("x-message-ttl", lambda v, a: _expiry_arg(v)),
+    ("x-dead-letter-exchange", lambda v, a: _str_arg(v)),
+    ("x-dead-letter-routing-key", _check_dlx_rk),
+    ("x-max-length", lambda v, a: _non_neg_int_arg(v)),
+    ("x-max-length-bytes", lambda v, a: _non_neg_int_arg(v)),
+    ("x-max-priority", _check_max_priority),
+    ("x-overflow", _check_overflow),
+    ("x-queue-mode", _check_queue_mode),
+    ("x-queue-version", _check_queue_version),
+    ("x-single-active-consumer", _check_sac),
+)
 
 
 def validate_arguments(args: dict, what: str) -> None:
-    for key, value in (args or {}).items():
-        err = _check_arg(key, value, args)
+    """Check a new queue's arguments as RabbitMQ 3.10 does; unknown x- arguments are ignored."""
+    if not args:
+        return
+    qtype = args.get("x-queue-type")
+    if qtype is not None:
+        err = _str_arg(qtype)
+        if err is None and qtype != "classic":
+            # Warren only has classic queues.
+            err = f"\"unsupported queue type '{erl_s(qtype)}'\""
         if err:
-            raise precondition_failed(f"invalid arg '{key}' for {what}: {err}")
+            raise precondition_failed(f"invalid arg 'x-queue-type' for {what}: {err}")
+    for key, check in _CHECKS:
+        if key in args:
+            err = check(args[key], args)
+            if err:
+                raise precondition_failed(f"invalid arg '{key}' for {what}: {err}")
+    for key in args:
+        if key in NOT_CLASSIC_ARGS:
+            raise precondition_failed(f"invalid arg '{key}' for {what} of queue type rabbit_classic_queue")
 
 
 class Queue:
@@ -134,13 +187,18 @@ class Queue:
         arguments = arguments or {}
         for key in EQUIVALENCE_ARGS:
             received, current = arguments.get(key), self.arguments.get(key)
-            if received != current or type(received) is not type(current) and (
-                    isinstance(received, bool) or isinstance(current, bool)):
+            if received is None and current is None:
+                continue
+            if received is not None and current is not None:
+                if received == current and table_type_class(received) == table_type_class(current):
+                    continue
+                shown_received, shown_current = f"'{erl_s(received)}'", f"'{erl_s(current)}'"
+            else:
                 def show(v):
-                    return "none" if v is None else f"the value '{v}' of type '{table_type_name(v)}'"
-                raise precondition_failed(
-                    f"inequivalent arg '{key}' for {self.describe()}: "
-                    f"received {show(received)} but current is {show(current)}")
+                    return "none" if v is None else f"the value '{erl_s(v)}' of type '{table_type_name(v)}'"
+                shown_received, shown_current = show(received), show(current)
+            raise precondition_failed(f"inequivalent arg '{key}' for {self.describe()}: "
+                                      f"received {shown_received} but current is {shown_current}")
 
     # enqueue and deliver -----------------------------------------------------
     def publish(self, message) -> None:

@@ -26,6 +26,9 @@ class VHost:
         self.queues: dict = {}
         for xname, xtype in PREDECLARED:
             self.exchanges[xname] = TYPES[xtype](self, xname, durable=True)
+        # RabbitMQ's firehose tracer exchange exists in every vhost (internal: no publishing).
+        self.exchanges["amq.rabbitmq.trace"] = TYPES["topic"](self, "amq.rabbitmq.trace", durable=True,
+                                                              internal=True)
 
     # lookups -----------------------------------------------------------------
     def exchange(self, name: str):
@@ -50,8 +53,8 @@ class VHost:
             return existing, False
         if name.startswith("amq."):
             raise access_refused(f"exchange name '{name}' contains reserved prefix 'amq.*'")
-        ae = (arguments or {}).get("alternate-exchange")
-        if ae is not None and not isinstance(ae, (str, bytes)):
+        ae = (arguments or {}).get("alternate-exchange", "")
+        if not isinstance(ae, str):
             from ..amqp.codec import table_type_name
             raise precondition_failed(
                 f"invalid type '{table_type_name(ae)}' for arg 'alternate-exchange' in "

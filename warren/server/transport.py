@@ -88,7 +88,9 @@ class AMQPProtocol(asyncio.Protocol):
             self.conn.connection_lost()
             self.close()
             return
-        if now - self.last_send >= seconds / 2:
+        # Nothing sent since about the last tick: a heartbeat, every seconds/2 like RabbitMQ
+        # (the slack keeps a timer that fires a little early from skipping a beat).
+        if now - self.last_send >= seconds * 0.45:
             self.conn.send_heartbeat()
         self.heartbeat_timer = self.loop.call_later(seconds / 2, self._heartbeat_tick, seconds)
 

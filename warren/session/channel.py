@@ -5,24 +5,27 @@ import logging
 import struct
 
 from ..amqp import spec
-from ..amqp.codec import read_shortstr
-from ..amqp.constants import BASIC, BASIC_ACK, BASIC_PUBLISH, NO_ROUTE
+from ..amqp.codec import DecodeError, read_shortstr
+from ..amqp.constants import BASIC, BASIC_ACK, BASIC_PUBLISH, FRAME_HEADER, FRAME_METHOD, NO_ROUTE
 from ..amqp.frames import ack_frame, content_frames, deliver_frame, deliver_prefix, get_ok_frame, method_frame
-from ..amqp.properties import FLAG_USER_ID, decode_properties, parse_header
+from ..amqp.properties import FLAG_EXPIRATION, FLAG_USER_ID, decode_properties, parse_header
 from ..broker.consumer import Consumer
 from ..broker.errors import (
     AMQPError, access_refused, channel_error, command_invalid, not_allowed, not_found,
     not_implemented, precondition_failed, rs, unexpected_frame,
 )
 from ..broker.exchanges import TYPES
-from ..broker.message import Message
+from ..broker.message import Message, parse_expiration
 from ..broker.vhost import server_named
+from . import frame_errors
 
 log = logging.getLogger("warren.channel")
 
 _HH = struct.Struct(">HH")
 _QB = struct.Struct(">QB")
 _I = struct.Struct(">I")
+_CHANNEL_CLOSE, _CHANNEL_CLOSE_OK = (20 << 16) | 40, (20 << 16) | 41
+_CHECKED_PROPS = FLAG_USER_ID | FLAG_EXPIRATION  # properties a publish is refused for
 
 OPEN, CLOSING = 0, 1
 
@@ -40,7 +43,7 @@ class Channel:
         self.publishing = None
         self.consumers: dict = {}
         self.unacked: dict = {}   # delivery tag -> (QueuedMessage, Queue, Consumer | None)
-        self.unacked_count = 0
+        self.unacked_count = 0     # unacked consumer deliveries (basic.get ones do not count)
         self.delivery_tag = 0
         self.prefetch = 0          # basic.qos global=false: limit for consumers created next
         self.global_prefetch = 0   # basic.qos global=true: limit shared by the channel
@@ -54,35 +57,45 @@ class Channel:
 
     # ----------------------------------------------------------------- frames
     def method_frame(self, payload) -> None:
+        if len(payload) < 4:
+            raise frame_errors.unknown_frame(FRAME_METHOD, payload)
         if self.state == CLOSING:
             self._closing_frame(payload)
             return
         if self.publishing is not None:
-            raise unexpected_frame("expected content header for class 60, got non content header frame instead")
-        method_id = _I.unpack_from(payload, 0)[0] if len(payload) >= 4 else 0
+            raise _content_expected(self.publishing, "header" if self.publishing[4] is None else "body")
+        method_id = _I.unpack_from(payload, 0)[0]
         try:
             if method_id == BASIC_PUBLISH:
                 self._start_publish(payload)
             elif method_id == BASIC_ACK:
+                if len(payload) != 13:
+                    raise frame_errors.cannot_decode(payload, 60, 80)
                 tag, bits = _QB.unpack_from(payload, 4)
                 self._ack(tag, bool(bits & 1))
             else:
-                self._dispatch(spec.decode_method(payload))
+                method = self.conn.decode(payload)
+                if method is not None:
+                    self._dispatch(method)
         except AMQPError as err:
-            cid, mid = _HH.unpack_from(payload, 0) if len(payload) >= 4 else (0, 0)
-            self.error(err, cid, mid)
-        except struct.error:
-            self.conn.connection_error(AMQPError(502, "truncated method frame"))
+            self.error(err, *_HH.unpack_from(payload, 0))
 
     def header_frame(self, payload) -> None:
         if self.state == CLOSING:
             return
         pub = self.publishing
-        if pub is None or pub[4] is not None:
+        if pub is None:
             raise unexpected_frame("expected method frame, got non method frame instead")
-        class_id, body_size, flags = parse_header(payload)
+        if pub[4] is not None:
+            raise _content_expected(pub, "body")
+        try:
+            class_id, body_size, flags = parse_header(payload)
+        except DecodeError:
+            raise frame_errors.unknown_frame(FRAME_HEADER, payload) from None
         if class_id != BASIC:
-            raise unexpected_frame(f"expected content header for class 60, got one for class {class_id} instead")
+            err = unexpected_frame(f"expected content header for class 60, got one for class {class_id} instead")
+            err.method_ids = (60, 40)
+            raise err
         pub[4] = bytes(payload)
         pub[6] = body_size
         max_size = self.conn.broker.limits.max_message_size
@@ -91,13 +104,6 @@ class Channel:
             self.error(precondition_failed(
                 f"message size {body_size} is larger than configured max size {max_size}"), 60, 40)
             return
-        if flags & FLAG_USER_ID:
-            user_id = decode_properties(pub[4]).get("user_id")
-            if user_id != self.user:
-                self.publishing = None
-                self.error(precondition_failed(
-                    f"user_id property set to '{user_id}' but authenticated user was '{self.user}'"), 60, 40)
-                return
         if body_size == 0:
             self._publish_complete(b"")
 
@@ -105,11 +111,18 @@ class Channel:
         if self.state == CLOSING:
             return
         pub = self.publishing
-        if pub is None or pub[4] is None:
+        if pub is None:
             raise unexpected_frame("expected method frame, got non method frame instead")
+        if pub[4] is None:
+            raise _content_expected(pub, "header")
         remaining = pub[6] - len(payload)
         if remaining < 0:
-            raise unexpected_frame(f"body frame exceeds the declared body size by {-remaining} bytes")
+            # RabbitMQ 3.10 silently waits for more (the next method frame then fails): Warren
+            # says what is wrong at once.
+            err = unexpected_frame(f"content body of {len(payload)} bytes exceeds the {pub[6]} bytes "
+                                   "left of the size in the content header")
+            err.method_ids = (60, 40)
+            raise err
         if remaining == 0 and not pub[5]:
             self._publish_complete(bytes(payload))
             return
@@ -120,12 +133,12 @@ class Channel:
 
     def _closing_frame(self, payload) -> None:
         # After we sent channel.close, everything but close/close-ok is dropped.
-        method = spec.decode_method(payload)
-        if isinstance(method, spec.ChannelCloseOk):
+        method_id = _I.unpack_from(payload, 0)[0]
+        if method_id == _CHANNEL_CLOSE_OK:
             self.conn.channel_closed(self)
-        elif isinstance(method, spec.ChannelClose):
+        elif method_id == _CHANNEL_CLOSE:
+            # Both sides closed at once: answer, and (as RabbitMQ) still wait for our close-ok.
             self.send(spec.ChannelCloseOk())
-            self.conn.channel_closed(self)
 
     # ---------------------------------------------------------------- helpers
     def send(self, method) -> None:
@@ -134,7 +147,7 @@ class Channel:
     def error(self, err: AMQPError, class_id: int = 0, method_id: int = 0) -> None:
         """Close the channel (soft error) or the connection (hard error) with RabbitMQ's code."""
         if err.closes_connection:
-            self.conn.connection_error(err, class_id, method_id)
+            self.conn.connection_error(err, *getattr(err, "method_ids", (class_id, method_id)))
             return
         log.info("channel %s:%d error: %s", self.conn.name, self.id, err.reply_text)
         self.release()
@@ -158,9 +171,7 @@ class Channel:
     def _dispatch(self, method) -> None:
         handler = _HANDLERS.get(type(method))
         if handler is None:
-            if method.CLASS_ID == 10:
-                raise command_invalid(f"connection method {method.NAME} on channel {self.id}")
-            raise command_invalid(f"unexpected method {method.NAME} on a channel")
+            raise command_invalid("unimplemented method")  # RabbitMQ's words, e.g. for a client's cancel-ok
         handler(self, method)
 
     # --------------------------------------------------------------- channel
@@ -172,32 +183,29 @@ class Channel:
             raise not_implemented("active=false")
         self.send(spec.ChannelFlowOk(active=True))
 
-    def _channel_flow_ok(self, m):
-        pass
-
     def _channel_close(self, m):
         self.release()
         self.send(spec.ChannelCloseOk())
         self.conn.channel_closed(self)
 
-    def _channel_close_ok(self, m):
-        pass
-
     # -------------------------------------------------------------- exchange
     def _exchange_declare(self, m):
         vhost = self.vhost
         name = m.exchange
+        if not m.passive and m.type not in TYPES:
+            # RabbitMQ checks the type first (before the name); "" is a known Erlang atom
+            # but no exchange type, hence its different text.
+            raise command_invalid(f"{'invalid' if m.type == '' else 'unknown'} exchange type '{m.type}'")
         if name == "":
             raise access_refused("operation not permitted on the default exchange")
         if m.passive:
             vhost.exchange(name)
         else:
-            if m.type not in TYPES:
-                raise command_invalid(f"unknown exchange type '{m.type}'")
             self._check("configure", "exchange", name)
             ae = (m.arguments or {}).get("alternate-exchange")
-            if name not in vhost.exchanges and isinstance(ae, str):
-                # RabbitMQ: an AE needs read on the exchange and write on the AE.
+            if name not in vhost.exchanges and isinstance(ae, str) and not name.startswith("amq."):
+                # RabbitMQ: an AE needs read on the exchange and write on the AE (checked
+                # after the amq.* name rule, which declare_exchange applies).
                 self._check("read", "exchange", name)
                 self._check("write", "exchange", ae)
             vhost.declare_exchange(name, m.type, m.durable, m.auto_delete, m.internal, m.arguments)
@@ -208,7 +216,7 @@ class Channel:
         name = m.exchange
         if name == "":
             raise access_refused("operation not permitted on the default exchange")
-        if name.startswith("amq.") and name in self.vhost.exchanges:
+        if name.startswith("amq."):  # RabbitMQ refuses this even for a missing amq.* name
             raise access_refused(f"deletion of system {rs('exchange', name, self.vhost.name)} not allowed")
         self._check("configure", "exchange", name)
         self.vhost.delete_exchange(name, m.if_unused)
@@ -217,16 +225,17 @@ class Channel:
 
     def _exchange_bind(self, m, unbind=False):
         vhost = self.vhost
+        # RabbitMQ's order: write on the destination, the default-exchange rule, read on the source.
+        self._check("write", "exchange", m.destination)
         if m.destination == "" or m.source == "":
             raise access_refused("operation not permitted on the default exchange")
-        self._check("write", "exchange", m.destination)
         self._check("read", "exchange", m.source)
         if unbind:
+            # RabbitMQ 3.10: unbinding is idempotent, even when an exchange is missing.
             source = vhost.exchanges.get(m.source)
             dest = vhost.exchanges.get(m.destination)
-            if source is None or dest is None:
-                raise not_found(f"no {rs('exchange', m.source if source is None else m.destination, vhost.name)}")
-            vhost.unbind(source, dest, m.routing_key, m.arguments)
+            if source is not None and dest is not None:
+                vhost.unbind(source, dest, m.routing_key, m.arguments)
             if not m.nowait:
                 self.send(spec.ExchangeUnbindOk())
             return
@@ -244,7 +253,7 @@ class Channel:
         vhost = self.vhost
         conn = self.conn
         if m.passive:
-            q = self._queue(m.queue)
+            q = vhost.queue(m.queue)  # no empty-name shortcut for a passive declare (as RabbitMQ)
             vhost.check_exclusive(q, conn)
         else:
             name = m.queue
@@ -255,7 +264,11 @@ class Channel:
             self._check("configure", "queue", name)
             args = m.arguments or {}
             dlx = args.get("x-dead-letter-exchange")
-            if name not in vhost.queues and isinstance(dlx, str):
+            if name not in vhost.queues and dlx is not None:
+                if not isinstance(dlx, (str, bytes)):
+                    from ..amqp.codec import table_type_name
+                    raise precondition_failed(f"invalid type '{table_type_name(dlx)}' for arg "
+                                              f"'x-dead-letter-exchange' in {rs('queue', name, vhost.name)}")
                 self._check("read", "queue", name)
                 self._check("write", "exchange", dlx)
             owner = conn if m.exclusive else None
@@ -274,17 +287,22 @@ class Channel:
         routing_key = m.routing_key
         if m.queue == "" and routing_key == "":
             routing_key = qname  # RabbitMQ's shortcut: empty key on the last queue uses its name
+        self._check("write", "queue", qname)  # before the default-exchange rule, as RabbitMQ
         if m.exchange == "":
             raise access_refused("operation not permitted on the default exchange")
-        self._check("write", "queue", qname)
         self._check("read", "exchange", m.exchange)
-        q = vhost.queue(qname)
-        x = vhost.exchange(m.exchange)
-        vhost.check_exclusive(q, self.conn)
         if unbind:
-            vhost.unbind(x, q, routing_key, m.arguments)
+            # RabbitMQ 3.10: unbinding is idempotent, even when the queue or exchange is missing.
+            q = vhost.queues.get(qname)
+            x = vhost.exchanges.get(m.exchange)
+            if q is not None and x is not None:
+                vhost.check_exclusive(q, self.conn)
+                vhost.unbind(x, q, routing_key, m.arguments)
             self.send(spec.QueueUnbindOk())
             return
+        x = vhost.exchange(m.exchange)  # like RabbitMQ, a missing source is reported first
+        q = vhost.queue(qname)
+        vhost.check_exclusive(q, self.conn)
         vhost.bind(x, q, routing_key, m.arguments)
         if not m.nowait:
             self.send(spec.QueueBindOk())
@@ -293,8 +311,9 @@ class Channel:
         self._queue_bind(m, unbind=True)
 
     def _queue_purge(self, m):
-        q = self._queue(m.queue)
-        self._check("read", "queue", q.name)
+        name = self._queue_name(m.queue)
+        self._check("read", "queue", name)  # permission first: a missing queue is a 403 too
+        q = self.vhost.queue(name)
         self.vhost.check_exclusive(q, self.conn)
         count = q.purge()
         if not m.nowait:
@@ -321,15 +340,21 @@ class Channel:
         if m.prefetch_size != 0:
             raise not_implemented(f"prefetch_size!=0 ({m.prefetch_size})")
         if m.global_:
+            if not self.global_prefetch:
+                # RabbitMQ's limiter starts from everything unacked on the channel, basic.get
+                # deliveries included (their acks never count down).
+                self.unacked_count = len(self.unacked)
             self.global_prefetch = m.prefetch_count
         else:
             self.prefetch = m.prefetch_count
+            self.global_prefetch = 0  # as in RabbitMQ 3.10: a per-consumer qos lifts the channel limit
         self.send(spec.BasicQosOk())
         self.kick_queues()
 
     def _basic_consume(self, m):
-        q = self._queue(m.queue)
-        self._check("read", "queue", q.name)
+        name = self._queue_name(m.queue)
+        self._check("read", "queue", name)  # permission first: a missing queue is a 403 too
+        q = self.vhost.queue(name)
         self.vhost.check_exclusive(q, self.conn)
         tag = m.consumer_tag or server_named("amq.ctag-")
         if tag in self.consumers:
@@ -365,8 +390,9 @@ class Channel:
             self.send(spec.BasicCancel(consumer_tag=consumer.tag, nowait=True))
 
     def _basic_get(self, m):
-        q = self._queue(m.queue)
-        self._check("read", "queue", q.name)
+        name = self._queue_name(m.queue)
+        self._check("read", "queue", name)  # permission first: a missing queue is a 403 too
+        q = self.vhost.queue(name)
         self.vhost.check_exclusive(q, self.conn)
         qm = q.get()
         if qm is None:
@@ -381,8 +407,8 @@ class Channel:
         content_frames(out, self.id, msg.header, msg.body, conn.frame_max)
         conn.note_output(len(msg.body))
         if not m.no_ack:
+            # Not counted against the channel's prefetch, as in RabbitMQ.
             self.unacked[tag] = (qm, q, None)
-            self.unacked_count += 1
         q.delivered(qm, m.no_ack)
 
     def _basic_ack(self, m):
@@ -408,8 +434,11 @@ class Channel:
             exchange, pos = read_shortstr(payload, pos)
             routing_key, pos = read_shortstr(payload, pos)
             bits = payload[pos]
-        except IndexError:
-            raise AMQPError(502, "truncated basic.publish") from None
+            if pos + 1 != len(payload):
+                raise DecodeError("bytes after the basic.publish fields")
+        except (IndexError, DecodeError) as err:
+            self.conn.decode_failed(payload, err if isinstance(err, DecodeError) else DecodeError())
+            return
         if bits & 2:
             raise not_implemented("immediate=true")
         # The exchange and routing key shortstrs, reused verbatim in deliver/get-ok/return.
@@ -427,13 +456,16 @@ class Channel:
     def publish(self, exchange_name, routing_key, route, mandatory, header, body) -> None:
         vhost = self.vhost
         x = vhost.exchanges.get(exchange_name)
-        if x is None:
-            raise not_found(f"no {rs('exchange', exchange_name, vhost.name)}")
-        if exchange_name not in self.writable_exchanges:
-            self._check("write", "exchange", exchange_name)
+        # The cache is by name: an exchange redeclared internal under that name must still refuse.
+        if x is None or exchange_name not in self.writable_exchanges or x.internal:
+            self._check("write", "exchange", exchange_name)  # before the lookup, as RabbitMQ
+            if x is None:
+                raise not_found(f"no {rs('exchange', exchange_name, vhost.name)}")
             if x.internal:
                 raise access_refused(f"cannot publish to internal {x.describe()}")
             self.writable_exchanges.add(exchange_name)
+        if (header[12] << 8 | header[13]) & _CHECKED_PROPS:
+            self._check_properties(header)
         message = Message(exchange_name, routing_key, route, header, body)
         queues = vhost.route(x, routing_key, message)
         self.stats["publish"] += 1
@@ -448,6 +480,19 @@ class Channel:
         if self.confirm:
             self.publish_seq += 1
             self.conn.confirming.add(self)
+
+    def _check_properties(self, header) -> None:
+        """user_id and expiration, checked after the exchange as RabbitMQ does."""
+        props = decode_properties(header)
+        user_id = props.get("user_id")
+        if user_id is not None and user_id != self.user and "impersonator" not in self.conn.user.tags:
+            raise precondition_failed(
+                f"user_id property set to '{user_id}' but authenticated user was '{self.user}'")
+        expiration = props.get("expiration")
+        if expiration is not None:
+            _, err = parse_expiration(expiration)
+            if err:
+                raise precondition_failed(f"invalid expiration '{expiration}': {err}")
 
     def _return(self, message, code, text) -> None:
         conn = self.conn
@@ -535,7 +580,7 @@ class Channel:
         for _tag, (qm, queue, consumer) in taken:
             if consumer is not None:
                 consumer.unacked -= 1
-            self.unacked_count -= 1
+                self.unacked_count -= 1
             if ack:
                 queue.ack(qm)
             else:
@@ -592,14 +637,20 @@ class Channel:
     def _tx_rollback(self, m):
         if self.tx is None:
             raise precondition_failed("channel is not transactional")
-        # Acks and rejects taken in the transaction become outstanding again.
+        self._tx_restore_unacked()
+        self.tx = []
+        self.send(spec.TxRollbackOk())
+
+    def _tx_restore_unacked(self) -> None:
+        """Acks and rejects taken in the open transaction become outstanding again."""
+        restored = False
         for action in self.tx:
             if action[0] in ("ack", "reject"):
                 for tag, entry in action[1]:
                     self.unacked[tag] = entry
-        self.unacked = dict(sorted(self.unacked.items()))
-        self.tx = []
-        self.send(spec.TxRollbackOk())
+                    restored = True
+        if restored:
+            self.unacked = dict(sorted(self.unacked.items()))
 
     # --------------------------------------------------------------- release
     def release(self) -> None:
@@ -610,6 +661,8 @@ class Channel:
         self.consumers.clear()
         for consumer in consumers:
             self._drop_consumer(consumer)
+        if self.tx:
+            self._tx_restore_unacked()  # uncommitted acks did not happen: requeue those too
         self.tx = None
         self.publishing = None
         if self.unacked:
@@ -621,9 +674,7 @@ class Channel:
 _HANDLERS = {
     spec.ChannelOpen: Channel._channel_open,
     spec.ChannelFlow: Channel._channel_flow,
-    spec.ChannelFlowOk: Channel._channel_flow_ok,
     spec.ChannelClose: Channel._channel_close,
-    spec.ChannelCloseOk: Channel._channel_close_ok,
     spec.ExchangeDeclare: Channel._exchange_declare,
     spec.ExchangeDelete: Channel._exchange_delete,
     spec.ExchangeBind: Channel._exchange_bind,
@@ -647,3 +698,13 @@ _HANDLERS = {
     spec.TxCommit: Channel._tx_commit,
     spec.TxRollback: Channel._tx_rollback,
 }
+
+
+def _content_expected(publishing, what: str) -> AMQPError:
+    """505 for a frame other than the content a basic.publish still waits for."""
+    if what == "header":
+        err = unexpected_frame("expected content header for class 60, got non content header frame instead")
+    else:
+        err = unexpected_frame("expected content body, got non content body frame instead")
+    err.method_ids = (60, 40)
+    return err

@@ -12,16 +12,17 @@ import struct
 
 from .. import __version__
 from ..amqp import spec
-from ..amqp.codec import DecodeError
+from ..amqp.codec import DecodeError, MalformedUTF8
 from ..amqp.constants import (
     CONNECTION_FORCED, FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD,
     FRAME_MIN_SIZE, PROTOCOL_HEADER,
 )
 from ..amqp.frames import HEARTBEAT, method_frame
 from ..broker.errors import (
-    AMQPError, access_refused, channel_error, command_invalid, frame_error, not_allowed,
+    AMQPError, access_refused, channel_error, command_invalid, not_allowed,
     syntax_error, unexpected_frame,
 )
+from . import frame_errors
 from .channel import Channel
 from .sasl import MECHANISMS, credentials
 
@@ -29,9 +30,18 @@ log = logging.getLogger("warren.connection")
 
 _FRAME_HEAD = struct.Struct(">BHI")
 _unpack_head = _FRAME_HEAD.unpack_from
+_HH = struct.Struct(">HH")
+_I = struct.Struct(">I")
+_CONNECTION_CLOSE, _CONNECTION_CLOSE_OK = (10 << 16) | 50, (10 << 16) | 51
 
 # Connection states.
 AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
+# RabbitMQ's names for them, as its error texts say them.
+_STATE_NAMES = {AWAIT_START_OK: "starting", AWAIT_TUNE_OK: "tuning", AWAIT_OPEN: "opening", OPEN: "running"}
+
+# RabbitMQ does not trust a client that fails the handshake: most such errors get no
+# connection.close, the socket just closes after this delay (its SILENT_CLOSE_DELAY).
+SILENT_CLOSE_DELAY = 3.0
 
 # How much output may pile up in one tick before consumers of this connection are paused.
 OUTPUT_HIGH_WATER = 1 << 20
@@ -73,7 +83,7 @@ class Connection:
         self.confirming: set = set()   # channels with confirms waiting to go out
         self.channels: dict = {}
         limits = broker.limits
-        self.frame_max = max(limits.frame_max, FRAME_MIN_SIZE)
+        self.frame_max = FRAME_MIN_SIZE  # until tune-ok, as RabbitMQ
         self.channel_max = limits.channel_max
         self.heartbeat = 0
         self.user = None
@@ -89,13 +99,13 @@ class Connection:
             return
         buf = self.buf
         buf += data
+        # We flush at the end anyway: don't let output made meanwhile schedule another flush.
+        self.flush_scheduled = True
         try:
-            if self.state == AWAIT_HEADER:
-                if not self._read_protocol_header():
-                    return
-            self._read_frames()
+            if self.state != AWAIT_HEADER or self._read_protocol_header():
+                self._read_frames()
         except AMQPError as err:
-            self.connection_error(err)
+            self.connection_error(err, *getattr(err, "method_ids", (0, 0)))
         except DecodeError as err:
             self.connection_error(syntax_error(str(err)))
         self.flush()
@@ -127,18 +137,17 @@ class Connection:
         buf = self.buf
         n = len(buf)
         pos = 0
-        limit = self.frame_max - 8
         channels = self.channels
         try:
             while n - pos >= 7:
                 ftype, ch, size = _unpack_head(buf, pos)
-                if size > limit:
-                    raise frame_error(f"type {ftype}, {size} bytes, frame_max is {self.frame_max}")
+                if size > self.frame_max:  # RabbitMQ lets a payload reach frame_max (its "fudge")
+                    raise frame_errors.frame_too_large(ftype, size, self.frame_max)
                 end = pos + 7 + size
                 if end >= n:
                     break
                 if buf[end] != FRAME_END:
-                    raise frame_error(f"invalid frame end byte {buf[end]}")
+                    raise frame_errors.bad_frame_end(ftype, buf[pos + 7:end], buf[end])
                 payload = buf[pos + 7:end]
                 pos = end + 1
                 channel = channels.get(ch)
@@ -150,10 +159,10 @@ class Connection:
                         channel.body_frame(payload)
                     elif ftype == FRAME_HEADER:
                         channel.header_frame(payload)
-                    elif ftype == FRAME_HEARTBEAT:
-                        raise unexpected_frame(f"heartbeat frame on channel {ch}")
+                    elif ftype == FRAME_HEARTBEAT and not payload:
+                        raise frame_errors.unexpected_frame(ftype, payload)  # on a channel
                     else:
-                        raise frame_error(f"unknown frame type {ftype}")
+                        raise frame_errors.unknown_frame(ftype, payload)
                 else:
                     self._other_frame(ftype, ch, payload)
                 if self.state == CLOSED:
@@ -162,40 +171,78 @@ class Connection:
             del buf[:pos]
 
     def _other_frame(self, ftype, ch, payload) -> None:
-        if ftype not in (FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT):
-            raise frame_error(f"unknown frame type {ftype}")
+        # RabbitMQ's order: the frame's shape (501 unknown_frame), then where it arrived.
+        if (ftype not in (FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT)
+                or (ftype == FRAME_HEARTBEAT and payload)
+                or (ftype == FRAME_METHOD and len(payload) < 4)
+                or (ftype == FRAME_HEADER and len(payload) < 12)):
+            if self.state == CLOSING:
+                return
+            raise frame_errors.unknown_frame(ftype, payload)
         if ftype == FRAME_HEARTBEAT:
-            if ch != 0:
-                raise unexpected_frame(f"heartbeat frame on channel {ch}")
+            if ch != 0 and self.state != CLOSING:
+                raise frame_errors.unexpected_frame(ftype, payload)
             return
         if self.state == CLOSING:
             # After sending connection.close only close/close-ok matter.
             if ch == 0 and ftype == FRAME_METHOD:
-                method = spec.decode_method(payload)
-                if isinstance(method, spec.ConnectionCloseOk):
+                method_id = _I.unpack_from(payload, 0)[0]
+                if method_id == _CONNECTION_CLOSE_OK:
                     self._closed()
-                elif isinstance(method, spec.ConnectionClose):
+                elif method_id == _CONNECTION_CLOSE:
                     self.send_method(0, spec.ConnectionCloseOk())
                     self._closed()
             return
         if ch == 0:
             if ftype != FRAME_METHOD:
-                raise unexpected_frame(f"content frame of type {ftype} on channel 0")
-            self._connection_method(spec.decode_method(payload))
+                raise frame_errors.unexpected_frame(ftype, payload)
+            method = self.decode(payload)
+            if method is not None:
+                self._connection_method(method)
             return
         if self.state != OPEN:
-            raise unexpected_frame(f"frame of type {ftype} on channel {ch} before the connection is open")
+            raise frame_errors.unexpected_frame(ftype, payload)
         # A frame on a channel that is not open: only channel.open may create it.
+        if self.channel_max and len(self.channels) >= self.channel_max:
+            raise not_allowed(f"number of channels opened ({len(self.channels)}) has reached the "
+                              f"negotiated channel_max ({self.channel_max})")
         if ftype != FRAME_METHOD:
-            raise unexpected_frame(f"content frame of type {ftype} on unopened channel {ch}")
-        method = spec.decode_method(payload)
+            raise unexpected_frame("expected method frame, got non method frame instead")
+        method = self.decode(payload)
+        if method is None:
+            return
         if not isinstance(method, spec.ChannelOpen):
-            raise channel_error("expected 'channel.open'")
-        if ch > self.channel_max:
-            raise channel_error(f"channel number {ch} exceeds the negotiated channel_max ({self.channel_max})")
+            err = channel_error("expected 'channel.open'")
+            err.method_ids = (method.CLASS_ID, method.METHOD_ID)
+            raise err
+        if self.channel_max and ch > self.channel_max:
+            # The spec's rule (RabbitMQ 3.10 only limits how many channels are open).
+            err = not_allowed(f"channel number {ch} is higher than the negotiated channel_max ({self.channel_max})")
+            err.method_ids = (20, 10)
+            raise err
         channel = Channel(self, ch)
         self.channels[ch] = channel
         self.send_method(ch, spec.ChannelOpenOk(channel_id=b""))
+
+    def decode(self, payload):
+        """Decode a method payload; on failure, react as RabbitMQ does (and return None)."""
+        try:
+            return spec.decode_method(payload)
+        except DecodeError as err:
+            self.decode_failed(payload, err)
+            return None
+
+    def decode_failed(self, payload, err: DecodeError) -> None:
+        """Arguments that do not parse: 501 "cannot decode", as RabbitMQ. An unknown method
+        id or an unparseable field table crash RabbitMQ 3.10's reader, so the client just
+        sees the socket close; Warren does the same."""
+        if isinstance(err, (spec.UnknownMethod, spec.BadTable)):
+            log.warning("closing connection %s: %s", self.name, err)
+            self.abort()
+            return
+        if isinstance(err, MalformedUTF8):
+            raise frame_errors.malformed_utf8() from None
+        raise frame_errors.cannot_decode(payload, *_HH.unpack_from(payload, 0)) from None
 
     # ------------------------------------------------------- connection class
     def _connection_method(self, method) -> None:
@@ -206,18 +253,17 @@ class Connection:
             self._tune_ok(method)
         elif isinstance(method, spec.ConnectionOpen) and state == AWAIT_OPEN:
             self._open(method)
-        elif isinstance(method, spec.ConnectionClose):
+        elif isinstance(method, spec.ConnectionClose) and state == OPEN:
             self.send_method(0, spec.ConnectionCloseOk())
-            self._closed()
-        elif isinstance(method, spec.ConnectionCloseOk):
             self._closed()
         elif isinstance(method, spec.ConnectionUpdateSecret) and state == OPEN:
             # Internal users carry no expiring secret: accept, as RabbitMQ's internal backend does.
             self.send_method(0, spec.ConnectionUpdateSecretOk())
-        elif state != OPEN:
-            raise unexpected_frame(f"{method.NAME} during the connection handshake")
         else:
-            raise command_invalid(f"{method.NAME} on channel 0")
+            # Anything else on channel 0, including a close before the connection is open.
+            err = channel_error(f"unexpected method in connection state {_STATE_NAMES[state]}")
+            err.method_ids = (method.CLASS_ID, method.METHOD_ID)
+            raise err
 
     def _start_ok(self, method) -> None:
         self.client_properties = method.client_properties or {}
@@ -227,22 +273,20 @@ class Connection:
         if mechanism not in MECHANISMS.split():
             raise command_invalid(f"unknown authentication mechanism '{mechanism}'")
         creds = credentials(mechanism, method.response)
-        user = None
-        if creds is not None:
-            user = self.broker.authenticate(*creds)
-            if user is not None and user.name in self.broker.loopback_users and not _is_loopback(self.peer[0]):
-                log.warning("user '%s' can only connect via localhost (from %s)", user.name, self.peer[0])
-                user = None
+        if creds is None:
+            # RabbitMQ: a protocol error in the handshake, not a refused login.
+            raise syntax_error(f"{mechanism} response {bytes(method.response)!r} invalid")
+        user = self.broker.authenticate(*creds)
+        if user is not None and user.name in self.broker.loopback_users and not _is_loopback(self.peer[0]):
+            log.warning("user '%s' can only connect via localhost (from %s)", user.name, self.peer[0])
+            user = None
         if user is None:
-            log.warning("authentication failed for %s from %s", creds[0] if creds else "?", self.name)
+            log.warning("authentication failed for %s from %s", creds[0], self.name)
             err = access_refused(f"Login was refused using authentication mechanism {mechanism}. "
                                  "For details see the broker logfile.")
-            if self.capabilities.get("authentication_failure_close"):
-                raise err
             # Clients that do not announce the capability just see the socket close (AMQP 0-9-1).
-            self.state = CLOSED
-            self.transport.close()
-            return
+            err.handshake_reply = bool(self.capabilities.get("authentication_failure_close"))
+            raise err
         self.user = user
         limits = self.broker.limits
         self.state = AWAIT_TUNE_OK
@@ -254,11 +298,19 @@ class Connection:
         for field, minimum, server_value in (("frame_max", FRAME_MIN_SIZE, limits.frame_max),
                                              ("channel_max", 1, limits.channel_max)):
             value = getattr(method, field)
+            detail = " (no limit)" if field == "channel_max" and value == 0 else ""
             if value != 0 and value < minimum:
-                raise not_allowed(f"negotiated {field} = {value} is lower than the minimum allowed value ({minimum})")
-            if server_value != 0 and (value == 0 or value > server_value):
-                raise not_allowed(f"negotiated {field} = {value} is higher than the maximum allowed value ({server_value})")
-        self.frame_max = method.frame_max
+                err = not_allowed(f"negotiated {field} = {value} is lower than the minimum allowed value ({minimum})")
+            elif server_value != 0 and (value == 0 or value > server_value):
+                err = not_allowed(f"negotiated {field} = {value}{detail} is higher than the maximum "
+                                  f"allowed value ({server_value})")
+            else:
+                continue
+            # RabbitMQ (3.11 on; 3.10 closes silently) answers this one with connection.close.
+            err.method_ids = (10, 30)
+            err.handshake_reply = True
+            raise err
+        self.frame_max = method.frame_max or 0xFFFFFFFF  # 0: no limit
         self.channel_max = method.channel_max
         self.heartbeat = method.heartbeat
         self.state = AWAIT_OPEN
@@ -268,9 +320,14 @@ class Connection:
         name = method.virtual_host
         vhost = self.broker.vhosts.get(name)
         if vhost is None:
-            raise not_allowed(f"vhost {name} not found")
-        if (self.user.name, name) not in self.broker.permissions:
-            raise not_allowed(f"access to vhost '{name}' refused for user '{self.user.name}'")
+            err = not_allowed(f"vhost {name} not found")
+        elif (self.user.name, name) not in self.broker.permissions:
+            err = not_allowed(f"access to vhost '{name}' refused for user '{self.user.name}'")
+        else:
+            err = None
+        if err is not None:
+            err.method_ids = (10, 40)
+            raise err
         self.vhost = vhost
         self.state = OPEN
         self.broker.connections.add(self)
@@ -334,8 +391,21 @@ class Connection:
     def connection_error(self, err: AMQPError, class_id: int = 0, method_id: int = 0) -> None:
         if self.state in (CLOSING, CLOSED):
             return
+        if self.state in (AWAIT_START_OK, AWAIT_TUNE_OK) and not getattr(err, "handshake_reply", False):
+            # Before tune-ok RabbitMQ answers (almost) nothing: it waits, then drops the socket.
+            log.warning("handshake error from %s: %s", self.name, err.reply_text)
+            self._release()
+            self.state = CLOSED
+            self.transport.close_later(SILENT_CLOSE_DELAY)
+            return
         log.warning("closing connection %s: %s", self.name, err.reply_text)
         self.close(err.code, err.reply_text, class_id, method_id)
+
+    def abort(self) -> None:
+        """Drop the connection without a word, as RabbitMQ does when its reader crashes."""
+        self._release()
+        self.state = CLOSED
+        self.transport.close()
 
     def close(self, code: int = CONNECTION_FORCED, text: str = "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'",
               class_id: int = 0, method_id: int = 0) -> None:

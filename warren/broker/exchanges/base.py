@@ -1,6 +1,15 @@
 """What every exchange type shares: identity, flags and the binding set."""
 
-from ..errors import precondition_failed, rs
+from ...amqp.codec import table_type_name
+from ..errors import erl_s, precondition_failed, rs
+
+
+def _erl_value(value):
+    """A value as RabbitMQ holds it for an exact (=:=) comparison: strings and binaries are both
+    binaries; a bool is not the integer 1."""
+    if isinstance(value, str):
+        return (bytes, value.encode())
+    return (type(value), value)
 
 
 def freeze(value):
@@ -91,12 +100,22 @@ class Exchange:
                                        ("internal", internal, self.internal)):
             if received != current:
                 raise mismatch(arg, str(received).lower(), str(current).lower())
-        # Like RabbitMQ, only the alternate-exchange argument must match on redeclare.
-        received = (arguments or {}).get("alternate-exchange")
-        current = self.arguments.get("alternate-exchange")
-        if received != current:
+        # Like RabbitMQ, only the alternate-exchange argument must match on redeclare. When
+        # both sides have it only the values are compared (a longstr equals the same binary).
+        absent = object()
+        received = (arguments or {}).get("alternate-exchange", absent)
+        current = self.arguments.get("alternate-exchange", absent)
+        if received is absent and current is absent:
+            return
+        if received is not absent and current is not absent:
+            if _erl_value(received) == _erl_value(current):
+                return
+
             def show(v):
-                return "none" if v is None else f"the value '{v}' of type 'longstr'"
-            raise precondition_failed(
-                f"inequivalent arg 'alternate-exchange' for {self.describe()}: "
-                f"received {show(received)} but current is {show(current)}")
+                return "none" if v is None else f"'{erl_s(v)}'"
+        else:
+            def show(v):
+                return "none" if v is absent else f"the value '{erl_s(v)}' of type '{table_type_name(v)}'"
+        raise precondition_failed(
+            f"inequivalent arg 'alternate-exchange' for {self.describe()}: "
+            f"received {show(received)} but current is {show(current)}")
