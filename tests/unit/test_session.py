@@ -121,3 +121,27 @@ def test_oversized_frame_is_a_frame_error():
     [(_, close)] = transport.frames()
     assert isinstance(close, commands.Connection.Close)
     assert close.reply_code == 501
+
+
+def _login(peer, user="guest", password="guest"):
+    transport = FakeTransport()
+    conn = Connection(Broker.with_defaults(), transport, peer)
+    conn.data_received(b"AMQP\x00\x00\x09\x01")
+    transport.frames()
+    conn.data_received(frame.marshal(commands.Connection.StartOk(
+        client_properties={"capabilities": {"authentication_failure_close": True}},
+        mechanism="PLAIN", response=f"\0{user}\0{password}"), 0))
+    return transport.frames()
+
+
+def test_guest_is_refused_from_a_remote_address():
+    # The peer address is an input of the session layer, so the loopback rule is testable here.
+    [(_, close)] = _login(("10.1.2.3", 40000))
+    assert isinstance(close, commands.Connection.Close)
+    assert close.reply_code == 403
+    assert close.reply_text.startswith("ACCESS_REFUSED - Login was refused using authentication mechanism PLAIN")
+
+
+def test_guest_is_accepted_from_loopback():
+    [(_, tune)] = _login(("127.0.0.1", 40000))
+    assert isinstance(tune, commands.Connection.Tune)
