@@ -14,13 +14,10 @@ import argparse
 import atexit
 import json
 import os
-import secrets
 import shlex
 import shutil
 import signal
-import socket
 import statistics
-import string
 import subprocess
 import sys
 import tempfile
@@ -33,6 +30,13 @@ REPO_DIR = BENCH_DIR.parent
 LOADGEN = BENCH_DIR / "loadgen"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
+# Process bookkeeping (own process groups, watchdog) and the private RabbitMQ
+# node live in tools/rabbitmq_node.py, shared with the test runner.
+sys.path.insert(0, str(REPO_DIR / "tools"))
+from rabbitmq_node import (RabbitMQNode, RabbitMQNodeError, amqp_probe,  # noqa: E402
+                           forget as _forget, free_port, kill_all_children, kill_tree,
+                           port_open, spawn, watchdog_send as _watchdog_send)
+
 # --------------------------------------------------------------------------
 # logging / process bookkeeping
 
@@ -43,108 +47,6 @@ def log(msg: str) -> None:
 
 class Interrupted(Exception):
     pass
-
-
-_CHILDREN: dict[int, subprocess.Popen] = {}  # pid -> process (own process group)
-
-
-# A sidecar that SIGKILLs every process group we registered (and removes our
-# temp dirs) if run.py dies without cleaning up, e.g. when it is SIGKILLed:
-# it reads "+pgid"/"-pgid"/"d+path"/"d-path" lines on stdin and acts when
-# stdin reaches EOF without a final "done".
-_WATCHDOG_CODE = r"""
-import os, shutil, signal, sys, time
-groups, dirs = set(), set()
-for line in sys.stdin:
-    line = line.rstrip("\n")
-    if line == "done":
-        sys.exit(0)
-    if line[:2] == "d+":
-        dirs.add(line[2:])
-    elif line[:2] == "d-":
-        dirs.discard(line[2:])
-    elif line[:1] == "+":
-        groups.add(int(line[1:]))
-    elif line[:1] == "-":
-        groups.discard(int(line[1:]))
-for g in groups:
-    try:
-        os.killpg(g, signal.SIGKILL)
-    except OSError:
-        pass
-time.sleep(0.5)
-for d in dirs:
-    shutil.rmtree(d, ignore_errors=True)
-"""
-_watchdog: subprocess.Popen | None = None
-
-
-def _watchdog_send(msg: str) -> None:
-    global _watchdog
-    try:
-        if _watchdog is None:
-            _watchdog = subprocess.Popen(
-                [sys.executable, "-c", _WATCHDOG_CODE], stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True, text=True)
-        _watchdog.stdin.write(msg + "\n")
-        _watchdog.stdin.flush()
-    except OSError:
-        pass
-
-
-def _watchdog_stop() -> None:
-    if _watchdog is not None and _watchdog.poll() is None:
-        try:
-            _watchdog.stdin.write("done\n")
-            _watchdog.stdin.close()
-            _watchdog.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-
-
-def spawn(argv, *, env=None, cwd=None, stdout=None, stderr=None) -> subprocess.Popen:
-    """Start a child in its own process group so the whole tree can be killed."""
-    p = subprocess.Popen(
-        [str(a) for a in argv], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-        stdout=stdout, stderr=stderr, start_new_session=True)
-    _CHILDREN[p.pid] = p
-    _watchdog_send(f"+{p.pid}")
-    return p
-
-
-def kill_tree(p: subprocess.Popen, grace: float = 5.0) -> None:
-    """SIGTERM the child's process group, SIGKILL it after `grace` seconds."""
-    if p.poll() is None:
-        try:
-            os.killpg(p.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            p.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-    # the leader may be gone while other members of its group linger
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        p.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
-    _forget(p)
-
-
-def _forget(p: subprocess.Popen) -> None:
-    if _CHILDREN.pop(p.pid, None) is not None:
-        _watchdog_send(f"-{p.pid}")
-
-
-def kill_all_children() -> None:
-    for p in list(_CHILDREN.values()):
-        kill_tree(p, grace=2.0)
-    _watchdog_stop()
 
 
 def wait_rusage(p: subprocess.Popen, timeout: float) -> tuple[int | None, float]:
@@ -184,33 +86,6 @@ def group_cpu_seconds(pgid: int | None) -> float:
     return total / CLK_TCK
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_open(port: int, host: str = "127.0.0.1") -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def amqp_answers(port: int, host: str = "127.0.0.1") -> bool:
-    """True if something on the port answers an AMQP 0-9-1 protocol header
-    with a method frame (connection.start)."""
-    try:
-        with socket.create_connection((host, port), timeout=1.0) as s:
-            s.settimeout(2.0)
-            s.sendall(b"AMQP\x00\x00\x09\x01")
-            data = s.recv(7)
-            return len(data) >= 1 and data[0] == 1
-    except OSError:
-        return False
-
-
 # --------------------------------------------------------------------------
 # brokers
 
@@ -242,7 +117,7 @@ class Broker:
             if self.proc.poll() is not None:
                 raise BrokerError(f"{self.name} exited with status {self.proc.returncode} "
                                   f"during start-up; last log lines:\n{self.log_tail()}")
-            if port_open(self.port) and amqp_answers(self.port):
+            if port_open(self.port) and amqp_probe(self.port) is not None:
                 return
             time.sleep(0.2)
         raise BrokerError(f"{self.name} did not answer AMQP on port {self.port} within "
@@ -305,97 +180,34 @@ class Warren(Broker):
             self.proc = None
 
 
-def _default_rabbitmq_bin(name: str) -> str:
-    for cand in (f"/usr/lib/rabbitmq/bin/{name}",):
-        if os.path.exists(cand):
-            return cand
-    return shutil.which(name) or name
-
-
 class RabbitMQ(Broker):
-    """A private RabbitMQ node: own node name, ports, epmd, cookie and dirs."""
+    """A private RabbitMQ node (tools/rabbitmq_node.py): own node name, ports,
+    epmd, cookie and dirs."""
 
     name = "rabbitmq"
 
     def __init__(self, args):
         super().__init__(args)
-        self.epmd: subprocess.Popen | None = None
-        self.env: dict[str, str] = {}
+        self.node = RabbitMQNode(
+            args.rabbitmq_nodename, server=args.rabbitmq_server,
+            rabbitmqctl=args.rabbitmqctl, start_timeout=args.start_timeout,
+            keep_tmp=args.keep_tmp, tmp_prefix="rabbitmq-bench-", log=log)
 
     def start(self) -> None:
-        t = self.make_tmp("rabbitmq-bench-")
-        self.port = free_port()
-        dist_port = free_port()
-        epmd_port = free_port()
-        self.logfile = os.path.join(t, "rabbitmq-server.out")
-        # Own cookie in our own HOME: rabbitmq-server and rabbitmqctl both read
-        # $HOME/.erlang.cookie, so they agree even when run as root, and
-        # neither /root nor /var/lib/rabbitmq is touched.
-        cookie = "".join(secrets.choice(string.ascii_uppercase) for _ in range(20))
-        cookie_path = os.path.join(t, ".erlang.cookie")
-        with open(cookie_path, "w") as f:
-            f.write(cookie)
-        os.chmod(cookie_path, 0o400)
-        with open(os.path.join(t, "enabled_plugins"), "w") as f:
-            f.write("[].\n")
-        open(os.path.join(t, "rabbitmq-env.conf"), "w").close()
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("RABBITMQ_", "ERL_"))}
-        env.update({
-            "HOME": t,
-            "ERL_EPMD_PORT": str(epmd_port),
-            "RABBITMQ_NODENAME": self.args.rabbitmq_nodename,
-            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
-            "RABBITMQ_NODE_PORT": str(self.port),
-            "RABBITMQ_DIST_PORT": str(dist_port),
-            "RABBITMQ_MNESIA_BASE": os.path.join(t, "mnesia"),
-            "RABBITMQ_LOG_BASE": os.path.join(t, "log"),
-            "RABBITMQ_PID_FILE": os.path.join(t, "rabbitmq.pid"),
-            "RABBITMQ_ENABLED_PLUGINS_FILE": os.path.join(t, "enabled_plugins"),
-            "RABBITMQ_PLUGINS_EXPAND_DIR": os.path.join(t, "plugins-expand"),
-            "RABBITMQ_CONFIG_FILE": os.path.join(t, "rabbitmq"),  # absent: defaults
-            "RABBITMQ_ADVANCED_CONFIG_FILE": os.path.join(t, "advanced.config"),
-            "RABBITMQ_CONF_ENV_FILE": os.path.join(t, "rabbitmq-env.conf"),
-        })
-        self.env = env
-        # Our own epmd on a private port, in the foreground, so it is our
-        # child (erl would otherwise daemonize one that outlives the run).
-        epmd = shutil.which("epmd") or "epmd"
-        self.epmd = spawn([epmd, "-port", str(epmd_port)], env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while not port_open(epmd_port):
-            if self.epmd.poll() is not None or time.monotonic() > deadline:
-                raise BrokerError("could not start epmd")
-            time.sleep(0.05)
-        server = self.args.rabbitmq_server or _default_rabbitmq_bin("rabbitmq-server")
-        log(f"rabbitmq: starting node {self.args.rabbitmq_nodename} on port {self.port} "
-            f"(dist {dist_port}, epmd {epmd_port}, dir {t})")
-        with open(self.logfile, "ab") as lf:
-            self.proc = spawn([server], env=env, cwd=t, stdout=lf, stderr=lf)
-        self._wait_ready(self.args.start_timeout)
-        log(f"rabbitmq: ready (pid {self.proc.pid})")
+        try:
+            self.node.start()
+        except RabbitMQNodeError as e:
+            raise BrokerError(str(e)) from e
+        finally:
+            self.proc, self.port = self.node.proc, self.node.port
+            self.tmp, self.logfile = self.node.tmp, self.node.logfile
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            ctl = self.args.rabbitmqctl or _default_rabbitmq_bin("rabbitmqctl")
-            try:
-                subprocess.run([ctl, "-n", self.args.rabbitmq_nodename, "stop"],
-                               env=self.env, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               timeout=30, start_new_session=True)
-            except (subprocess.TimeoutExpired, OSError):
-                pass
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                pass
-        if self.proc:
-            kill_tree(self.proc, grace=5.0)
-            self.proc = None
-        if self.epmd:
-            kill_tree(self.epmd, grace=2.0)
-            self.epmd = None
+        self.node.stop()  # also removes (or keeps, with --keep-tmp) its temp dir
+        self.proc = None
+
+    def cleanup_tmp(self) -> None:
+        self.tmp = None  # done by stop()
 
 
 # --------------------------------------------------------------------------

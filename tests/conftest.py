@@ -5,7 +5,11 @@ example a local RabbitMQ) to compare behaviour; tests that need to start their o
 broker are skipped then.
 """
 
+import base64
+import hashlib
+import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -39,9 +43,11 @@ class BrokerProcess:
     def url(self) -> str:
         return f"amqp://guest:guest@{self.host}:{self.port}/%2F"
 
-    def pika_params(self, **kwargs):
+    def pika_params(self, user="guest", password="guest", vhost="/", **kwargs):
+        """pika connection parameters for this broker (kwargs: any others pika takes)."""
         import pika
-        kwargs.setdefault("credentials", pika.PlainCredentials("guest", "guest"))
+        kwargs.setdefault("credentials", pika.PlainCredentials(user, password))
+        kwargs.setdefault("virtual_host", vhost)
         return pika.ConnectionParameters(self.host, self.port, **kwargs)
 
     def log(self) -> str:
@@ -86,6 +92,60 @@ def start_broker(*extra_args, data_dir=None, port=None, wait=True) -> BrokerProc
     return broker
 
 
+# Brokers with extra users, vhosts and permissions (RabbitMQ definitions JSON).
+
+def password_hash(password: str, algorithm: str = "sha256", salt: bytes = b"\x8a\x1e\x07\x33") -> str:
+    """RabbitMQ's stored password hash, base64(salt + H(salt + password)), computed here
+    independently of Warren."""
+    digest = getattr(hashlib, algorithm)(salt + password.encode()).digest()
+    return base64.b64encode(salt + digest).decode()
+
+
+class DefinitionsBroker:
+    """Where a test finds a broker loaded with `definitions`: a fresh `warren server
+    --definitions FILE`, or, when WARREN_TEST_BROKER points at RabbitMQ and
+    WARREN_TEST_RABBITMQCTL holds a rabbitmqctl command line for that node, the same
+    definitions imported there (and removed again by stop())."""
+
+    def __init__(self, definitions: dict):
+        self.definitions = definitions
+        self.external = bool(EXTERNAL)
+        directory = tempfile.mkdtemp(prefix="warren-defs-")
+        os.chmod(directory, 0o755)
+        path = os.path.join(directory, "definitions.json")
+        with open(path, "w") as f:
+            json.dump(definitions, f)
+        os.chmod(path, 0o644)
+        if not EXTERNAL:
+            self.broker = start_broker("--definitions", path)
+            return
+        ctl = os.environ.get("WARREN_TEST_RABBITMQCTL")
+        if not ctl:
+            pytest.skip("needs its own users and vhosts: set WARREN_TEST_RABBITMQCTL to import them")
+        self.ctl = shlex.split(ctl)
+        host, port = EXTERNAL.rsplit(":", 1)
+        self.broker = BrokerProcess(host, int(port))
+        subprocess.run([*self.ctl, "import_definitions", path], check=True, capture_output=True, timeout=60)
+        # The import is asynchronous: wait until the last user can log in.
+        user = definitions["users"][-1]
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            listed = subprocess.run([*self.ctl, "list_users", "-q"], capture_output=True, text=True, timeout=60)
+            if any(line.split("\t")[0] == user["name"] for line in listed.stdout.splitlines()):
+                break
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if not self.external:
+            self.broker.stop()
+            return
+        for user in self.definitions.get("users", []):
+            subprocess.run([*self.ctl, "delete_user", user["name"]], capture_output=True, timeout=60)
+        for vhost in self.definitions.get("vhosts", []):
+            if vhost["name"] != "/":
+                subprocess.run([*self.ctl, "delete_vhost", vhost["name"]], capture_output=True, timeout=60)
+
+
 @pytest.fixture(scope="session")
 def broker():
     """One broker shared by the tests that only need a running broker."""
@@ -121,8 +181,7 @@ def uid() -> str:
     return uuid.uuid4().hex[:10]
 
 
-@pytest.fixture
-def connection(broker):
+def _pika_connection(broker):
     import pika
     conn = pika.BlockingConnection(broker.pika_params())
     yield conn
@@ -131,5 +190,145 @@ def connection(broker):
 
 
 @pytest.fixture
+def connection(broker):
+    yield from _pika_connection(broker)
+
+
+@pytest.fixture
+def other_connection(broker):
+    """A second pika connection (for exclusivity and cross-connection checks)."""
+    yield from _pika_connection(broker)
+
+
+@pytest.fixture
 def channel(connection):
     return connection.channel()
+
+
+@pytest.fixture
+def names(broker, uid):
+    """names(label) gives a unique exchange/queue name; whatever exchanges and queues carry
+    these names are deleted after the test (so a shared RabbitMQ stays clean)."""
+    import pika
+    made = []
+
+    def name(label):
+        n = f"{label}-{uid}"
+        made.append(n)
+        return n
+
+    yield name
+    conn = pika.BlockingConnection(broker.pika_params())
+    ch = conn.channel()
+    for n in made:
+        ch.exchange_delete(n)
+        try:
+            ch.queue_delete(n)
+        except pika.exceptions.ChannelClosedByBroker:  # exclusive to the test's connection
+            ch = conn.channel()
+    conn.close()
+
+
+# --------------------------------------------------------------------------------------
+# Helpers for tests that use pika's BlockingConnection.
+
+def _closed_by_broker(exception, fn, code, text):
+    with pytest.raises(exception) as err:
+        fn()
+    got = (err.value.reply_code, err.value.reply_text)
+    if code is not None:
+        assert got == (code, text)
+    return got
+
+
+def channel_error(fn, code=None, text=None):
+    """fn() must make the broker close the channel; returns (reply_code, reply_text), which
+    must be (code, text) when those are given."""
+    import pika
+    return _closed_by_broker(pika.exceptions.ChannelClosedByBroker, fn, code, text)
+
+
+def connection_error(fn, code=None, text=None):
+    """fn() must make the broker close the connection; as channel_error."""
+    import pika
+    return _closed_by_broker(pika.exceptions.ConnectionClosedByBroker, fn, code, text)
+
+
+def queue(ch, name="") -> str:
+    """Declare an exclusive queue (server-named by default); returns its name."""
+    return ch.queue_declare(name, exclusive=True).method.queue
+
+
+def get_all(ch, queue_name) -> list:
+    """Every ready message of a queue, taken with no-ack basic.gets, as (method, properties,
+    body). (basic.get after publishes on the same channel sees them: RabbitMQ keeps a
+    channel's order.)"""
+    got = []
+    while True:
+        method, props, body = ch.basic_get(queue_name, auto_ack=True)
+        if method is None:
+            return got
+        got.append((method, props, body))
+
+
+def drain(ch, queue_name) -> list:
+    """The bodies of every ready message of a queue (see get_all)."""
+    return [body for _, _, body in get_all(ch, queue_name)]
+
+
+def drain_redelivered(ch, queue_name) -> list:
+    """(body, redelivered) of every ready message of a queue (see get_all)."""
+    return [(body, method.redelivered) for method, _, body in get_all(ch, queue_name)]
+
+
+def get_tags(ch, queue_name, n) -> list:
+    """The delivery tags of the next `n` messages of a queue, taken with basic.get (and
+    left unacked)."""
+    return [ch.basic_get(queue_name)[0].delivery_tag for _ in range(n)]
+
+
+def publish_numbered(ch, queue_name, numbers) -> None:
+    """Publish str(i) for each i in `numbers` to a queue, through the default exchange."""
+    for i in numbers:
+        ch.basic_publish("", queue_name, str(i).encode())
+
+
+def pump(connection, until, timeout=3.0) -> None:
+    """Process pika events until until() holds (asserted after `timeout` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not until() and time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.05)
+    assert until()
+
+
+class Returns:
+    """The basic.returns a pika BlockingChannel receives."""
+
+    def __init__(self, connection, channel):
+        self.connection = connection
+        self.got = []
+        channel.add_on_return_callback(lambda ch, method, props, body: self.got.append((method, props, body)))
+
+    def collect(self, channel) -> list:
+        """(method, properties, body) of each return since the last call. A synchronous round
+        trip first: RabbitMQ sends basic.return before the next reply."""
+        channel.exchange_declare("amq.direct", passive=True)
+        self.connection.process_data_events(0)
+        got, self.got = self.got, []
+        return got
+
+    def brief(self, channel) -> list:
+        """collect(), as (reply_code, exchange, routing_key, body) tuples."""
+        return [(m.reply_code, m.exchange, m.routing_key, body) for m, _, body in self.collect(channel)]
+
+
+@pytest.fixture
+def restart_broker(make_broker):
+    """Stop a broker (SIGTERM by default, or e.g. SIGKILL) and start a new one on the same data
+    dir, with the given extra arguments (not the old ones: pass them again if needed)."""
+
+    def restart(old, *args, sig=signal.SIGTERM):
+        old.stop(sig)
+        return make_broker(*args, data_dir=old.data_dir)
+
+    return restart

@@ -1,8 +1,9 @@
-"""A tiny raw-socket AMQP 0-9-1 client for connection-level tests.
+"""A tiny raw-socket AMQP 0-9-1 client for the tests.
 
 It speaks the protocol by hand (frames are built here, methods are encoded and decoded with
-pamqp, independently of Warren's own codec), so tests can send exactly the bytes they want:
-wrong protocol headers, oversized or malformed frames, methods out of order.
+pamqp, independently of Warren's own codec), so tests can send exactly the bytes they want
+(wrong protocol headers, oversized or malformed frames, methods out of order) and see exactly
+which frames the broker sends back, in which order.
 """
 
 import socket
@@ -11,6 +12,7 @@ import time
 
 from pamqp import commands, frame as pframe, header as pheader
 from pamqp.body import ContentBody
+from pamqp.heartbeat import Heartbeat
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT = 1, 2, 3, 8
@@ -26,7 +28,7 @@ CLIENT_CAPABILITIES = {
 }
 
 
-class ConnectionEOF(Exception):
+class ConnectionEOF(ConnectionError):
     """The server closed the socket."""
 
 
@@ -58,7 +60,17 @@ def plain(user: str, password: str) -> bytes:
     return b"\x00" + user.encode() + b"\x00" + password.encode()
 
 
+def start_ok_payload(client_properties: dict, mechanism: str, response: bytes, locale: str = "en_US") -> bytes:
+    """connection.start-ok built by hand: pamqp encodes the response as text, ours is binary."""
+    return (struct.pack(">HH", 10, 11) + _table(client_properties) + shortstr(mechanism) + longstr(response)
+            + shortstr(locale))
+
+
 class Frame:
+    """A frame from the server: `type`, `channel`, raw `payload`; `method` for a method frame
+    and `value`, the frame decoded with pamqp (a method, ContentHeader, ContentBody or
+    Heartbeat; header frames are decoded only when `value` is read)."""
+
     def __init__(self, ftype, channel, payload):
         self.type = ftype
         self.channel = channel
@@ -70,12 +82,27 @@ class Frame:
             else:
                 self.method = pframe._unmarshal_method_frame(self.payload)
 
+    @property
+    def value(self):
+        if self.type == FRAME_METHOD:
+            return self.method
+        if self.type == FRAME_HEADER:
+            return pframe._unmarshal_header_frame(self.payload)
+        if self.type == FRAME_BODY:
+            return ContentBody(self.payload)
+        if self.type == FRAME_HEARTBEAT:
+            return Heartbeat()
+        return None
+
     def __repr__(self):
         what = self.method if self.method is not None else self.payload[:40]
         return f"Frame(type={self.type}, channel={self.channel}, {what!r})"
 
 
 class RawClient:
+    """A socket to the broker, before the handshake: see connect() for one that has opened
+    the vhost."""
+
     def __init__(self, host, port, timeout: float = 5.0):
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -83,6 +110,7 @@ class RawClient:
         self.buf = bytearray()
         self.start = None   # connection.start
         self.tune = None    # connection.tune
+        self.frame_max = 131072  # as negotiated by handshake(); publish() splits bodies by it
         self.heartbeats = []  # arrival times of heartbeat frames seen by read_frame
 
     # ------------------------------------------------------------------ bytes
@@ -95,18 +123,36 @@ class RawClient:
     def send_method(self, channel: int, method) -> None:
         self.send(pframe.marshal(method, channel))
 
+    def call(self, channel: int, method, reply=None, timeout=None):
+        """Send a synchronous method and return the server's answer on the same channel,
+        which must be `reply` (by default the method's one valid response)."""
+        if reply is None:
+            (name,) = method.valid_responses
+            class_name, method_name = name.split(".")
+            reply = getattr(getattr(commands, class_name), method_name)
+        self.send_method(channel, method)
+        return self.expect(reply, channel, timeout)
+
     def send_content(self, channel: int, body: bytes, body_size=None, properties=None) -> None:
-        """A content header and one body frame."""
+        """A content header and one body frame (none for an empty body), whatever frame_max."""
         size = len(body) if body_size is None else body_size
         hdr = pheader.ContentHeader(0, size, properties or commands.Basic.Properties())
         self.send(pframe.marshal(hdr, channel))
         if body:
             self.send(pframe.marshal(ContentBody(body), channel))
 
-    def publish(self, channel, exchange, routing_key, body: bytes, mandatory=False) -> None:
-        self.send_method(channel, commands.Basic.Publish(exchange=exchange, routing_key=routing_key,
-                                                         mandatory=mandatory))
-        self.send_content(channel, body)
+    def publish(self, channel, exchange, routing_key, body: bytes = b"", mandatory=False, properties=None,
+                immediate=False) -> None:
+        """basic.publish, its content header and the body in frames of at most frame_max,
+        in one write."""
+        data = pframe.marshal(commands.Basic.Publish(exchange=exchange, routing_key=routing_key,
+                                                     mandatory=mandatory, immediate=immediate), channel)
+        data += pframe.marshal(pheader.ContentHeader(0, len(body), properties or commands.Basic.Properties()),
+                               channel)
+        limit = self.frame_max - 8
+        for start in range(0, len(body), limit):
+            data += pframe.marshal(ContentBody(body[start:start + limit]), channel)
+        self.send(data)
 
     def _fill(self, deadline) -> None:
         remaining = deadline - time.monotonic()
@@ -149,12 +195,33 @@ class RawClient:
             return Frame(ftype, channel, payload)
 
     def expect(self, cls, channel=None, timeout=None):
-        """Read the next frame, which must be a method of class `cls`; return the method."""
+        """Read the next frame, which must be a `cls` (a pamqp method class, ContentHeader or
+        ContentBody), on `channel` if given; return it decoded."""
         f = self.read_frame(timeout)
-        assert f.method is not None and isinstance(f.method, cls), f"expected {cls.__name__}, got {f!r}"
+        value = f.value
+        assert isinstance(value, cls), f"expected {cls.__name__}, got {f!r}"
         if channel is not None:
             assert f.channel == channel, f"expected channel {channel}, got {f!r}"
-        return f.method
+        return value
+
+    def read_content(self, timeout=None):
+        """After a method with content (deliver, get-ok, return): its header and the
+        assembled body."""
+        header = self.expect(pheader.ContentHeader, timeout=timeout)
+        body = b""
+        while len(body) < header.body_size:
+            body += self.expect(ContentBody, timeout=timeout).value
+        return header, body
+
+    def frames_until_quiet(self, quiet=0.3) -> list:
+        """Every frame (decoded, heartbeats skipped) received until nothing arrives for `quiet`
+        seconds."""
+        frames = []
+        while True:
+            try:
+                frames.append(self.read_frame(quiet).value)
+            except TimeoutError:
+                return frames
 
     def expect_eof(self, timeout=None) -> bytes:
         """Read until the server closes the socket; returns what came before the close."""
@@ -180,32 +247,23 @@ class RawClient:
 
     def expect_connection_close(self, code: int, text=None, class_id=None, method_id=None, timeout=None,
                                 check_eof=True):
-        """Expect connection.close with `code` (and `text`, if given), answer close-ok and
-        check the server then closes the socket (unless check_eof is False: after a framing
-        error the server may not be able to read our close-ok). Returns the close method."""
-        deadline = time.monotonic() + (timeout or self.timeout)
-        while True:
-            f = self.read_frame(max(deadline - time.monotonic(), 0.01))
-            if f.channel == 0 and isinstance(f.method, commands.Connection.Close):
-                break
-            # Anything the server had already queued before the error (e.g. a channel.open-ok).
-        close = f.method
-        assert (close.reply_code, close.reply_text if text is not None else None) == (code, text), \
-            f"got connection.close {close.reply_code} {close.reply_text!r}"
-        if class_id is not None:
-            assert (close.class_id, close.method_id) == (class_id, method_id), \
-                f"close for method {close.class_id}.{close.method_id}"
+        """The next frame must be connection.close with `code` (and `text`, `class_id` and
+        `method_id`, if given); answers close-ok and checks the server then closes the socket
+        (unless check_eof is False: after a framing error the server may not be able to read
+        our close-ok). Returns the close method."""
+        close = _check_close(self.expect(commands.Connection.Close, 0, timeout), code, text, class_id, method_id)
         self.send_method(0, commands.Connection.CloseOk())
         if check_eof:
             assert self.is_closed(self.timeout), "socket still open after close-ok"
         return close
 
-    def expect_channel_close(self, channel: int, code: int, text=None, timeout=None):
-        m = self.expect(commands.Channel.Close, channel, timeout)
-        assert (m.reply_code, m.reply_text if text is not None else None) == (code, text), \
-            f"got channel.close {m.reply_code} {m.reply_text!r}"
+    def expect_channel_close(self, channel: int, code: int, text=None, class_id=None, method_id=None,
+                             timeout=None):
+        """The next frame must be channel.close with `code` (and `text`, `class_id` and
+        `method_id`, if given) on `channel`; answers close-ok and returns the close."""
+        close = _check_close(self.expect(commands.Channel.Close, channel, timeout), code, text, class_id, method_id)
         self.send_method(channel, commands.Channel.CloseOk())
-        return m
+        return close
 
     # ------------------------------------------------------------- handshake
     def start_handshake(self, header: bytes = PROTOCOL_HEADER):
@@ -214,28 +272,30 @@ class RawClient:
         return self.start
 
     def login(self, user="guest", password="guest", mechanism="PLAIN", capabilities=True, response=None):
-        """Send start-ok; returns nothing (the caller reads tune or the refusal)."""
+        """Send start-ok; returns nothing (the caller reads tune or the refusal).
+        capabilities: True for CLIENT_CAPABILITIES, False for none at all (no capabilities
+        table), or the table to send."""
         props = {"product": "warren-tests rawamqp"}
-        if capabilities:
+        if capabilities is True:
             props["capabilities"] = dict(CLIENT_CAPABILITIES)
+        elif capabilities is not False:
+            props["capabilities"] = dict(capabilities)
         if response is None:
             response = plain(user, password) if mechanism == "PLAIN" else amqplain(user, password)
-        # connection.start-ok built by hand: pamqp encodes the response as text, ours is binary.
-        payload = (struct.pack(">HH", 10, 11) + _table(props) + shortstr(mechanism)
-                   + longstr(response) + shortstr("en_US"))
-        self.send_frame(FRAME_METHOD, 0, payload)
+        self.send_frame(FRAME_METHOD, 0, start_ok_payload(props, mechanism, response))
 
     def handshake(self, user="guest", password="guest", vhost="/", mechanism="PLAIN",
-                  channel_max=None, frame_max=None, heartbeat=0, open_vhost=True):
+                  channel_max=None, frame_max=None, heartbeat=0, open_vhost=True, capabilities=True):
         """Run the handshake up to open-ok (or up to tune-ok when open_vhost is False).
         None for channel_max/frame_max means: accept the server's value."""
         self.start_handshake()
-        self.login(user, password, mechanism)
+        self.login(user, password, mechanism, capabilities)
         self.tune = self.expect(commands.Connection.Tune, 0)
+        frame_max = self.tune.frame_max if frame_max is None else frame_max
         self.send_method(0, commands.Connection.TuneOk(
             channel_max=self.tune.channel_max if channel_max is None else channel_max,
-            frame_max=self.tune.frame_max if frame_max is None else frame_max,
-            heartbeat=heartbeat))
+            frame_max=frame_max, heartbeat=heartbeat))
+        self.frame_max = frame_max or 1 << 32  # 0: no limit
         if open_vhost:
             self.send_method(0, commands.Connection.Open(virtual_host=vhost))
             self.expect(commands.Connection.OpenOk, 0)
@@ -258,6 +318,17 @@ class RawClient:
         self.close()
 
 
+def _check_close(close, code, text, class_id, method_id):
+    """Assert a connection.close / channel.close has `code` and, where given, `text` and
+    `class_id`.`method_id`."""
+    assert (close.reply_code, close.reply_text if text is not None else None) == (code, text), \
+        f"got {close.name} {close.reply_code} {close.reply_text!r}"
+    if class_id is not None:
+        assert (close.class_id, close.method_id) == (class_id, method_id), \
+            f"close for method {close.class_id}.{close.method_id}"
+    return close
+
+
 def _decode_close(payload: bytes):
     """connection.close / channel.close by hand: RabbitMQ may put latin-1 bytes in the
     reply text (pamqp insists on UTF-8)."""
@@ -278,75 +349,14 @@ def _table(table: dict) -> bytes:
     return encode.field_table(table)
 
 
+def dial(broker, timeout=5.0) -> RawClient:
+    """A raw client connected to `broker` that has sent nothing yet."""
+    return RawClient(broker.host, broker.port, timeout)
+
+
 def connect(broker, timeout=5.0, **handshake_args) -> RawClient:
-    """A raw client that has opened the vhost (and no channel yet)."""
-    client = RawClient(broker.host, broker.port, timeout)
+    """A raw client that has opened the vhost (and no channel yet); handshake_args as for
+    RawClient.handshake (user, password, vhost, frame_max, capabilities, ...)."""
+    client = dial(broker, timeout)
     client.handshake(**handshake_args)
     return client
-
-
-# --------------------------------------------------------------------------------------
-# Brokers with extra users, vhosts and permissions (RabbitMQ definitions JSON).
-
-def password_hash(password: str, algorithm: str = "sha256", salt: bytes = b"\x8a\x1e\x07\x33") -> str:
-    """RabbitMQ's stored password hash, base64(salt + H(salt + password)), computed here
-    independently of Warren."""
-    import base64
-    import hashlib
-    digest = getattr(hashlib, algorithm)(salt + password.encode()).digest()
-    return base64.b64encode(salt + digest).decode()
-
-
-class DefinitionsBroker:
-    """Where a test finds a broker loaded with `definitions`: a fresh `warren server
-    --definitions FILE`, or, when WARREN_TEST_BROKER points at RabbitMQ and
-    WARREN_TEST_RABBITMQCTL holds a rabbitmqctl command line for that node, the same
-    definitions imported there (and removed again by stop())."""
-
-    def __init__(self, definitions: dict):
-        import json
-        import os
-        import shlex
-        import subprocess
-        import tempfile
-
-        import pytest
-        from conftest import EXTERNAL, BrokerProcess, start_broker
-
-        self.definitions = definitions
-        self.external = bool(EXTERNAL)
-        directory = tempfile.mkdtemp(prefix="warren-defs-")
-        os.chmod(directory, 0o755)
-        path = os.path.join(directory, "definitions.json")
-        with open(path, "w") as f:
-            json.dump(definitions, f)
-        os.chmod(path, 0o644)
-        if not EXTERNAL:
-            self.broker = start_broker("--definitions", path)
-            return
-        ctl = os.environ.get("WARREN_TEST_RABBITMQCTL")
-        if not ctl:
-            pytest.skip("needs its own users and vhosts: set WARREN_TEST_RABBITMQCTL to import them")
-        self.ctl = shlex.split(ctl)
-        host, port = EXTERNAL.rsplit(":", 1)
-        self.broker = BrokerProcess(host, int(port))
-        subprocess.run([*self.ctl, "import_definitions", path], check=True, capture_output=True, timeout=60)
-        # The import is asynchronous: wait until the last user can log in.
-        user = definitions["users"][-1]
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            listed = subprocess.run([*self.ctl, "list_users", "-q"], capture_output=True, text=True, timeout=60)
-            if any(line.split("\t")[0] == user["name"] for line in listed.stdout.splitlines()):
-                break
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        import subprocess
-        if not self.external:
-            self.broker.stop()
-            return
-        for user in self.definitions.get("users", []):
-            subprocess.run([*self.ctl, "delete_user", user["name"]], capture_output=True, timeout=60)
-        for vhost in self.definitions.get("vhosts", []):
-            if vhost["name"] != "/":
-                subprocess.run([*self.ctl, "delete_vhost", vhost["name"]], capture_output=True, timeout=60)

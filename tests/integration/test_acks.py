@@ -2,23 +2,10 @@
 
 import pika
 import pytest
-from pamqp import body as pbody
 from pamqp import commands as c
-from pamqp import header as pheader
 
-from .test_confirms import RawClient
-
-
-def channel_error(fn, code, text):
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
-        fn()
-    assert (err.value.reply_code, err.value.reply_text) == (code, text)
-
-
-def connection_error(fn, code, text):
-    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:
-        fn()
-    assert (err.value.reply_code, err.value.reply_text) == (code, text)
+from conftest import channel_error, connection_error, drain, drain_redelivered, get_tags, publish_numbered
+from rawamqp import connect
 
 
 @pytest.fixture
@@ -27,24 +14,13 @@ def q(channel, uid):
     name = f"acks-{uid}"
     channel.queue_declare(name, exclusive=True)
     channel.confirm_delivery()
-    for i in range(1, 6):
-        channel.basic_publish("", name, str(i).encode())
+    publish_numbered(channel, name, range(1, 6))
     return name
 
 
 def get(channel, q, auto_ack=False):
     method, props, body = channel.basic_get(q, auto_ack=auto_ack)
     return method, body
-
-
-def drain(channel, q):
-    """Bodies of every remaining ready message, taken with no-ack gets."""
-    out = []
-    while True:
-        method, _, body = channel.basic_get(q, auto_ack=True)
-        if method is None:
-            return out
-        out.append((body, method.redelivered))
 
 
 # -------------------------------------------------------------------- get
@@ -63,19 +39,17 @@ def test_get_reports_remaining_ready_count(channel, q):
 
 def test_get_empty_on_raw_connection(broker, uid):
     q = f"gete-{uid}"
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Queue.Declare(queue=q, exclusive=True))
-        raw.expect(c.Queue.DeclareOk)
-        raw.send(1, c.Basic.Get(queue=q))
-        empty = raw.expect(c.Basic.GetEmpty)
+        raw.call(1, c.Queue.Declare(queue=q, exclusive=True))
+        empty = raw.call(1, c.Basic.Get(queue=q), c.Basic.GetEmpty)
         assert empty.cluster_id == ""
 
 
 def test_delivery_tags_count_up_per_channel(connection, q):
     ch2 = connection.channel()
     ch1 = connection.channel()
-    assert [get(ch1, q)[0].delivery_tag for _ in range(2)] == [1, 2]
+    assert get_tags(ch1, q, 2) == [1, 2]
     assert get(ch2, q)[0].delivery_tag == 1
     ch1.basic_ack(0, multiple=True)
     assert get(ch1, q)[0].delivery_tag == 3  # tags are never reused on a channel
@@ -85,12 +59,12 @@ def test_delivery_tags_count_up_per_channel(connection, q):
 
 
 def test_ack_single_and_multiple(connection, channel, q):
-    tags = [get(channel, q)[0].delivery_tag for _ in range(5)]
+    tags = get_tags(channel, q, 5)
     channel.basic_ack(tags[1])
     channel.basic_ack(tags[3], multiple=True)  # acks 1, 3 and 4 (2 already acked)
     channel.close()
     # Only message 5 was still unacked: it is requeued when the channel closes.
-    assert drain(connection.channel(), q) == [(b"5", True)]
+    assert drain_redelivered(connection.channel(), q) == [(b"5", True)]
 
 
 def test_ack_multiple_with_tag_zero_acks_everything(connection, channel, q):
@@ -99,7 +73,7 @@ def test_ack_multiple_with_tag_zero_acks_everything(connection, channel, q):
     channel.basic_ack(0, multiple=True)
     channel.basic_ack(0, multiple=True)  # nothing outstanding: still fine
     channel.close()
-    assert drain(connection.channel(), q) == []
+    assert drain_redelivered(connection.channel(), q) == []
 
 
 def test_ack_tag_zero_without_multiple_is_406(channel, q):
@@ -122,33 +96,25 @@ def test_double_ack_is_406(connection, channel, q):
 
 
 def test_ack_error_names_the_ack_method(broker):
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Basic.Ack(delivery_tag=3))
-        close = raw.expect(c.Channel.Close)
-        assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
-            406, "PRECONDITION_FAILED - unknown delivery tag 3", 60, 80)
-        raw.send(1, c.Channel.CloseOk())
+        raw.send_method(1, c.Basic.Ack(delivery_tag=3))
+        raw.expect_channel_close(1, 406, "PRECONDITION_FAILED - unknown delivery tag 3", 60, 80)
         raw.open_channel(2)
-        raw.send(2, c.Basic.Reject(delivery_tag=4))
-        close = raw.expect(c.Channel.Close)
-        assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
-            406, "PRECONDITION_FAILED - unknown delivery tag 4", 60, 90)
-        raw.send(2, c.Channel.CloseOk())
+        raw.send_method(2, c.Basic.Reject(delivery_tag=4))
+        raw.expect_channel_close(2, 406, "PRECONDITION_FAILED - unknown delivery tag 4", 60, 90)
         raw.open_channel(3)
-        raw.send(3, c.Basic.Nack(delivery_tag=5, multiple=True))
-        close = raw.expect(c.Channel.Close)
-        assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
-            406, "PRECONDITION_FAILED - unknown delivery tag 5", 60, 120)
+        raw.send_method(3, c.Basic.Nack(delivery_tag=5, multiple=True))
+        raw.expect_channel_close(3, 406, "PRECONDITION_FAILED - unknown delivery tag 5", 60, 120)
 
 
 def test_ack_multiple_with_an_already_acked_tag_is_406_and_acks_nothing(connection, channel, q):
-    tags = [get(channel, q)[0].delivery_tag for _ in range(3)]
+    tags = get_tags(channel, q, 3)
     channel.basic_ack(tags[1])
     channel_error(lambda: (channel.basic_ack(tags[1], multiple=True), channel.basic_get(q)), 406,
                   f"PRECONDITION_FAILED - unknown delivery tag {tags[1]}")
     # The failed multiple ack settled nothing: 1 and 3 come back.
-    assert [b for b, _ in drain(connection.channel(), q)] == [b"1", b"3", b"4", b"5"]
+    assert drain(connection.channel(), q) == [b"1", b"3", b"4", b"5"]
 
 
 # ------------------------------------------------------------ nack, reject
@@ -166,27 +132,27 @@ def test_nack_requeue_restores_original_positions(channel, q):
 
 
 def test_requeued_messages_go_before_newer_ones(channel, q):
-    tags = [get(channel, q)[0].delivery_tag for _ in range(3)]  # 1, 2, 3 unacked; 4, 5 ready
+    tags = get_tags(channel, q, 3)  # 1, 2, 3 unacked; 4, 5 ready
     channel.basic_reject(tags[2], requeue=True)
     channel.basic_reject(tags[0], requeue=True)
-    assert drain(channel, q) == [(b"1", True), (b"3", True), (b"4", False), (b"5", False)]
+    assert drain_redelivered(channel, q) == [(b"1", True), (b"3", True), (b"4", False), (b"5", False)]
 
 
 def test_nack_multiple_requeue(channel, q):
-    tags = [get(channel, q)[0].delivery_tag for _ in range(4)]
+    tags = get_tags(channel, q, 4)
     channel.basic_nack(tags[2], multiple=True, requeue=True)  # 1, 2, 3
-    assert drain(channel, q) == [(b"1", True), (b"2", True), (b"3", True), (b"5", False)]
+    assert drain_redelivered(channel, q) == [(b"1", True), (b"2", True), (b"3", True), (b"5", False)]
     channel.basic_nack(0, multiple=True, requeue=True)  # 4, still unacked
-    assert drain(channel, q) == [(b"4", True)]
+    assert drain_redelivered(channel, q) == [(b"4", True)]
 
 
 def test_nack_and_reject_without_requeue_drop(connection, channel, q):
-    tags = [get(channel, q)[0].delivery_tag for _ in range(4)]
+    tags = get_tags(channel, q, 4)
     channel.basic_reject(tags[0], requeue=False)
     channel.basic_nack(tags[2], multiple=True, requeue=False)  # 2 and 3
     channel.basic_nack(0, multiple=True, requeue=False)  # 4
     channel.close()
-    assert drain(connection.channel(), q) == [(b"5", False)]
+    assert drain_redelivered(connection.channel(), q) == [(b"5", False)]
 
 
 def test_redelivered_flag_on_consume_after_requeue(connection, channel, q):
@@ -219,7 +185,7 @@ def test_recover_requeue_redelivers(connection, q):
     assert [t for _, _, t in got[5:]] == [6, 7, 8, 9]
     ch.basic_ack(9, multiple=True)
     ch.close()
-    assert drain(connection.channel(), q) == []
+    assert drain_redelivered(connection.channel(), q) == []
 
 
 def test_recover_requeue_false_is_not_implemented(channel, q):
@@ -230,22 +196,18 @@ def test_recover_requeue_false_is_not_implemented(channel, q):
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pamqp: recover-async is deprecated
 def test_recover_async(broker, uid):
     q = f"reca-{uid}"
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Queue.Declare(queue=q, exclusive=True))
-        raw.expect(c.Queue.DeclareOk)
+        raw.call(1, c.Queue.Declare(queue=q, exclusive=True))
         raw.publish(1, "", q, b"m")
-        raw.send(1, c.Basic.Get(queue=q))
-        assert raw.expect(c.Basic.GetOk).delivery_tag == 1
-        raw.recv_message()
-        raw.send(1, c.Basic.RecoverAsync(requeue=True))
-        raw.send(1, c.Basic.Get(queue=q))
-        ok = raw.expect(c.Basic.GetOk)
+        assert raw.call(1, c.Basic.Get(queue=q), c.Basic.GetOk).delivery_tag == 1
+        raw.read_content()
+        raw.send_method(1, c.Basic.RecoverAsync(requeue=True))
+        ok = raw.call(1, c.Basic.Get(queue=q), c.Basic.GetOk)
         assert (ok.delivery_tag, ok.redelivered) == (2, True)
-        raw.recv_message()
-        raw.send(1, c.Basic.RecoverAsync(requeue=False))
-        close = raw.expect(c.Connection.Close)
-        assert (close.reply_code, close.reply_text) == (540, "NOT_IMPLEMENTED - requeue=false")
+        raw.read_content()
+        raw.send_method(1, c.Basic.RecoverAsync(requeue=False))
+        raw.expect_connection_close(540, "NOT_IMPLEMENTED - requeue=false")
 
 
 # --------------------------------------------------- unacked on close
@@ -255,8 +217,8 @@ def test_unacked_requeued_when_channel_closes(connection, channel, q):
     for _ in range(3):
         get(channel, q)
     channel.close()
-    assert drain(connection.channel(), q) == [(b"1", True), (b"2", True), (b"3", True), (b"4", False),
-                                               (b"5", False)]
+    assert drain_redelivered(connection.channel(), q) == [(b"1", True), (b"2", True), (b"3", True),
+                                                          (b"4", False), (b"5", False)]
 
 
 def test_unacked_requeued_when_connection_closes(broker, channel, uid):
@@ -273,7 +235,7 @@ def test_unacked_requeued_when_connection_closes(broker, channel, uid):
         while len(got) < 3:
             conn.process_data_events(time_limit=1)
         conn.close()
-        assert drain(channel, name) == [(b"1", True), (b"2", True), (b"3", True)]
+        assert drain_redelivered(channel, name) == [(b"1", True), (b"2", True), (b"3", True)]
     finally:
         channel.queue_delete(name)
 
@@ -281,18 +243,14 @@ def test_unacked_requeued_when_connection_closes(broker, channel, uid):
 def test_no_ack_get_is_not_requeued(connection, channel, q):
     assert get(channel, q, auto_ack=True)[1] == b"1"
     channel.close()
-    assert [b for b, _ in drain(connection.channel(), q)] == [b"2", b"3", b"4", b"5"]
+    assert drain(connection.channel(), q) == [b"2", b"3", b"4", b"5"]
 
 
 # ---------------------------------------------------------------- publish
 
 
 def test_immediate_publish_is_not_implemented(broker, uid):
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Basic.Publish(exchange="", routing_key=f"x-{uid}", immediate=True))
-        raw.send(1, pheader.ContentHeader(0, 1, c.Basic.Properties()))
-        raw.send(1, pbody.ContentBody(b"x"))
-        close = raw.expect(c.Connection.Close)
-        assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
-            540, "NOT_IMPLEMENTED - immediate=true", 60, 40)
+        raw.publish(1, "", f"x-{uid}", b"x", immediate=True)
+        raw.expect_connection_close(540, "NOT_IMPLEMENTED - immediate=true", 60, 40)

@@ -11,7 +11,8 @@ import pika
 import pytest
 from pamqp import commands
 
-from rawamqp import DefinitionsBroker, RawClient, connect, password_hash
+from conftest import DefinitionsBroker, password_hash
+from rawamqp import connect, dial
 
 LOGIN_REFUSED = "ACCESS_REFUSED - Login was refused using authentication mechanism {}. For details see the broker logfile."
 
@@ -43,10 +44,6 @@ def users_broker():
     b = DefinitionsBroker(DEFINITIONS)
     yield b.broker
     b.stop()
-
-
-def pika_params(b, user, password, vhost="/", **kw):
-    return pika.ConnectionParameters(b.host, b.port, vhost, pika.PlainCredentials(user, password), **kw)
 
 
 def py_amqp(b, user, password, vhost="/", mechanism="AMQPLAIN"):
@@ -104,7 +101,7 @@ def test_amqplain_login_with_kombu(broker):
 @pytest.mark.parametrize("mechanism", ["PLAIN", "AMQPLAIN"])
 @pytest.mark.parametrize("user", ["guest", "no-such-user"])
 def test_refused_login_is_403_for_clients_with_authentication_failure_close(broker, mechanism, user):
-    with RawClient(broker.host, broker.port) as client:
+    with dial(broker) as client:
         client.start_handshake()
         client.login(user, "wrong-password", mechanism=mechanism)
         client.expect_connection_close(403, LOGIN_REFUSED.format(mechanism), 0, 0)
@@ -112,7 +109,7 @@ def test_refused_login_is_403_for_clients_with_authentication_failure_close(brok
 
 def test_refused_login_with_pika(broker):
     with pytest.raises(pika.exceptions.ProbableAuthenticationError) as err:
-        pika.BlockingConnection(pika_params(broker, "guest", "wrong-password"))
+        pika.BlockingConnection(broker.pika_params("guest", "wrong-password"))
     assert f"(403) '{LOGIN_REFUSED.format('PLAIN')}'" in str(err.value)
 
 
@@ -125,19 +122,19 @@ def test_refused_login_with_py_amqp(broker):
 
 def test_unknown_vhost_is_530(broker, uid):
     vhost = f"no-such-vhost-{uid}"
-    with RawClient(broker.host, broker.port) as client:
+    with dial(broker) as client:
         client.handshake(open_vhost=False)
         client.send_method(0, commands.Connection.Open(virtual_host=vhost))
         client.expect_connection_close(530, f"NOT_ALLOWED - vhost {vhost} not found", 10, 40)
     with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as err:
-        pika.BlockingConnection(pika_params(broker, "guest", "guest", vhost))
+        pika.BlockingConnection(broker.pika_params("guest", "guest", vhost))
     assert f"NOT_ALLOWED - vhost {vhost} not found" in str(err.value)
 
 
 # -------------------------------------------------------------- users from definitions
 
 def test_user_given_only_by_a_password_hash_logs_in(users_broker):
-    conn = pika.BlockingConnection(pika_params(users_broker, "wt-auth-hashonly", "hash-secret", VHOST))
+    conn = pika.BlockingConnection(users_broker.pika_params("wt-auth-hashonly", "hash-secret", VHOST))
     try:
         assert_works(conn.channel())
     finally:
@@ -151,20 +148,20 @@ def test_user_given_only_by_a_password_hash_logs_in(users_broker):
 
 
 def test_wrong_password_for_a_hashed_user(users_broker):
-    with RawClient(users_broker.host, users_broker.port) as client:
+    with dial(users_broker) as client:
         client.start_handshake()
         client.login("wt-auth-hashonly", "hash-secre")
         client.expect_connection_close(403, LOGIN_REFUSED.format("PLAIN"), 0, 0)
 
 
 def test_sha512_password_hash(users_broker):
-    conn = pika.BlockingConnection(pika_params(users_broker, "wt-auth-sha512", "sha512-secret", VHOST))
+    conn = pika.BlockingConnection(users_broker.pika_params("wt-auth-sha512", "sha512-secret", VHOST))
     try:
         assert conn.channel().is_open
     finally:
         conn.close()
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
-        pika.BlockingConnection(pika_params(users_broker, "wt-auth-sha512", "sha256-secret", VHOST))
+        pika.BlockingConnection(users_broker.pika_params("wt-auth-sha512", "sha256-secret", VHOST))
 
 
 @pytest.mark.parametrize("user,password,vhost", [
@@ -174,22 +171,22 @@ def test_sha512_password_hash(users_broker):
 ])
 def test_user_without_permissions_on_the_vhost_is_530(users_broker, user, password, vhost):
     text = f"NOT_ALLOWED - access to vhost '{vhost}' refused for user '{user}'"
-    with RawClient(users_broker.host, users_broker.port) as client:
+    with dial(users_broker) as client:
         client.handshake(user, password, open_vhost=False)
         client.send_method(0, commands.Connection.Open(virtual_host=vhost))
         client.expect_connection_close(530, text, 10, 40)
     with pytest.raises(pika.exceptions.ProbableAccessDeniedError) as err:
-        pika.BlockingConnection(pika_params(users_broker, user, password, vhost))
+        pika.BlockingConnection(users_broker.pika_params(user, password, vhost))
     assert text in str(err.value)
 
 
 def test_vhosts_from_definitions_are_separate(users_broker, uid):
     q = f"auth-vh-{uid}"
-    conn = pika.BlockingConnection(pika_params(users_broker, "wt-auth-admin", "admin-secret", VHOST))
+    conn = pika.BlockingConnection(users_broker.pika_params("wt-auth-admin", "admin-secret", VHOST))
     try:
         ch = conn.channel()
         ch.queue_declare(q, auto_delete=True)
-        other = pika.BlockingConnection(pika_params(users_broker, "wt-auth-admin", "admin-secret", "/"))
+        other = pika.BlockingConnection(users_broker.pika_params("wt-auth-admin", "admin-secret", "/"))
         try:
             with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
                 other.channel().queue_declare(q, passive=True)
@@ -202,7 +199,7 @@ def test_vhosts_from_definitions_are_separate(users_broker, uid):
 
 
 def test_the_default_user_still_works_beside_definitions(users_broker):
-    conn = pika.BlockingConnection(pika_params(users_broker, "guest", "guest"))
+    conn = pika.BlockingConnection(users_broker.pika_params("guest", "guest"))
     try:
         assert_works(conn.channel())
     finally:

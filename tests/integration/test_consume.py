@@ -2,28 +2,15 @@
 cancel notification when a queue goes away."""
 
 import re
-import time
 
 import pika
 import pytest
 from pamqp import commands as c
 
-from .test_confirms import RawClient
+from conftest import channel_error, publish_numbered, pump
+from rawamqp import connect
 
 CANCEL_NOTIFY = {"consumer_cancel_notify": True}
-
-
-def channel_error(fn, code, text):
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
-        fn()
-    assert (err.value.reply_code, err.value.reply_text) == (code, text)
-
-
-def pump(connection, until, timeout=3.0):
-    deadline = time.monotonic() + timeout
-    while not until() and time.monotonic() < deadline:
-        connection.process_data_events(time_limit=0.05)
-    assert until()
 
 
 def ready_count(channel, q):
@@ -32,28 +19,24 @@ def ready_count(channel, q):
 
 def test_server_generated_tag_on_the_wire(broker, uid):
     q = f"ctag2-{uid}"
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Queue.Declare(queue=q, exclusive=True))
-        raw.expect(c.Queue.DeclareOk)
-        raw.send(1, c.Basic.Consume(queue=q, consumer_tag=""))
-        tag = raw.expect(c.Basic.ConsumeOk).consumer_tag
+        raw.call(1, c.Queue.Declare(queue=q, exclusive=True))
+        tag = raw.call(1, c.Basic.Consume(queue=q, consumer_tag="")).consumer_tag
         assert re.fullmatch(r"amq\.ctag-[A-Za-z0-9_-]{22}", tag), tag
-        raw.send(1, c.Basic.Consume(queue=q, consumer_tag=""))
-        assert raw.expect(c.Basic.ConsumeOk).consumer_tag not in (tag, "")
+        assert raw.call(1, c.Basic.Consume(queue=q, consumer_tag="")).consumer_tag not in (tag, "")
         raw.publish(1, "", q, b"x")
         deliver = raw.expect(c.Basic.Deliver)
         assert (deliver.delivery_tag, deliver.redelivered) == (1, False)
         assert (deliver.exchange, deliver.routing_key) == ("", q)
-        assert raw.recv_message()[1] == b"x"
+        assert raw.read_content()[1] == b"x"
 
 
 def test_consume_no_ack(connection, channel, uid):
     q = f"noack-{uid}"
     channel.queue_declare(q, exclusive=True)
     channel.confirm_delivery()
-    for i in range(3):
-        channel.basic_publish("", q, str(i).encode())
+    publish_numbered(channel, q, range(3))
     got = []
     tag = channel.basic_consume(q, lambda _c, m, p, b: got.append((b, m.delivery_tag)), auto_ack=True)
     pump(connection, lambda: len(got) == 3)
@@ -109,23 +92,18 @@ def test_reusing_a_consumer_tag_is_a_connection_error(broker, uid):
     finally:
         if conn.is_open:
             conn.close()
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Queue.Declare(queue=q, exclusive=True))
-        raw.expect(c.Queue.DeclareOk)
-        raw.send(1, c.Basic.Consume(queue=q, consumer_tag="mine"))
-        raw.expect(c.Basic.ConsumeOk)
-        raw.send(1, c.Basic.Consume(queue=q, consumer_tag="mine"))
-        close = raw.expect(c.Connection.Close)
-        assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
-            530, "NOT_ALLOWED - attempt to reuse consumer tag 'mine'", 60, 20)
+        raw.call(1, c.Queue.Declare(queue=q, exclusive=True))
+        raw.call(1, c.Basic.Consume(queue=q, consumer_tag="mine"))
+        raw.send_method(1, c.Basic.Consume(queue=q, consumer_tag="mine"))
+        raw.expect_connection_close(530, "NOT_ALLOWED - attempt to reuse consumer tag 'mine'", 60, 20)
 
 
 def test_cancel_unknown_tag_is_ok(broker):
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Basic.Cancel(consumer_tag="never-was"))
-        assert raw.expect(c.Basic.CancelOk).consumer_tag == "never-was"
+        assert raw.call(1, c.Basic.Cancel(consumer_tag="never-was")).consumer_tag == "never-was"
 
 
 def test_cancel_stops_deliveries_and_keeps_unacked(connection, channel, uid):
@@ -133,8 +111,7 @@ def test_cancel_stops_deliveries_and_keeps_unacked(connection, channel, uid):
     channel.queue_declare(q, exclusive=True)
     channel.confirm_delivery()
     channel.basic_qos(prefetch_count=2)
-    for i in range(4):
-        channel.basic_publish("", q, str(i).encode())
+    publish_numbered(channel, q, range(4))
     got = []
     tag = channel.basic_consume(q, lambda _c, m, p, b: got.append(m.delivery_tag))
     pump(connection, lambda: len(got) == 2)
@@ -200,38 +177,30 @@ def test_queue_delete_notifies_pika_consumers(connection, channel, uid):
 
 def test_queue_delete_sends_basic_cancel_when_capability_announced(broker, uid):
     q = f"notify2-{uid}"
-    with RawClient(broker.host, broker.port, capabilities=CANCEL_NOTIFY) as raw:
+    with connect(broker, capabilities=CANCEL_NOTIFY) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Queue.Declare(queue=q))
-        raw.expect(c.Queue.DeclareOk)
-        raw.send(1, c.Basic.Consume(queue=q, consumer_tag="c1"))
-        raw.expect(c.Basic.ConsumeOk)
-        raw.send(1, c.Basic.Consume(queue=q, consumer_tag="c2", no_ack=True))
-        raw.expect(c.Basic.ConsumeOk)
-        raw.send(1, c.Queue.Delete(queue=q))
+        raw.call(1, c.Queue.Declare(queue=q))
+        raw.call(1, c.Basic.Consume(queue=q, consumer_tag="c1"))
+        raw.call(1, c.Basic.Consume(queue=q, consumer_tag="c2", no_ack=True))
+        raw.send_method(1, c.Queue.Delete(queue=q))
         frames = raw.frames_until_quiet()
         cancels = [f for f in frames if isinstance(f, c.Basic.Cancel)]
         assert sorted(f.consumer_tag for f in cancels) == ["c1", "c2"]
         assert all(f.nowait is True for f in cancels)
         assert [type(f) for f in frames if not isinstance(f, c.Basic.Cancel)] == [c.Queue.DeleteOk]
         # The consumers are gone: cancelling one now is a no-op that still answers cancel-ok.
-        raw.send(1, c.Basic.Cancel(consumer_tag="c2"))
-        assert raw.expect(c.Basic.CancelOk).consumer_tag == "c2"
+        assert raw.call(1, c.Basic.Cancel(consumer_tag="c2")).consumer_tag == "c2"
         # The broker's basic.cancel has nowait set: a client must not answer cancel-ok.
-        raw.send(1, c.Basic.CancelOk(consumer_tag="c1"))
-        close = raw.expect(c.Connection.Close)
-        assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
-            503, "COMMAND_INVALID - unimplemented method", 60, 31)
+        raw.send_method(1, c.Basic.CancelOk(consumer_tag="c1"))
+        raw.expect_connection_close(503, "COMMAND_INVALID - unimplemented method", 60, 31)
 
 
 def test_queue_delete_from_another_connection_notifies(broker, uid):
     q = f"notify3-{uid}"
-    with RawClient(broker.host, broker.port, capabilities=CANCEL_NOTIFY) as raw:
+    with connect(broker, capabilities=CANCEL_NOTIFY) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Queue.Declare(queue=q))
-        raw.expect(c.Queue.DeclareOk)
-        raw.send(1, c.Basic.Consume(queue=q, consumer_tag="c1"))
-        raw.expect(c.Basic.ConsumeOk)
+        raw.call(1, c.Queue.Declare(queue=q))
+        raw.call(1, c.Basic.Consume(queue=q, consumer_tag="c1"))
         conn = pika.BlockingConnection(broker.pika_params())
         conn.channel().queue_delete(q)
         conn.close()
@@ -241,35 +210,27 @@ def test_queue_delete_from_another_connection_notifies(broker, uid):
 
 def test_no_cancel_notification_without_capability(broker, uid):
     q = f"notify4-{uid}"
-    with RawClient(broker.host, broker.port, capabilities={}) as raw:
+    with connect(broker, capabilities={}) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Queue.Declare(queue=q))
-        raw.expect(c.Queue.DeclareOk)
-        raw.send(1, c.Basic.Consume(queue=q, consumer_tag="c1"))
-        raw.expect(c.Basic.ConsumeOk)
-        raw.send(1, c.Queue.Delete(queue=q))
+        raw.call(1, c.Queue.Declare(queue=q))
+        raw.call(1, c.Basic.Consume(queue=q, consumer_tag="c1"))
+        raw.send_method(1, c.Queue.Delete(queue=q))
         frames = raw.frames_until_quiet()
         assert [type(f) for f in frames] == [c.Queue.DeleteOk]
         # The consumer is gone all the same: its tag can be used again.
-        raw.send(1, c.Queue.Declare(queue=q, exclusive=True))
-        raw.expect(c.Queue.DeclareOk)
-        raw.send(1, c.Basic.Consume(queue=q, consumer_tag="c1"))
-        raw.expect(c.Basic.ConsumeOk)
+        raw.call(1, c.Queue.Declare(queue=q, exclusive=True))
+        raw.call(1, c.Basic.Consume(queue=q, consumer_tag="c1"))
 
 
 def test_exclusive_queue_of_closed_connection_notifies_no_one_else(broker, uid):
     """Consumers of an auto-deleted queue on their own channel: the queue goes with the
     last consumer, no notification is needed."""
     q = f"notify5-{uid}"
-    with RawClient(broker.host, broker.port, capabilities=CANCEL_NOTIFY) as raw:
+    with connect(broker, capabilities=CANCEL_NOTIFY) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Queue.Declare(queue=q, auto_delete=True))
-        raw.expect(c.Queue.DeclareOk)
-        raw.send(1, c.Basic.Consume(queue=q, consumer_tag="c1"))
-        raw.expect(c.Basic.ConsumeOk)
-        raw.send(1, c.Basic.Cancel(consumer_tag="c1"))
-        raw.expect(c.Basic.CancelOk)
+        raw.call(1, c.Queue.Declare(queue=q, auto_delete=True))
+        raw.call(1, c.Basic.Consume(queue=q, consumer_tag="c1"))
+        raw.call(1, c.Basic.Cancel(consumer_tag="c1"))
         assert raw.frames_until_quiet(0.2) == []
-        raw.send(1, c.Queue.Declare(queue=q, passive=True))
-        close = raw.expect(c.Channel.Close)
-        assert (close.reply_code, close.reply_text) == (404, f"NOT_FOUND - no queue '{q}' in vhost '/'")
+        raw.send_method(1, c.Queue.Declare(queue=q, passive=True))
+        raw.expect_channel_close(1, 404, f"NOT_FOUND - no queue '{q}' in vhost '/'")

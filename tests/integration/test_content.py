@@ -12,13 +12,8 @@ from pamqp import commands as c
 from pamqp import frame as pframe
 from pamqp import header as pheader
 
-from .test_confirms import RawClient
-
-
-def channel_error(fn, code, text):
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
-        fn()
-    assert (err.value.reply_code, err.value.reply_text) == (code, text)
+from conftest import channel_error
+from rawamqp import connect
 
 
 def consume_one(connection, channel, q):
@@ -63,31 +58,27 @@ def test_large_bodies_are_reassembled(broker, uid, frame_max):
 def test_body_frames_of_any_size_are_reassembled(broker, uid):
     q = f"frames-{uid}"
     payload = os.urandom(10000)
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Queue.Declare(queue=q, exclusive=True))
-        raw.expect(c.Queue.DeclareOk)
+        raw.call(1, c.Queue.Declare(queue=q, exclusive=True))
         data = pframe.marshal(c.Basic.Publish(exchange="", routing_key=q), 1)
         data += pframe.marshal(pheader.ContentHeader(0, len(payload), c.Basic.Properties()), 1)
         for start, end in ((0, 1), (1, 4000), (4000, 4001), (4001, 10000)):
             data += pframe.marshal(pbody.ContentBody(payload[start:end]), 1)
-        raw.sock.sendall(data)
-        raw.send(1, c.Basic.Get(queue=q, no_ack=True))
-        raw.expect(c.Basic.GetOk)
-        header, body = raw.recv_message()
+        raw.send(data)
+        raw.call(1, c.Basic.Get(queue=q, no_ack=True), c.Basic.GetOk)
+        header, body = raw.read_content()
         assert header.body_size == len(payload) and body == payload
 
 
 def test_small_frame_max_splits_deliveries(broker, uid):
     q = f"split-{uid}"
     payload = os.urandom(10000)
-    with RawClient(broker.host, broker.port, frame_max=4096) as raw:
+    with connect(broker, frame_max=4096) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Queue.Declare(queue=q, exclusive=True))
-        raw.expect(c.Queue.DeclareOk)
+        raw.call(1, c.Queue.Declare(queue=q, exclusive=True))
         raw.publish(1, "", q, payload)
-        raw.send(1, c.Basic.Get(queue=q, no_ack=True))
-        raw.expect(c.Basic.GetOk)
+        raw.call(1, c.Basic.Get(queue=q, no_ack=True), c.Basic.GetOk)
         raw.expect(pheader.ContentHeader)
         sizes = []
         while sum(sizes) < len(payload):
@@ -109,12 +100,11 @@ def test_zero_length_body(connection, channel, uid):
 
 def test_zero_length_body_has_no_body_frame(broker, uid):
     q = f"empty2-{uid}"
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Queue.Declare(queue=q, exclusive=True))
-        raw.expect(c.Queue.DeclareOk)
+        raw.call(1, c.Queue.Declare(queue=q, exclusive=True))
         raw.publish(1, "", q, b"")
-        raw.send(1, c.Basic.Get(queue=q, no_ack=True))
+        raw.send_method(1, c.Basic.Get(queue=q, no_ack=True))
         frames = raw.frames_until_quiet(0.3)
         assert [type(f) for f in frames] == [c.Basic.GetOk, pheader.ContentHeader]
         assert frames[1].body_size == 0
@@ -207,21 +197,18 @@ def test_user_id_must_match_the_login(channel, uid):
 
 
 def test_user_id_error_names_basic_publish(broker):
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
         raw.publish(1, "amq.fanout", "", b"x", properties=c.Basic.Properties(user_id="Guest"))
-        close = raw.expect(c.Channel.Close)
-        assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
-            406, "PRECONDITION_FAILED - user_id property set to 'Guest' but authenticated user was 'guest'",
-            60, 40)
+        raw.expect_channel_close(
+            1, 406, "PRECONDITION_FAILED - user_id property set to 'Guest' but authenticated user was 'guest'", 60, 40)
 
 
 def test_missing_exchange_is_checked_before_user_id(broker, uid):
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
         raw.publish(1, f"nox-{uid}", "", b"x", properties=c.Basic.Properties(user_id="bob"))
-        close = raw.expect(c.Channel.Close)
-        assert (close.reply_code, close.reply_text) == (404, f"NOT_FOUND - no exchange 'nox-{uid}' in vhost '/'")
+        raw.expect_channel_close(1, 404, f"NOT_FOUND - no exchange 'nox-{uid}' in vhost '/'")
 
 
 @pytest.mark.parametrize("expiration, detail", [
@@ -232,20 +219,17 @@ def test_missing_exchange_is_checked_before_user_id(broker, uid):
     ("99999999999999", "{value_too_large,99999999999999}"),
 ])
 def test_invalid_expiration_is_406(broker, expiration, detail):
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
         raw.publish(1, "amq.fanout", "", b"x", properties=c.Basic.Properties(expiration=expiration))
-        close = raw.expect(c.Channel.Close)
-        assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
-            406, f"PRECONDITION_FAILED - invalid expiration '{expiration}': {detail}", 60, 40)
+        raw.expect_channel_close(1, 406, f"PRECONDITION_FAILED - invalid expiration '{expiration}': {detail}", 60, 40)
 
 
 @pytest.mark.parametrize("expiration", ["0", "+5", "315360000000"])
 def test_valid_expirations_are_accepted(broker, uid, expiration):
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Confirm.Select())
-        raw.expect(c.Confirm.SelectOk)
+        raw.call(1, c.Confirm.Select())
         raw.publish(1, "amq.fanout", "", b"x", properties=c.Basic.Properties(expiration=expiration))
         assert raw.expect(c.Basic.Ack).delivery_tag == 1
 
@@ -265,10 +249,8 @@ def test_max_message_size_from_config(make_broker, tmp_path):
         limit = os.urandom(1048576)
         ch.basic_publish("", q, limit)
         assert ch.basic_get(q, auto_ack=True)[2] == limit
-        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
-            ch.basic_publish("", q, limit + b"!")
-        assert (err.value.reply_code, err.value.reply_text) == (
-            406, "PRECONDITION_FAILED - message size 1048577 is larger than configured max size 1048576")
+        channel_error(lambda: ch.basic_publish("", q, limit + b"!"), 406,
+                      "PRECONDITION_FAILED - message size 1048577 is larger than configured max size 1048576")
         # Only the channel is closed.
         ch = conn.channel()
         assert ch.queue_declare(q, passive=True).method.message_count == 0
@@ -280,14 +262,11 @@ def test_oversized_message_error_on_the_wire(make_broker, tmp_path):
     config = tmp_path / "warren.conf"
     config.write_text("max_message_size = 5000\n")
     b = make_broker("--config", str(config))
-    with RawClient(b.host, b.port, frame_max=4096) as raw:
+    with connect(b, frame_max=4096) as raw:
         raw.open_channel(1)
         raw.publish(1, "amq.fanout", "", os.urandom(9000))
-        close = raw.expect(c.Channel.Close)
-        assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
-            406, "PRECONDITION_FAILED - message size 9000 is larger than configured max size 5000", 60, 40)
-        raw.send(1, c.Channel.CloseOk())
+        raw.expect_channel_close(
+            1, 406, "PRECONDITION_FAILED - message size 9000 is larger than configured max size 5000", 60, 40)
         # The rest of the oversized content is dropped; the connection carries on.
         raw.open_channel(2)
-        raw.send(2, c.Queue.Declare(queue="", exclusive=True))
-        raw.expect(c.Queue.DeclareOk, channel=2)
+        raw.call(2, c.Queue.Declare(queue="", exclusive=True))

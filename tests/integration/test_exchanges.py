@@ -4,58 +4,10 @@ answers them (codes and exact reply texts)."""
 import pika
 import pytest
 
+from conftest import channel_error, connection_error, drain, queue
+
 CLOSED = pika.exceptions.ChannelClosedByBroker
-CONN_CLOSED = pika.exceptions.ConnectionClosedByBroker
 DEFAULT_REFUSED = (403, "ACCESS_REFUSED - operation not permitted on the default exchange")
-
-
-def channel_error(fn):
-    with pytest.raises(CLOSED) as err:
-        fn()
-    return err.value.reply_code, err.value.reply_text
-
-
-def connection_error(fn):
-    with pytest.raises(CONN_CLOSED) as err:
-        fn()
-    return err.value.reply_code, err.value.reply_text
-
-
-def drain(ch, queue) -> list:
-    """Every ready message body in a queue (basic.get after publishes on the same channel
-    sees them: RabbitMQ keeps a channel's order)."""
-    bodies = []
-    while True:
-        method, _props, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            return bodies
-        bodies.append(body)
-
-
-@pytest.fixture
-def names(broker, uid):
-    """Unique exchange/queue names, deleted after the test (so a shared RabbitMQ stays clean)."""
-    made = []
-
-    def name(label):
-        n = f"{label}-{uid}"
-        made.append(n)
-        return n
-
-    yield name
-    conn = pika.BlockingConnection(broker.pika_params())
-    ch = conn.channel()
-    for n in made:
-        ch.exchange_delete(n)
-        try:
-            ch.queue_delete(n)
-        except pika.exceptions.ChannelClosedByBroker:  # exclusive to the test's connection
-            ch = conn.channel()
-    conn.close()
-
-
-def queue(ch, name=""):
-    return ch.queue_declare(name, exclusive=True).method.queue
 
 
 # ------------------------------------------------------------- declare basics

@@ -16,8 +16,8 @@ import pika
 import pytest
 from pamqp import commands
 
-from conftest import EXTERNAL
-from rawamqp import DefinitionsBroker, connect, password_hash
+from conftest import EXTERNAL, DefinitionsBroker, password_hash
+from rawamqp import connect
 
 VHOST = "warren-perm-vh"
 USER, PASSWORD = "wt-perm-user", "perm-secret"
@@ -50,8 +50,7 @@ def refused(what: str, kind: str, name: str) -> str:
 @pytest.fixture(scope="module")
 def perm_broker():
     b = DefinitionsBroker(DEFINITIONS)
-    admin = pika.BlockingConnection(pika.ConnectionParameters(
-        b.broker.host, b.broker.port, VHOST, pika.PlainCredentials(ADMIN, ADMIN_PASSWORD)))
+    admin = pika.BlockingConnection(b.broker.pika_params(ADMIN, ADMIN_PASSWORD, VHOST))
     ch = admin.channel()
     for x in EXCHANGES:
         ch.exchange_declare(x, "fanout")
@@ -67,8 +66,7 @@ def perm_broker():
 
 @pytest.fixture(scope="module")
 def user_conn(perm_broker):
-    conn = pika.BlockingConnection(pika.ConnectionParameters(
-        perm_broker.host, perm_broker.port, VHOST, pika.PlainCredentials(USER, PASSWORD)))
+    conn = pika.BlockingConnection(perm_broker.pika_params(USER, PASSWORD, VHOST))
     yield conn
     if conn.is_open:
         conn.close()

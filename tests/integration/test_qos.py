@@ -3,21 +3,17 @@ RabbitMQ's meaning, and round-robin dispatch between consumers."""
 
 import time
 
-import pika
 import pytest
 from pamqp import commands as c
 
-from .test_confirms import RawClient
+from conftest import connection_error, publish_numbered, pump
+from rawamqp import connect
 
 
-def settle(connection, until=None, timeout=3.0, quiet=0.2):
+def settle(connection, until, timeout=3.0, quiet=0.2):
     """Process deliveries until `until()` holds, then for `quiet` more seconds (so that any
     delivery beyond a limit would show up)."""
-    deadline = time.monotonic() + timeout
-    while until is not None and not until() and time.monotonic() < deadline:
-        connection.process_data_events(time_limit=0.05)
-    if until is not None:
-        assert until()
+    pump(connection, until, timeout)
     connection.process_data_events(time_limit=quiet)
 
 
@@ -43,18 +39,22 @@ def q(channel, uid):
     return name
 
 
+def consume(ch, q, auto_ack=False) -> Recorder:
+    """A new consumer of the queue on `ch`, recording its deliveries."""
+    recorder = Recorder()
+    ch.basic_consume(q, recorder, auto_ack=auto_ack)
+    return recorder
+
+
 def publish(channel, q, n, start=0):
-    for i in range(start, start + n):
-        channel.basic_publish("", q, str(i).encode())
+    publish_numbered(channel, q, range(start, start + n))
 
 
 def test_prefetch_per_consumer(connection, channel, q):
     publish(channel, q, 10)
     ch = connection.channel()
     ch.basic_qos(prefetch_count=3)
-    a, b = Recorder(), Recorder()
-    ch.basic_consume(q, a)
-    ch.basic_consume(q, b)
+    a, b = consume(ch, q), consume(ch, q)
     settle(connection, lambda: len(a.got) + len(b.got) == 6)
     # Each consumer has its own limit of 3 (global=false is per consumer in RabbitMQ).
     assert (len(a.got), len(b.got)) == (3, 3)
@@ -67,9 +67,7 @@ def test_prefetch_global_is_per_channel(connection, channel, q):
     publish(channel, q, 10)
     ch = connection.channel()
     ch.basic_qos(prefetch_count=3, global_qos=True)
-    a, b = Recorder(), Recorder()
-    ch.basic_consume(q, a)
-    ch.basic_consume(q, b)
+    a, b = consume(ch, q), consume(ch, q)
     settle(connection, lambda: len(a.got) + len(b.got) == 3)
     assert len(a.got) + len(b.got) == 3
     first = (a.got or b.got)[0][1]
@@ -83,9 +81,7 @@ def test_per_consumer_and_global_limits_together(connection, channel, q):
     ch = connection.channel()
     ch.basic_qos(prefetch_count=2)
     ch.basic_qos(prefetch_count=5, global_qos=True)
-    consumers = [Recorder() for _ in range(3)]
-    for r in consumers:
-        ch.basic_consume(q, r)
+    consumers = [consume(ch, q) for _ in range(3)]
     settle(connection, lambda: sum(len(r.got) for r in consumers) == 5)
     assert [len(r.got) for r in consumers] == [2, 2, 1]  # at most 2 each, 5 in all
 
@@ -96,9 +92,7 @@ def test_per_consumer_qos_lifts_the_channel_limit(connection, channel, q):
     ch = connection.channel()
     ch.basic_qos(prefetch_count=5, global_qos=True)
     ch.basic_qos(prefetch_count=2)
-    consumers = [Recorder() for _ in range(3)]
-    for r in consumers:
-        ch.basic_consume(q, r)
+    consumers = [consume(ch, q) for _ in range(3)]
     settle(connection, lambda: sum(len(r.got) for r in consumers) == 6)
     assert [len(r.got) for r in consumers] == [2, 2, 2]
 
@@ -107,12 +101,10 @@ def test_prefetch_applies_to_consumers_created_after_qos(connection, channel, q)
     publish(channel, q, 10)
     ch = connection.channel()
     ch.basic_qos(prefetch_count=1)
-    a = Recorder()
-    ch.basic_consume(q, a)
+    a = consume(ch, q)
     settle(connection, lambda: len(a.got) == 1)
     ch.basic_qos(prefetch_count=4)
-    b = Recorder()
-    ch.basic_consume(q, b)
+    b = consume(ch, q)
     settle(connection, lambda: len(b.got) == 4)
     # The earlier consumer keeps the limit it was created with.
     assert len(a.got) == 1
@@ -125,8 +117,7 @@ def test_prefetch_zero_is_unlimited(connection, channel, q):
     publish(channel, q, 25)
     ch = connection.channel()
     ch.basic_qos(prefetch_count=0)
-    a = Recorder()
-    ch.basic_consume(q, a)
+    a = consume(ch, q)
     settle(connection, lambda: len(a.got) == 25)
 
 
@@ -135,8 +126,7 @@ def test_prefetch_does_not_limit_no_ack_consumers(connection, channel, q):
     ch = connection.channel()
     ch.basic_qos(prefetch_count=2, global_qos=True)
     ch.basic_qos(prefetch_count=1)
-    a = Recorder()
-    ch.basic_consume(q, a, auto_ack=True)
+    a = consume(ch, q, auto_ack=True)
     settle(connection, lambda: len(a.got) == 10)
 
 
@@ -152,8 +142,7 @@ def test_get_does_not_count_against_global_prefetch(connection, channel, q):
     ch = connection.channel()
     ch.basic_qos(prefetch_count=2, global_qos=True)
     method, _, _ = ch.basic_get(q)  # unacked, but not a consumer delivery
-    a = Recorder()
-    ch.basic_consume(q, a)
+    a = consume(ch, q)
     settle(connection, lambda: len(a.got) == 2)
     assert len(a.got) == 2
 
@@ -164,8 +153,7 @@ def test_global_prefetch_starts_from_what_is_unacked(connection, channel, q):
     ch = connection.channel()
     ch.basic_get(q)
     ch.basic_qos(prefetch_count=2, global_qos=True)
-    a = Recorder()
-    ch.basic_consume(q, a)
+    a = consume(ch, q)
     settle(connection, lambda: len(a.got) == 1)
     assert len(a.got) == 1
     ch.basic_ack(a.got[0][1])
@@ -174,18 +162,14 @@ def test_global_prefetch_starts_from_what_is_unacked(connection, channel, q):
 
 
 def test_prefetch_size_is_not_implemented(channel):
-    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:
-        channel.basic_qos(prefetch_size=1)
-    assert (err.value.reply_code, err.value.reply_text) == (540, "NOT_IMPLEMENTED - prefetch_size!=0 (1)")
+    connection_error(lambda: channel.basic_qos(prefetch_size=1), 540, "NOT_IMPLEMENTED - prefetch_size!=0 (1)")
 
 
 def test_prefetch_size_error_on_the_wire(broker):
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Basic.Qos(prefetch_size=4096, prefetch_count=5))
-        close = raw.expect(c.Connection.Close)
-        assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
-            540, "NOT_IMPLEMENTED - prefetch_size!=0 (4096)", 60, 10)
+        raw.send_method(1, c.Basic.Qos(prefetch_size=4096, prefetch_count=5))
+        raw.expect_connection_close(540, "NOT_IMPLEMENTED - prefetch_size!=0 (4096)", 60, 10)
 
 
 # ------------------------------------------------------------- round-robin
@@ -193,9 +177,7 @@ def test_prefetch_size_error_on_the_wire(broker):
 
 def test_round_robin_between_consumers(connection, channel, q):
     ch = connection.channel()
-    consumers = [Recorder() for _ in range(3)]
-    for r in consumers:
-        ch.basic_consume(q, r, auto_ack=True)
+    consumers = [consume(ch, q, auto_ack=True) for _ in range(3)]
     publish(channel, q, 30)
     settle(connection, lambda: sum(len(r.got) for r in consumers) == 30)
     assert [len(r.got) for r in consumers] == [10, 10, 10]
@@ -207,32 +189,25 @@ def test_round_robin_between_consumers(connection, channel, q):
         assert all(y - x == 3 for x, y in zip(nums, nums[1:])), nums
 
 
-def test_round_robin_across_channels_and_connections(broker, connection, channel, uid):
+def test_round_robin_across_channels_and_connections(connection, other_connection, channel, uid):
     q = f"qos-shared-{uid}"
     channel.queue_declare(q, auto_delete=True)
-    other = pika.BlockingConnection(broker.pika_params())
-    try:
-        a, b = Recorder(), Recorder()
-        connection.channel().basic_consume(q, a, auto_ack=True)
-        other.channel().basic_consume(q, b, auto_ack=True)
-        publish(channel, q, 20)
-        deadline = time.monotonic() + 3
-        while len(a.got) + len(b.got) < 20 and time.monotonic() < deadline:
-            connection.process_data_events(time_limit=0.02)
-            other.process_data_events(time_limit=0.02)
-        assert (len(a.got), len(b.got)) == (10, 10)
-    finally:
-        other.close()
+    a = consume(connection.channel(), q, auto_ack=True)
+    b = consume(other_connection.channel(), q, auto_ack=True)
+    publish(channel, q, 20)
+    deadline = time.monotonic() + 3
+    while len(a.got) + len(b.got) < 20 and time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.02)
+        other_connection.process_data_events(time_limit=0.02)
+    assert (len(a.got), len(b.got)) == (10, 10)
 
 
 def test_consumer_at_its_limit_is_skipped(connection, channel, q):
     ch = connection.channel()
     ch.basic_qos(prefetch_count=1)
-    slow = Recorder()
-    ch.basic_consume(q, slow)
+    slow = consume(ch, q)
     ch.basic_qos(prefetch_count=100)
-    fast = Recorder()
-    ch.basic_consume(q, fast)
+    fast = consume(ch, q)
     publish(channel, q, 9)
     settle(connection, lambda: len(slow.got) + len(fast.got) == 9)
     assert (len(slow.got), len(fast.got)) == (1, 8)
@@ -247,8 +222,7 @@ def test_acking_frees_credit_for_queued_messages(connection, channel, q):
     publish(channel, q, 6)
     ch = connection.channel()
     ch.basic_qos(prefetch_count=2)
-    a = Recorder()
-    ch.basic_consume(q, a)
+    a = consume(ch, q)
     settle(connection, lambda: len(a.got) == 2)
     assert a.bodies == [b"0", b"1"]
     ch.basic_ack(a.got[1][1], multiple=True)
@@ -266,8 +240,7 @@ def test_qos_raised_on_channel_delivers_more(connection, channel, q):
     publish(channel, q, 6)
     ch = connection.channel()
     ch.basic_qos(prefetch_count=2, global_qos=True)
-    a = Recorder()
-    ch.basic_consume(q, a)
+    a = consume(ch, q)
     settle(connection, lambda: len(a.got) == 2)
     ch.basic_qos(prefetch_count=5, global_qos=True)
     settle(connection, lambda: len(a.got) == 5)

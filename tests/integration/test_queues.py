@@ -6,28 +6,14 @@ import pika
 import pytest
 from pamqp import commands as c
 
-from .test_confirms import RawClient
-
-
-def channel_error(fn, code, text):
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
-        fn()
-    assert (err.value.reply_code, err.value.reply_text) == (code, text)
+from conftest import channel_error
+from rawamqp import connect
 
 
 def locked(q):
     return ("RESOURCE_LOCKED - cannot obtain exclusive access to locked queue '%s' in vhost '/'. "
             "It could be originally declared on another connection or the exclusive property value "
             "does not match that of the original declaration." % q)
-
-
-@pytest.fixture
-def other(broker):
-    """A second connection, for exclusivity checks."""
-    conn = pika.BlockingConnection(broker.pika_params())
-    yield conn
-    if conn.is_open:
-        conn.close()
 
 
 # ------------------------------------------------------------------ declare
@@ -194,20 +180,17 @@ def test_arguments_of_other_queue_types_are_406(channel, uid, key, value):
 def test_argument_types_are_named_as_sent(broker, uid):
     """RabbitMQ names the wire type of a value (pamqp sends small integers as 'b' byte)."""
     q = f"wiretype-{uid}"
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Queue.Declare(queue=q, exclusive=True, arguments={"x-single-active-consumer": 1}))
-        close = raw.expect(c.Channel.Close)
-        assert close.reply_text == (f"PRECONDITION_FAILED - invalid arg 'x-single-active-consumer' for queue "
-                                    f"'{q}' in vhost '/': {{unacceptable_type,byte}}")
-        raw.send(1, c.Channel.CloseOk())
+        raw.send_method(1, c.Queue.Declare(queue=q, exclusive=True, arguments={"x-single-active-consumer": 1}))
+        raw.expect_channel_close(1, 406, f"PRECONDITION_FAILED - invalid arg 'x-single-active-consumer' for queue "
+                                         f"'{q}' in vhost '/': {{unacceptable_type,byte}}")
         raw.open_channel(2)
-        raw.send(2, c.Queue.Declare(queue=q, exclusive=True))
-        raw.expect(c.Queue.DeclareOk)
-        raw.send(2, c.Queue.Declare(queue=q, exclusive=True, arguments={"x-max-priority": 5, "x-expires": 1000}))
-        close = raw.expect(c.Channel.Close)
-        assert close.reply_text == (f"PRECONDITION_FAILED - inequivalent arg 'x-expires' for queue '{q}' in "
-                                    "vhost '/': received the value '1000' of type 'short' but current is none")
+        raw.call(2, c.Queue.Declare(queue=q, exclusive=True))
+        raw.send_method(2, c.Queue.Declare(queue=q, exclusive=True, arguments={"x-max-priority": 5,
+                                                                               "x-expires": 1000}))
+        raw.expect_channel_close(2, 406, f"PRECONDITION_FAILED - inequivalent arg 'x-expires' for queue '{q}' in "
+                                         "vhost '/': received the value '1000' of type 'short' but current is none")
 
 
 def test_redeclare_compares_argument_type_classes(channel, uid):
@@ -235,7 +218,7 @@ def test_valid_arguments_are_accepted(channel, uid):
 # --------------------------------------------------------------- exclusivity
 
 
-def test_exclusive_queue_is_locked_to_its_connection(channel, other, uid):
+def test_exclusive_queue_is_locked_to_its_connection(channel, other_connection, uid):
     q = f"excl-{uid}"
     channel.queue_declare(q, exclusive=True)
     channel.queue_bind(q, "amq.direct", q)
@@ -251,10 +234,8 @@ def test_exclusive_queue_is_locked_to_its_connection(channel, other, uid):
         "unbind": lambda ch: ch.queue_unbind(q, "amq.direct", q),
     }
     for name, attempt in attempts.items():
-        ch = other.channel()
-        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
-            attempt(ch)
-        assert (err.value.reply_code, err.value.reply_text) == (405, locked(q)), name
+        ch = other_connection.channel()
+        assert channel_error(lambda: attempt(ch)) == (405, locked(q)), name
     # The owner still can.
     assert channel.queue_declare(q, passive=True).method.queue == q
     channel.queue_purge(q)
@@ -452,59 +433,46 @@ def test_delete_queue_drops_its_bindings(channel, uid):
 
 def test_empty_queue_name_means_last_declared_queue(broker, uid):
     q = f"short-{uid}"
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Queue.Declare(queue=q, exclusive=True))
-        assert raw.expect(c.Queue.DeclareOk).queue == q
+        assert raw.call(1, c.Queue.Declare(queue=q, exclusive=True)).queue == q
         # bind with empty queue and routing key: the queue's name is used as the key
-        raw.send(1, c.Queue.Bind(queue="", exchange="amq.direct", routing_key=""))
-        raw.expect(c.Queue.BindOk)
+        raw.call(1, c.Queue.Bind(queue="", exchange="amq.direct", routing_key=""))
         raw.publish(1, "amq.direct", q, b"one")
         raw.publish(1, "amq.direct", q, b"two")
-        raw.send(1, c.Basic.Get(queue="", no_ack=True))
-        ok = raw.expect(c.Basic.GetOk)
+        ok = raw.call(1, c.Basic.Get(queue="", no_ack=True), c.Basic.GetOk)
         assert ok.message_count == 1 and ok.routing_key == q
-        assert raw.recv_message()[1] == b"one"
-        raw.send(1, c.Queue.Purge(queue=""))
-        assert raw.expect(c.Queue.PurgeOk).message_count == 1
-        raw.send(1, c.Basic.Consume(queue="", consumer_tag="ct"))
-        raw.expect(c.Basic.ConsumeOk)
+        assert raw.read_content()[1] == b"one"
+        assert raw.call(1, c.Queue.Purge(queue="")).message_count == 1
+        raw.call(1, c.Basic.Consume(queue="", consumer_tag="ct"))
         raw.publish(1, "", q, b"three")
         deliver = raw.expect(c.Basic.Deliver)
         assert deliver.consumer_tag == "ct" and deliver.routing_key == q
-        assert raw.recv_message()[1] == b"three"
-        raw.send(1, c.Basic.Ack(delivery_tag=deliver.delivery_tag))
-        raw.send(1, c.Basic.Cancel(consumer_tag="ct"))
-        raw.expect(c.Basic.CancelOk)
-        raw.send(1, c.Queue.Unbind(queue="", exchange="amq.direct", routing_key=q))
-        raw.expect(c.Queue.UnbindOk)
-        raw.send(1, c.Queue.Delete(queue=""))
-        assert raw.expect(c.Queue.DeleteOk).message_count == 0
-        raw.send(1, c.Queue.Declare(queue=q, passive=True))
-        close = raw.expect(c.Channel.Close)
-        assert (close.reply_code, close.reply_text) == (404, f"NOT_FOUND - no queue '{q}' in vhost '/'")
+        assert raw.read_content()[1] == b"three"
+        raw.send_method(1, c.Basic.Ack(delivery_tag=deliver.delivery_tag))
+        raw.call(1, c.Basic.Cancel(consumer_tag="ct"))
+        raw.call(1, c.Queue.Unbind(queue="", exchange="amq.direct", routing_key=q))
+        assert raw.call(1, c.Queue.Delete(queue="")).message_count == 0
+        raw.send_method(1, c.Queue.Declare(queue=q, passive=True))
+        raw.expect_channel_close(1, 404, f"NOT_FOUND - no queue '{q}' in vhost '/'")
 
 
 def test_empty_queue_name_shortcut_with_server_named_queue(broker):
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Queue.Declare(queue="", exclusive=True))
-        name = raw.expect(c.Queue.DeclareOk).queue
+        name = raw.call(1, c.Queue.Declare(queue="", exclusive=True)).queue
         raw.publish(1, "", name, b"x")
-        raw.send(1, c.Basic.Get(queue="", no_ack=True))
-        ok = raw.expect(c.Basic.GetOk)
-        assert ok.routing_key == name and raw.recv_message()[1] == b"x"
+        ok = raw.call(1, c.Basic.Get(queue="", no_ack=True), c.Basic.GetOk)
+        assert ok.routing_key == name and raw.read_content()[1] == b"x"
 
 
 def test_passive_declare_has_no_empty_name_shortcut(broker, uid):
     q = f"short2-{uid}"
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Queue.Declare(queue=q, exclusive=True))
-        raw.expect(c.Queue.DeclareOk)
-        raw.send(1, c.Queue.Declare(queue="", passive=True))
-        close = raw.expect(c.Channel.Close)
-        assert (close.reply_code, close.reply_text) == (404, "NOT_FOUND - no queue '' in vhost '/'")
+        raw.call(1, c.Queue.Declare(queue=q, exclusive=True))
+        raw.send_method(1, c.Queue.Declare(queue="", passive=True))
+        raw.expect_channel_close(1, 404, "NOT_FOUND - no queue '' in vhost '/'")
 
 
 @pytest.mark.parametrize("method", [
@@ -512,9 +480,8 @@ def test_passive_declare_has_no_empty_name_shortcut(broker, uid):
     c.Basic.Consume(queue=""), c.Queue.Bind(queue="", exchange="amq.direct"),
 ], ids=["get", "purge", "delete", "consume", "bind"])
 def test_empty_queue_name_without_declared_queue_is_404(broker, method):
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, method)
-        close = raw.expect(c.Channel.Close)
-        assert (close.reply_code, close.reply_text) == (404, "NOT_FOUND - no previously declared queue")
+        raw.send_method(1, method)
+        close = raw.expect_channel_close(1, 404, "NOT_FOUND - no previously declared queue")
         assert (close.class_id, close.method_id) == divmod(method.index, 0x10000)

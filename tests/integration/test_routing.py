@@ -10,39 +10,7 @@ import amqp
 import pika
 import pytest
 
-
-def drain(ch, queue) -> list:
-    bodies = []
-    while True:
-        method, _props, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            return bodies
-        bodies.append(body)
-
-
-def queue(ch, name=""):
-    return ch.queue_declare(name, exclusive=True).method.queue
-
-
-@pytest.fixture
-def names(broker, uid):
-    made = []
-
-    def name(label):
-        n = f"{label}-{uid}"
-        made.append(n)
-        return n
-
-    yield name
-    conn = pika.BlockingConnection(broker.pika_params())
-    ch = conn.channel()
-    for n in made:
-        ch.exchange_delete(n)
-        try:
-            ch.queue_delete(n)
-        except pika.exceptions.ChannelClosedByBroker:  # exclusive to the test's connection
-            ch = conn.channel()
-    conn.close()
+from conftest import Returns, channel_error, drain, queue
 
 
 # --------------------------------------------------------------------- direct
@@ -301,31 +269,14 @@ def test_invalid_x_match_is_406(connection, names, value, text):
     ch = connection.channel()
     ch.exchange_declare(x, "headers")
     q = queue(ch)
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
-        ch.queue_bind(q, x, arguments={"x-match": value})
-    assert (err.value.reply_code, err.value.reply_text) == (406, f"PRECONDITION_FAILED - {text}")
+    channel_error(lambda: ch.queue_bind(q, x, arguments={"x-match": value}), 406, f"PRECONDITION_FAILED - {text}")
     # The same check applies to exchange-to-exchange bindings from a headers exchange.
     ch = connection.channel()
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
-        ch.exchange_bind("amq.direct", x, arguments={"x-match": value})
-    assert (err.value.reply_code, err.value.reply_text) == (406, f"PRECONDITION_FAILED - {text}")
+    channel_error(lambda: ch.exchange_bind("amq.direct", x, arguments={"x-match": value}), 406,
+                  f"PRECONDITION_FAILED - {text}")
 
 
 # ------------------------------------------------------------------ mandatory
-
-
-class Returns:
-    def __init__(self, connection, channel):
-        self.connection = connection
-        self.got = []
-        channel.add_on_return_callback(lambda ch, method, props, body: self.got.append((method, props, body)))
-
-    def collect(self, channel):
-        # A synchronous round trip: RabbitMQ sends basic.return before the next reply.
-        channel.exchange_declare("amq.direct", passive=True)
-        self.connection.process_data_events(0)
-        got, self.got = self.got, []
-        return got
 
 
 FULL_PROPS = dict(
@@ -371,9 +322,7 @@ def test_mandatory_default_exchange_and_empty_fanout(connection, channel, uid, n
     channel.exchange_declare(x, "fanout")
     channel.basic_publish("", f"no-queue-{uid}", b"1", mandatory=True)
     channel.basic_publish(x, "k", b"2", mandatory=True)
-    got = returns.collect(channel)
-    assert [(m.reply_code, m.exchange, m.routing_key, b) for m, _, b in got] == [
-        (312, "", f"no-queue-{uid}", b"1"), (312, x, "k", b"2")]
+    assert returns.brief(channel) == [(312, "", f"no-queue-{uid}", b"1"), (312, x, "k", b"2")]
 
 
 def test_mandatory_return_in_transaction_comes_at_commit(connection, channel, uid):

@@ -1,16 +1,10 @@
 """Transactions: tx.select / commit / rollback for publishes, acks, nacks and rejects."""
 
-import pika
 import pytest
 from pamqp import commands as c
 
-from .test_confirms import RawClient
-
-
-def channel_error(fn, code, text):
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
-        fn()
-    assert (err.value.reply_code, err.value.reply_text) == (code, text)
+from conftest import channel_error, drain_redelivered, get_tags, publish_numbered
+from rawamqp import connect
 
 
 @pytest.fixture
@@ -27,19 +21,14 @@ def observer(connection):
     return connection.channel()
 
 
-def take_all(ch, q):
-    out = []
-    while True:
-        method, _, body = ch.basic_get(q, auto_ack=True)
-        if method is None:
-            return out
-        out.append((body, method.redelivered))
-
-
-def fill(ch, q, n):
-    ch.confirm_delivery()
-    for i in range(1, n + 1):
-        ch.basic_publish("", q, str(i).encode())
+def tx_holding(connection, observer, q, n):
+    """Put messages b"1".. b"n" in the queue, then take them all with basic.get on a new
+    transactional channel: returns that channel and the (unacked) delivery tags."""
+    observer.confirm_delivery()
+    publish_numbered(observer, q, range(1, n + 1))
+    ch = connection.channel()
+    ch.tx_select()
+    return ch, get_tags(ch, q, n)
 
 
 def test_publishes_take_effect_at_commit(channel, observer, q):
@@ -48,12 +37,12 @@ def test_publishes_take_effect_at_commit(channel, observer, q):
     channel.basic_publish("", q, b"b")
     assert observer.basic_get(q) == (None, None, None)
     channel.tx_commit()
-    assert take_all(observer, q) == [(b"a", False), (b"b", False)]
+    assert drain_redelivered(observer, q) == [(b"a", False), (b"b", False)]
     # Still transactional after a commit.
     channel.basic_publish("", q, b"c")
     assert observer.basic_get(q) == (None, None, None)
     channel.tx_commit()
-    assert take_all(observer, q) == [(b"c", False)]
+    assert drain_redelivered(observer, q) == [(b"c", False)]
 
 
 def test_rollback_discards_publishes(channel, observer, q):
@@ -64,37 +53,28 @@ def test_rollback_discards_publishes(channel, observer, q):
     assert observer.basic_get(q) == (None, None, None)
     channel.basic_publish("", q, b"b")
     channel.tx_commit()
-    assert take_all(observer, q) == [(b"b", False)]
+    assert drain_redelivered(observer, q) == [(b"b", False)]
 
 
 def test_acks_take_effect_at_commit(connection, observer, q):
-    fill(observer, q, 3)
-    ch = connection.channel()
-    ch.tx_select()
-    tags = [ch.basic_get(q)[0].delivery_tag for _ in range(3)]
+    ch, tags = tx_holding(connection, observer, q, 3)
     ch.basic_ack(tags[0])
     ch.basic_ack(tags[2])
     ch.tx_commit()
     ch.close()
     # Only the unacked message 2 comes back.
-    assert take_all(observer, q) == [(b"2", True)]
+    assert drain_redelivered(observer, q) == [(b"2", True)]
 
 
 def test_uncommitted_acks_are_lost_when_the_channel_closes(connection, observer, q):
-    fill(observer, q, 2)
-    ch = connection.channel()
-    ch.tx_select()
-    tags = [ch.basic_get(q)[0].delivery_tag for _ in range(2)]
+    ch, tags = tx_holding(connection, observer, q, 2)
     ch.basic_ack(tags[1], multiple=True)
     ch.close()
-    assert take_all(observer, q) == [(b"1", True), (b"2", True)]
+    assert drain_redelivered(observer, q) == [(b"1", True), (b"2", True)]
 
 
 def test_rollback_undoes_acks(connection, observer, q):
-    fill(observer, q, 3)
-    ch = connection.channel()
-    ch.tx_select()
-    tags = [ch.basic_get(q)[0].delivery_tag for _ in range(3)]
+    ch, tags = tx_holding(connection, observer, q, 3)
     ch.basic_ack(tags[1], multiple=True)
     ch.tx_rollback()
     # The messages are unacked again and can be acked again (a second ack is no "unknown tag").
@@ -102,37 +82,28 @@ def test_rollback_undoes_acks(connection, observer, q):
     ch.basic_ack(tags[1])
     ch.tx_commit()
     ch.close()
-    assert take_all(observer, q) == [(b"3", True)]
+    assert drain_redelivered(observer, q) == [(b"3", True)]
 
 
 def test_ack_twice_in_one_transaction_is_406(connection, q, observer):
-    fill(observer, q, 1)
-    ch = connection.channel()
-    ch.tx_select()
-    tag = ch.basic_get(q)[0].delivery_tag
+    ch, [tag] = tx_holding(connection, observer, q, 1)
     ch.basic_ack(tag)
     channel_error(lambda: (ch.basic_ack(tag), ch.tx_commit()), 406, f"PRECONDITION_FAILED - unknown delivery tag {tag}")
 
 
 def test_reject_and_nack_take_effect_at_commit(connection, observer, q):
-    fill(observer, q, 4)
-    ch = connection.channel()
-    ch.tx_select()
-    tags = [ch.basic_get(q)[0].delivery_tag for _ in range(4)]
+    ch, tags = tx_holding(connection, observer, q, 4)
     ch.basic_reject(tags[0], requeue=True)
     ch.basic_nack(tags[2], multiple=True, requeue=False)  # 2 and 3: dropped
     assert observer.basic_get(q) == (None, None, None)  # nothing requeued yet
     ch.tx_commit()
-    assert take_all(observer, q) == [(b"1", True)]
+    assert drain_redelivered(observer, q) == [(b"1", True)]
     ch.close()
-    assert take_all(observer, q) == [(b"4", True)]
+    assert drain_redelivered(observer, q) == [(b"4", True)]
 
 
 def test_rollback_undoes_rejects(connection, observer, q):
-    fill(observer, q, 2)
-    ch = connection.channel()
-    ch.tx_select()
-    tags = [ch.basic_get(q)[0].delivery_tag for _ in range(2)]
+    ch, tags = tx_holding(connection, observer, q, 2)
     ch.basic_reject(tags[0], requeue=False)
     ch.basic_nack(tags[1], requeue=True)
     ch.tx_rollback()
@@ -141,19 +112,16 @@ def test_rollback_undoes_rejects(connection, observer, q):
     ch.basic_ack(tags[0])
     ch.tx_commit()
     ch.close()
-    assert take_all(observer, q) == [(b"2", True)]
+    assert drain_redelivered(observer, q) == [(b"2", True)]
 
 
 def test_publish_and_ack_in_one_transaction(connection, observer, q):
-    fill(observer, q, 1)
-    ch = connection.channel()
-    ch.tx_select()
-    tag = ch.basic_get(q)[0].delivery_tag
+    ch, [tag] = tx_holding(connection, observer, q, 1)
     ch.basic_publish("", q, b"reply")
     ch.basic_ack(tag)
     ch.tx_commit()
     ch.close()
-    assert take_all(observer, q) == [(b"reply", False)]
+    assert drain_redelivered(observer, q) == [(b"reply", False)]
 
 
 def test_commit_without_select_is_406(channel):
@@ -169,31 +137,27 @@ def test_tx_select_twice_is_fine(channel, observer, q):
     channel.tx_select()
     channel.basic_publish("", q, b"x")
     channel.tx_commit()
-    assert take_all(observer, q) == [(b"x", False)]
+    assert drain_redelivered(observer, q) == [(b"x", False)]
 
 
 def test_unroutable_mandatory_in_tx_is_returned_at_commit(broker, uid):
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Tx.Select())
-        raw.expect(c.Tx.SelectOk)
+        raw.call(1, c.Tx.Select())
         raw.publish(1, "amq.direct", f"nobody-{uid}", b"lost", mandatory=True)
         assert raw.frames_until_quiet(0.2) == []
-        raw.send(1, c.Tx.Commit())
+        raw.send_method(1, c.Tx.Commit())
         ret = raw.expect(c.Basic.Return)
         assert (ret.reply_code, ret.reply_text, ret.routing_key) == (312, "NO_ROUTE", f"nobody-{uid}")
-        assert raw.recv_message()[1] == b"lost"
+        assert raw.read_content()[1] == b"lost"
         raw.expect(c.Tx.CommitOk)
 
 
 def test_rollback_drops_pending_returns(broker, uid):
-    with RawClient(broker.host, broker.port) as raw:
+    with connect(broker) as raw:
         raw.open_channel(1)
-        raw.send(1, c.Tx.Select())
-        raw.expect(c.Tx.SelectOk)
+        raw.call(1, c.Tx.Select())
         raw.publish(1, "amq.direct", f"nobody-{uid}", b"lost", mandatory=True)
-        raw.send(1, c.Tx.Rollback())
-        raw.expect(c.Tx.RollbackOk)
-        raw.send(1, c.Tx.Commit())
-        raw.expect(c.Tx.CommitOk)
+        raw.call(1, c.Tx.Rollback())
+        raw.call(1, c.Tx.Commit())
         assert raw.frames_until_quiet(0.2) == []

@@ -1,7 +1,13 @@
-"""Import of RabbitMQ's definitions JSON (the format `load_definitions` reads)."""
+"""RabbitMQ's definitions JSON: import (the format `load_definitions` reads) and export (what
+its management API's GET /api/definitions writes), also the format of Warren's data dir."""
 
-from .auth import SHA256, User
+import datetime
+import decimal
+
+from .. import __version__
+from .auth import MD5, SHA256, SHA512, User
 from .errors import AMQPError
+from .exchanges import TYPES
 
 
 class DefinitionsError(ValueError):
@@ -14,46 +20,98 @@ def _tags(value) -> list:
     return [t.strip() for t in str(value or "").split(",") if t.strip()]
 
 
-def load(broker, data: dict) -> None:
-    """Apply users, vhosts, permissions, exchanges, queues and bindings to the broker."""
+def load(broker, data: dict, on_error=None) -> dict:
+    """Apply users, vhosts, permissions, exchanges, queues and bindings to the broker.
+
+    Without on_error the first bad definition raises DefinitionsError. With it, each bad
+    definition is reported as on_error(kind, item, message) and skipped (recovery from the
+    data dir: one bad entry must not keep the rest from coming back). Returns how many of
+    each kind were applied."""
     if not isinstance(data, dict):
         raise DefinitionsError("definitions must be a JSON object")
-    try:
-        for v in data.get("vhosts", []):
-            broker.add_vhost(v["name"])
-        for u in data.get("users", []):
-            algorithm = u.get("hashing_algorithm", SHA256)
-            if "password_hash" in u:
-                user = User(u["name"], u["password_hash"], _tags(u.get("tags")), algorithm)
-            else:
-                user = User.with_password(u["name"], u.get("password", ""), _tags(u.get("tags")))
-            broker.add_user(user)
-        for p in data.get("permissions", []):
-            if p["vhost"] not in broker.vhosts:
-                raise DefinitionsError(f"permission for unknown vhost '{p['vhost']}'")
-            broker.set_permissions(p["user"], p["vhost"], p.get("configure", ""), p.get("write", ""),
-                                   p.get("read", ""))
-        for x in data.get("exchanges", []):
-            vhost = _vhost(broker, x)
-            vhost.declare_exchange(x["name"], x.get("type", "direct"), x.get("durable", True),
-                                   x.get("auto_delete", False), x.get("internal", False),
-                                   x.get("arguments") or {})
-        for q in data.get("queues", []):
-            vhost = _vhost(broker, q)
-            vhost.declare_queue(q["name"], q.get("durable", True), None, q.get("auto_delete", False),
-                                q.get("arguments") or {})
-        for b in data.get("bindings", []):
-            vhost = _vhost(broker, b)
-            source = vhost.exchange(b["source"])
-            if b.get("destination_type", "queue") == "queue":
-                dest = vhost.queue(b["destination"])
-            else:
-                dest = vhost.exchange(b["destination"])
-            vhost.bind(source, dest, b.get("routing_key", ""), b.get("arguments") or {})
-    except KeyError as err:
-        raise DefinitionsError(f"definition is missing the field {err}") from None
-    except AMQPError as err:
-        raise DefinitionsError(err.text) from None
+    counts = {}
+    for kind, apply in (("vhosts", _load_vhost), ("users", _load_user), ("permissions", _load_permission),
+                        ("exchanges", _load_exchange), ("queues", _load_queue), ("bindings", _load_binding)):
+        items = data.get(kind) or []
+        if not isinstance(items, list):
+            _fail(on_error, kind, items, f"'{kind}' must be a list")
+            items = []
+        counts[kind] = 0
+        for item in items:
+            try:
+                if not isinstance(item, dict):
+                    raise DefinitionsError(f"each of '{kind}' must be a JSON object")
+                apply(broker, item)
+                counts[kind] += 1
+            except KeyError as err:
+                _fail(on_error, kind, item, f"definition is missing the field {err}")
+            except AMQPError as err:
+                _fail(on_error, kind, item, err.text)
+            except (DefinitionsError, TypeError, ValueError) as err:
+                _fail(on_error, kind, item, str(err))
+    return counts
+
+
+def _fail(on_error, kind, item, message):
+    if on_error is None:
+        raise DefinitionsError(message) from None
+    on_error(kind, item, message)
+
+
+def _load_vhost(broker, v):
+    vhost = broker.add_vhost(v["name"])
+    metadata = v.get("metadata")
+    if isinstance(metadata, dict):
+        description, tags = str(metadata.get("description") or ""), _tags(metadata.get("tags"))
+        if (description, tags) != (vhost.description, vhost.tags):
+            vhost.description, vhost.tags = description, tags
+            broker.mark_definitions_changed()
+
+
+def _load_user(broker, u):
+    algorithm = u.get("hashing_algorithm", SHA256)
+    if algorithm not in (SHA256, SHA512, MD5):
+        raise DefinitionsError(f"unsupported hashing algorithm '{algorithm}' for user '{u['name']}'")
+    if "password_hash" in u:
+        user = User(u["name"], u["password_hash"], _tags(u.get("tags")), algorithm)
+    else:
+        user = User.with_password(u["name"], u.get("password", ""), _tags(u.get("tags")))
+    broker.add_user(user)
+
+
+def _load_permission(broker, p):
+    if p["vhost"] not in broker.vhosts:
+        raise DefinitionsError(f"permission for unknown vhost '{p['vhost']}'")
+    broker.set_permissions(p["user"], p["vhost"], p.get("configure", ""), p.get("write", ""), p.get("read", ""))
+
+
+def _load_exchange(broker, x):
+    # Like RabbitMQ's import, an exchange or queue that exists already is kept as it is.
+    vhost = _vhost(broker, x)
+    if x["name"] in vhost.exchanges:
+        return
+    if x.get("type", "direct") not in TYPES:
+        raise DefinitionsError(f"unknown exchange type '{x.get('type')}' for exchange '{x['name']}'")
+    vhost.declare_exchange(x["name"], x.get("type", "direct"), x.get("durable", True),
+                           x.get("auto_delete", False), x.get("internal", False), x.get("arguments") or {})
+
+
+def _load_queue(broker, q):
+    vhost = _vhost(broker, q)
+    if q["name"] in vhost.queues:
+        return
+    vhost.declare_queue(q["name"], q.get("durable", True), None, q.get("auto_delete", False),
+                        q.get("arguments") or {})
+
+
+def _load_binding(broker, b):
+    vhost = _vhost(broker, b)
+    source = vhost.exchange(b["source"])
+    if b.get("destination_type", "queue") == "queue":
+        dest = vhost.queue(b["destination"])
+    else:
+        dest = vhost.exchange(b["destination"])
+    vhost.bind(source, dest, b.get("routing_key", ""), b.get("arguments") or {})
 
 
 def _vhost(broker, item):
@@ -62,3 +120,78 @@ def _vhost(broker, item):
     if vhost is None:
         raise DefinitionsError(f"unknown vhost '{name}'")
     return vhost
+
+
+# -- export ---------------------------------------------------------------------
+
+def _json_value(value):
+    """A field-table value as JSON (as RabbitMQ's management API shows arguments): numbers,
+    strings, booleans, null, objects and lists stay; binaries become strings, a timestamp its
+    seconds, a decimal a number."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode()
+        except UnicodeDecodeError:
+            return bytes(value).decode("latin-1")
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v) for v in value]
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp())
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    return str(value)
+
+
+def _is_kept_queue(q, durable_only: bool) -> bool:
+    return not q.exclusive and (q.durable or not durable_only)
+
+
+def export(broker, durable_only: bool = True) -> dict:
+    """The broker's definitions as RabbitMQ exports them: the default exchange and the
+    predeclared amq.* exchanges are left out, and so are exclusive queues. With durable_only
+    (what survives a restart) only durable exchanges and queues, and the bindings between
+    two durable objects."""
+    vhosts, exchanges, queues, bindings = [], [], [], []
+    for vhost in broker.vhosts.values():
+        vhosts.append({"name": vhost.name, "limits": [],
+                       "metadata": {"description": getattr(vhost, "description", ""),
+                                    "tags": list(getattr(vhost, "tags", []))}})
+        for x in vhost.exchanges.values():
+            if x.is_default or x.name.startswith("amq.") or (durable_only and not x.durable):
+                continue
+            exchanges.append({"name": x.name, "vhost": vhost.name, "type": x.type_name, "durable": x.durable,
+                              "auto_delete": x.auto_delete, "internal": x.internal,
+                              "arguments": _json_value(x.arguments)})
+        for q in vhost.queues.values():
+            if _is_kept_queue(q, durable_only):
+                queues.append({"name": q.name, "vhost": vhost.name, "durable": q.durable,
+                               "auto_delete": q.auto_delete, "type": "classic",
+                               "arguments": _json_value(q.arguments)})
+        for x in vhost.exchanges.values():
+            if x.is_default or (durable_only and not x.durable):
+                continue
+            for b in x.bindings.values():
+                dest = b.destination
+                if dest.kind == "queue":
+                    if not _is_kept_queue(dest, durable_only) or vhost.queues.get(dest.name) is not dest:
+                        continue
+                elif durable_only and not dest.durable:
+                    continue
+                bindings.append({"source": x.name, "vhost": vhost.name, "destination": dest.name,
+                                 "destination_type": dest.kind, "routing_key": b.routing_key,
+                                 "arguments": _json_value(b.arguments)})
+    users = [{"name": u.name, "password_hash": u.password_hash, "hashing_algorithm": u.algorithm,
+              "tags": list(u.tags), "limits": {}} for u in broker.users.values()]
+    permissions = [{"user": user, "vhost": vhost, "configure": p.configure, "write": p.write, "read": p.read}
+                   for (user, vhost), p in broker.permissions.items()]
+    return {"warren_version": __version__, "users": users, "vhosts": vhosts, "permissions": permissions,
+            "topic_permissions": [], "parameters": [], "global_parameters": [], "policies": [],
+            "queues": queues, "exchanges": exchanges, "bindings": bindings}

@@ -67,12 +67,16 @@ class Message:
 class QueuedMessage:
     """A message's place in one queue: its sequence number and delivery state there."""
 
-    __slots__ = ("seq", "message", "redelivered")
+    # seg/off: where the store wrote it (None if only in memory); durable: that record
+    # survives restarts; deliveries: how often it was handed out (kept across restarts).
+    __slots__ = ("seq", "message", "redelivered", "seg", "off", "durable", "deliveries")
 
     def __init__(self, seq: int, message: Message, redelivered: bool = False):
         self.seq = seq
         self.message = message
         self.redelivered = redelivered
+        self.seg = None
+        self.deliveries = 0
 
     def __lt__(self, other):  # requeued messages are ordered by their original position
         return self.seq < other.seq

@@ -148,7 +148,7 @@ class Queue:
         self.store = store if store is not None else MemoryQueueStore()
         self.consumers: deque = deque()
         self.unacked_count = 0
-        self.next_seq = 0
+        self.next_seq = getattr(self.store, "max_seq", 0)  # continue after recovered messages
         self.deleted = False
         self.had_consumers = False
         self.stats = {"publish": 0, "deliver": 0, "deliver_no_ack": 0, "get": 0, "ack": 0, "redeliver": 0}
@@ -201,15 +201,18 @@ class Queue:
                                       f"received {shown_received} but current is {shown_current}")
 
     # enqueue and deliver -----------------------------------------------------
-    def publish(self, message) -> None:
-        """Accept a routed message: hand it straight to a ready consumer, else store it."""
+    def publish(self, message) -> int:
+        """Accept a routed message: hand it straight to a ready consumer, else store it.
+        Returns the store batch a publisher confirm must wait for (0: none)."""
         self.next_seq += 1
         qm = QueuedMessage(self.next_seq, message)
         self.stats["publish"] += 1
         store = self.store
+        batch = store.accept(qm)
         if self.consumers and not len(store) and self._dispatch(qm):
-            return
+            return batch
         store.push(qm)
+        return batch
 
     def _dispatch(self, qm) -> bool:
         consumers = self.consumers
@@ -244,10 +247,12 @@ class Queue:
 
     # settlement --------------------------------------------------------------
     def delivered(self, qm, no_ack: bool) -> None:
+        qm.deliveries += 1
         if no_ack:
             self.store.settle(qm)
         else:
             self.unacked_count += 1
+            self.store.delivered(qm)
         if qm.redelivered:
             self.stats["redeliver"] += 1
 

@@ -19,8 +19,11 @@ def server_named(prefix: str) -> str:
 
 
 class VHost:
-    def __init__(self, name: str):
+    def __init__(self, name: str, broker=None):
         self.name = name
+        self.broker = broker  # told when durable definitions change (None: nobody to tell)
+        self.description = ""
+        self.tags: list = []
         self.default_exchange = DefaultExchange(self, "", durable=True)
         self.exchanges: dict = {"": self.default_exchange}
         self.queues: dict = {}
@@ -61,6 +64,8 @@ class VHost:
                 f"{rs('exchange', name, self.name)}")
         x = TYPES[type_name](self, name, durable, auto_delete, internal, arguments)
         self.exchanges[name] = x
+        if durable:
+            self._definitions_changed()
         return x, True
 
     def delete_exchange(self, name: str, if_unused=False) -> bool:
@@ -70,6 +75,8 @@ class VHost:
         if if_unused and x.bindings:
             raise precondition_failed(f"{x.describe()} in use")
         del self.exchanges[name]
+        if x.durable:
+            self._definitions_changed()
         for binding in list(x.bindings.values()):
             x.remove_binding(binding.key)
         # bindings where it is the destination
@@ -86,8 +93,11 @@ class VHost:
             existing.check_equivalent(durable, auto_delete, arguments)
             return existing, False
         validate_arguments(arguments, rs("queue", name, self.name))
-        q = Queue(self, name, durable, exclusive_owner, auto_delete, arguments)
+        store = self.broker.make_store(self.name, name, durable) if self.broker is not None else None
+        q = Queue(self, name, durable, exclusive_owner, auto_delete, arguments, store)
         self.queues[name] = q
+        if durable and exclusive_owner is None:
+            self._definitions_changed()
         return q, True
 
     def check_exclusive(self, queue, connection, strict=False) -> None:
@@ -109,8 +119,10 @@ class VHost:
             return 0
         del self.queues[queue.name]
         queue.deleted = True
+        if queue.durable:
+            self._definitions_changed()
         count = queue.message_count
-        queue.purge()
+        queue.store.destroy()
         for x in list(self.exchanges.values()):
             for key in [k for k, b in x.bindings.items() if b.destination is queue]:
                 self._remove_binding(x, key)
@@ -119,10 +131,16 @@ class VHost:
         queue.consumers.clear()
         return count
 
+    def _definitions_changed(self) -> None:
+        if self.broker is not None:
+            self.broker.mark_definitions_changed()
+
     # bindings ----------------------------------------------------------------
     def bind(self, source, destination, routing_key: str, arguments: dict) -> None:
         source.validate_binding(routing_key, arguments)
-        source.add_binding(Binding(source, destination, routing_key, arguments))
+        if source.add_binding(Binding(source, destination, routing_key, arguments)) and \
+                source.durable and destination.durable:
+            self._definitions_changed()
 
     def unbind(self, source, destination, routing_key: str, arguments: dict) -> None:
         key = Binding(source, destination, routing_key, arguments).key
@@ -130,7 +148,9 @@ class VHost:
             self._remove_binding(source, key)
 
     def _remove_binding(self, source, key) -> None:
-        source.remove_binding(key)
+        binding = source.remove_binding(key)
+        if binding is not None and source.durable and binding.destination.durable:
+            self._definitions_changed()
         if source.auto_delete and not source.bindings and self.exchanges.get(source.name) is source:
             self.delete_exchange(source.name)
 

@@ -5,12 +5,20 @@ import asyncio
 import json
 import logging
 import os
+import resource
 import sys
 
 from ..broker import definitions
 from ..broker.broker import Broker, Limits
 from ..server.listener import Server
+from ..store.definitions import DefinitionsFile
+from ..store.persister import Persister
 from .config import ConfigError, load_config
+
+log = logging.getLogger("warren")
+
+
+DEFAULT_DATA_DIR = os.path.expanduser("~/.local/share/warren")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,11 +27,74 @@ def build_parser() -> argparse.ArgumentParser:
     server = sub.add_parser("server", help="run the broker in the foreground")
     server.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
     server.add_argument("--port", type=int, default=None, help="AMQP port (default 5672)")
-    server.add_argument("--data-dir", default=None, help="directory for broker state")
+    server.add_argument("--data-dir", default=os.environ.get("WARREN_DATA_DIR") or DEFAULT_DATA_DIR,
+                        help="directory for definitions and messages (default $WARREN_DATA_DIR or "
+                             f"{DEFAULT_DATA_DIR})")
     server.add_argument("--config", default=None, help="RabbitMQ-style config file")
     server.add_argument("--definitions", default=None, help="RabbitMQ definitions JSON to load at start")
     server.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
+
+
+def _describe_counts(counts: dict) -> str:
+    return ", ".join(f"{n} {kind}" for kind, n in counts.items())
+
+
+def _recover_definitions(broker: Broker, store, config: dict) -> None:
+    """Give the broker the definitions saved in the data dir, or, on the first start (no saved
+    definitions), the default user and vhost, as RabbitMQ creates them only then."""
+    broker.definitions_store = store
+    saved = store.load() if store is not None else None
+    if saved is None:
+        user, vhost = config.get("default_user", "guest"), config.get("default_vhost", "/")
+        broker.create_defaults(user, config.get("default_pass", "guest"), vhost)
+        if store is not None:
+            log.info("no saved definitions in %s: created the default user '%s' and vhost '%s'",
+                     store.dir, user, vhost)
+        return
+    skipped = []
+
+    def skip(kind, item, message):
+        skipped.append(kind)
+        log.error("cannot recover one of the %s in %s (%s): %s", kind, store.path, message,
+                  json.dumps(item)[:500])
+
+    counts = definitions.load(broker, saved, on_error=skip)
+    log.info("recovered definitions from %s: %s", store.path, _describe_counts(counts))
+    if skipped:
+        log.error("skipped %d definitions that could not be recovered", len(skipped))
+    # Save again only when something was left out, so the file matches the broker.
+    broker.definitions_dirty = bool(skipped)
+
+
+async def _flush_definitions_periodically(broker, interval: float = 0.5) -> None:
+    """Replies flush the definitions before they go out; this catches changes that no reply
+    follows (nowait methods, auto-delete after a connection drops)."""
+    while True:
+        await asyncio.sleep(interval)
+        broker.flush_definitions()
+
+
+async def _serve(server, broker) -> None:
+    flusher = None
+    if broker.definitions_store is not None:
+        flusher = asyncio.get_running_loop().create_task(_flush_definitions_periodically(broker))
+    try:
+        await server.serve()
+    finally:
+        if flusher is not None:
+            flusher.cancel()
+        broker.flush_definitions()
+
+
+def _raise_open_files_limit() -> None:
+    """Each queue segment holds two file descriptors: allow as many as the system lets us."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 1 << 20, hard))
+        except (ValueError, OSError):
+            pass
 
 
 def main(argv=None) -> int:
@@ -37,19 +108,40 @@ def main(argv=None) -> int:
         return 2
     limits = Limits(**{k: config[k] for k in ("channel_max", "frame_max", "heartbeat", "max_message_size")
                        if k in config})
-    broker = Broker.with_defaults(config.get("default_user", "guest"), config.get("default_pass", "guest"),
-                                  config.get("default_vhost", "/"), limits=limits)
+    store = None
+    if args.data_dir:
+        try:
+            os.makedirs(args.data_dir, exist_ok=True)
+        except OSError as err:
+            print(f"warren: cannot create data directory {args.data_dir}: {err}", file=sys.stderr)
+            return 1
+        store = DefinitionsFile.in_dir(args.data_dir)
+    broker = Broker(limits=limits)
+    if args.data_dir:
+        # Before definitions are recovered, so durable queues recover their messages too.
+        broker.persister = Persister(args.data_dir)
+        _raise_open_files_limit()
+    _recover_definitions(broker, store, config)
     if "loopback_users" in config:
         broker.loopback_users = config["loopback_users"]
     if args.definitions:
         try:
             with open(args.definitions) as f:
-                definitions.load(broker, json.load(f))
+                counts = definitions.load(broker, json.load(f))
         except (OSError, ValueError) as err:
             print(f"warren: cannot load definitions {args.definitions}: {err}", file=sys.stderr)
             return 2
-    if args.data_dir:
-        os.makedirs(args.data_dir, exist_ok=True)
+        log.info("imported definitions from %s: %s", args.definitions, _describe_counts(counts))
+    if broker.persister is not None:
+        broker.persister.clean_start((v.name, q.name) for v in broker.vhosts.values()
+                                     for q in v.queues.values() if q.durable)
+    if store is not None and broker.definitions_dirty:
+        try:
+            store.save(definitions.export(broker))
+        except OSError as err:
+            print(f"warren: cannot write definitions to {store.path}: {err}", file=sys.stderr)
+            return 1
+        broker.definitions_dirty = False
     host = args.host or config.get("host", "127.0.0.1")
     port = args.port if args.port is not None else config.get("port", 5672)
     try:
@@ -59,7 +151,7 @@ def main(argv=None) -> int:
         pass
     server = Server(broker, host, port)
     try:
-        asyncio.run(server.serve())
+        asyncio.run(_serve(server, broker))
     except OSError as err:
         print(f"warren: cannot listen on {host}:{port}: {err}", file=sys.stderr)
         return 1

@@ -3,6 +3,7 @@
 import asyncio
 import logging
 import signal
+from concurrent.futures import ThreadPoolExecutor
 
 from .transport import AMQPProtocol
 
@@ -22,6 +23,9 @@ class Server:
     async def start(self):
         self.loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
+        if self.broker.persister is not None:
+            self._fsync_thread = ThreadPoolExecutor(1, thread_name_prefix="warren-fsync")
+            self.broker.persister.run_in_thread = self._run_in_thread
         self._server = await self.loop.create_server(
             lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True, backlog=1024)
         for sock in self._server.sockets:
@@ -34,6 +38,14 @@ class Server:
             self.loop.add_signal_handler(sig, self._stopped.set)
         await self._stopped.wait()
         await self.stop()
+
+    def _run_in_thread(self, job, done) -> None:
+        """Run a blocking job (fsync) off the loop; `done(error or None)` runs on the loop."""
+        def finished(future):
+            error = future.exception()
+            done(str(error) if error is not None else None)
+
+        self.loop.run_in_executor(self._fsync_thread, job).add_done_callback(finished)
 
     async def stop(self):
         log.info("shutting down: closing %d connections", len(self.protocols))
@@ -48,3 +60,9 @@ class Server:
         for proto in list(self.protocols):
             proto.close()
         await self._server.wait_closed()
+        persister = self.broker.persister
+        if persister is not None:
+            while persister.syncing:  # let a running group commit finish first
+                await asyncio.sleep(0.01)
+            persister.run_in_thread = None
+            persister.sync_now()

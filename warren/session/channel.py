@@ -3,11 +3,12 @@ broker model, and tracks deliveries, acks, transactions and publisher confirms."
 
 import logging
 import struct
+from collections import deque
 
 from ..amqp import spec
 from ..amqp.codec import DecodeError, read_shortstr
 from ..amqp.constants import BASIC, BASIC_ACK, BASIC_PUBLISH, FRAME_HEADER, FRAME_METHOD, NO_ROUTE
-from ..amqp.frames import ack_frame, content_frames, deliver_frame, deliver_prefix, get_ok_frame, method_frame
+from ..amqp.frames import ack_frame, nack_frame, content_frames, deliver_frame, deliver_prefix, get_ok_frame, method_frame
 from ..amqp.properties import FLAG_EXPIRATION, FLAG_USER_ID, decode_properties, parse_header
 from ..broker.consumer import Consumer
 from ..broker.errors import (
@@ -50,6 +51,7 @@ class Channel:
         self.confirm = False
         self.publish_seq = 0       # last publish sequence number handed out in confirm mode
         self.confirmed = 0         # last sequence number acked to the publisher
+        self.sync_waits = deque()  # (sequence number, persister batch) not yet fsynced
         self.tx = None             # list of deferred actions while in tx mode
         self.last_queue = ""       # for the empty-queue-name shortcut
         self.writable_exchanges: set = set()
@@ -472,14 +474,22 @@ class Channel:
         if self.tx is not None:
             self.tx.append(("publish", queues, message, mandatory))
             return
+        batch = 0
         if queues:
             for q in queues:
-                q.publish(message)
+                b = q.publish(message)
+                if b > batch:
+                    batch = b
         elif mandatory:
             self._return(message, NO_ROUTE, "NO_ROUTE")
         if self.confirm:
             self.publish_seq += 1
-            self.conn.confirming.add(self)
+            if batch:
+                # Persistent message in a durable queue: confirmed once its batch is fsynced.
+                self.sync_waits.append((self.publish_seq, batch))
+                self.conn.broker.persister.wait_for(self)
+            else:
+                self.conn.confirming.add(self)
 
     def _check_properties(self, header) -> None:
         """user_id and expiration, checked after the exchange as RabbitMQ does."""
@@ -503,11 +513,35 @@ class Channel:
         conn.schedule_flush()
 
     def emit_confirms(self) -> None:
-        """Acknowledge every publish confirmed since the last call, in one basic.ack."""
+        """Acknowledge every publish confirmed since the last call, in one basic.ack
+        (basic.nack for a publish whose write or fsync failed)."""
+        if self.state != OPEN:
+            return
         upto = self.publish_seq
-        if upto > self.confirmed and self.state == OPEN:
+        waits = self.sync_waits
+        if waits:
+            persister = self.conn.broker.persister
+            while waits and waits[0][1] <= persister.synced:
+                seq, batch = waits.popleft()
+                if batch in persister.failed:
+                    self._send_ack(seq - 1)
+                    self.conn.out.append(nack_frame(self.id, seq, False))
+                    self.confirmed = seq
+            if waits:
+                upto = waits[0][0] - 1
+                persister.wait_for(self)
+        self._send_ack(upto)
+
+    def _send_ack(self, upto: int) -> None:
+        if upto > self.confirmed:
             self.conn.out.append(ack_frame(self.id, upto, upto - self.confirmed > 1))
             self.confirmed = upto
+
+    def store_synced(self) -> None:
+        """The persister finished an fsync: some waiting confirms may be due."""
+        if self.state == OPEN:
+            self.conn.confirming.add(self)
+            self.conn.schedule_flush()
 
     def _confirm_select(self, m):
         if self.tx is not None:
@@ -616,6 +650,7 @@ class Channel:
         if self.tx is None:
             raise precondition_failed("channel is not transactional")
         actions, self.tx = self.tx, None
+        durable_writes = False
         try:
             for action in actions:
                 if action[0] == "publish":
@@ -623,7 +658,7 @@ class Channel:
                     live = [q for q in queues if not q.deleted]
                     if live:
                         for q in live:
-                            q.publish(message)
+                            durable_writes |= bool(q.publish(message))
                     elif mandatory:
                         self._return(message, NO_ROUTE, "NO_ROUTE")
                 elif action[0] == "ack":
@@ -632,6 +667,9 @@ class Channel:
                     self._settle(action[1], requeue=action[2], ack=False)
         finally:
             self.tx = []
+        if durable_writes and not self.conn.broker.persister.sync_now():
+            # RabbitMQ has no tx nack: a failed write is an internal error.
+            raise AMQPError(541, "cannot write the committed messages to disk")
         self.send(spec.TxCommitOk())
 
     def _tx_rollback(self, m):

@@ -345,6 +345,11 @@ class Connection:
 
     def flush(self) -> None:
         """Write everything gathered since the last flush in one call."""
+        broker = self.broker
+        broker.flush_definitions()
+        if broker.persister is not None:
+            # Message records and delivery marks reach the files before any reply leaves.
+            broker.persister.flush()
         self.flush_scheduled = False
         if self.confirming:
             for channel in self.confirming:

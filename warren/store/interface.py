@@ -12,6 +12,10 @@ from ..broker.message import QueuedMessage
 
 
 class QueueStore(Protocol):
+    def accept(self, qm: QueuedMessage) -> int:
+        """A message arrives: write it now if it must survive a restart. Returns the
+        persister batch whose fsync its confirm must wait for (0: nothing to wait for)."""
+
     def push(self, qm: QueuedMessage) -> None:
         """Append a newly enqueued message at the tail."""
 
@@ -20,6 +24,12 @@ class QueueStore(Protocol):
 
     def requeue(self, qm: QueuedMessage) -> None:
         """Put a delivered message back at its original position."""
+
+    def delivered(self, qm: QueuedMessage) -> None:
+        """Handed to a consumer that must ack (recorded so a restart sets redelivered)."""
+
+    def destroy(self) -> None:
+        """The queue is deleted: drop everything, including files."""
 
     def settle(self, qm: QueuedMessage) -> None:
         """A delivered message is gone for good (acked, rejected, or delivered no-ack)."""

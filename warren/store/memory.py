@@ -17,6 +17,15 @@ class MemoryQueueStore:
     def __len__(self):
         return len(self._fresh) + len(self._requeued)
 
+    def accept(self, qm):
+        return 0  # nothing to wait for: memory only
+
+    def delivered(self, qm):
+        pass
+
+    def destroy(self):
+        self.purge()
+
     def push(self, qm):
         self._fresh.append(qm)
         self.ready_bytes += len(qm.message.body)

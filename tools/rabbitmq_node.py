@@ -1,0 +1,559 @@
+#!/usr/bin/env python3
+"""Start and stop a private RabbitMQ node as the current user (standard library only).
+
+The node gets everything of its own, so it neither needs nor touches a system-wide
+node, /var/lib/rabbitmq or ~/.erlang.cookie, and several can run side by side:
+
+- HOME is a fresh temporary directory holding a new .erlang.cookie, so
+  rabbitmq-server and rabbitmqctl agree on the cookie (also when run as root);
+- its own epmd on a free port (ERL_EPMD_PORT), run in the foreground as our child;
+- free ports for AMQP (on 127.0.0.1) and Erlang distribution;
+- mnesia, log, pid file, plugins file (no plugins) and config paths in the temp dir;
+  the broker runs with its default configuration (user guest/guest).
+
+Every process is started in its own process group and is killed at the end, also on
+errors; if the Python process itself is SIGKILLed, a small watchdog process kills
+them and removes the temp dirs.
+
+As a library (bench/run.py uses it):
+
+    with RabbitMQNode() as node:            # start() ... stop()
+        connect(node.host, node.port)
+        node.ctl("list_queues")             # rabbitmqctl -n <node> list_queues
+
+As a command, to run the tests against RabbitMQ:
+
+    python3 tools/rabbitmq_node.py run -- python3 -m pytest -q tests/integration
+
+starts a node, runs the command with WARREN_TEST_BROKER=host:port and
+WARREN_TEST_RABBITMQCTL (a rabbitmqctl command line for that node) set, stops the
+node and exits with the command's status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import sys
+import tempfile
+import time
+
+__all__ = [
+    "RabbitMQNode", "RabbitMQNodeError", "spawn", "kill_tree", "forget",
+    "kill_all_children", "watchdog_send", "free_port", "free_ports", "port_open",
+    "amqp_probe", "default_rabbitmq_bin",
+]
+
+
+def _log(msg: str) -> None:
+    print(f"[rabbitmq-node {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------
+# process bookkeeping
+
+_CHILDREN: dict[int, subprocess.Popen] = {}  # pid -> process (own process group)
+
+# A sidecar that SIGKILLs every process group we registered (and removes our
+# temp dirs) if this process dies without cleaning up, e.g. when it is
+# SIGKILLed: it reads "+pgid"/"-pgid"/"d+path"/"d-path" lines on stdin and acts
+# when stdin reaches EOF without a final "done".
+_WATCHDOG_CODE = r"""
+import os, shutil, signal, sys, time
+groups, dirs = set(), set()
+for line in sys.stdin:
+    line = line.rstrip("\n")
+    if line == "done":
+        sys.exit(0)
+    if line[:2] == "d+":
+        dirs.add(line[2:])
+    elif line[:2] == "d-":
+        dirs.discard(line[2:])
+    elif line[:1] == "+":
+        groups.add(int(line[1:]))
+    elif line[:1] == "-":
+        groups.discard(int(line[1:]))
+for g in groups:
+    try:
+        os.killpg(g, signal.SIGKILL)
+    except OSError:
+        pass
+time.sleep(0.5)
+for d in dirs:
+    shutil.rmtree(d, ignore_errors=True)
+"""
+_watchdog: subprocess.Popen | None = None
+
+
+def watchdog_send(msg: str) -> None:
+    """Tell the watchdog about a process group ("+pgid"/"-pgid") or a temp dir
+    ("d+path"/"d-path") to clean up if we die; starts it on first use."""
+    global _watchdog
+    try:
+        if _watchdog is None or _watchdog.poll() is not None:
+            _watchdog = subprocess.Popen(
+                [sys.executable, "-c", _WATCHDOG_CODE], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, text=True)
+        _watchdog.stdin.write(msg + "\n")
+        _watchdog.stdin.flush()
+    except OSError:
+        pass
+
+
+def _watchdog_stop() -> None:
+    global _watchdog
+    if _watchdog is not None and _watchdog.poll() is None:
+        try:
+            _watchdog.stdin.write("done\n")
+            _watchdog.stdin.close()
+            _watchdog.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    _watchdog = None
+
+
+def spawn(argv, *, env=None, cwd=None, stdout=None, stderr=None) -> subprocess.Popen:
+    """Start a child in its own process group so the whole tree can be killed."""
+    p = subprocess.Popen(
+        [str(a) for a in argv], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+        stdout=stdout, stderr=stderr, start_new_session=True)
+    _CHILDREN[p.pid] = p
+    watchdog_send(f"+{p.pid}")
+    return p
+
+
+def kill_tree(p: subprocess.Popen, grace: float = 5.0) -> None:
+    """SIGTERM the child's process group, SIGKILL it after `grace` seconds."""
+    if p.poll() is None:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            p.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+    # the leader may be gone while other members of its group linger
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        p.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+    forget(p)
+
+
+def forget(p: subprocess.Popen) -> None:
+    """Stop tracking a child that has been reaped (or killed) by other means."""
+    if _CHILDREN.pop(p.pid, None) is not None:
+        watchdog_send(f"-{p.pid}")
+
+
+def kill_all_children() -> None:
+    """Kill every child started with spawn() and stop the watchdog."""
+    for p in list(_CHILDREN.values()):
+        kill_tree(p, grace=2.0)
+    _watchdog_stop()
+
+
+# --------------------------------------------------------------------------
+# ports
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """n distinct currently free TCP ports (all held open while choosing)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(s)
+            s.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    return free_ports(1, host)[0]
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def amqp_probe(port: int, host: str = "127.0.0.1") -> bytes | None:
+    """Send an AMQP 0-9-1 protocol header; return the first frame's payload if
+    the answer is a method frame (connection.start), else None."""
+    try:
+        with socket.create_connection((host, port), timeout=1.0) as s:
+            s.settimeout(2.0)
+            s.sendall(b"AMQP\x00\x00\x09\x01")
+            data = b""
+            while len(data) < 7:
+                chunk = s.recv(4096)
+                if not chunk:
+                    return None
+                data += chunk
+            if data[0] != 1:
+                return None
+            size = int.from_bytes(data[3:7], "big")
+            while len(data) < 7 + size:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            return data[7:7 + size]
+    except OSError:
+        return None
+
+
+def _server_version(start_payload: bytes | None) -> str:
+    """The "version" server property from a connection.start payload."""
+    key = b"\x07versionS"
+    i = (start_payload or b"").find(key)
+    if i < 0:
+        return "?"
+    i += len(key)
+    n = int.from_bytes(start_payload[i:i + 4], "big")
+    return start_payload[i + 4:i + 4 + n].decode("utf-8", "replace")
+
+
+def default_rabbitmq_bin(name: str) -> str:
+    """The real script (not Debian's /usr/sbin wrapper, which switches to the
+    rabbitmq user when run as root and so would not see our HOME/cookie)."""
+    cand = f"/usr/lib/rabbitmq/bin/{name}"
+    if os.path.exists(cand):
+        return cand
+    return shutil.which(name) or name
+
+
+# --------------------------------------------------------------------------
+# the node
+
+
+class RabbitMQNodeError(Exception):
+    pass
+
+
+class RabbitMQNode:
+    """A private RabbitMQ node: own node name, ports, epmd, cookie and dirs.
+
+    start() returns once the node answers AMQP on (host, port) and rabbitmqctl
+    can reach it; stop() stops it with `rabbitmqctl stop`, kills whatever is
+    left and removes the temp dir (unless keep_tmp). Both may be called again.
+    """
+
+    host = "127.0.0.1"
+
+    def __init__(self, nodename: str | None = None, *, server: str | None = None,
+                 rabbitmqctl: str | None = None, start_timeout: float = 60.0,
+                 keep_tmp: bool = False, tmp_prefix: str = "rabbitmq-node-",
+                 log=_log):
+        self.nodename = nodename or f"warren-test-{os.getpid()}@localhost"
+        self.server = server or default_rabbitmq_bin("rabbitmq-server")
+        self.rabbitmqctl = rabbitmqctl or default_rabbitmq_bin("rabbitmqctl")
+        self.start_timeout = start_timeout
+        self.keep_tmp = keep_tmp
+        self.tmp_prefix = tmp_prefix
+        self.log = log
+        self.port = 0
+        self.dist_port = 0
+        self.epmd_port = 0
+        self.version = "?"
+        self.tmp: str | None = None
+        self.logfile = ""
+        self.env: dict[str, str] = {}
+        self.proc: subprocess.Popen | None = None
+        self.epmd: subprocess.Popen | None = None
+
+    # -- state
+
+    @property
+    def pid(self) -> int | None:
+        """pid (and process group id) of the rabbitmq-server process."""
+        return self.proc.pid if self.proc else None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, n: int = 15) -> str:
+        try:
+            with open(self.logfile, errors="replace") as f:
+                return "".join(f.readlines()[-n:])
+        except OSError:
+            return ""
+
+    # -- rabbitmqctl
+
+    @property
+    def ctl_env(self) -> dict[str, str]:
+        """The environment rabbitmqctl needs to reach the node: our HOME (for
+        the cookie), our epmd port and our (empty) rabbitmq-env.conf."""
+        return {k: self.env[k] for k in ("HOME", "ERL_EPMD_PORT", "RABBITMQ_CONF_ENV_FILE")}
+
+    @property
+    def ctl_argv(self) -> list[str]:
+        """A self-contained rabbitmqctl command line for this node, usable from
+        any environment (`env VAR=... rabbitmqctl -n NODE`)."""
+        return ["env", *(f"{k}={v}" for k, v in self.ctl_env.items()),
+                self.rabbitmqctl, "-n", self.nodename]
+
+    @property
+    def ctl_command(self) -> str:
+        """ctl_argv as one shell-quoted string (for WARREN_TEST_RABBITMQCTL)."""
+        return shlex.join(self.ctl_argv)
+
+    def ctl(self, *args, check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess:
+        """Run `rabbitmqctl -n NODE ARGS...`; returns the CompletedProcess
+        (text stdout/stderr); raises RabbitMQNodeError if check and it fails."""
+        argv = [self.rabbitmqctl, "-n", self.nodename, *map(str, args)]
+        try:
+            r = subprocess.run(argv, env=self.env, stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True, timeout=timeout,
+                               start_new_session=True)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise RabbitMQNodeError(f"rabbitmqctl {' '.join(map(str, args))}: {e}") from e
+        if check and r.returncode != 0:
+            raise RabbitMQNodeError(f"rabbitmqctl {' '.join(map(str, args))} exited with "
+                                    f"{r.returncode}: {(r.stderr or r.stdout).strip()}")
+        return r
+
+    # -- start / stop
+
+    def start(self) -> "RabbitMQNode":
+        if self.alive():
+            return self
+        try:
+            self._start_once()
+        except RabbitMQNodeError as e:
+            # The only usual transient cause is a port taken between choosing
+            # and binding it: the server then exits early. Retry once with
+            # fresh ports; a timeout is not retried.
+            if self.proc is None or self.proc.poll() is None:
+                self.stop()
+                raise
+            self.log(f"rabbitmq: start failed, retrying with fresh ports: {str(e).splitlines()[0]}")
+            self.stop()
+            try:
+                self._start_once()
+            except RabbitMQNodeError:
+                self.stop()
+                raise
+        return self
+
+    def _start_once(self) -> None:
+        t = self.tmp = tempfile.mkdtemp(prefix=self.tmp_prefix)
+        if not self.keep_tmp:
+            watchdog_send(f"d+{t}")
+        self.port, self.dist_port, self.epmd_port = free_ports(3)
+        self.logfile = os.path.join(t, "rabbitmq-server.out")
+        # Own cookie in our own HOME: rabbitmq-server and rabbitmqctl both read
+        # $HOME/.erlang.cookie, so they agree even when run as root, and
+        # neither /root nor /var/lib/rabbitmq is touched.
+        cookie = "".join(secrets.choice(string.ascii_uppercase) for _ in range(20))
+        cookie_path = os.path.join(t, ".erlang.cookie")
+        with open(cookie_path, "w") as f:
+            f.write(cookie)
+        os.chmod(cookie_path, 0o400)
+        with open(os.path.join(t, "enabled_plugins"), "w") as f:
+            f.write("[].\n")
+        open(os.path.join(t, "rabbitmq-env.conf"), "w").close()
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RABBITMQ_", "ERL_"))}
+        env.update({
+            "HOME": t,
+            "ERL_EPMD_PORT": str(self.epmd_port),
+            "RABBITMQ_NODENAME": self.nodename,
+            "RABBITMQ_NODE_IP_ADDRESS": self.host,
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": os.path.join(t, "mnesia"),
+            "RABBITMQ_LOG_BASE": os.path.join(t, "log"),
+            "RABBITMQ_PID_FILE": os.path.join(t, "rabbitmq.pid"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": os.path.join(t, "enabled_plugins"),
+            "RABBITMQ_PLUGINS_EXPAND_DIR": os.path.join(t, "plugins-expand"),
+            "RABBITMQ_CONFIG_FILE": os.path.join(t, "rabbitmq"),  # absent: defaults
+            "RABBITMQ_ADVANCED_CONFIG_FILE": os.path.join(t, "advanced.config"),
+            "RABBITMQ_CONF_ENV_FILE": os.path.join(t, "rabbitmq-env.conf"),
+        })
+        self.env = env
+        # Our own epmd on a private port, in the foreground, so it is our
+        # child (erl would otherwise daemonize one that outlives us).
+        epmd = shutil.which("epmd") or "epmd"
+        try:
+            self.epmd = spawn([epmd, "-port", str(self.epmd_port)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        except OSError as e:
+            raise RabbitMQNodeError(f"could not start epmd ({epmd}): {e}") from e
+        deadline = time.monotonic() + 10
+        while not port_open(self.epmd_port):
+            if self.epmd.poll() is not None or time.monotonic() > deadline:
+                raise RabbitMQNodeError(f"could not start epmd on port {self.epmd_port}")
+            time.sleep(0.05)
+        self.log(f"rabbitmq: starting node {self.nodename} on {self.host}:{self.port} "
+                 f"(dist {self.dist_port}, epmd {self.epmd_port}, dir {t})")
+        try:
+            with open(self.logfile, "ab") as lf:
+                self.proc = spawn([self.server], env=env, cwd=t, stdout=lf, stderr=lf)
+        except OSError as e:
+            raise RabbitMQNodeError(f"could not run {self.server}: {e}") from e
+        self._wait_ready()
+        self.log(f"rabbitmq: ready (RabbitMQ {self.version}, pid {self.proc.pid})")
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RabbitMQNodeError(
+                    f"rabbitmq-server exited with status {self.proc.returncode} during "
+                    f"start-up; last log lines:\n{self.log_tail()}")
+            if port_open(self.port, self.host):
+                start = amqp_probe(self.port, self.host)
+                if start is not None:
+                    self.version = _server_version(start)
+                    break
+            if time.monotonic() > deadline:
+                raise RabbitMQNodeError(
+                    f"rabbitmq-server did not answer AMQP on port {self.port} within "
+                    f"{self.start_timeout:.0f} s; last log lines:\n{self.log_tail()}")
+            time.sleep(0.2)
+        # Also proves that rabbitmqctl reaches the node (cookie, epmd).
+        self.ctl("await_startup", "--timeout", str(max(5, int(deadline - time.monotonic()))),
+                 timeout=max(10.0, deadline - time.monotonic() + 10))
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.ctl("stop", check=False, timeout=30)
+            except RabbitMQNodeError:
+                pass
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.proc is not None:
+            kill_tree(self.proc, grace=5.0)
+            self.proc = None
+        if self.epmd is not None:
+            kill_tree(self.epmd, grace=2.0)
+            self.epmd = None
+        if self.tmp:
+            if self.keep_tmp:
+                self.log(f"rabbitmq: kept {self.tmp}")
+            else:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+                watchdog_send(f"d-{self.tmp}")
+            self.tmp = None
+
+    def __enter__(self) -> "RabbitMQNode":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# --------------------------------------------------------------------------
+# command line
+
+
+class _Interrupted(Exception):
+    pass
+
+
+def _raise_interrupt(signum, frame):
+    raise _Interrupted(f"signal {signum}")
+
+
+def _run(args) -> int:
+    cmd = args.cmd
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        _log("run: no command given (usage: rabbitmq_node.py run -- CMD...)")
+        return 2
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGHUP, _raise_interrupt)
+    atexit.register(kill_all_children)
+    node = RabbitMQNode(args.nodename, server=args.rabbitmq_server,
+                        rabbitmqctl=args.rabbitmqctl, start_timeout=args.start_timeout,
+                        keep_tmp=args.keep_tmp)
+    proc = None
+    try:
+        try:
+            node.start()
+        except RabbitMQNodeError as e:
+            _log(f"could not start RabbitMQ: {e}")
+            return 2
+        env = dict(os.environ)
+        env["WARREN_TEST_BROKER"] = f"{node.host}:{node.port}"
+        env["WARREN_TEST_RABBITMQCTL"] = node.ctl_command
+        _log(f"running against RabbitMQ {node.version} at {node.host}:{node.port}: "
+             f"{shlex.join(cmd)}")
+        _log(f"  WARREN_TEST_BROKER={env['WARREN_TEST_BROKER']}")
+        _log(f"  WARREN_TEST_RABBITMQCTL={env['WARREN_TEST_RABBITMQCTL']}")
+        try:
+            proc = subprocess.Popen(cmd, env=env)
+        except OSError as e:
+            _log(f"could not run {cmd[0]}: {e}")
+            return 127
+        rc = proc.wait()
+        if not node.alive():
+            _log(f"RabbitMQ node died during the run; last log lines:\n{node.log_tail()}")
+        return 128 - rc if rc < 0 else rc
+    except (KeyboardInterrupt, _Interrupted) as e:
+        _log(f"interrupted ({str(e) or 'Ctrl-C'}); stopping")
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish stopping the node
+        node.stop()
+        kill_all_children()
+        _log("rabbitmq: stopped")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Run a private RabbitMQ node.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    run = sub.add_parser(
+        "run", help="start a node, run CMD with WARREN_TEST_BROKER and "
+                    "WARREN_TEST_RABBITMQCTL set for it, stop the node, exit with CMD's status",
+        usage="%(prog)s [options] -- CMD...")
+    run.add_argument("--nodename", default=None,
+                     help="node name (default warren-test-<pid>@localhost)")
+    run.add_argument("--rabbitmq-server", default=None,
+                     help="rabbitmq-server script (default /usr/lib/rabbitmq/bin/rabbitmq-server)")
+    run.add_argument("--rabbitmqctl", default=None,
+                     help="rabbitmqctl script (default /usr/lib/rabbitmq/bin/rabbitmqctl)")
+    run.add_argument("--start-timeout", type=float, default=60.0,
+                     help="seconds to wait for the node to start (default 60)")
+    run.add_argument("--keep-tmp", action="store_true",
+                     help="keep the node's temporary directory (data, logs)")
+    run.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run")
+    args = ap.parse_args(argv)
+    return _run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

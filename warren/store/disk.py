@@ -1,0 +1,371 @@
+"""A queue store backed by segment files, with a bounded in-memory window.
+
+Ready messages are, in delivery order: requeued ones (in memory, by original position), the
+in-memory window of fresh ones, then the *disk tail*: messages that exist only in the
+segment files, read back in batches as the window drains. Persistent messages of durable
+queues are written when they arrive (their confirm waits for the fsync); transient ones
+touch the disk only when the window is full (paging). Acks and deliveries leave marks in
+each segment's .ack file; a segment whose records are all settled is deleted.
+"""
+
+import heapq
+import logging
+import os
+import shutil
+import time
+from collections import deque
+
+from ..amqp.codec import read_shortstr
+from ..broker.message import Message, QueuedMessage
+from . import segments as sg
+
+log = logging.getLogger("warren.store")
+
+WINDOW = 32768          # fresh messages kept in memory before paging starts
+READ_CHUNK = 1 << 20
+
+
+class Segment:
+    """One segment file and its ack file, with what is known of their records."""
+
+    __slots__ = ("id", "path", "fd", "ack_fd", "size", "flushed", "count", "acked", "acked_set",
+                 "delivered", "wbuf", "marks", "persister")
+
+    def __init__(self, persister, directory: str, seg_id: int, create: bool):
+        self.persister = persister
+        self.id = seg_id
+        self.path = os.path.join(directory, sg.segment_name(seg_id))
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        self.fd = os.open(self.path, flags, 0o644)
+        self.ack_fd = None
+        self.size = self.flushed = 0
+        self.count = self.acked = 0
+        self.acked_set: set = set()
+        self.delivered: dict = {}
+        self.wbuf = bytearray()
+        self.marks = bytearray()
+        if create:
+            self.wbuf += sg.MAGIC
+            self.size = len(sg.MAGIC)
+
+    def append(self, record: bytes) -> int:
+        offset = self.size
+        self.wbuf += record
+        self.size += len(record)
+        self.count += 1
+        self.persister.dirty.add(self)
+        return offset
+
+    def mark(self, kind: int, offset: int) -> None:
+        self.marks += sg.encode_mark(kind, offset)
+        self.persister.dirty.add(self)
+
+    def write_out(self) -> None:
+        # pwrite at the flushed offset: a retry after a failed (partial) write overwrites it.
+        while self.wbuf:
+            n = os.pwrite(self.fd, self.wbuf, self.flushed)
+            self.flushed += n
+            del self.wbuf[:n]
+        if self.marks:
+            if self.ack_fd is None:
+                self.ack_fd = os.open(self.path[:-4] + ".ack", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            n = os.write(self.ack_fd, self.marks)
+            del self.marks[:n]
+            if self.marks:
+                raise OSError("short write of ack marks")
+
+    def read(self, offset: int, length: int) -> bytes:
+        """Bytes of the segment, whether written yet or still buffered."""
+        if offset >= self.flushed:
+            start = offset - self.flushed
+            return bytes(self.wbuf[start:start + length])
+        data = os.pread(self.fd, min(length, self.flushed - offset), offset)
+        if offset + length > self.flushed and self.wbuf:
+            data += bytes(self.wbuf[:offset + length - self.flushed])
+        return data
+
+    def remove(self) -> None:
+        self.persister.dirty.discard(self)
+        self.persister.to_sync.discard(self)
+        for fd in (self.fd, self.ack_fd):
+            if fd is not None:
+                self.persister.close_fd(fd)
+        self.fd = self.ack_fd = None
+        for path in (self.path, self.path[:-4] + ".ack"):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+
+def _route_parts(route: bytes):
+    exchange, pos = read_shortstr(route, 0)
+    routing_key, _ = read_shortstr(route, pos)
+    return exchange, routing_key
+
+
+class DiskQueueStore:
+    """The QueueStore of a queue when the broker has a data directory."""
+
+    def __init__(self, persister, directory: str, durable: bool, window: int = WINDOW):
+        self.persister = persister
+        self.directory = directory
+        self.durable = durable
+        self.window = window
+        self._fresh = deque()
+        self._requeued: list = []
+        self.ready_bytes = 0
+        self.disk_count = 0       # ready messages that live only in the segments
+        self.cursor = None        # (segment, offset) of the first of them
+        self.segments: dict = {}  # id -> Segment, in id order
+        self.write_seg = None
+        self.max_seq = 0          # highest sequence number recovered
+        if durable and os.path.isdir(directory):
+            self._recover()
+
+    # --------------------------------------------------------------- QueueStore
+    def __len__(self):
+        return len(self._fresh) + len(self._requeued) + self.disk_count
+
+    def accept(self, qm) -> int:
+        """Write a persistent message of a durable queue now; returns the batch to wait for."""
+        if self.durable and qm.message.persistent:
+            self._append(qm, sg.FLAG_DURABLE)
+            return self.persister.durable_append(qm.seg)
+        return 0
+
+    def push(self, qm) -> None:
+        self.ready_bytes += len(qm.message.body)
+        if self.disk_count or len(self._fresh) >= self.window:
+            if qm.seg is None:
+                self._append(qm, sg.FLAG_PAGED)
+            if not self.disk_count:
+                self.cursor = (qm.seg, qm.off)
+            self.disk_count += 1
+            return
+        self._fresh.append(qm)
+
+    def pop(self):
+        if self._requeued:
+            qm = heapq.heappop(self._requeued)
+        else:
+            if len(self._fresh) <= self.window // 2 and self.disk_count:
+                self._load(self.window // 2 + 1)
+            if not self._fresh:
+                return None
+            qm = self._fresh.popleft()
+        self.ready_bytes -= len(qm.message.body)
+        return qm
+
+    def requeue(self, qm) -> None:
+        heapq.heappush(self._requeued, qm)
+        self.ready_bytes += len(qm.message.body)
+
+    def delivered(self, qm) -> None:
+        """Handed to a consumer that must ack: leave a mark so a restart sets redelivered."""
+        seg = qm.seg
+        if seg is not None and qm.durable:
+            seg.mark(sg.MARK_DELIVERED, qm.off)
+
+    def settle(self, qm) -> None:
+        seg = qm.seg
+        if seg is None:
+            return
+        qm.seg = None
+        if qm.durable:
+            seg.mark(sg.MARK_ACK, qm.off)
+        seg.acked += 1
+        if seg.acked >= seg.count and seg is not self.write_seg:
+            self._drop(seg)
+
+    def purge(self) -> int:
+        count = len(self)
+        while self._requeued or self._fresh:
+            qm = self._requeued.pop() if self._requeued else self._fresh.popleft()
+            self.settle(qm)
+        if self.disk_count:
+            self._purge_disk_tail()
+        self.ready_bytes = 0
+        return count
+
+    def peek_all(self) -> list:
+        return sorted(self._requeued) + list(self._fresh)
+
+    def destroy(self) -> None:
+        for seg in list(self.segments.values()):
+            seg.remove()
+        self.segments.clear()
+        self.write_seg = None
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    # ---------------------------------------------------------------- writing
+    def _append(self, qm, flags: int) -> None:
+        seg = self.write_seg
+        if seg is None or seg.size >= sg.SEGMENT_SIZE:
+            seg = self._roll()
+        msg = qm.message
+        qm.off = seg.append(sg.encode_record(flags, qm.seq, msg.route, msg.header, msg.body))
+        qm.seg = seg
+        qm.durable = flags == sg.FLAG_DURABLE
+
+    def _roll(self):
+        if not self.segments:
+            os.makedirs(self.directory, exist_ok=True)
+        old = self.write_seg
+        seg_id = (max(self.segments) + 1) if self.segments else 1
+        seg = Segment(self.persister, self.directory, seg_id, create=True)
+        self.segments[seg_id] = seg
+        self.write_seg = seg
+        if old is not None and old.acked >= old.count:
+            self._drop(old)
+        return seg
+
+    def _drop(self, seg) -> None:
+        if self.cursor is not None and self.cursor[0] is seg:
+            return  # still being read from (possible only for skipped records)
+        self.segments.pop(seg.id, None)
+        seg.remove()
+
+    # ---------------------------------------------------------------- reading
+    def _load(self, want: int) -> None:
+        """Move up to `want` messages from the disk tail into the in-memory window."""
+        seg, offset = self.cursor
+        fresh = self._fresh
+        ids = None
+        while want > 0 and self.disk_count:
+            if offset >= seg.size:
+                ids = ids or sorted(self.segments)
+                later = [i for i in ids if i > seg.id]
+                if not later:
+                    log.error("queue store %s: %d messages missing from the segments", self.directory,
+                              self.disk_count)
+                    self.disk_count = 0
+                    break
+                finished, seg, offset = seg, self.segments[later[0]], len(sg.MAGIC)
+                if finished.acked >= finished.count and finished is not self.write_seg:
+                    self.cursor = (seg, offset)
+                    self._drop(finished)
+                continue
+            chunk = seg.read(offset, READ_CHUNK)
+            pos = 0
+            while want > 0 and self.disk_count and pos + 8 <= len(chunk):
+                length = int.from_bytes(chunk[pos:pos + 4], "big")
+                end = pos + 8 + length
+                if end > len(chunk):
+                    if pos == 0:  # a record larger than the chunk
+                        chunk = seg.read(offset, 8 + length)
+                        end = 8 + length
+                    else:
+                        break
+                flags, seq, route, header, body, _ = sg.decode_record(chunk, pos)
+                record_offset = offset + pos
+                pos = end
+                if record_offset in seg.acked_set:
+                    continue
+                exchange, routing_key = _route_parts(route)
+                qm = QueuedMessage(seq, Message(exchange, routing_key, route, header, body))
+                qm.seg, qm.off, qm.durable = seg, record_offset, flags == sg.FLAG_DURABLE
+                deliveries = seg.delivered.get(record_offset, 0)
+                if deliveries:
+                    qm.redelivered = True
+                    qm.deliveries = deliveries
+                fresh.append(qm)
+                self.disk_count -= 1
+                want -= 1
+            offset += pos
+        self.cursor = (seg, offset) if self.disk_count else None
+
+    def _purge_disk_tail(self) -> None:
+        seg, offset = self.cursor
+        self.cursor = None
+        self.disk_count = 0
+        # Every record from the cursor on is ready (never delivered): settle them all.
+        ids = sorted(self.segments)
+        for seg_id in ids:
+            if seg_id < seg.id:
+                continue
+            current = self.segments[seg_id]
+            if seg_id > seg.id and current is not self.write_seg:
+                self.segments.pop(seg_id)
+                current.remove()
+                continue
+            start = offset if current is seg else len(sg.MAGIC)
+            data = current.read(start, current.size - start)
+            records, _, _ = sg.scan(data, 0)
+            for rel, flags, _seq in records:
+                off = start + rel
+                if off in current.acked_set:
+                    continue
+                if flags == sg.FLAG_DURABLE:
+                    current.mark(sg.MARK_ACK, off)
+                current.acked += 1
+            if current.acked >= current.count and current is not self.write_seg:
+                self.segments.pop(seg_id)
+                current.remove()
+
+    # --------------------------------------------------------------- recovery
+    def _recover(self) -> None:
+        """Rebuild the disk tail from the segment files after a restart or crash."""
+        started = time.monotonic()
+        names = sorted(n for n in os.listdir(self.directory) if n.endswith(".seg"))
+        total = 0
+        last_name = names[-1] if names else None
+        for name in names:
+            try:
+                seg_id = int(name[:-4])
+            except ValueError:
+                continue
+            seg = Segment(self.persister, self.directory, seg_id, create=False)
+            ack_path = seg.path[:-4] + ".ack"
+            if os.path.exists(ack_path):
+                with open(ack_path, "rb") as f:
+                    acked, delivered, problem = sg.read_marks(f.read())
+                if problem:
+                    log.warning("queue store %s: %s in %s; later marks ignored", self.directory, problem, ack_path)
+                seg.acked_set, seg.delivered = acked, delivered
+            with open(seg.path, "rb") as f:
+                data = f.read()
+            if not data.startswith(sg.MAGIC):
+                self._quarantine(seg, "bad segment header")
+                seg.remove() if not data else None
+                continue
+            records, good_end, problem = sg.scan(data)
+            if problem:
+                if name == last_name:
+                    log.warning("queue store %s: torn tail in %s (%s): truncated to %d bytes",
+                                self.directory, name, problem, good_end)
+                    os.ftruncate(seg.fd, good_end)
+                else:
+                    self._quarantine(seg, problem)
+            seg.size = seg.flushed = good_end
+            seg.count = len(records)
+            live = 0
+            for offset, flags, seq in records:
+                if seq > self.max_seq:
+                    self.max_seq = seq
+                if flags != sg.FLAG_DURABLE or offset in seg.acked_set:
+                    seg.acked_set.add(offset)  # paged transient messages do not survive restarts
+                    continue
+                if self.cursor is None:
+                    self.cursor = (seg, offset)
+                live += 1
+                length = int.from_bytes(data[offset:offset + 4], "big")
+                self.ready_bytes += length - sg.REC_OVERHEAD
+            seg.acked = seg.count - live
+            if live == 0:
+                seg.remove()
+                continue
+            self.segments[seg_id] = seg
+            self.disk_count += live
+            total += live
+        if total or names:
+            log.info("queue store %s: recovered %d messages from %d segments in %.2fs", self.directory, total,
+                     len(names), time.monotonic() - started)
+
+    def _quarantine(self, seg, problem: str) -> None:
+        target_dir = os.path.join(self.persister.root, "quarantine")
+        os.makedirs(target_dir, exist_ok=True)
+        target = os.path.join(target_dir, f"{os.path.basename(self.directory)}-{os.path.basename(seg.path)}")
+        shutil.copyfile(seg.path, target)
+        log.error("queue store %s: corrupt segment %s (%s): copied to %s; the records before it are recovered",
+                  self.directory, seg.path, problem, target)

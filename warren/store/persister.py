@@ -1,0 +1,149 @@
+"""Writes buffered segment data once per loop tick and runs group-commit fsyncs.
+
+Durable appends join the open *batch*. At every flush the buffered bytes of all dirty
+segments are written (before any client output of that tick, so a delivery is never sent
+before its delivered-mark is written); then, if no fsync is running, the open batch is
+closed and its files are fsynced in a worker thread while new appends join the next batch.
+When the fsync returns, every confirm waiting on that batch (or an earlier one) goes out in
+one basic.ack per channel. There is no timer: a lone publish is confirmed after one fsync,
+and under load one fsync covers everything that arrived while the previous one ran.
+"""
+
+import hashlib
+import itertools
+import logging
+import os
+import shutil
+
+log = logging.getLogger("warren.store")
+
+
+def _fsync_all(fds):
+    for fd in fds:
+        os.fsync(fd)
+
+
+class Persister:
+    def __init__(self, root: str, run_in_thread=None):
+        self.root = root
+        # run_in_thread(fn, done): run fn() off the event loop and call done(error) on it.
+        # Without one (unit tests), fsyncs run inline.
+        self.run_in_thread = run_in_thread
+        self.dirty: set = set()        # segments with buffered bytes or marks
+        self.batch = 1                 # the batch new durable appends join
+        self.synced = 0                # every batch up to this one is on disk (or failed)
+        self.failed: dict = {}         # batch -> error text, for nacks
+        self.syncing = False
+        self.to_sync: set = set()      # segments with durable data in the open batch
+        self.waiting: set = set()      # channels with confirms waiting for a batch
+        self.close_after_sync: list = []
+
+    # queue stores ---------------------------------------------------------------
+    _paging_ids = itertools.count(1)
+
+    def queue_dir(self, vhost: str, queue: str) -> str:
+        digest = hashlib.sha1(f"{vhost}\0{queue}".encode()).hexdigest()[:24]
+        return os.path.join(self.root, "queues", digest)
+
+    def queue_store(self, vhost: str, queue: str, durable: bool):
+        from .disk import DiskQueueStore
+
+        if durable:
+            return DiskQueueStore(self, self.queue_dir(vhost, queue), durable=True)
+        # Transient queues only touch the disk when they page; nothing there outlives a run.
+        return DiskQueueStore(self, os.path.join(self.root, "paging", str(next(self._paging_ids))), durable=False)
+
+    def clean_start(self, durable_queues) -> None:
+        """At start-up: forget paged transient messages and message dirs of queues that no
+        longer exist (deleted while the broker was down, or just before a crash)."""
+        shutil.rmtree(os.path.join(self.root, "paging"), ignore_errors=True)
+        live = {self.queue_dir(v, q) for v, q in durable_queues}
+        queues_dir = os.path.join(self.root, "queues")
+        if os.path.isdir(queues_dir):
+            for name in os.listdir(queues_dir):
+                path = os.path.join(queues_dir, name)
+                if path not in live:
+                    log.info("removing messages of a queue that no longer exists: %s", path)
+                    shutil.rmtree(path, ignore_errors=True)
+
+    # called by stores ---------------------------------------------------------
+    def durable_append(self, segment) -> int:
+        self.to_sync.add(segment)
+        return self.batch
+
+    def close_fd(self, fd) -> None:
+        """Close a file descriptor, but not under a running fsync."""
+        if self.syncing:
+            self.close_after_sync.append(fd)
+        else:
+            os.close(fd)
+
+    # called by the session layer -------------------------------------------------
+    def flush(self) -> None:
+        """Write everything buffered, then start an fsync if one is due."""
+        if self.dirty:
+            dirty, self.dirty = self.dirty, set()
+            for segment in dirty:
+                try:
+                    segment.write_out()
+                except OSError as err:
+                    log.error("write to %s failed: %s", segment.path, err)
+                    self.failed[self.batch] = str(err)
+                    self.dirty.add(segment)  # keep the bytes; retried at the next flush
+        if self.to_sync and not self.syncing:
+            self._start_sync()
+
+    def wait_for(self, channel) -> None:
+        self.waiting.add(channel)
+
+    def sync_now(self) -> bool:
+        """Flush and fsync everything synchronously (tx.commit, shutdown). True if all is safe."""
+        self.flush()
+        batch = self.batch
+        segments = [s for s in self.to_sync if s.fd is not None]
+        self.to_sync = set()
+        self.batch += 1
+        error = None
+        try:
+            _fsync_all([s.fd for s in segments])
+        except OSError as err:
+            error = str(err)
+        self._synced(batch, error)
+        return error is None and batch not in self.failed
+
+    # group commit ---------------------------------------------------------------
+    def _start_sync(self) -> None:
+        batch = self.batch
+        fds = [s.fd for s in self.to_sync if s.fd is not None]
+        self.to_sync = set()
+        self.batch += 1
+        self.syncing = True
+        if self.run_in_thread is None:
+            try:
+                _fsync_all(fds)
+                self._sync_done(batch, None)
+            except OSError as err:
+                self._sync_done(batch, str(err))
+            return
+        self.run_in_thread(lambda: _fsync_all(fds), lambda error: self._sync_done(batch, error))
+
+    def _sync_done(self, batch: int, error) -> None:
+        self.syncing = False
+        for fd in self.close_after_sync:
+            os.close(fd)
+        self.close_after_sync.clear()
+        self._synced(batch, error)
+        # Whatever arrived meanwhile forms the next batch.
+        self.flush()
+
+    def _synced(self, batch: int, error) -> None:
+        if error:
+            log.error("fsync failed: %s", error)
+            self.failed[batch] = error
+        self.synced = max(self.synced, batch)
+        waiting, self.waiting = self.waiting, set()
+        for channel in waiting:
+            channel.store_synced()
+        if len(self.failed) > 1000:
+            for b in [b for b in self.failed if b < self.synced - 1000]:
+                del self.failed[b]
