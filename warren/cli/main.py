@@ -2,10 +2,12 @@
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import os
 import resource
+import signal
 import sys
 
 from ..broker import definitions
@@ -31,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="directory for definitions and messages (default $WARREN_DATA_DIR or "
                              f"{DEFAULT_DATA_DIR})")
     server.add_argument("--config", default=None, help="RabbitMQ-style config file")
+    server.add_argument("--queue-window", type=int, default=None, metavar="N",
+                        help="ready messages a queue keeps in memory before paging to disk (default 32768)")
     server.add_argument("--definitions", default=None, help="RabbitMQ definitions JSON to load at start")
     server.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return parser
@@ -99,6 +103,8 @@ def _raise_open_files_limit() -> None:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    # A write past a file-size limit must fail with EFBIG (and nack its publishes), not kill us.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -119,7 +125,7 @@ def main(argv=None) -> int:
     broker = Broker(limits=limits)
     if args.data_dir:
         # Before definitions are recovered, so durable queues recover their messages too.
-        broker.persister = Persister(args.data_dir)
+        broker.persister = Persister(args.data_dir, window=args.queue_window)
         _raise_open_files_limit()
     _recover_definitions(broker, store, config)
     if "loopback_users" in config:
@@ -149,6 +155,10 @@ def main(argv=None) -> int:
         uvloop.install()
     except ImportError:
         pass
+    # Queued messages are long-lived objects by the million: collect the young generation
+    # less often, and leave what exists at start-up out of every collection.
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
     server = Server(broker, host, port)
     try:
         asyncio.run(_serve(server, broker))

@@ -52,6 +52,8 @@ class Channel:
         self.publish_seq = 0       # last publish sequence number handed out in confirm mode
         self.confirmed = 0         # last sequence number acked to the publisher
         self.sync_waits = deque()  # (sequence number, persister batch) not yet fsynced
+        self._last_route = (None, "", "")
+        self._last_header = b""
         self.tx = None             # list of deferred actions while in tx mode
         self.last_queue = ""       # for the empty-queue-name shortcut
         self.writable_exchanges: set = set()
@@ -98,7 +100,12 @@ class Channel:
             err = unexpected_frame(f"expected content header for class 60, got one for class {class_id} instead")
             err.method_ids = (60, 40)
             raise err
-        pub[4] = bytes(payload)
+        header = bytes(payload)
+        if header == self._last_header:
+            header = self._last_header  # one shared copy for a run of alike messages
+        else:
+            self._last_header = header
+        pub[4] = header
         pub[6] = body_size
         max_size = self.conn.broker.limits.max_message_size
         if body_size > max_size:
@@ -431,6 +438,16 @@ class Channel:
 
     # ------------------------------------------------------------- publish
     def _start_publish(self, payload) -> None:
+        # Publishers mostly repeat the exchange and routing key: reuse the decoded strings
+        # and the route bytes (also shared by every queued copy) when they do.
+        route = bytes(payload[6:-1])
+        cached = self._last_route
+        if cached[0] == route and len(payload) > 6:
+            bits = payload[-1]
+            if bits & 2:
+                raise not_implemented("immediate=true")
+            self.publishing = [cached[1], cached[2], cached[0], bool(bits & 1), None, [], 0]
+            return
         pos = 6
         try:
             exchange, pos = read_shortstr(payload, pos)
@@ -444,7 +461,7 @@ class Channel:
         if bits & 2:
             raise not_implemented("immediate=true")
         # The exchange and routing key shortstrs, reused verbatim in deliver/get-ok/return.
-        route = bytes(payload[6:pos])
+        self._last_route = (route, exchange, routing_key)
         self.publishing = [exchange, routing_key, route, bool(bits & 1), None, [], 0]
 
     def _publish_complete(self, body: bytes) -> None:

@@ -24,8 +24,9 @@ def _fsync_all(fds):
 
 
 class Persister:
-    def __init__(self, root: str, run_in_thread=None):
+    def __init__(self, root: str, run_in_thread=None, window: int | None = None):
         self.root = root
+        self.window = window  # fresh messages a queue keeps in memory (None: the store's default)
         # run_in_thread(fn, done): run fn() off the event loop and call done(error) on it.
         # Without one (unit tests), fsyncs run inline.
         self.run_in_thread = run_in_thread
@@ -48,10 +49,12 @@ class Persister:
     def queue_store(self, vhost: str, queue: str, durable: bool):
         from .disk import DiskQueueStore
 
+        kwargs = {"window": self.window} if self.window else {}
         if durable:
-            return DiskQueueStore(self, self.queue_dir(vhost, queue), durable=True)
+            return DiskQueueStore(self, self.queue_dir(vhost, queue), durable=True, **kwargs)
         # Transient queues only touch the disk when they page; nothing there outlives a run.
-        return DiskQueueStore(self, os.path.join(self.root, "paging", str(next(self._paging_ids))), durable=False)
+        return DiskQueueStore(self, os.path.join(self.root, "paging", str(next(self._paging_ids))),
+                              durable=False, **kwargs)
 
     def clean_start(self, durable_queues) -> None:
         """At start-up: forget paged transient messages and message dirs of queues that no
@@ -88,7 +91,8 @@ class Persister:
                     segment.write_out()
                 except OSError as err:
                     log.error("write to %s failed: %s", segment.path, err)
-                    self.failed[self.batch] = str(err)
+                    if segment in self.to_sync:  # else only bytes of batches already failed
+                        self.failed[self.batch] = str(err)
                     self.dirty.add(segment)  # keep the bytes; retried at the next flush
         if self.to_sync and not self.syncing:
             self._start_sync()
