@@ -67,15 +67,25 @@ class BrokerProcess:
             return self.proc.wait()
 
 
-def start_broker(*extra_args, data_dir=None, port=None, wait=True) -> BrokerProcess:
-    """Start `python -m warren server` and wait until it accepts connections."""
+def start_broker(*extra_args, data_dir=None, port=None, wait=True, preexec_fn=None,
+                 rlimit_fsize=None) -> BrokerProcess:
+    """Start `python -m warren server` and wait until it accepts connections.
+    preexec_fn runs in the child before exec; rlimit_fsize sets its RLIMIT_FSIZE (bytes)."""
+    if rlimit_fsize is not None:
+        inner = preexec_fn
+
+        def preexec_fn():
+            import resource
+            resource.setrlimit(resource.RLIMIT_FSIZE, (rlimit_fsize, rlimit_fsize))
+            if inner is not None:
+                inner()
     port = port or free_port()
     data_dir = data_dir or tempfile.mkdtemp(prefix="warren-test-")
     log_path = os.path.join(data_dir, f"broker-{port}.log")
     log = open(log_path, "ab")
     cmd = [sys.executable, "-m", "warren", "server", "--host", "127.0.0.1", "--port", str(port),
            "--data-dir", data_dir, *extra_args]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
     broker = BrokerProcess("127.0.0.1", port, proc, data_dir, log_path)
     if wait:
         deadline = time.monotonic() + 15

@@ -51,6 +51,10 @@ class Segment:
         if create:
             self.wbuf += sg.MAGIC
             self.size = len(sg.MAGIC)
+            try:  # an .ack file left by a crash while a settled segment of this id was removed
+                os.unlink(self.path[:-4] + ".ack")
+            except FileNotFoundError:
+                pass
 
     def append(self, record: bytes) -> int:
         offset = self.size
@@ -344,9 +348,13 @@ class DiskQueueStore:
             ack_path = seg.path[:-4] + ".ack"
             if os.path.exists(ack_path):
                 with open(ack_path, "rb") as f:
-                    acked, delivered, problem = sg.read_marks(f.read())
+                    marks = f.read()
+                acked, delivered, problem = sg.read_marks(marks)
                 if problem:
-                    log.warning("queue store %s: %s in %s; later marks ignored", self.directory, problem, ack_path)
+                    log.warning("queue store %s: %s in %s: skipped (their messages may be delivered again)",
+                                self.directory, problem, ack_path)
+                    if len(marks) % sg.MARK_SIZE:  # new marks must start at a mark boundary
+                        os.truncate(ack_path, len(marks) - len(marks) % sg.MARK_SIZE)
                 seg.acked_set, seg.delivered = acked, delivered
             with open(seg.path, "rb") as f:
                 data = f.read()
@@ -358,6 +366,8 @@ class DiskQueueStore:
             records, good_end, problem = sg.scan(data)
             if problem:
                 if name == last_name:
+                    if "checksum" in problem:  # damage rather than a torn append: keep a copy
+                        self._quarantine(seg, problem)
                     log.warning("queue store %s: torn tail in %s (%s): truncated to %d bytes",
                                 self.directory, name, problem, good_end)
                     os.ftruncate(seg.fd, good_end)
@@ -375,8 +385,9 @@ class DiskQueueStore:
                 if self.cursor is None:
                     self.cursor = (seg, offset)
                 live += 1
-                length = int.from_bytes(data[offset:offset + 4], "big")
-                self.ready_bytes += length - sg.REC_OVERHEAD
+                length, _crc, _flags, _seq, route_len = _RECORD_HEAD.unpack_from(data, offset)
+                header_len = _U32.unpack_from(data, offset + 19 + route_len)[0]
+                self.ready_bytes += length - 15 - route_len - 4 - header_len  # the body
             seg.acked = seg.count - live
             if live == 0:
                 seg.remove()

@@ -38,6 +38,7 @@ class Persister:
         self.to_sync: set = set()      # segments with durable data in the open batch
         self.waiting: set = set()      # channels with confirms waiting for a batch
         self.close_after_sync: list = []
+        self.syncing_fds: list = []    # what the running fsync covers
 
     # queue stores ---------------------------------------------------------------
     _paging_ids = itertools.count(1)
@@ -104,12 +105,14 @@ class Persister:
         """Flush and fsync everything synchronously (tx.commit, shutdown). True if all is safe."""
         self.flush()
         batch = self.batch
-        segments = [s for s in self.to_sync if s.fd is not None]
+        # Also cover a batch whose fsync is still running in the worker: marking this batch
+        # synced marks that one too.
+        fds = [s.fd for s in self.to_sync if s.fd is not None] + self.syncing_fds
         self.to_sync = set()
         self.batch += 1
         error = None
         try:
-            _fsync_all([s.fd for s in segments])
+            _fsync_all(fds)
         except OSError as err:
             error = str(err)
         self._synced(batch, error)
@@ -118,7 +121,7 @@ class Persister:
     # group commit ---------------------------------------------------------------
     def _start_sync(self) -> None:
         batch = self.batch
-        fds = [s.fd for s in self.to_sync if s.fd is not None]
+        fds = self.syncing_fds = [s.fd for s in self.to_sync if s.fd is not None]
         self.to_sync = set()
         self.batch += 1
         self.syncing = True
@@ -133,6 +136,7 @@ class Persister:
 
     def _sync_done(self, batch: int, error) -> None:
         self.syncing = False
+        self.syncing_fds = []
         for fd in self.close_after_sync:
             os.close(fd)
         self.close_after_sync.clear()

@@ -100,17 +100,24 @@ def read_marks(data):
     acked = set()
     delivered: dict = {}
     usable = len(data) - len(data) % MARK_SIZE
+    bad = []
     for pos in range(0, usable, MARK_SIZE):
         kind, offset, check = _MARK.unpack_from(data, pos)
         if check != zlib.crc32(bytes((kind,)) + _U32.pack(offset)) & 0xFFFF or kind not in (MARK_ACK, MARK_DELIVERED):
-            # A bad mark: ignore the rest. Unread acks only mean redelivery (at least once).
-            return acked, delivered, f"bad mark at offset {pos}"
+            # A bad mark is skipped (each mark has its own check bits, so the next ones still
+            # count). An unread ack only means a redelivery (at least once).
+            bad.append(pos)
+            continue
         if kind == MARK_ACK:
             acked.add(offset)
         else:
             delivered[offset] = delivered.get(offset, 0) + 1
-    problem = f"truncated mark at offset {usable}" if usable != len(data) else None
-    return acked, delivered, problem
+    problems = []
+    if bad:
+        problems.append(f"bad mark at offset {bad[0]}" + (f" and {len(bad) - 1} more" if len(bad) > 1 else ""))
+    if usable != len(data):
+        problems.append(f"truncated mark at offset {usable}")
+    return acked, delivered, "; ".join(problems) or None
 
 
 def fsync_dir(path: str) -> None:
