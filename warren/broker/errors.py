@@ -29,6 +29,14 @@ def rs(kind: str, name: str, vhost: str) -> str:
     return f"{kind} '{name}' in vhost '{vhost}'"
 
 
+def inequivalent(resource: str, arg: str, received, current) -> AMQPError:
+    """RabbitMQ's 406 for a redeclare whose flag differs ("received 'true' but current is 'false'")."""
+    def show(v):
+        return str(v).lower() if isinstance(v, bool) else v
+    return precondition_failed(f"inequivalent arg '{arg}' for {resource}: "
+                               f"received '{show(received)}' but current is '{show(current)}'")
+
+
 def not_found(text):
     return AMQPError(404, text)
 

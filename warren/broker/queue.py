@@ -3,7 +3,7 @@
 from collections import deque
 
 from ..store import MemoryQueueStore
-from .errors import erl_s, precondition_failed, rs
+from .errors import erl_s, inequivalent, precondition_failed, rs
 from .message import QueuedMessage
 from ..amqp.codec import table_type_class, table_type_name
 
@@ -175,15 +175,10 @@ class Queue:
         return len(self.consumers)
 
     def check_equivalent(self, durable, auto_delete, arguments):
-        def mismatch(arg, received, current):
-            return precondition_failed(
-                f"inequivalent arg '{arg}' for {self.describe()}: "
-                f"received '{str(received).lower()}' but current is '{str(current).lower()}'")
-
         if durable != self.durable:
-            raise mismatch("durable", durable, self.durable)
+            raise inequivalent(self.describe(), "durable", durable, self.durable)
         if auto_delete != self.auto_delete:
-            raise mismatch("auto_delete", auto_delete, self.auto_delete)
+            raise inequivalent(self.describe(), "auto_delete", auto_delete, self.auto_delete)
         arguments = arguments or {}
         for key in EQUIVALENCE_ARGS:
             received, current = arguments.get(key), self.arguments.get(key)

@@ -1,7 +1,7 @@
 """What every exchange type shares: identity, flags and the binding set."""
 
 from ...amqp.codec import table_type_name
-from ..errors import erl_s, precondition_failed, rs
+from ..errors import erl_s, inequivalent, precondition_failed, rs
 
 
 def _erl_value(value):
@@ -88,18 +88,13 @@ class Exchange:
         raise NotImplementedError
 
     def check_equivalent(self, type_name, durable, auto_delete, internal, arguments) -> None:
-        def mismatch(arg, received, current):
-            return precondition_failed(
-                f"inequivalent arg '{arg}' for {self.describe()}: "
-                f"received '{received}' but current is '{current}'")
-
         if type_name != self.type_name:
-            raise mismatch("type", type_name, self.type_name)
+            raise inequivalent(self.describe(), "type", type_name, self.type_name)
         for arg, received, current in (("durable", durable, self.durable),
                                        ("auto_delete", auto_delete, self.auto_delete),
                                        ("internal", internal, self.internal)):
             if received != current:
-                raise mismatch(arg, str(received).lower(), str(current).lower())
+                raise inequivalent(self.describe(), arg, received, current)
         # Like RabbitMQ, only the alternate-exchange argument must match on redeclare. When
         # both sides have it only the values are compared (a longstr equals the same binary).
         absent = object()
