@@ -32,12 +32,18 @@ def free_port() -> int:
 class BrokerProcess:
     """A running broker under test."""
 
-    def __init__(self, host, port, proc=None, data_dir=None, log_path=None):
+    def __init__(self, host, port, proc=None, data_dir=None, log_path=None, mgmt_port=None):
         self.host = host
         self.port = port
+        self.mgmt_port = mgmt_port  # the management HTTP API's port
         self.proc = proc
         self.data_dir = data_dir
         self.log_path = log_path
+
+    @property
+    def api(self) -> str:
+        """Base URL of the management HTTP API."""
+        return f"http://127.0.0.1:{self.mgmt_port}/api"
 
     @property
     def url(self) -> str:
@@ -83,10 +89,14 @@ def start_broker(*extra_args, data_dir=None, port=None, wait=True, preexec_fn=No
     data_dir = data_dir or tempfile.mkdtemp(prefix="warren-test-")
     log_path = os.path.join(data_dir, f"broker-{port}.log")
     log = open(log_path, "ab")
+    mgmt_port = None
+    if "--management-port" not in extra_args:
+        mgmt_port = free_port()
+        extra_args = (*extra_args, "--management-port", str(mgmt_port))
     cmd = [sys.executable, "-m", "warren", "server", "--host", "127.0.0.1", "--port", str(port),
            "--data-dir", data_dir, *extra_args]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
-    broker = BrokerProcess("127.0.0.1", port, proc, data_dir, log_path)
+    broker = BrokerProcess("127.0.0.1", port, proc, data_dir, log_path, mgmt_port)
     if wait:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:

@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="directory for definitions and messages (default $WARREN_DATA_DIR or "
                              f"{DEFAULT_DATA_DIR})")
     server.add_argument("--config", default=None, help="RabbitMQ-style config file")
+    server.add_argument("--management-port", type=int, default=None, metavar="PORT",
+                        help="port of the management HTTP API on 127.0.0.1 (default 15672; 0 disables it)")
     server.add_argument("--queue-window", type=int, default=None, metavar="N",
                         help="ready messages a queue keeps in memory before paging to disk (default 32768)")
     server.add_argument("--definitions", default=None, help="RabbitMQ definitions JSON to load at start")
@@ -159,7 +161,9 @@ def main(argv=None) -> int:
     # less often, and leave what exists at start-up out of every collection.
     gc.freeze()
     gc.set_threshold(50_000, 50, 100)
-    server = Server(broker, host, port)
+    management_port = args.management_port if args.management_port is not None else config.get(
+        "management_port", 15672)
+    server = Server(broker, host, port, management_port or None)
     try:
         asyncio.run(_serve(server, broker))
     except OSError as err:

@@ -11,10 +11,12 @@ log = logging.getLogger("warren.server")
 
 
 class Server:
-    def __init__(self, broker, host="127.0.0.1", port=5672):
+    def __init__(self, broker, host="127.0.0.1", port=5672, management_port=None):
         self.broker = broker
         self.host = host
         self.port = port
+        self.management_port = management_port  # None: no management API
+        self._management = None
         self.loop = None
         self.protocols: set = set()
         self._server = None
@@ -26,6 +28,10 @@ class Server:
         if self.broker.persister is not None:
             self._fsync_thread = ThreadPoolExecutor(1, thread_name_prefix="warren-fsync")
             self.broker.persister.run_in_thread = self._run_in_thread
+        if self.management_port is not None:
+            # Before the AMQP listener: once that port answers, the API does too.
+            from ..mgmt import app as mgmt
+            self._management = await mgmt.start(self.broker, self, "127.0.0.1", self.management_port)
         self._server = await self.loop.create_server(
             lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True, backlog=1024)
         for sock in self._server.sockets:
@@ -50,6 +56,8 @@ class Server:
     async def stop(self):
         log.info("shutting down: closing %d connections", len(self.protocols))
         self._server.close()
+        if self._management is not None:
+            await self._management.cleanup()
         for proto in list(self.protocols):
             proto.conn.close()
         # Give clients a moment to answer close-ok.

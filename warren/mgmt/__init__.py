@@ -1,0 +1,1 @@
+"""The operator surface: RabbitMQ's management HTTP API (and later the web page and metrics)."""

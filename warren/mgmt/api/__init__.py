@@ -1,0 +1,2 @@
+"""HTTP API resources, one module per concept. Each module defines `routes`, an
+aiohttp.web.RouteTableDef, registered by warren.mgmt.app.make_app."""

@@ -1,0 +1,114 @@
+"""The management HTTP API: the paths, JSON shapes, auth and errors of RabbitMQ's
+management plugin, served from the broker's event loop with aiohttp.
+
+Handlers read and change the broker model directly (the loop is single-threaded, so no
+locking); `request.app["broker"]` is the Broker and `request.app["server"]` the Server.
+"""
+
+import base64
+import importlib
+import json
+import logging
+import pkgutil
+
+from aiohttp import web
+
+from . import api
+
+log = logging.getLogger("warren.mgmt")
+
+
+
+class ApiError(Exception):
+    """An error answered the way RabbitMQ's API does: {"error": ..., "reason": ...}."""
+
+    def __init__(self, status: int, error: str, reason: str):
+        super().__init__(reason)
+        self.status = status
+        self.error = error
+        self.reason = reason
+
+
+def not_found(reason: str = "Not Found") -> ApiError:
+    return ApiError(404, "Object Not Found", reason)
+
+
+def bad_request(reason: str) -> ApiError:
+    return ApiError(400, "bad_request", reason)
+
+
+def json_response(data, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, default=str))
+
+
+async def read_json(request) -> dict:
+    """The request body as a JSON object (400 as RabbitMQ for anything else)."""
+    text = await request.text()
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        raise bad_request(f"{err}") from None
+    if not isinstance(data, dict):
+        raise bad_request("not_json_object")
+    return data
+
+
+def _unauthorised(reason: str) -> web.Response:
+    return web.json_response({"error": "not_authorised", "reason": reason}, status=401,
+                             headers={"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'})
+
+
+@web.middleware
+async def auth_middleware(request, handler):
+    """HTTP basic auth with the broker's users: administrators may do everything,
+    monitoring users may read."""
+    header = request.headers.get("Authorization", "")
+    if not header.startswith("Basic "):
+        return _unauthorised("Not authorised")
+    try:
+        username, _, password = base64.b64decode(header[6:]).decode().partition(":")
+    except (ValueError, UnicodeDecodeError):
+        return _unauthorised("Not authorised")
+    user = request.app["broker"].authenticate(username, password)
+    if user is None:
+        return _unauthorised("Login failed")
+    tags = set(user.tags)
+    if "administrator" not in tags:
+        if not ("monitoring" in tags and request.method in ("GET", "HEAD")):
+            return _unauthorised("Not administrator user")
+    request["user"] = user
+    return await handler(request)
+
+
+@web.middleware
+async def error_middleware(request, handler):
+    try:
+        return await handler(request)
+    except ApiError as err:
+        return web.json_response({"error": err.error, "reason": err.reason}, status=err.status)
+    except web.HTTPNotFound:
+        return web.json_response({"error": "Object Not Found", "reason": "Not Found"}, status=404)
+    except web.HTTPMethodNotAllowed:
+        return web.json_response({"error": "Method Not Allowed", "reason": "Method Not Allowed"}, status=405)
+
+
+def make_app(broker, server=None) -> web.Application:
+    app = web.Application(middlewares=[error_middleware, auth_middleware])
+    app["broker"] = broker
+    app["server"] = server
+    # Every module under warren/mgmt/api/ is a resource with a `routes` RouteTableDef.
+    for info in sorted(pkgutil.iter_modules(api.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{api.__name__}.{info.name}")
+        app.add_routes(module.routes)
+    return app
+
+
+async def start(broker, server, host: str, port: int) -> web.AppRunner:
+    """Serve the API on host:port; returns the runner to clean up at shutdown."""
+    runner = web.AppRunner(make_app(broker, server), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port, reuse_address=True).start()
+    log.info("management API listening on http://%s:%d/api/", host, port)
+    return runner
