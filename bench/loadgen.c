@@ -6,6 +6,8 @@
  *   loadgen setup   [opts]   declare/delete/purge/bind queues and exchanges
  *   loadgen publish [opts]   publish messages, optionally in confirm mode
  *   loadgen consume [opts]   consume messages, verify exactly-once, latency
+ *   loadgen count   [opts]   passive queue.declare: message count, or wait
+ *                            (reconnecting) until it reaches --count N
  *
  * Message body layout (little endian, body size >= 16):
  *   bytes 0..7   sequence number (0, 1, 2, ...)
@@ -259,7 +261,7 @@ typedef struct {
 
 static void usage(void) {
   fprintf(stderr,
-"usage: loadgen setup|publish|consume [options]\n"
+"usage: loadgen setup|publish|consume|count [options]\n"
 "common:  --host H (127.0.0.1) --port P (5672) --user U --pass P --vhost V\n"
 "         --frame-max N (131072) --connect-timeout S (10)\n"
 "setup:   --queue Q (repeatable) [--durable] [--exchange X --exchange-type T]\n"
@@ -275,7 +277,10 @@ static void usage(void) {
 "         --count N (stop after N unique messages) --seconds S (hard deadline)\n"
 "         --idle-timeout S (10; stop after S without deliveries, once started)\n"
 "         --grace S (2; after the end marker, wait for stragglers)\n"
-"         --ready-file PATH (created once consuming) --lib-consume\n");
+"         --ready-file PATH (created once consuming) --lib-consume\n"
+"count:   --queue Q [--count N --seconds S]: passive queue.declare; with --count,\n"
+"         retry (reconnecting, every 10 ms) until message_count >= N or S seconds\n"
+"         pass; exit 0 when reached, 1 when not. Times are CLOCK_MONOTONIC ns\n");
   exit(1);
 }
 
@@ -1050,6 +1055,7 @@ static void cons_message(cons_t *c, uint64_t tag, int redelivered,
   if (seq == END_MARKER) {
     c->received--; /* the marker does not count as a message */
     c->bytes -= size;
+    if (redelivered) c->redelivered--;
     c->marker_seen = 1;
     c->expected = ts;
     return;
@@ -1269,6 +1275,115 @@ out:
 }
 
 /* ------------------------------------------------------------------ */
+/* count: passive declare, optionally waiting for a message count        */
+
+/* Like connect_broker(), but returns NULL (with a reason) instead of dying:
+ * the broker may still be starting. */
+static amqp_connection_state_t try_connect(const opts_t *o, char *why, size_t whylen) {
+  amqp_connection_state_t conn = amqp_new_connection();
+  if (!conn) die("amqp_new_connection failed");
+  amqp_socket_t *sock = amqp_tcp_socket_new(conn);
+  if (!sock) die("amqp_tcp_socket_new failed");
+  struct timeval tv = ns_to_tv((uint64_t)(o->connect_timeout * 1e9));
+  int st = amqp_socket_open_noblock(sock, o->host, o->port, &tv);
+  if (st != AMQP_STATUS_OK) {
+    snprintf(why, whylen, "connect: %s", amqp_error_string2(st));
+    amqp_destroy_connection(conn);
+    return NULL;
+  }
+  amqp_set_handshake_timeout(conn, &tv);
+  struct timeval rpc_tv = {60, 0};
+  amqp_set_rpc_timeout(conn, &rpc_tv);
+  amqp_rpc_reply_t r = amqp_login(conn, o->vhost, 0, o->frame_max, 0,
+                                  AMQP_SASL_METHOD_PLAIN, o->user, o->pass);
+  if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+    snprintf(why, whylen, "login failed (reply type %d)", (int)r.reply_type);
+    amqp_destroy_connection(conn);
+    return NULL;
+  }
+  return conn;
+}
+
+static int cmd_count(opts_t *o) {
+  g_role = "loadgen count";
+  if (!o->queue) die("need --queue");
+  uint64_t t0 = now_ns();
+  uint64_t deadline = o->seconds ? t0 + (uint64_t)(o->seconds * 1e9) : 0;
+  uint64_t t_connect = 0, t_declared = 0, t_done = 0;
+  uint64_t connects = 0, polls = 0, not_found = 0;
+  int64_t count = -1, consumers = -1;
+  int reached = 0;
+  char why[256] = "";
+  amqp_connection_state_t conn = NULL;
+  amqp_channel_t ch = 0;
+  for (;;) {
+    if (g_stop) break;
+    if (!conn) {
+      conn = try_connect(o, why, sizeof(why));
+      if (conn) {
+        connects++;
+        if (!t_connect) t_connect = now_ns();
+        ch = 0;
+      }
+    }
+    if (conn && !ch) {
+      ch = 1;
+      amqp_channel_open(conn, ch);
+      if (amqp_get_rpc_reply(conn).reply_type != AMQP_RESPONSE_NORMAL) {
+        snprintf(why, sizeof(why), "channel.open failed");
+        amqp_destroy_connection(conn);
+        conn = NULL;
+      }
+    }
+    if (conn && ch) {
+      polls++;
+      amqp_queue_declare_ok_t *ok = amqp_queue_declare(
+          conn, ch, amqp_cstring_bytes(o->queue), 1 /* passive */, 0, 0, 0,
+          amqp_empty_table);
+      amqp_rpc_reply_t r = amqp_get_rpc_reply(conn);
+      if (r.reply_type == AMQP_RESPONSE_NORMAL && ok) {
+        count = ok->message_count;
+        consumers = ok->consumer_count;
+        if (!t_declared) t_declared = now_ns();
+        if (!o->count || (uint64_t)count >= o->count) {
+          t_done = now_ns();
+          reached = 1;
+        }
+      } else if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+                 r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+        amqp_channel_close_t *m = (amqp_channel_close_t *)r.reply.decoded;
+        snprintf(why, sizeof(why), "queue.declare: %u %.*s", m->reply_code,
+                 (int)m->reply_text.len, (char *)m->reply_text.bytes);
+        if (m->reply_code == 404) not_found++;
+        amqp_channel_close_ok_t cok;
+        amqp_send_method(conn, ch, AMQP_CHANNEL_CLOSE_OK_METHOD, &cok);
+        ch = 0; /* reopen channel 1 next time */
+      } else {
+        snprintf(why, sizeof(why), "queue.declare failed (reply type %d)",
+                 (int)r.reply_type);
+        amqp_destroy_connection(conn);
+        conn = NULL;
+      }
+      if (conn) amqp_maybe_release_buffers(conn);
+    }
+    if (reached || !deadline || now_ns() >= deadline) break;
+    struct timespec ts = {0, 10 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  if (conn) close_broker(conn);
+  printf("{\"role\":\"count\",\"queue\":\"%s\",\"message_count\":%" PRId64
+         ",\"consumer_count\":%" PRId64 ",\"expected\":%" PRIu64
+         ",\"reached\":%s,\"t_start_ns\":%" PRIu64 ",\"t_connect_ns\":%" PRIu64
+         ",\"t_declared_ns\":%" PRIu64 ",\"t_done_ns\":%" PRIu64
+         ",\"connects\":%" PRIu64 ",\"polls\":%" PRIu64 ",\"not_found\":%" PRIu64 "}\n",
+         o->queue, count, consumers, o->count, reached ? "true" : "false", t0,
+         t_connect, t_declared, t_done, connects, polls, not_found);
+  fflush(stdout);
+  if (!reached && why[0]) note("last problem: %s", why);
+  return reached ? 0 : 1;
+}
+
+/* ------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
   if (argc < 2) usage();
@@ -1284,6 +1399,7 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "publish")) return cmd_publish(&o);
   if (!strcmp(mode, "consume")) return cmd_consume(&o);
   if (!strcmp(mode, "setup")) return cmd_setup(&o);
+  if (!strcmp(mode, "count")) return cmd_count(&o);
   usage();
   return 1;
 }

@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,104 @@ def group_cpu_seconds(pgid: int | None) -> float:
     return total / CLK_TCK
 
 
+def group_pids(pgid: int | None) -> list[int]:
+    """Live (non-zombie) processes of a process group."""
+    if not pgid:
+        return []
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                pids.append(int(entry))
+        except (OSError, IndexError, ValueError):
+            continue
+    return pids
+
+
+def proc_comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def vmrss_kib(pid: int) -> int:
+    """VmRSS of a process in KiB (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+class RSSSampler:
+    """Samples the broker's resident set size (sum of VmRSS over broker.rss_pids())
+    every `interval` s in a thread, and keeps the peak and last value per phase."""
+
+    def __init__(self, broker: "Broker", interval: float = 0.1):
+        self.broker = broker
+        self.interval = interval
+        self.phase: str | None = None
+        self.peak: dict[str, int] = {}   # phase -> KiB
+        self.last: dict[str, int] = {}
+        self.samples: dict[str, int] = {}
+        self._pids: list[int] = []
+        self._pids_at = 0.0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def start(self) -> "RSSSampler":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def set_phase(self, phase: str | None) -> None:
+        with self._lock:
+            self.phase = phase
+            self._pids_at = 0.0  # the broker may have been restarted: look again
+        if phase is not None:
+            self.sample()
+
+    def peak_mb(self, *phases: str) -> float | None:
+        vals = [self.peak[p] for p in phases if p in self.peak]
+        return max(vals) / 1024 if vals else None
+
+    def sample(self) -> None:
+        with self._lock:
+            phase = self.phase
+            if phase is None:
+                return
+            now = time.monotonic()
+            if now - self._pids_at > 0.5:
+                self._pids = self.broker.rss_pids()
+                self._pids_at = now
+            total = sum(vmrss_kib(pid) for pid in self._pids)
+            if total:
+                self.peak[phase] = max(self.peak.get(phase, 0), total)
+                self.last[phase] = total
+                self.samples[phase] = self.samples.get(phase, 0) + 1
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def as_dict(self) -> dict:
+        return {"peak_kib": dict(self.peak), "last_kib": dict(self.last),
+                "samples": dict(self.samples), "interval_s": self.interval}
+
+
 # --------------------------------------------------------------------------
 # brokers
 
@@ -136,6 +235,52 @@ class Broker:
     def stop(self) -> None:
         raise NotImplementedError
 
+    # -- for the recovery scenario: stop hard or cleanly, start again on the same data
+
+    def rss_pids(self) -> list[int]:
+        """The processes whose RSS counts as the broker's."""
+        return group_pids(self.pid)
+
+    def term_pid(self) -> int | None:
+        """The process that gets SIGTERM for a clean stop."""
+        return self.pid
+
+    def _set_proc(self, p: subprocess.Popen | None) -> None:
+        self.proc = p
+
+    def kill_broker(self, sig: int, timeout: float = 120.0) -> float:
+        """SIGTERM (clean stop) or SIGKILL the broker; wait until every process of its
+        group is gone. Returns the seconds that took. Keeps the data dir."""
+        p = self.proc
+        if p is None or p.poll() is not None:
+            raise RunError(f"{self.name} is not running")
+        t0 = time.monotonic()
+        try:
+            if sig == signal.SIGKILL:
+                os.killpg(p.pid, signal.SIGKILL)
+            else:
+                os.kill(self.term_pid() or p.pid, sig)
+        except ProcessLookupError:
+            pass
+        deadline = t0 + timeout
+        while p.poll() is None or group_pids(p.pid):
+            if time.monotonic() > deadline:
+                kill_tree(p, grace=0)
+                self._set_proc(None)
+                raise RunError(f"{self.name} did not exit within {timeout:.0f} s of signal {sig}")
+            time.sleep(0.005)
+        elapsed = time.monotonic() - t0
+        _forget(p)
+        self._set_proc(None)
+        return elapsed
+
+    def respawn(self) -> None:
+        """Start the broker again on the same data dir and port; does not wait."""
+        raise NotImplementedError
+
+    def wait_ready(self) -> None:
+        self._wait_ready(self.args.start_timeout)
+
     def make_tmp(self, prefix: str) -> str:
         self.tmp = tempfile.mkdtemp(prefix=prefix)
         if not self.args.keep_tmp:
@@ -164,15 +309,19 @@ class Warren(Broker):
             argv = [a.format(**fmt) for a in shlex.split(self.args.warren_cmd)]
         else:
             argv = [sys.executable, "-m", "warren", "server", "--port", str(self.port),
-                    "--data-dir", data_dir]
+                    "--data-dir", data_dir, "--management-port", "0"]
         env = dict(os.environ)
         env["PYTHONPATH"] = str(REPO_DIR) + (os.pathsep + env["PYTHONPATH"]
                                              if env.get("PYTHONPATH") else "")
+        self._argv, self._env = argv, env
         log(f"warren: starting on port {self.port}: {' '.join(argv)}")
-        with open(self.logfile, "ab") as lf:
-            self.proc = spawn(argv, env=env, cwd=str(REPO_DIR), stdout=lf, stderr=lf)
+        self.respawn()
         self._wait_ready(self.args.start_timeout)
         log(f"warren: ready (pid {self.proc.pid})")
+
+    def respawn(self) -> None:
+        with open(self.logfile, "ab") as lf:
+            self.proc = spawn(self._argv, env=self._env, cwd=str(REPO_DIR), stdout=lf, stderr=lf)
 
     def stop(self) -> None:
         if self.proc:
@@ -208,6 +357,33 @@ class RabbitMQ(Broker):
 
     def cleanup_tmp(self) -> None:
         self.tmp = None  # done by stop()
+
+    def _beam_pids(self) -> list[int]:
+        return [pid for pid in group_pids(self.pid) if proc_comm(pid) == "beam.smp"]
+
+    def rss_pids(self) -> list[int]:
+        # rabbitmq-server is a shell script that runs the Erlang VM (beam.smp) as a child;
+        # the shell and erl_child_setup are a few MB and not counted.
+        return self._beam_pids()
+
+    def term_pid(self) -> int | None:
+        beams = self._beam_pids()
+        return beams[0] if beams else self.pid
+
+    def _set_proc(self, p) -> None:
+        self.proc = self.node.proc = p
+
+    def respawn(self) -> None:
+        """Start the same node again (same name, ports, epmd, cookie, mnesia dir)."""
+        n = self.node
+        with open(n.logfile, "ab") as lf:
+            self._set_proc(spawn([n.server], env=n.env, cwd=n.tmp, stdout=lf, stderr=lf))
+
+    def wait_ready(self) -> None:
+        try:
+            self.node._wait_ready()  # AMQP answers and rabbitmqctl await_startup
+        except RabbitMQNodeError as e:
+            raise RunError(str(e)) from e
 
 
 # --------------------------------------------------------------------------
@@ -245,6 +421,7 @@ class Scenario:
     rate: float = 0.0   # publish rate limit, msg/s (latency scenario)
     latency: bool = False
     default: bool = True
+    kind: str = "flow"  # flow (1-5), backlog (6), recovery (7)
 
 
 SCENARIOS: list[Scenario] = [
@@ -263,14 +440,43 @@ SCENARIOS: list[Scenario] = [
              "Latency at a fixed 1000 msg/s: end-to-end (publish to delivery) and "
              "confirm (publish to basic.ack) percentiles.",
              size=16, confirm=True, window=1000, rate=1000, latency=True),
-    Scenario("5", "1 KiB persistent to durable queue, confirms, manual ack (optional)",
-             "Like 2 but persistent messages to a durable queue (exercises the store). "
-             "Not run by default.",
+    Scenario("5", "1 KiB persistent to durable queue, confirms (window 1000), manual ack "
+                  "(multiple/50, prefetch 200)",
+             "Like 2 but persistent messages to a durable queue (exercises the store).",
              size=1024, confirm=True, window=1000, prefetch=200, ack_every=50,
-             persistent=True, durable=True, default=False),
+             persistent=True, durable=True),
+    Scenario("6", "backlog: {n} × 16 B persistent into a durable queue (confirms, window "
+                  "1000, no consumer), then drain (prefetch 1000, manual ack multiple/100)",
+             "Deep queue: publish the backlog with nobody consuming, then drain it with "
+             "one consumer; rates and the broker's peak RSS in each phase.",
+             size=16, confirm=True, window=1000, prefetch=1000, ack_every=100,
+             persistent=True, durable=True, kind="backlog"),
+    Scenario("7", "recovery: restart with {n} × 16 B persistent messages in a durable queue",
+             "Load the backlog as in 6, stop the broker with SIGTERM, restart it on the "
+             "same data, then SIGKILL and restart again; time until passive queue.declare "
+             "reports every message. Then drain and check every message came back.",
+             size=16, confirm=True, window=1000, prefetch=1000, ack_every=100,
+             persistent=True, durable=True, kind="recovery"),
 ]
 SCENARIO_ALIASES = {"throughput": "1", "confirms": "2", "fanout": "3", "latency": "4",
-                    "persistent": "5"}
+                    "persistent": "5", "backlog": "6", "recovery": "7"}
+DEFAULT_BACKLOG = 1_000_000
+
+
+def backlog_count(args) -> int:
+    return args.backlog_count or args.count or DEFAULT_BACKLOG
+
+
+def fmt_count(n: int) -> str:
+    if n >= 1_000_000 and n % 1_000_000 == 0:
+        return f"{n // 1_000_000}M"
+    if n >= 1000 and n % 1000 == 0:
+        return f"{n // 1000}k"
+    return f"{n:,}"
+
+
+def scenario_title(sc: Scenario, args) -> str:
+    return sc.title.replace("{n}", fmt_count(backlog_count(args)))
 
 
 def run_scenario(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
@@ -421,6 +627,231 @@ def run_scenario(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
+# --------------------------------------------------------------------------
+# durability scenarios: backlog (6) and recovery (7)
+
+
+class ProcSet:
+    """Load generator processes and their output files, cleaned up together."""
+
+    def __init__(self, workdir: str):
+        self.workdir = workdir
+        self.procs: list[subprocess.Popen] = []
+        self.files = []
+
+    def start(self, name: str, port: int, role: str, *opts):
+        out = open(os.path.join(self.workdir, f"{name}.json"), "w+")
+        err = open(os.path.join(self.workdir, f"{name}.err"), "w+")
+        self.files += [out, err]
+        p = spawn(loadgen(port, role, *opts), stdout=out, stderr=err)
+        self.procs.append(p)
+        return p, out, err
+
+    def finish(self, handle, timeout: float, what: str, ok_codes=(0,)) -> tuple[dict, float]:
+        """Wait for a started loadgen; return (its JSON result, its CPU seconds)."""
+        p, out, err = handle
+        rc, cpu = wait_rusage(p, timeout)
+        if rc is None:
+            kill_tree(p)
+            raise RunError(f"{what} did not finish within {timeout:.0f} s")
+        out.seek(0)
+        err.seek(0)
+        text, etext = out.read().strip(), err.read().strip()
+        if rc not in ok_codes or not text:
+            raise RunError(f"{what} failed (exit {rc}): {etext or text}")
+        if etext:
+            log(f"{what}: {etext}")
+        return json.loads(text.splitlines()[-1]), cpu
+
+    def close(self, keep: bool) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                kill_tree(p, grace=2.0)
+            _forget(p)
+        for f in self.files:
+            f.close()
+        if not keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def backlog_publish(ps: ProcSet, broker: Broker, sc: Scenario, queue: str, n: int,
+                    name: str = "pub") -> tuple[dict, float, float]:
+    """Publish n persistent messages (plus the end marker) with confirms, nobody
+    consuming. Returns (publisher JSON, loadgen CPU s, broker CPU s)."""
+    popts = ["--routing-key", queue, "--size", sc.size, "--count", n,
+             "--confirm", "--window", sc.window, "--persistent", "--confirm-timeout", 120]
+    cpu0 = group_cpu_seconds(broker.pid)
+    h = ps.start(name, broker.port, "publish", *popts)
+    pub, cpu = ps.finish(h, 120 + n / 2000.0, f"{broker.name}: publisher", ok_codes=(0, 3))
+    if pub.get("nacked") or pub.get("unconfirmed"):
+        log(f"{broker.name}: publisher: {pub.get('nacked')} nacked, "
+            f"{pub.get('unconfirmed')} unconfirmed")
+    return pub, cpu, group_cpu_seconds(broker.pid) - cpu0
+
+
+def backlog_drain(ps: ProcSet, broker: Broker, sc: Scenario, queue: str, n: int, args,
+                  name: str = "cons") -> tuple[dict, float, float]:
+    """Consume the queue until the end marker. Returns (consumer JSON, loadgen CPU s,
+    broker CPU s)."""
+    deadline = 120 + n / 1000.0
+    copts = ["--queue", queue, "--prefetch", sc.prefetch, "--seconds", f"{deadline:.0f}",
+             "--idle-timeout", max(args.idle_timeout, 60.0), "--grace", 2]
+    copts += ["--ack-every", sc.ack_every] if sc.ack_every else ["--auto-ack"]
+    cpu0 = group_cpu_seconds(broker.pid)
+    h = ps.start(name, broker.port, "consume", *copts)
+    cons, cpu = ps.finish(h, deadline + 30, f"{broker.name}: consumer")
+    return cons, cpu, group_cpu_seconds(broker.pid) - cpu0
+
+
+def integrity_of(pub: dict, cons: dict) -> dict:
+    return {
+        "missing": cons["missing"], "duplicates": cons["duplicates"],
+        "nacked": pub.get("nacked", 0), "unconfirmed": pub.get("unconfirmed", 0),
+        "marker_missing": 0 if cons["marker_seen"] else 1,
+        "stop_reasons": [cons["stop_reason"]],
+        "redelivered": cons.get("redelivered", 0),
+    }
+
+
+def _us_per_msg(cpu_s: float, n: int):
+    return cpu_s / n * 1e6 if n else None
+
+
+def run_backlog(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
+    n = backlog_count(args)
+    tag = f"bench.s{sc.key}.{os.getpid()}.{run_no}"
+    queue = f"{tag}.q0"
+    ps = ProcSet(tempfile.mkdtemp(prefix=f"bench-s{sc.key}-", dir=broker.tmp))
+    sampler = RSSSampler(broker, args.rss_interval).start()
+    result: dict = {"scenario": sc.key, "broker": broker.name, "run": run_no, "count": n}
+    t0 = time.monotonic()
+    try:
+        run_setup(broker.port, "--queue", queue, "--durable")
+        sampler.set_phase("idle")
+        time.sleep(0.3)
+        sampler.set_phase("publish")
+        log(f"{broker.name}: publishing {n:,} messages")
+        pub, pub_cpu, broker_pub_cpu = backlog_publish(ps, broker, sc, queue, n)
+        sampler.set_phase("drain")
+        log(f"{broker.name}: published at {pub['rate']:,.0f} msg/s "
+            f"(peak RSS {sampler.peak_mb('publish') or 0:.0f} MB); draining")
+        cons, cons_cpu, broker_drain_cpu = backlog_drain(ps, broker, sc, queue, n, args)
+        sampler.set_phase(None)
+        m = {
+            "publish_rate": pub["rate"],
+            "drain_rate": cons["rate"],
+            "rss_publish_mb": sampler.peak_mb("publish"),
+            "rss_drain_mb": sampler.peak_mb("drain"),
+            "broker_cpu_us_per_msg_published": _us_per_msg(broker_pub_cpu, pub["sent"]),
+            "broker_cpu_us_per_msg_drained": _us_per_msg(broker_drain_cpu, cons["received"]),
+        }
+        result.update(pub=pub, cons=[cons], metrics=m, integrity=integrity_of(pub, cons),
+                      rss=sampler.as_dict(), wall_s=time.monotonic() - t0,
+                      broker_cpu_s=broker_pub_cpu + broker_drain_cpu,
+                      loadgen_cpu_s=pub_cpu + cons_cpu)
+        return result
+    finally:
+        sampler.stop()
+        ps.close(args.keep_tmp)
+        cleanup_queue(broker, queue)
+
+
+def cleanup_queue(broker: Broker, queue: str) -> None:
+    try:
+        if broker.alive():
+            run_setup(broker.port, "--delete", "--queue", queue, timeout=120)
+    except (RunError, subprocess.TimeoutExpired) as e:
+        log(f"{broker.name}: cleanup failed: {e}")
+
+
+def restart_and_count(ps: ProcSet, broker: Broker, sig: int, queue: str, expect: int,
+                      sampler: RSSSampler, phase: str, timeout: float) -> dict:
+    """Stop the broker with `sig`, start it again on the same data and poll a passive
+    queue.declare until it reports `expect` messages. Times are from the restart."""
+    sampler.set_phase(None)
+    stop_s = broker.kill_broker(sig)
+    log(f"{broker.name}: {signal.Signals(sig).name}: exited after {stop_s:.2f} s; restarting")
+    t0 = time.monotonic_ns()
+    broker.respawn()
+    sampler.set_phase(phase)
+    h = ps.start(f"count-{phase}", broker.port, "count", "--queue", queue,
+                 "--count", expect, "--seconds", f"{timeout:.0f}", "--connect-timeout", 2)
+    p = h[0]
+    while p.poll() is None:
+        if not broker.alive():
+            kill_tree(p)
+            raise RunError(f"{broker.name} exited during recovery; last log lines:\n"
+                           f"{broker.log_tail()}")
+        time.sleep(0.05)
+    info, _ = ps.finish(h, 5, f"{broker.name}: count", ok_codes=(0, 1))
+    if not info["reached"]:
+        raise RunError(f"{broker.name}: after restart the queue had {info['message_count']} "
+                       f"messages after {timeout:.0f} s, expected {expect}")
+    broker.wait_ready()
+    sampler.set_phase(None)
+    res = {
+        "signal": signal.Signals(sig).name, "stop_s": stop_s,
+        "login_s": (info["t_connect_ns"] - t0) / 1e9,
+        "ready_s": (info["t_done_ns"] - t0) / 1e9,
+        "message_count": info["message_count"], "count_poll": info,
+        "rss_peak_mb": sampler.peak_mb(phase),
+    }
+    log(f"{broker.name}: after {res['signal']}: AMQP login after {res['login_s']:.2f} s, "
+        f"{info['message_count']:,} messages after {res['ready_s']:.2f} s "
+        f"(peak RSS {res['rss_peak_mb'] or 0:.0f} MB)")
+    return res
+
+
+def run_recovery(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
+    n = backlog_count(args)
+    tag = f"bench.s{sc.key}.{os.getpid()}.{run_no}"
+    queue = f"{tag}.q0"
+    ps = ProcSet(tempfile.mkdtemp(prefix=f"bench-s{sc.key}-", dir=broker.tmp))
+    sampler = RSSSampler(broker, args.rss_interval).start()
+    result: dict = {"scenario": sc.key, "broker": broker.name, "run": run_no, "count": n}
+    timeout = 120 + n / 2000.0
+    t0 = time.monotonic()
+    try:
+        run_setup(broker.port, "--queue", queue, "--durable")
+        # Baseline: how long a restart takes with the (durable) queue empty.
+        empty = restart_and_count(ps, broker, signal.SIGTERM, queue, 0, sampler,
+                                  "restart-empty", timeout)
+        log(f"{broker.name}: publishing {n:,} messages")
+        sampler.set_phase("publish")
+        pub, pub_cpu, _ = backlog_publish(ps, broker, sc, queue, n)
+        expect = n + 1  # and the end marker
+        term = restart_and_count(ps, broker, signal.SIGTERM, queue, expect, sampler,
+                                 "restart-term", timeout)
+        kill = restart_and_count(ps, broker, signal.SIGKILL, queue, expect, sampler,
+                                 "restart-kill", timeout)
+        log(f"{broker.name}: draining after the restarts")
+        sampler.set_phase("drain")
+        cons, cons_cpu, drain_cpu = backlog_drain(ps, broker, sc, queue, n, args)
+        sampler.set_phase(None)
+        m = {
+            "publish_rate": pub["rate"],
+            "restart_empty_s": empty["ready_s"],
+            "stop_term_s": term["stop_s"],
+            "restart_term_s": term["ready_s"],
+            "restart_kill_s": kill["ready_s"],
+            "rss_recovery_mb": sampler.peak_mb("restart-term", "restart-kill"),
+            "drain_rate": cons["rate"],
+        }
+        result.update(pub=pub, cons=[cons], restarts={"empty": empty, "term": term,
+                                                      "kill": kill},
+                      metrics=m, integrity=integrity_of(pub, cons), rss=sampler.as_dict(),
+                      wall_s=time.monotonic() - t0, broker_cpu_s=drain_cpu,
+                      loadgen_cpu_s=pub_cpu + cons_cpu)
+        return result
+    finally:
+        sampler.stop()
+        ps.close(args.keep_tmp)
+        cleanup_queue(broker, queue)
+
+
+RUNNERS = {"flow": run_scenario, "backlog": run_backlog, "recovery": run_recovery}
+
+
 # metric name, unit, higher-is-better
 METRICS = {
     "publish_rate": ("publish msg/s", True),
@@ -432,6 +863,17 @@ METRICS = {
     "confirm_p50_us": ("confirm p50 µs", False),
     "confirm_p99_us": ("confirm p99 µs", False),
     "achieved_rate": ("achieved publish msg/s", True),
+    # backlog / recovery
+    "drain_rate": ("drain msg/s", True),
+    "rss_publish_mb": ("broker peak RSS MB while publishing", False),
+    "rss_drain_mb": ("broker peak RSS MB while draining", False),
+    "broker_cpu_us_per_msg_published": ("broker CPU µs per message published", False),
+    "broker_cpu_us_per_msg_drained": ("broker CPU µs per message drained", False),
+    "restart_empty_s": ("restart with the queue empty: s until it answers (baseline)", False),
+    "stop_term_s": ("SIGTERM: s until the broker has exited", False),
+    "restart_term_s": ("restart after SIGTERM: s until every message is back", False),
+    "restart_kill_s": ("restart after SIGKILL: s until every message is back", False),
+    "rss_recovery_mb": ("broker peak RSS MB during the restarts", False),
 }
 
 
@@ -492,6 +934,9 @@ def integrity_text(results: list[dict]) -> str:
     nack = sum(r["integrity"]["nacked"] + r["integrity"]["unconfirmed"] for r in ok)
     if nack:
         extra.append(f"{nack} nack/unconfirmed")
+    redelivered = sum(r["integrity"].get("redelivered", 0) for r in ok)
+    if redelivered:
+        extra.append(f"{redelivered} redelivered")
     if any(r["integrity"]["marker_missing"] for r in ok):
         extra.append("end marker lost")
     reasons = {x for r in ok for x in r["integrity"]["stop_reasons"]} - {"complete", "grace"}
@@ -529,7 +974,7 @@ def render_table(scenarios: list[Scenario], targets: list[str], results: list[di
             label, higher = METRICS.get(k, (k, True))
             label += " (higher is better)" if higher else " (lower is better)"
             vals = {t: median_metric(per[t], k) for t in targets}
-            cells = [f"{sc.key}. {sc.title}" if first else "", label]
+            cells = [f"{sc.key}. {scenario_title(sc, args)}" if first else "", label]
             for t in targets:
                 if vals[t] is not None:
                     cells.append(fmt_num(vals[t]))
@@ -542,7 +987,8 @@ def render_table(scenarios: list[Scenario], targets: list[str], results: list[di
                 cells.append(f"{w / r:.2f}" if w is not None and r else "n/a")
             lines.append("| " + " | ".join(cells) + " |")
             first = False
-        cells = [f"{sc.key}. {sc.title}" if first else "", "missing / duplicate msgs"]
+        cells = [f"{sc.key}. {scenario_title(sc, args)}" if first else "",
+                 "missing / duplicate msgs"]
         cells += [integrity_text(per[t]) for t in targets]
         if both:
             cells.append("")
@@ -559,14 +1005,20 @@ def parse_args(argv=None):
         description="Benchmark Warren against RabbitMQ (same machine, same run).")
     ap.add_argument("--target", choices=["warren", "rabbitmq", "both"], default="both")
     ap.add_argument("--scenario", action="append", default=[],
-                    help="scenario(s) to run: 1,2,3,4,5 or throughput,confirms,fanout,"
-                         "latency,persistent, or 'all'; comma-separated or repeated "
-                         "(default: 1-4)")
+                    help="scenario(s) to run: 1-7 or throughput,confirms,fanout,"
+                         "latency,persistent,backlog,recovery, or 'all'; comma-separated "
+                         "or repeated (default: all)")
     ap.add_argument("--seconds", type=float, default=10.0,
                     help="publish duration per scenario and broker (default 10)")
     ap.add_argument("--count", type=int, default=0,
                     help="publish this many messages instead of --seconds "
                          "(throughput scenarios)")
+    ap.add_argument("--backlog-count", type=int, default=0,
+                    help="messages in the backlog and recovery scenarios 6 and 7 "
+                         f"(default: --count if given, else {DEFAULT_BACKLOG:,})")
+    ap.add_argument("--rss-interval", type=float, default=0.1,
+                    help="seconds between broker RSS samples in scenarios 6 and 7 "
+                         "(default 0.1)")
     ap.add_argument("--latency-count", type=int, default=0,
                     help="messages for the latency scenario instead of --seconds")
     ap.add_argument("--repeat", type=int, default=1,
@@ -641,6 +1093,7 @@ def main(argv=None) -> int:
     errors: dict[str, str] = {}
     results: list[dict] = []
     t_start = time.monotonic()
+    load_start = os.getloadavg()[0]
     exit_code = 0
     try:
         for t in targets:
@@ -676,9 +1129,9 @@ def main(argv=None) -> int:
                             results.append({"scenario": sc.key, "broker": t, "run": rep,
                                             "error": "broker down"})
                             continue
-                    log(f"{t}: scenario {sc.key} ({sc.title}), run {rep + 1}/{args.repeat}")
+                    log(f"{t}: scenario {sc.key} ({scenario_title(sc, args)}), run {rep + 1}/{args.repeat}")
                     try:
-                        res = run_scenario(sc, b, args, rep)
+                        res = RUNNERS[sc.kind](sc, b, args, rep)
                         log(f"{t}: scenario {sc.key}: " + summary(res))
                     except (RunError, json.JSONDecodeError, subprocess.TimeoutExpired) as e:
                         msg = str(e)
@@ -704,10 +1157,14 @@ def main(argv=None) -> int:
     if exit_code == 130 and not results:
         return exit_code
     print()
+    backlog = (f", backlog {backlog_count(args):,} msgs" if any(s.kind != "flow" for s in scenarios)
+               else "")
     print(f"Warren vs RabbitMQ — {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, "
-          f"{'%g s' % args.seconds if not args.count else '%d msgs' % args.count} per run, "
+          f"{'%g s' % args.seconds if not args.count else '%d msgs' % args.count} per run"
+          f"{backlog}, "
           f"{args.repeat} run(s) per scenario and broker (median), "
-          f"total {time.monotonic() - t_start:.0f} s")
+          f"total {time.monotonic() - t_start:.0f} s, load average {load_start:.2f} before "
+          f"and {os.getloadavg()[0]:.2f} after the run")
     print()
     print(render_table(scenarios, targets, results, args))
     for t, e in errors.items():
@@ -729,8 +1186,8 @@ def summary(res: dict) -> str:
     parts.append(f"missing={i['missing']} dup={i['duplicates']}")
     if set(i["stop_reasons"]) - {"complete"}:
         parts.append("consumer stop: " + "/".join(i["stop_reasons"]))
-    parts.append(f"loadgen cpu={res['loadgen_cpu_s']:.1f}s broker cpu={res['broker_cpu_s']:.1f}s "
-                 f"wall={res['wall_s']:.1f}s")
+    parts.append(f"loadgen cpu={res.get('loadgen_cpu_s', 0):.1f}s "
+                 f"broker cpu={res.get('broker_cpu_s', 0):.1f}s wall={res.get('wall_s', 0):.1f}s")
     return ", ".join(parts)
 
 
