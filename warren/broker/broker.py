@@ -29,6 +29,8 @@ class Broker:
     permissions: dict = field(default_factory=dict)  # (user, vhost) -> Permission
     loopback_users: set = field(default_factory=lambda: {"guest"})
     connections: set = field(default_factory=set)
+    # Message counters of the channels that have closed (the overview's totals include them).
+    message_totals: dict = field(default_factory=dict)
     cluster_name: str = "warren@localhost"
     # Where durable definitions are saved (a warren.store.definitions.DefinitionsFile), or None
     # without a data dir. The model only sets definitions_dirty; the session layer calls
@@ -46,11 +48,13 @@ class Broker:
         broker.create_defaults(user, password, vhost)
         return broker
 
-    def create_defaults(self, user="guest", password="guest", vhost="/") -> None:
-        """The default vhost and administrator, as RabbitMQ creates them on a node's first start."""
+    def create_defaults(self, user="guest", password="guest", vhost="/", tags=("administrator",),
+                        permissions=(".*", ".*", ".*")) -> None:
+        """The default vhost and user, as RabbitMQ creates them on a node's first start
+        (permissions: configure, write, read)."""
         self.add_vhost(vhost).description = "Default virtual host"
-        self.add_user(User.with_password(user, password, tags=["administrator"]))
-        self.set_permissions(user, vhost, ".*", ".*", ".*")
+        self.add_user(User.with_password(user, password, tags=list(tags)))
+        self.set_permissions(user, vhost, *permissions)
 
     def make_store(self, vhost: str, queue: str, durable: bool):
         """The store for a new queue (None: the queue's in-memory default)."""
@@ -123,7 +127,9 @@ class Broker:
 
     def authenticate(self, username: str, password: str):
         user = self.users.get(username)
-        if user is not None and user.check_password(password):
+        # As RabbitMQ's internal backend, an empty password never logs in (even if it is the
+        # one that was set).
+        if user is not None and password and user.check_password(password):
             return user
         return None
 

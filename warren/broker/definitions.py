@@ -8,6 +8,7 @@ from .. import __version__
 from .auth import MD5, SHA256, SHA512, User
 from .errors import AMQPError
 from .exchanges import TYPES
+from .policy import Policy, PolicyError, set_policy
 
 
 class DefinitionsError(ValueError):
@@ -21,7 +22,9 @@ def _tags(value) -> list:
 
 
 def load(broker, data: dict, on_error=None) -> dict:
-    """Apply users, vhosts, permissions, exchanges, queues and bindings to the broker.
+    """Apply users, vhosts, permissions, policies, operator policies (RabbitMQ exports them as
+    "parameters" of the component "operator_policy"; other parameters are ignored), exchanges,
+    queues and bindings to the broker.
 
     Without on_error the first bad definition raises DefinitionsError. With it, each bad
     definition is reported as on_error(kind, item, message) and skipped (recovery from the
@@ -31,6 +34,7 @@ def load(broker, data: dict, on_error=None) -> dict:
         raise DefinitionsError("definitions must be a JSON object")
     counts = {}
     for kind, apply in (("vhosts", _load_vhost), ("users", _load_user), ("permissions", _load_permission),
+                        ("policies", _load_policy), ("parameters", _load_parameter),
                         ("exchanges", _load_exchange), ("queues", _load_queue), ("bindings", _load_binding)):
         items = data.get(kind) or []
         if not isinstance(items, list):
@@ -47,6 +51,8 @@ def load(broker, data: dict, on_error=None) -> dict:
                 _fail(on_error, kind, item, f"definition is missing the field {err}")
             except AMQPError as err:
                 _fail(on_error, kind, item, err.text)
+            except PolicyError as err:
+                _fail(on_error, kind, item, " ".join(err.errors))
             except (DefinitionsError, TypeError, ValueError) as err:
                 _fail(on_error, kind, item, str(err))
     return counts
@@ -83,6 +89,23 @@ def _load_permission(broker, p):
     if p["vhost"] not in broker.vhosts:
         raise DefinitionsError(f"permission for unknown vhost '{p['vhost']}'")
     broker.set_permissions(p["user"], p["vhost"], p.get("configure", ""), p.get("write", ""), p.get("read", ""))
+
+
+def _load_policy(broker, p, operator=False):
+    vhost = _vhost(broker, p)
+    set_policy(vhost, Policy.validated(vhost.name, p["name"], p["pattern"], p["definition"],
+                                       p.get("priority", 0), p.get("apply-to", "all"), operator), operator)
+
+
+def _load_parameter(broker, p):
+    """Runtime parameters: Warren knows operator policies only (federation upstreams, shovels
+    and other plugins' parameters are skipped)."""
+    if p.get("component") != "operator_policy":
+        return
+    value = p.get("value")
+    if not isinstance(value, dict):
+        raise DefinitionsError(f"operator policy '{p.get('name')}' has no value object")
+    _load_policy(broker, {**value, "vhost": p.get("vhost", "/"), "name": p["name"]}, operator=True)
 
 
 def _load_exchange(broker, x):
@@ -159,8 +182,10 @@ def export(broker, durable_only: bool = True) -> dict:
     predeclared amq.* exchanges are left out, and so are exclusive queues. With durable_only
     (what survives a restart) only durable exchanges and queues, and the bindings between
     two durable objects."""
-    vhosts, exchanges, queues, bindings = [], [], [], []
+    vhosts, exchanges, queues, bindings, policies, parameters = [], [], [], [], [], []
     for vhost in broker.vhosts.values():
+        policies.extend(p.to_json() for p in vhost.policies.values())
+        parameters.extend(p.to_parameter() for p in vhost.operator_policies.values())
         vhosts.append({"name": vhost.name, "limits": [],
                        "metadata": {"description": getattr(vhost, "description", ""),
                                     "tags": list(getattr(vhost, "tags", []))}})
@@ -193,5 +218,5 @@ def export(broker, durable_only: bool = True) -> dict:
     permissions = [{"user": user, "vhost": vhost, "configure": p.configure, "write": p.write, "read": p.read}
                    for (user, vhost), p in broker.permissions.items()]
     return {"warren_version": __version__, "users": users, "vhosts": vhosts, "permissions": permissions,
-            "topic_permissions": [], "parameters": [], "global_parameters": [], "policies": [],
+            "topic_permissions": [], "parameters": parameters, "global_parameters": [], "policies": policies,
             "queues": queues, "exchanges": exchanges, "bindings": bindings}

@@ -151,8 +151,11 @@ class Queue:
         self.next_seq = getattr(self.store, "max_seq", 0)  # continue after recovered messages
         self.deleted = False
         self.had_consumers = False
-        self.stats = {"publish": 0, "deliver": 0, "deliver_no_ack": 0, "get": 0, "ack": 0, "redeliver": 0}
-        self.policy = None
+        # Message counters (warren.mgmt.stats turns them into RabbitMQ's message_stats and rates).
+        self.stats = {"publish": 0, "deliver": 0, "deliver_no_ack": 0, "get": 0, "get_no_ack": 0,
+                      "get_empty": 0, "ack": 0, "redeliver": 0}
+        self.policy = None  # the warren.broker.policy.Policy that applies (set by the vhost)
+        self.operator_policy = None
 
     # identity ----------------------------------------------------------------
     @property
@@ -236,18 +239,21 @@ class Queue:
     def get(self):
         """basic.get: the next ready message, or None."""
         qm = self.store.pop()
-        if qm is not None:
-            self.stats["get"] += 1
+        if qm is None:
+            self.stats["get_empty"] += 1
         return qm
 
     # settlement --------------------------------------------------------------
-    def delivered(self, qm, no_ack: bool) -> None:
+    def delivered(self, qm, no_ack: bool, get: bool = False) -> None:
+        """qm was handed out by a consumer delivery (or basic.get when `get`)."""
         qm.deliveries += 1
         if no_ack:
             self.store.settle(qm)
+            self.stats["get_no_ack" if get else "deliver_no_ack"] += 1
         else:
             self.unacked_count += 1
             self.store.delivered(qm)
+            self.stats["get" if get else "deliver"] += 1
         if qm.redelivered:
             self.stats["redeliver"] += 1
 

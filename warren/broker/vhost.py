@@ -6,6 +6,7 @@ import os
 
 from .errors import access_refused, not_found, precondition_failed, resource_locked, rs
 from .exchanges import TYPES, Binding, DefaultExchange
+from .policy import apply_to_exchange, apply_to_queue
 from .queue import Queue, validate_arguments
 
 log = logging.getLogger("warren.routing")
@@ -27,6 +28,9 @@ class VHost:
         self.default_exchange = DefaultExchange(self, "", durable=True)
         self.exchanges: dict = {"": self.default_exchange}
         self.queues: dict = {}
+        # name -> warren.broker.policy.Policy; each exchange and queue points at its own.
+        self.policies: dict = {}
+        self.operator_policies: dict = {}
         for xname, xtype in PREDECLARED:
             self.exchanges[xname] = TYPES[xtype](self, xname, durable=True)
         # RabbitMQ's firehose tracer exchange exists in every vhost (internal: no publishing).
@@ -64,6 +68,8 @@ class VHost:
                 f"{rs('exchange', name, self.name)}")
         x = TYPES[type_name](self, name, durable, auto_delete, internal, arguments)
         self.exchanges[name] = x
+        if self.policies:
+            apply_to_exchange(self, x)
         if durable:
             self._definitions_changed()
         return x, True
@@ -96,6 +102,8 @@ class VHost:
         store = self.broker.make_store(self.name, name, durable) if self.broker is not None else None
         q = Queue(self, name, durable, exclusive_owner, auto_delete, arguments, store)
         self.queues[name] = q
+        if self.policies or self.operator_policies:
+            apply_to_queue(self, q)
         if durable and exclusive_owner is None:
             self._definitions_changed()
         return q, True

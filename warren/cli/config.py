@@ -1,71 +1,945 @@
-"""RabbitMQ's new-style config format (`key = value`), for the keys Warren supports so far."""
+"""The config file of `warren server --config FILE`, in either of RabbitMQ's formats:
 
+- the new-style format of rabbitmq.conf (sysctl-like `key = value` lines, `#` comments), read
+  the way RabbitMQ's cuttlefish reads it: `#` starts a comment anywhere on a line, values are
+  taken verbatim (no quoting), a later line for the same key wins;
+- the classic Erlang-term format of rabbitmq.config
+  (`[{rabbit, [{heartbeat, 30}, {disk_free_limit, {mem_relative, 1.0}}]}].`), chosen when the
+  file name ends in `.config` or the first thing in the file is `[`. The term is parsed as
+  Erlang would (atoms, quoted atoms, strings, binaries, integers incl. `16#ff` and `$c`,
+  floats, lists, tuples, `%` comments); sections `rabbit`, `rabbitmq_management` and `warren`.
+
+Only the keys Warren supports are accepted; an unknown key, a bad value or a bad unit is an
+error naming the file, the line (for the Erlang format, the line where the `{key, value}`
+tuple starts) and the key, and the server refuses to start.
+
+load_config() returns a dict with the settings present in the file (nothing for the others):
+
+  host, port                    the AMQP listener (listeners.tcp.*)
+  default_user, default_pass, default_vhost, default_user_tags (list),
+  default_permissions           (configure, write, read): used on the first start only
+  loopback_users                set of user names that may only connect from loopback
+  heartbeat, frame_max, channel_max, max_message_size (ints), handshake_timeout (seconds,
+                                math.inf for `infinity`)
+  management_port, management_host
+  log_level                     a Python logging level
+  queue_window                  warren.queue_window
+  vm_memory_high_watermark      ("relative", float) or ("absolute", bytes)
+  vm_memory_high_watermark_paging_ratio  float
+  disk_free_limit               ("absolute", bytes) or ("mem_relative", float)
+
+The last three are validated and stored, but Warren does not act on them yet: the resource
+alarms issue uses them (memory and disk alarms).
+"""
+
+import difflib
+import ipaddress
+import logging
+import math
 import re
+
+log = logging.getLogger("warren.config")
 
 
 class ConfigError(ValueError):
-    pass
+    """Every problem found in a config file, one `file:line: key: reason` per line."""
+
+    def __init__(self, errors):
+        self.errors = [errors] if isinstance(errors, str) else list(errors)
+        super().__init__("\n".join(self.errors))
 
 
-_UNITS = {"": 1, "kb": 1000, "kib": 1024, "ki": 1024, "k": 1024, "mb": 1000**2, "mib": 1024**2, "mi": 1024**2,
-          "m": 1024**2, "gb": 1000**3, "gib": 1024**3, "gi": 1024**3, "g": 1024**3}
+# Values ---------------------------------------------------------------------------------
+
+# Information units of vm_memory_high_watermark.absolute and disk_free_limit.absolute, as
+# RabbitMQ's rabbit_resource_monitor_misc:parse_information_unit reads them (see its memory
+# and disk alarm guides: "2GB", "1024MiB", "4Gi"). Decimal units (kB, MB, GB, TB, PB) are
+# powers of 1000, binary ones (KiB/Ki, MiB/Mi, GiB/Gi, TiB/Ti, PiB/Pi) powers of 1024, in any
+# letter case. The single letters k, m, g mean KiB, MiB, GiB, as in RabbitMQ 3.10 (3.13 made
+# them decimal); a single t or p (3.13 on only) is refused as ambiguous. No space, no
+# fraction: "1.5GB" and "1 GB" are errors, as in RabbitMQ.
+_INFORMATION_UNITS = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
+for _i, _p in enumerate("kmgtp", 1):
+    _INFORMATION_UNITS[_p + "b"] = 1000 ** _i
+    _INFORMATION_UNITS[_p + "i"] = _INFORMATION_UNITS[_p + "ib"] = 1024 ** _i
+
+_SIZE_FORMATS = "an integer number of bytes or one with a unit: 500MB, 500MiB, 4Gi, 10GB, 2TB"
 
 
-def parse_size(text: str) -> int:
-    m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"invalid size '{text}'")
-    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+def parse_information_unit(value) -> int:
+    """Bytes from an integer or a string like "2GB", "1024MiB" or "4Gi" (ValueError if bad)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(f"expected {_SIZE_FORMATS}, got {value}")
+        return value
+    m = re.fullmatch(r"([0-9]+)([A-Za-z]*)", value)
+    unit = m.group(2).lower() if m else None
+    if unit not in _INFORMATION_UNITS:
+        if unit in ("t", "p"):
+            raise ValueError(f"ambiguous unit in '{value}': write {unit.upper()}B "
+                             f"(powers of 1000) or {unit.upper()}iB (powers of 1024)")
+        raise ValueError(f"expected {_SIZE_FORMATS}, got '{value}'")
+    return int(m.group(1)) * _INFORMATION_UNITS[unit]
 
 
-def _int(v):
-    return int(v)
+parse_size = parse_information_unit
 
 
-def _bool(v):
-    if v.lower() in ("true", "false"):
-        return v.lower() == "true"
-    raise ValueError(f"expected true or false, got '{v}'")
+def parse_bytesize(text: str) -> int:
+    """cuttlefish's bytesize (RabbitMQ's frame_max): bytes, or KB, MB, GB (or kb, mb, gb) as
+    powers of 1024."""
+    m = re.fullmatch(r"([0-9]+)(KB|MB|GB|kb|mb|gb)?", text)
+    if not m:
+        raise ValueError(f"expected an integer number of bytes, or one with KB, MB or GB "
+                         f"(powers of 1024), got '{text}'")
+    return int(m.group(1)) * {None: 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}[
+        m.group(2) and m.group(2)[0].lower()]
 
 
-_KEYS = {
-    "listeners.tcp.default": ("port", lambda v: int(v.rsplit(":", 1)[-1])),
-    "default_user": ("default_user", str),
-    "default_pass": ("default_pass", str),
-    "default_vhost": ("default_vhost", str),
-    "heartbeat": ("heartbeat", _int),
-    "frame_max": ("frame_max", _int),
-    "channel_max": ("channel_max", _int),
-    "max_message_size": ("max_message_size", parse_size),
+def _integer(text: str) -> int:
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise ValueError(f"expected an integer, got '{text}'")
+    return int(text)
+
+
+def _float(text: str) -> float:
+    # cuttlefish's float: digits, a dot and digits (and an exponent); "1" or ".5" are not floats.
+    if not re.fullmatch(r"[+-]?[0-9]+\.[0-9]+([eE][+-]?[0-9]+)?", text):
+        raise ValueError(f"expected a float such as 0.4 (with a decimal point), got '{text}'")
+    return float(text)
+
+
+def _boolean(text: str) -> bool:
+    if text not in ("true", "false"):
+        raise ValueError(f"expected true or false, got '{text}'")
+    return text == "true"
+
+
+def _in_range(value, low, high, what="an integer"):
+    if not low <= value <= high:
+        raise ValueError(f"expected {what} from {low} to {high}, got {value}")
+    return value
+
+
+def _port(value: int) -> int:
+    return _in_range(value, 1, 65535, "a port number")
+
+
+def _ip(text: str) -> str:
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        raise ValueError(f"expected an IPv4 or IPv6 address, got '{text}'") from None
+
+
+def _listener(text: str):
+    """(host or None, port) from "5672" or "IP:5672" (IPv6 without brackets: "::1:5672")."""
+    if ":" not in text:
+        return None, _port(_integer(text))
+    host, port = text.rsplit(":", 1)
+    return _ip(host), _port(_integer(port))
+
+
+def _regex(text: str) -> str:
+    try:
+        re.compile(text)
+    except re.error as err:
+        raise ValueError(f"not a valid regular expression: '{text}' ({err})") from None
+    return text
+
+
+def _fraction(value: float) -> float:
+    # rabbitmqctl set_vm_memory_high_watermark: "The threshold should be a fraction between 0.0 and 1.0"
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"expected a fraction between 0.0 and 1.0, got {value}")
+    return value
+
+
+def _paging_ratio(value: float) -> float:
+    # RabbitMQ's schema validator less_than_1: "Float is not between 0 and 1" (both excluded).
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"expected a float between 0 and 1 (both excluded), got {value}")
+    return value
+
+
+def _mem_relative(value: float) -> float:
+    if value < 0:
+        raise ValueError(f"expected a non-negative float, got {value}")
+    return value
+
+
+def _frame_max(value: int) -> int:
+    if value != 0 and not 4096 <= value <= 0xFFFFFFFF:
+        raise ValueError(f"expected 0 (no limit) or a size from 4096 to 4294967295 bytes, got {value}")
+    return value
+
+
+def _max_message_size(value: int) -> int:
+    # RabbitMQ's schema validator: "Max message size should be between 0 and 512MB".
+    return _in_range(value, 1, 512 * 1024 * 1024, "a size in bytes")
+
+
+def _handshake_timeout(value) -> float:
+    if value == "infinity":
+        return math.inf
+    ms = _integer(value) if isinstance(value, str) else value
+    return _in_range(ms, 1, 2 ** 32 - 1, "a number of milliseconds") / 1000
+
+
+def _management_port(value: int) -> int:
+    return 0 if value == 0 else _port(value)  # 0: no management API, as --management-port 0
+
+
+# RabbitMQ's log levels (log.console.level) as Python logging levels.
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO + 5,
+              "warning": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL,
+              "alert": logging.CRITICAL, "emergency": logging.CRITICAL, "none": logging.CRITICAL + 10}
+
+
+def _log_level(text: str) -> int:
+    if text not in LOG_LEVELS:
+        raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}, got '{text}'")
+    return LOG_LEVELS[text]
+
+
+# What both formats build --------------------------------------------------------------
+
+class _Settings:
+    """Settings as they are read (with the line each came from), turned into the config
+    dict by result(); errors collect every problem with its file, line and key."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.errors: list = []
+        self.warnings: list = []
+        self.config: dict = {}
+        self.listeners: dict = {}  # name -> (host, port, line, key)
+        self.user_tags = None  # name -> bool
+        self.permissions: dict = {}  # configure/read/write -> (regex, line, key)
+        self.loopback = None  # name -> bool
+        self.loopback_none = False
+        self.watermark: dict = {}  # "relative"/"absolute" -> value
+        self.disk_limit: dict = {}  # "relative"/"absolute" -> value
+
+    def error(self, line, key, reason) -> None:
+        self.errors.append(f"{self.path}:{line}: {key}: {reason}" if key else f"{self.path}:{line}: {reason}")
+
+    def result(self) -> dict:
+        config = self.config
+        if len(self.listeners) > 1:
+            (_, _, _, first), (_, _, line, key) = sorted(self.listeners.values(), key=lambda v: v[2])[:2]
+            self.error(line, key, f"Warren listens on one AMQP address, and {first} already sets it")
+        elif self.listeners:
+            (host, port, _, _), = self.listeners.values()
+            config["port"] = port
+            if host is not None:
+                config["host"] = host
+        if self.user_tags is not None:
+            config["default_user_tags"] = [tag for tag, on in self.user_tags.items() if on]
+        if self.permissions:
+            missing = [p for p in ("configure", "write", "read") if p not in self.permissions]
+            if missing:
+                _, line, key = min(self.permissions.values(), key=lambda v: v[1])
+                self.error(line, key, "default_permissions needs configure, read and write; "
+                                      f"missing: {', '.join(missing)}")
+            else:
+                config["default_permissions"] = tuple(self.permissions[p][0] for p in ("configure", "write", "read"))
+        if self.loopback_none:
+            config["loopback_users"] = set()
+        elif self.loopback is not None:
+            config["loopback_users"] = {name for name, on in self.loopback.items() if on}
+        # Not acted on yet (the alarms issue does): validated and stored.
+        for name, settings, relative in (("vm_memory_high_watermark", self.watermark, "relative"),
+                                         ("disk_free_limit", self.disk_limit, "mem_relative")):
+            if "relative" in settings and "absolute" in settings:
+                # RabbitMQ 3.10 lets the relative setting win (later versions the absolute one).
+                self.warnings.append(f"{self.path}: both {name}.absolute and {name}.relative are set: "
+                                     f"{name}.relative applies, as in RabbitMQ 3.10")
+            if "relative" in settings:
+                config[name] = (relative, settings["relative"])
+            elif "absolute" in settings:
+                config[name] = ("absolute", settings["absolute"])
+        if self.errors:
+            raise ConfigError(self.errors)
+        return config
+
+
+# The new-style format ------------------------------------------------------------------
+
+def _simple(name, convert):
+    def handle(settings, key, rest, value, line):
+        settings.config[name] = convert(value)
+    return handle
+
+
+def _text(name):
+    return _simple(name, lambda v: v)
+
+
+def _listeners_none(settings, key, rest, value, line):
+    if value != "none":
+        raise ValueError(f"expected none or listeners.tcp.NAME = PORT, got '{value}'")
+    raise ValueError("'none' (no AMQP listener) is not supported: Warren always listens for AMQP")
+
+
+def _listener_key(settings, key, rest, value, line):
+    host, port = _listener(value)
+    settings.listeners[rest] = (host, port, line, key)
+
+
+def _user_tag(settings, key, rest, value, line):
+    on = _boolean(value)
+    if settings.user_tags is None:
+        settings.user_tags = {}
+    settings.user_tags[rest] = on
+
+
+def _permission(settings, key, rest, value, line):
+    settings.permissions[rest] = (_regex(value), line, key)
+
+
+def _loopback_none(settings, key, rest, value, line):
+    if value != "none":
+        raise ValueError(f"expected none (or loopback_users.NAME = true/false), got '{value}'")
+    settings.loopback_none = True
+
+
+def _loopback_user(settings, key, rest, value, line):
+    on = _boolean(value)
+    if settings.loopback is None:
+        settings.loopback = {}
+    settings.loopback[rest] = on
+
+
+def _watermark(kind):
+    def handle(settings, key, rest, value, line):
+        settings.watermark[kind] = (_fraction(_float(value)) if kind == "relative"
+                                    else parse_information_unit(value))
+    return handle
+
+
+def _disk_limit(kind):
+    def handle(settings, key, rest, value, line):
+        settings.disk_limit[kind] = (_mem_relative(_float(value)) if kind == "relative"
+                                     else parse_information_unit(value))
+    return handle
+
+
+def _max_message_size_text(value: str) -> int:
+    # RabbitMQ 3.10 takes an integer; Warren also takes information units ("128MiB").
+    return _max_message_size(parse_information_unit(value))
+
+
+# key (a trailing ".*" matches one more word, passed as `rest`) -> handler
+_NEW_STYLE = {
+    "listeners.tcp": _listeners_none,
+    "listeners.tcp.*": _listener_key,
+    "default_user": _text("default_user"),
+    "default_pass": _text("default_pass"),
+    "default_vhost": _text("default_vhost"),
+    "default_user_tags.*": _user_tag,
+    "default_permissions.configure": lambda s, k, r, v, n: _permission(s, k, "configure", v, n),
+    "default_permissions.read": lambda s, k, r, v, n: _permission(s, k, "read", v, n),
+    "default_permissions.write": lambda s, k, r, v, n: _permission(s, k, "write", v, n),
+    "loopback_users": _loopback_none,
+    "loopback_users.*": _loopback_user,
+    "heartbeat": _simple("heartbeat", lambda v: _in_range(_integer(v), 0, 65535)),
+    "frame_max": _simple("frame_max", lambda v: _frame_max(parse_bytesize(v))),
+    "channel_max": _simple("channel_max", lambda v: _in_range(_integer(v), 0, 65535)),
+    "max_message_size": _simple("max_message_size", _max_message_size_text),
+    "handshake_timeout": _simple("handshake_timeout", _handshake_timeout),
+    "vm_memory_high_watermark.relative": _watermark("relative"),
+    "vm_memory_high_watermark.absolute": _watermark("absolute"),
+    "vm_memory_high_watermark_paging_ratio": _simple("vm_memory_high_watermark_paging_ratio",
+                                                     lambda v: _paging_ratio(_float(v))),
+    "disk_free_limit.relative": _disk_limit("relative"),
+    "disk_free_limit.absolute": _disk_limit("absolute"),
+    "management.tcp.port": _simple("management_port", lambda v: _management_port(_integer(v))),
+    "management.tcp.ip": _simple("management_host", _ip),
+    "log.console.level": _simple("log_level", _log_level),
+    "warren.queue_window": _simple("queue_window", lambda v: _in_range(_integer(v), 1, 2 ** 31 - 1)),
+}
+
+# cuttlefish's key: words of letters, digits, _ and -, separated by dots ("\." is a dot
+# inside a word, as in loopback_users.first\.last).
+_WORD = r"(?:[A-Za-z0-9_-]|\\\.)+"
+_LINE = re.compile(rf"\s*({_WORD}(?:\.{_WORD})*)\s*=\s*(.*?)\s*")
+
+
+def _new_style_handler(key: str):
+    """(handler, rest) for a key, or (None, None)."""
+    handler = _NEW_STYLE.get(key.replace("\\.", "\0"))
+    if handler is not None:
+        return handler, None
+    words = key.replace("\\.", "\0").split(".")
+    handler = _NEW_STYLE.get(".".join(words[:-1]) + ".*") if len(words) > 1 else None
+    return (handler, words[-1].replace("\0", ".")) if handler is not None else (None, None)
+
+
+def _unknown_key(key: str) -> str:
+    last = key.rsplit(".", 1)[-1]  # "listeners.ssl.default" is closest to "listeners.tcp.default"
+    names = [k[:-1] + last if k.endswith(".*") else k for k in _NEW_STYLE]
+    close = difflib.get_close_matches(key, names, n=1)
+    return "unknown key" + (f" (did you mean {close[0]}?)" if close else "")
+
+
+def _parse_new_style(text: str, settings: _Settings) -> None:
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0]
+        if not line.strip():
+            continue
+        m = _LINE.fullmatch(line)
+        if not m or not m.group(2):
+            settings.error(lineno, None, f"syntax error: expected 'key = value', got '{line.strip()}'")
+            continue
+        key, value = m.groups()
+        handler, rest = _new_style_handler(key)
+        if handler is None:
+            settings.error(lineno, key, _unknown_key(key))
+            continue
+        try:
+            handler(settings, key, rest, value, lineno)
+        except ValueError as err:
+            settings.error(lineno, key, err)
+
+
+# The classic Erlang-term format --------------------------------------------------------
+
+class Atom:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __eq__(self, other):
+        return isinstance(other, Atom) and other.name == self.name
+
+    def __hash__(self):
+        return hash((Atom, self.name))
+
+    def __repr__(self):
+        return format_term(self)
+
+
+class ErlTuple(tuple):
+    """A tuple term; .line is where its `{` is."""
+    line = 0
+
+
+class ErlList(list):
+    """A list term; .line is where its `[` is."""
+    line = 0
+
+
+class ErlangSyntaxError(ValueError):
+    """A syntax error in an Erlang term; .line is where."""
+
+    def __init__(self, line, message):
+        super().__init__(message)
+        self.line = line
+
+
+_ESCAPES = {"b": 8, "d": 127, "e": 27, "f": 12, "n": 10, "r": 13, "s": 32, "t": 9, "v": 11}
+_TOKEN = re.compile(r"""
+    (?P<ws>[ \t\r\f\v]+) | (?P<nl>\n) | (?P<comment>%[^\n]*)
+  | (?P<float>[0-9](?:_?[0-9])*\.[0-9](?:_?[0-9])*(?:[eE][+-]?[0-9]+)?)
+  | (?P<based>[0-9]+\#[0-9A-Za-z_]+)
+  | (?P<int>[0-9](?:_?[0-9])*)
+  | (?P<atom>[a-z][A-Za-z0-9_@]*)
+  | (?P<var>[A-Z_][A-Za-z0-9_@]*)
+  | (?P<dot>\.(?=[\s%]|\Z))
+  | (?P<punct><<|>>|[\[\]{},|/+\-\#])
+""", re.VERBOSE)
+
+
+def _tokens(text: str):
+    """(kind, value, line) tuples, ending with ("eof", None, line)."""
+    pos, line, end = 0, 1, len(text)
+    while pos < end:
+        ch = text[pos]
+        if ch in "\"'":
+            value, pos, newlines = _quoted(text, pos, line)
+            yield ("string" if ch == '"' else "atom"), value, line
+            line += newlines
+            continue
+        if ch == "$":
+            if pos + 1 >= end:
+                raise ErlangSyntaxError(line, "unterminated character literal")
+            if text[pos + 1] == "\\":
+                value, pos = _escape(text, pos + 2, line)
+            else:
+                value, pos = text[pos + 1], pos + 2
+            yield "number", ord(value), line
+            continue
+        if text.startswith("#{", pos):
+            raise ErlangSyntaxError(line, "maps (#{...}) are not supported in a config file")
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            raise ErlangSyntaxError(line, f"unexpected character '{ch}'")
+        kind, value = m.lastgroup, m.group()
+        pos = m.end()
+        if kind == "nl":
+            line += 1
+        elif kind in ("ws", "comment"):
+            continue
+        elif kind == "float":
+            yield "number", float(value.replace("_", "")), line
+        elif kind == "int":
+            yield "number", int(value.replace("_", "")), line
+        elif kind == "based":
+            base, digits = value.split("#")
+            try:
+                if not 2 <= int(base) <= 36:
+                    raise ValueError
+                yield "number", int(digits.replace("_", ""), int(base)), line
+            except ValueError:
+                raise ErlangSyntaxError(line, f"bad integer '{value}'") from None
+        elif kind == "var":
+            raise ErlangSyntaxError(line, f"unexpected variable '{value}' (a config file holds data only; "
+                                     "atoms start with a lowercase letter or are quoted)")
+        else:
+            yield kind if kind != "punct" else value, value, line
+    yield "eof", None, line
+
+
+def _escape(text: str, pos: int, line: int):
+    """The character of the escape sequence after a backslash at pos-1, and the next position."""
+    if pos >= len(text):
+        raise ErlangSyntaxError(line, "unterminated escape sequence")
+    ch = text[pos]
+    if ch in "01234567":
+        m = re.compile(r"[0-7]{1,3}").match(text, pos)
+        return chr(int(m.group(), 8)), m.end()
+    if ch == "x":
+        m = re.compile(r"x(?:\{([0-9A-Fa-f]+)\}|([0-9A-Fa-f]{2}))").match(text, pos)
+        if not m:
+            raise ErlangSyntaxError(line, "bad \\x escape sequence")
+        return chr(int(m.group(1) or m.group(2), 16)), m.end()
+    if ch == "^" and pos + 1 < len(text):
+        return chr(ord(text[pos + 1]) & 31), pos + 2
+    if ch in _ESCAPES:
+        return chr(_ESCAPES[ch]), pos + 1
+    return ch, pos + 1
+
+
+def _quoted(text: str, pos: int, line: int):
+    """A "string" or 'atom' starting at pos: (value, next position, newlines inside)."""
+    quote, out, i, newlines = text[pos], [], pos + 1, 0
+    while True:
+        if i >= len(text):
+            raise ErlangSyntaxError(line, "unterminated " + ("string" if quote == '"' else "quoted atom"))
+        ch = text[i]
+        if ch == quote:
+            return "".join(out), i + 1, newlines
+        if ch == "\\":
+            ch, i = _escape(text, i + 1, line + newlines)
+            out.append(ch)
+            continue
+        if ch == "\n":
+            newlines += 1
+        out.append(ch)
+        i += 1
+
+
+class _Parser:
+    def __init__(self, text: str):
+        self.tokens = list(_tokens(text))
+        self.pos = 0
+
+    def peek(self):
+        return self.tokens[self.pos]
+
+    def take(self, kind=None):
+        token = self.tokens[self.pos]
+        if kind is not None and token[0] != kind:
+            raise ErlangSyntaxError(token[2], f"expected '{kind}' but found {self.describe(token)}")
+        self.pos += 1
+        return token
+
+    @staticmethod
+    def describe(token):
+        kind, value, _ = token
+        if kind == "eof":
+            return "the end of the file"
+        if kind == "dot":
+            return "'.'"
+        if kind == "string":
+            return f'"{value}"'
+        return f"'{value}'"
+
+    def document(self):
+        term = self.term()
+        self.take("dot")
+        token = self.peek()
+        if token[0] != "eof":
+            raise ErlangSyntaxError(token[2], f"expected the end of the file after the term's '.' "
+                                         f"but found {self.describe(token)}")
+        return term
+
+    def term(self):
+        kind, value, line = token = self.take()
+        if kind == "number":
+            return value
+        if kind == "atom":
+            return Atom(value)
+        if kind == "string":
+            while self.peek()[0] == "string":  # "ab" "cd" is "abcd"
+                value += self.take()[1]
+            return value
+        if kind in ("-", "+") and self.peek()[0] == "number":
+            number = self.take()[1]
+            return -number if kind == "-" else number
+        if kind == "[":
+            return self.sequence(ErlList(), "]", line)
+        if kind == "{":
+            items = self.sequence([], "}", line)
+            result = ErlTuple(items)
+            result.line = line
+            return result
+        if kind == "<<":
+            return self.binary(line)
+        if kind == "#":
+            raise ErlangSyntaxError(line, "maps (#{...}) are not supported in a config file")
+        raise ErlangSyntaxError(line, f"expected a term but found {self.describe(token)}")
+
+    def sequence(self, items, close, line):
+        if isinstance(items, ErlList):
+            items.line = line
+        if self.peek()[0] == close:
+            self.take()
+            return items
+        while True:
+            items.append(self.term())
+            kind, _, at = token = self.take()
+            if kind == close:
+                return items
+            if kind == "|" and close == "]":
+                raise ErlangSyntaxError(at, "improper lists ([H | T]) are not supported in a config file")
+            if kind != ",":
+                raise ErlangSyntaxError(at, f"expected ',' or '{close}' but found {self.describe(token)}")
+
+    def binary(self, line):
+        out = bytearray()
+        if self.peek()[0] == ">>":
+            self.take()
+            return bytes(out)
+        while True:
+            kind, value, at = token = self.take()
+            if kind == "string":
+                while self.peek()[0] == "string":
+                    value += self.take()[1]
+            elif kind != "number" or not isinstance(value, int):
+                raise ErlangSyntaxError(at, "expected a string or an integer in a binary but found "
+                                            + self.describe(token))
+            utf8 = False
+            if self.peek()[0] == "/":
+                self.take()
+                spec = self.take("atom")
+                if spec[1] != "utf8":
+                    raise ErlangSyntaxError(at, f"unsupported binary segment type '/{spec[1]}' (only /utf8 is)")
+                utf8 = True
+            chars = [ord(c) for c in value] if kind == "string" else [value]
+            for c in chars:
+                if utf8:
+                    out += chr(c).encode("utf-8")
+                else:
+                    out.append(c & 0xFF)  # as Erlang: an 8-bit segment keeps the low byte
+            kind, _, at = token = self.take()
+            if kind == ">>":
+                return bytes(out)
+            if kind != ",":
+                raise ErlangSyntaxError(at, f"expected ',' or '>>' but found {self.describe(token)}")
+
+
+def parse_erlang_term(text: str):
+    """The single term of an Erlang config file (ending with '.'); ErlangSyntaxError (with the
+    line) if it is not one."""
+    return _Parser(text).document()
+
+
+def format_term(term) -> str:
+    """A term as Erlang would print it (for error messages)."""
+    if isinstance(term, Atom):
+        name = term.name
+        if re.fullmatch(r"[a-z][A-Za-z0-9_@]*", name):
+            return name
+        return "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(term, bytes):
+        try:
+            text = term.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is None or not text.isprintable():
+            return "<<" + ",".join(str(b) for b in term) + ">>"
+        return '<<"' + text.replace("\\", "\\\\").replace('"', '\\"') + '">>'
+    if isinstance(term, str):
+        return '"' + term.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(term, tuple):
+        return "{" + ",".join(format_term(t) for t in term) + "}"
+    if isinstance(term, list):
+        return "[" + ",".join(format_term(t) for t in term) + "]"
+    return repr(term)
+
+
+def _erl_text(term) -> str:
+    """A binary or a string, as text (RabbitMQ turns either into a binary)."""
+    if isinstance(term, bytes):
+        try:
+            return term.decode("utf-8")
+        except UnicodeDecodeError:
+            return term.decode("latin-1")
+    if isinstance(term, str):
+        return term
+    raise ValueError(f'expected a binary such as <<"guest">> or a string, got {format_term(term)}')
+
+
+def _erl_int(term) -> int:
+    if isinstance(term, int):
+        return term
+    raise ValueError(f"expected an integer, got {format_term(term)}")
+
+
+def _erl_number(term) -> float:
+    if isinstance(term, (int, float)):
+        return float(term)
+    raise ValueError(f"expected a number such as 0.4, got {format_term(term)}")
+
+
+def _erl_float(term) -> float:
+    if isinstance(term, float):
+        return term
+    raise ValueError(f"expected a float such as 0.5, got {format_term(term)}")
+
+
+def _erl_list(term, what="a list") -> list:
+    if not isinstance(term, list):
+        raise ValueError(f"expected {what}, got {format_term(term)}")
+    return term
+
+
+def _erl_size(term) -> int:
+    if isinstance(term, (str, bytes)):
+        return parse_information_unit(_erl_text(term))
+    if isinstance(term, int):
+        return parse_information_unit(term)
+    raise ValueError(f'expected {_SIZE_FORMATS} (as an integer or a string such as "2GB"), got {format_term(term)}')
+
+
+def _erl_proplist(term, line, where, settings, handlers) -> None:
+    """Apply a [{key, value}] list with `handlers`: key -> handler(settings, value, line, name)."""
+    if not isinstance(term, list):
+        settings.error(line, where, f"expected a list of {{key, value}} tuples, got {format_term(term)}")
+        return
+    for item in term:
+        at = getattr(item, "line", 0) or line
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], Atom)):
+            settings.error(at, where, f"expected a {{key, value}} tuple, got {format_term(item)}")
+            continue
+        key, value = item[0].name, item[1]
+        name = f"{where}.{key}"
+        handler = handlers.get(key)
+        if handler is None:
+            close = difflib.get_close_matches(key, list(handlers), n=1)
+            settings.error(at, name, "unknown key" + (f" (did you mean {where}.{close[0]}?)" if close else ""))
+            continue
+        try:
+            handler(settings, value, at, name)
+        except ValueError as err:
+            settings.error(at, name, err)
+
+
+def _erl_simple(name, convert):
+    def handle(settings, value, line, key):
+        settings.config[name] = convert(value)
+    return handle
+
+
+def _erl_tcp_listeners(settings, value, line, key):
+    items = _erl_list(value, "a list of ports or {\"IP\", Port} tuples")
+    if not items:
+        raise ValueError("[] (no AMQP listener) is not supported: Warren always listens for AMQP")
+    if len(items) > 1:
+        raise ValueError(f"Warren listens on one AMQP address, got {format_term(value)}")
+    item = items[0]
+    if isinstance(item, int):
+        host, port = None, _port(item)
+    elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], int):
+        ip = item[0]
+        if isinstance(ip, tuple) and len(ip) in (4, 8) and all(isinstance(p, int) for p in ip):
+            ip = ".".join(map(str, ip)) if len(ip) == 4 else ":".join(f"{p:x}" for p in ip)
+        host, port = _ip(_erl_text(ip)), _port(item[1])
+    else:
+        raise ValueError(f'expected a port or an {{"IP", Port}} tuple, got {format_term(item)}')
+    settings.listeners = {"tcp_listeners": (host, port, line, key)}
+
+
+def _erl_user_tags(settings, value, line, key):
+    tags = _erl_list(value, "a list of atoms such as [administrator]")
+    for tag in tags:
+        if not isinstance(tag, Atom):
+            raise ValueError(f"expected a list of atoms such as [administrator], got {format_term(value)}")
+    settings.user_tags = {tag.name: True for tag in tags}
+
+
+def _erl_permissions(settings, value, line, key):
+    # The classic list is [Configure, Write, Read], as rabbit:insert_default_data/0 reads it.
+    if not (isinstance(value, list) and len(value) == 3):
+        raise ValueError(f'expected [Configure, Write, Read] such as [<<".*">>, <<".*">>, <<".*">>], '
+                         f"got {format_term(value)}")
+    regexes = [_regex(_erl_text(v)) for v in value]
+    settings.permissions = {p: (r, line, key) for p, r in zip(("configure", "write", "read"), regexes)}
+
+
+def _erl_loopback_users(settings, value, line, key):
+    users = _erl_list(value, 'a list of binaries such as [<<"guest">>]')
+    for user in users:
+        if not isinstance(user, bytes):
+            # RabbitMQ compares binaries: a string here would match no one.
+            raise ValueError(f'expected a list of binaries such as [<<"guest">>], got {format_term(value)}')
+    settings.loopback_none = False
+    settings.loopback = {_erl_text(user): True for user in users}
+
+
+def _erl_handshake_timeout(value):
+    if value == Atom("infinity"):
+        return math.inf
+    return _handshake_timeout(_erl_int(value))
+
+
+def _erl_watermark(settings, value, line, key):
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == Atom("absolute"):
+        settings.watermark = {"absolute": _erl_size(value[1])}
+    elif isinstance(value, (int, float)):
+        settings.watermark = {"relative": _fraction(_erl_number(value))}
+    else:
+        raise ValueError(f'expected a fraction such as 0.4 or {{absolute, Bytes}} such as {{absolute, "1024MiB"}}, '
+                         f"got {format_term(value)}")
+
+
+def _erl_disk_free_limit(settings, value, line, key):
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == Atom("mem_relative"):
+        settings.disk_limit = {"relative": _mem_relative(_erl_number(value[1]))}
+    elif isinstance(value, tuple) and len(value) == 2 and value[0] == Atom("absolute"):
+        settings.disk_limit = {"absolute": _erl_size(value[1])}
+    elif isinstance(value, (int, str, bytes)):
+        settings.disk_limit = {"absolute": _erl_size(value)}
+    else:
+        raise ValueError(f'expected bytes such as 50000000 or "50MB", or {{mem_relative, Float}}, '
+                         f"got {format_term(value)}")
+
+
+def _erl_log(settings, value, line, key):
+    _erl_proplist(value, line, key, settings, {"console": _erl_log_console})
+
+
+def _erl_log_console(settings, value, line, key):
+    _erl_proplist(value, line, key, settings, {"level": _erl_log_level})
+
+
+def _erl_log_level(settings, value, line, key):
+    if not isinstance(value, Atom):
+        raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}, got {format_term(value)}")
+    settings.config["log_level"] = _log_level(value.name)
+
+
+def _erl_management_listener(settings, value, line, key):
+    _erl_proplist(value, line, key, settings, {
+        "port": _erl_simple("management_port", lambda v: _management_port(_erl_int(v))),
+        "ip": _erl_simple("management_host", lambda v: _ip(_erl_text(v))),
+    })
+
+
+_ERLANG_RABBIT = {
+    "tcp_listeners": _erl_tcp_listeners,
+    "default_user": _erl_simple("default_user", _erl_text),
+    "default_pass": _erl_simple("default_pass", _erl_text),
+    "default_vhost": _erl_simple("default_vhost", _erl_text),
+    "default_user_tags": _erl_user_tags,
+    "default_permissions": _erl_permissions,
+    "loopback_users": _erl_loopback_users,
+    "heartbeat": _erl_simple("heartbeat", lambda v: _in_range(_erl_int(v), 0, 65535)),
+    "frame_max": _erl_simple("frame_max", lambda v: _frame_max(_erl_int(v))),
+    "channel_max": _erl_simple("channel_max", lambda v: _in_range(_erl_int(v), 0, 65535)),
+    "max_message_size": _erl_simple("max_message_size", lambda v: _max_message_size(_erl_int(v))),
+    "handshake_timeout": _erl_simple("handshake_timeout", _erl_handshake_timeout),
+    "vm_memory_high_watermark": _erl_watermark,
+    "vm_memory_high_watermark_paging_ratio": _erl_simple("vm_memory_high_watermark_paging_ratio",
+                                                         lambda v: _paging_ratio(_erl_float(v))),
+    "disk_free_limit": _erl_disk_free_limit,
+    "log": _erl_log,
+}
+
+_ERLANG_APPS = {
+    "rabbit": _ERLANG_RABBIT,
+    # tcp_config since 3.7; listener is the older name RabbitMQ still reads.
+    "rabbitmq_management": {"tcp_config": _erl_management_listener, "listener": _erl_management_listener},
+    "warren": {"queue_window": _erl_simple("queue_window", lambda v: _in_range(_erl_int(v), 1, 2 ** 31 - 1))},
 }
 
 
-def load_config(path: str) -> dict:
-    config: dict = {}
+def _parse_erlang(text: str, settings: _Settings) -> None:
     try:
-        with open(path) as f:
-            lines = f.read().splitlines()
+        term = parse_erlang_term(text)
+    except ErlangSyntaxError as err:
+        settings.error(err.line, None, f"syntax error: {err}")
+        return
+    if not isinstance(term, list):
+        settings.error(1, None, f"expected a list of {{application, [{{key, value}}]}} tuples such as "
+                                f"[{{rabbit, [{{heartbeat, 30}}]}}], got {format_term(term)}")
+        return
+    for item in term:
+        line = getattr(item, "line", term.line)
+        if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], Atom)):
+            settings.error(line, None, f"expected an {{application, [{{key, value}}]}} tuple, got {format_term(item)}")
+            continue
+        app = item[0].name
+        if app not in _ERLANG_APPS:
+            settings.error(line, app, f"unknown application (Warren reads {', '.join(_ERLANG_APPS)})")
+            continue
+        _erl_proplist(item[1], line, app, settings, _ERLANG_APPS[app])
+
+
+# Both ----------------------------------------------------------------------------------
+
+def is_erlang_format(path: str, text: str) -> bool:
+    """A classic rabbitmq.config: named *.config, or its first term starts with '['."""
+    if path.endswith(".config"):
+        return True
+    for line in text.splitlines():
+        line = line.split("%", 1)[0].strip()
+        if line:
+            return line.startswith("[")
+    return False
+
+
+def parse_config(text: str, path: str = "<config>", warnings=None) -> dict:
+    settings = _Settings(path)
+    if is_erlang_format(path, text):
+        _parse_erlang(text, settings)
+    else:
+        _parse_new_style(text, settings)
+    try:
+        return settings.result()
+    finally:
+        if warnings is not None:
+            warnings.extend(settings.warnings)
+
+
+def load_config(path: str, warnings=None) -> dict:
+    """The settings of a config file (see the module doc); ConfigError if it cannot be read or
+    has any bad line. Warnings (settings that are legal but doubtful) are appended to
+    `warnings` if given, else logged."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
     except OSError as err:
-        raise ConfigError(f"cannot read config file {path}: {err}") from None
-    for lineno, raw in enumerate(lines, 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        if "=" not in line:
-            raise ConfigError(f"{path}:{lineno}: expected 'key = value'")
-        key, value = (p.strip() for p in line.split("=", 1))
-        if key.startswith("loopback_users."):
-            users = config.setdefault("loopback_users", {"guest"})
-            try:
-                (users.add if _bool(value) else users.discard)(key.split(".", 1)[1])
-            except ValueError as err:
-                raise ConfigError(f"{path}:{lineno}: {key}: {err}") from None
-            continue
-        if key not in _KEYS:
-            raise ConfigError(f"{path}:{lineno}: unknown key '{key}'")
-        name, convert = _KEYS[key]
-        try:
-            config[name] = convert(value)
-        except ValueError as err:
-            raise ConfigError(f"{path}:{lineno}: bad value for '{key}': {err}") from None
+        raise ConfigError(f"cannot read config file {path}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"cannot read config file {path}: not UTF-8 text "
+                          f"({err.reason} at byte {err.start})") from None
+    own = [] if warnings is None else warnings
+    config = parse_config(text, path, own)
+    if warnings is None:
+        for message in own:
+            log.warning("%s", message)
     return config

@@ -27,18 +27,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warren", description="Warren AMQP 0-9-1 broker")
     sub = parser.add_subparsers(dest="command", required=True)
     server = sub.add_parser("server", help="run the broker in the foreground")
-    server.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
-    server.add_argument("--port", type=int, default=None, help="AMQP port (default 5672)")
+    server.add_argument("--host", default=None,
+                        help="address to listen on (default: the config file's listener address, else 127.0.0.1)")
+    server.add_argument("--port", type=int, default=None,
+                        help="AMQP port (default: the config file's listeners.tcp.*, else 5672)")
     server.add_argument("--data-dir", default=os.environ.get("WARREN_DATA_DIR") or DEFAULT_DATA_DIR,
                         help="directory for definitions and messages (default $WARREN_DATA_DIR or "
                              f"{DEFAULT_DATA_DIR})")
-    server.add_argument("--config", default=None, help="RabbitMQ-style config file")
+    server.add_argument("--config", default=None, metavar="FILE",
+                        help="RabbitMQ config file: rabbitmq.conf's 'key = value' format, or the classic "
+                             "Erlang-term format (a *.config file, or one starting with '['); "
+                             "the flags here override its settings")
     server.add_argument("--management-port", type=int, default=None, metavar="PORT",
-                        help="port of the management HTTP API on 127.0.0.1 (default 15672; 0 disables it)")
+                        help="port of the management HTTP API (default: the config file's management.tcp.port, "
+                             "else 15672; 0 disables it); it listens on 127.0.0.1 unless management.tcp.ip says")
     server.add_argument("--queue-window", type=int, default=None, metavar="N",
-                        help="ready messages a queue keeps in memory before paging to disk (default 32768)")
+                        help="ready messages a queue keeps in memory before paging to disk (default: the "
+                             "config file's warren.queue_window, else 32768)")
     server.add_argument("--definitions", default=None, help="RabbitMQ definitions JSON to load at start")
-    server.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    server.add_argument("--log-level", default=None, choices=["debug", "info", "warning", "error"],
+                        help="least severe level logged to stderr (default: the config file's "
+                             "log.console.level, else info)")
     return parser
 
 
@@ -53,7 +62,9 @@ def _recover_definitions(broker: Broker, store, config: dict) -> None:
     saved = store.load() if store is not None else None
     if saved is None:
         user, vhost = config.get("default_user", "guest"), config.get("default_vhost", "/")
-        broker.create_defaults(user, config.get("default_pass", "guest"), vhost)
+        broker.create_defaults(user, config.get("default_pass", "guest"), vhost,
+                               config.get("default_user_tags", ("administrator",)),
+                               config.get("default_permissions", (".*", ".*", ".*")))
         if store is not None:
             log.info("no saved definitions in %s: created the default user '%s' and vhost '%s'",
                      store.dir, user, vhost)
@@ -107,15 +118,20 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     # A write past a file-size limit must fail with EFBIG (and nack its publishes), not kill us.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    warnings = []
     try:
-        config = load_config(args.config) if args.config else {}
+        config = load_config(args.config, warnings) if args.config else {}
     except ConfigError as err:
-        print(f"warren: {err}", file=sys.stderr)
+        for line in err.errors:
+            print(f"warren: {line}", file=sys.stderr)
         return 2
-    limits = Limits(**{k: config[k] for k in ("channel_max", "frame_max", "heartbeat", "max_message_size")
-                       if k in config})
+    # Command-line flags win over the config file.
+    level = args.log_level.upper() if args.log_level else config.get("log_level", logging.INFO)
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for message in warnings:
+        log.warning("%s", message)
+    limits = Limits(**{k: config[k] for k in ("channel_max", "frame_max", "heartbeat", "max_message_size",
+                                              "handshake_timeout") if k in config})
     store = None
     if args.data_dir:
         try:
@@ -127,7 +143,7 @@ def main(argv=None) -> int:
     broker = Broker(limits=limits)
     if args.data_dir:
         # Before definitions are recovered, so durable queues recover their messages too.
-        broker.persister = Persister(args.data_dir, window=args.queue_window)
+        broker.persister = Persister(args.data_dir, window=args.queue_window or config.get("queue_window"))
         _raise_open_files_limit()
     _recover_definitions(broker, store, config)
     if "loopback_users" in config:
@@ -163,7 +179,7 @@ def main(argv=None) -> int:
     gc.set_threshold(50_000, 50, 100)
     management_port = args.management_port if args.management_port is not None else config.get(
         "management_port", 15672)
-    server = Server(broker, host, port, management_port or None)
+    server = Server(broker, host, port, management_port or None, config.get("management_host", "127.0.0.1"))
     try:
         asyncio.run(_serve(server, broker))
     except OSError as err:

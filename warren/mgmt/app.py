@@ -55,8 +55,8 @@ async def read_json(request) -> dict:
     return data
 
 
-def _unauthorised(reason: str) -> web.Response:
-    return web.json_response({"error": "not_authorised", "reason": reason}, status=401,
+def _unauthorised(reason: str, error: str = "not_authorised") -> web.Response:
+    return web.json_response({"error": error, "reason": reason}, status=401,
                              headers={"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'})
 
 
@@ -66,15 +66,18 @@ async def auth_middleware(request, handler):
     monitoring users may read."""
     header = request.headers.get("Authorization", "")
     if not header.startswith("Basic "):
-        return _unauthorised("Not authorised")
+        # RabbitMQ answers a request without credentials with an empty 401.
+        return web.Response(status=401, headers={"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'})
     try:
         username, _, password = base64.b64decode(header[6:]).decode().partition(":")
     except (ValueError, UnicodeDecodeError):
         return _unauthorised("Not authorised")
     user = request.app["broker"].authenticate(username, password)
     if user is None:
-        return _unauthorised("Login failed")
+        return _unauthorised("Login failed", "not_authorized")  # RabbitMQ spells this one so
     tags = set(user.tags)
+    if not tags & {"administrator", "monitoring", "management", "policymaker"}:
+        return _unauthorised("Not management user")  # RabbitMQ's words for a user without those tags
     if "administrator" not in tags:
         if not ("monitoring" in tags and request.method in ("GET", "HEAD")):
             return _unauthorised("Not administrator user")
@@ -98,6 +101,10 @@ def make_app(broker, server=None) -> web.Application:
     app = web.Application(middlewares=[error_middleware, auth_middleware])
     app["broker"] = broker
     app["server"] = server
+    # Message rates: the counters are sampled every few seconds while the API runs.
+    from . import stats
+    app.on_startup.append(stats.start_sampler)
+    app.on_cleanup.append(stats.stop_sampler)
     # Every module under warren/mgmt/api/ is a resource with a `routes` RouteTableDef.
     for info in sorted(pkgutil.iter_modules(api.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{api.__name__}.{info.name}")

@@ -11,11 +11,12 @@ log = logging.getLogger("warren.server")
 
 
 class Server:
-    def __init__(self, broker, host="127.0.0.1", port=5672, management_port=None):
+    def __init__(self, broker, host="127.0.0.1", port=5672, management_port=None, management_host="127.0.0.1"):
         self.broker = broker
         self.host = host
         self.port = port
         self.management_port = management_port  # None: no management API
+        self.management_host = management_host
         self._management = None
         self.loop = None
         self.protocols: set = set()
@@ -31,7 +32,7 @@ class Server:
         if self.management_port is not None:
             # Before the AMQP listener: once that port answers, the API does too.
             from ..mgmt import app as mgmt
-            self._management = await mgmt.start(self.broker, self, "127.0.0.1", self.management_port)
+            self._management = await mgmt.start(self.broker, self, self.management_host, self.management_port)
         self._server = await self.loop.create_server(
             lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True, backlog=1024)
         for sock in self._server.sockets:

@@ -26,6 +26,7 @@ _HH = struct.Struct(">HH")
 _QB = struct.Struct(">QB")
 _I = struct.Struct(">I")
 _CHANNEL_CLOSE, _CHANNEL_CLOSE_OK = (20 << 16) | 40, (20 << 16) | 41
+_CHANNEL_OPEN = (20 << 16) | 10
 _CHECKED_PROPS = FLAG_USER_ID | FLAG_EXPIRATION  # properties a publish is refused for
 
 OPEN, CLOSING = 0, 1
@@ -57,7 +58,11 @@ class Channel:
         self.tx = None             # list of deferred actions while in tx mode
         self.last_queue = ""       # for the empty-queue-name shortcut
         self.writable_exchanges: set = set()
-        self.stats = {"publish": 0, "deliver": 0, "ack": 0}
+        # Message counters (warren.mgmt.stats: RabbitMQ's channel message_stats); folded into
+        # broker.message_totals when the channel closes.
+        self.stats = {"publish": 0, "confirm": 0, "return_unroutable": 0, "drop_unroutable": 0,
+                      "deliver": 0, "deliver_no_ack": 0, "get": 0, "get_no_ack": 0, "get_empty": 0,
+                      "ack": 0, "redeliver": 0}
 
     # ----------------------------------------------------------------- frames
     def method_frame(self, payload) -> None:
@@ -148,6 +153,11 @@ class Channel:
         elif method_id == _CHANNEL_CLOSE:
             # Both sides closed at once: answer, and (as RabbitMQ) still wait for our close-ok.
             self.send(spec.ChannelCloseOk())
+        elif method_id == _CHANNEL_OPEN:
+            # Reopened without our close-ok (rabbitpy does this): RabbitMQ's connection error.
+            err = channel_error("second 'channel.open' seen")
+            err.method_ids = (20, 10)
+            raise err
 
     # ---------------------------------------------------------------- helpers
     def send(self, method) -> None:
@@ -405,6 +415,7 @@ class Channel:
         self.vhost.check_exclusive(q, self.conn)
         qm = q.get()
         if qm is None:
+            self.stats["get_empty"] += 1
             self.send(spec.BasicGetEmpty(cluster_id=""))
             return
         self.delivery_tag += 1
@@ -418,7 +429,10 @@ class Channel:
         if not m.no_ack:
             # Not counted against the channel's prefetch, as in RabbitMQ.
             self.unacked[tag] = (qm, q, None)
-        q.delivered(qm, m.no_ack)
+        q.delivered(qm, m.no_ack, True)
+        self.stats["get_no_ack" if m.no_ack else "get"] += 1
+        if qm.redelivered:
+            self.stats["redeliver"] += 1
 
     def _basic_ack(self, m):
         self._ack(m.delivery_tag, m.multiple)
@@ -488,6 +502,9 @@ class Channel:
         message = Message(exchange_name, routing_key, route, header, body)
         queues = vhost.route(x, routing_key, message)
         self.stats["publish"] += 1
+        xstats = x.stats
+        xstats["publish_in"] += 1
+        xstats["publish_out"] += len(queues)
         if self.tx is not None:
             self.tx.append(("publish", queues, message, mandatory))
             return
@@ -499,6 +516,8 @@ class Channel:
                     batch = b
         elif mandatory:
             self._return(message, NO_ROUTE, "NO_ROUTE")
+        else:
+            self.stats["drop_unroutable"] += 1
         if self.confirm:
             self.publish_seq += 1
             if batch:
@@ -522,6 +541,7 @@ class Channel:
                 raise precondition_failed(f"invalid expiration '{expiration}': {err}")
 
     def _return(self, message, code, text) -> None:
+        self.stats["return_unroutable"] += 1
         conn = self.conn
         payload = _HH.pack(60, 50) + struct.pack(">H", code) + bytes((len(text),)) + text.encode() + message.route
         out = conn.out
@@ -552,6 +572,7 @@ class Channel:
     def _send_ack(self, upto: int) -> None:
         if upto > self.confirmed:
             self.conn.out.append(ack_frame(self.id, upto, upto - self.confirmed > 1))
+            self.stats["confirm"] += upto - self.confirmed
             self.confirmed = upto
 
     def store_synced(self) -> None:
@@ -580,11 +601,15 @@ class Channel:
         queue = consumer.queue
         if consumer.no_ack:
             queue.delivered(qm, True)
+            self.stats["deliver_no_ack"] += 1
         else:
             self.unacked[tag] = (qm, queue, consumer)
             consumer.unacked += 1
             self.unacked_count += 1
             queue.delivered(qm, False)
+            self.stats["deliver"] += 1
+        if qm.redelivered:
+            self.stats["redeliver"] += 1
         conn.note_output(len(msg.body) + 64)
 
     def update_blocked(self) -> None:
@@ -637,7 +662,8 @@ class Channel:
             else:
                 queue.reject(qm, requeue)
             queues.add(queue)
-        self.stats["ack"] += len(taken)
+        if ack:
+            self.stats["ack"] += len(taken)
         for queue in queues:
             queue.deliver_ready()
         if self.global_prefetch:
@@ -712,6 +738,9 @@ class Channel:
         """The channel is closing: cancel its consumers and requeue what it holds."""
         if self.state == CLOSING:
             return
+        totals = self.conn.broker.message_totals  # the overview's counters outlive the channel
+        for key, value in self.stats.items():
+            totals[key] = totals.get(key, 0) + value
         consumers = list(self.consumers.values())
         self.consumers.clear()
         for consumer in consumers:

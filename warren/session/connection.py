@@ -9,6 +9,7 @@ close_later(seconds) and peer/local addresses.
 import logging
 import platform
 import struct
+import time
 
 from .. import __version__
 from ..amqp import spec
@@ -92,6 +93,9 @@ class Connection:
         self.capabilities: dict = {}
         self.exclusive_queues: list = []
         self.name = f"{peer[0]}:{peer[1]}"
+        self.connected_at = int(time.time() * 1000)
+        # Traffic counters (warren.mgmt.stats): bytes and reads in, bytes and writes out.
+        self.recv_oct = self.recv_cnt = self.send_oct = self.send_cnt = 0
 
     # ------------------------------------------------------------------ input
     def data_received(self, data) -> None:
@@ -99,6 +103,8 @@ class Connection:
             return
         buf = self.buf
         buf += data
+        self.recv_oct += len(data)
+        self.recv_cnt += 1
         # We flush at the end anyway: don't let output made meanwhile schedule another flush.
         self.flush_scheduled = True
         try:
@@ -288,6 +294,7 @@ class Connection:
             err.handshake_reply = bool(self.capabilities.get("authentication_failure_close"))
             raise err
         self.user = user
+        self.auth_mechanism = mechanism
         limits = self.broker.limits
         self.state = AWAIT_TUNE_OK
         self.send_method(0, spec.ConnectionTune(channel_max=limits.channel_max, frame_max=limits.frame_max,
@@ -359,6 +366,8 @@ class Connection:
             data = b"".join(self.out)
             self.out.clear()
             self.out_bytes = 0
+            self.send_oct += len(data)
+            self.send_cnt += 1
             self.transport.write(data)
         if not self.writable and not self.write_paused and self.state == OPEN:
             self.set_writable(True)

@@ -47,6 +47,7 @@ class Exchange:
         self.internal = internal
         self.arguments = arguments or {}
         self.bindings: dict = {}  # Binding.key -> Binding, where this exchange is the source
+        self.stats = {"publish_in": 0, "publish_out": 0}  # publish_out: one per queue routed to
         self.policy = None
 
     @property

@@ -1,0 +1,1082 @@
+"""`warrenctl`: the rabbitmqctl of Warren, over the management HTTP API.
+
+The verbs, arguments, informational lines, table columns and exit codes are rabbitmqctl's
+(3.10): an informational line ("Listing queues for vhost / ..."), then a tab-separated table
+with a header row; `-q` drops the informational line, `--no-table-headers` the header row,
+`--formatter json` prints JSON for scripts. Exit codes (sysexits, as rabbitmqctl): 0 ok,
+64 usage, 65 bad input data or missing vhost, 67 missing user, 69 broker unreachable,
+70 other failures, 77 authentication failed / not authorised.
+
+Only the standard library is used (urllib), so warrenctl runs wherever Python does.
+"""
+
+import base64
+import difflib
+import html
+import http.client
+import json
+import os
+import socket
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+
+EX_OK, EX_USAGE, EX_DATAERR, EX_NOUSER, EX_UNAVAILABLE, EX_SOFTWARE, EX_NOPERM = 0, 64, 65, 67, 69, 70, 77
+
+PROG = "warrenctl"
+
+
+class CtlError(Exception):
+    """Ends the command: `message` goes to stderr and the process exits with `code`."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class UsageError(CtlError):
+    def __init__(self, message: str):
+        super().__init__(EX_USAGE, message)
+
+
+class HttpError(Exception):
+    """A non-2xx answer from the API (kept for the verb to turn into its own message)."""
+
+    def __init__(self, status: int, error: str, reason: str):
+        super().__init__(f"{status} {error}: {reason}")
+        self.status = status
+        self.error = error
+        self.reason = reason
+
+
+# --- the HTTP client ------------------------------------------------------------------------
+
+class Api:
+    def __init__(self, host: str, port: int, user: str, password: str, timeout: float, answered=None):
+        self.host, self.port, self.user = host, port, user
+        self.answered = answered or (lambda: None)  # called when the API answers (any status)
+        self.base = f"http://{host if ':' not in host else '[' + host + ']'}:{port}/api"
+        self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.timeout = timeout
+        self.last_status = None  # of the last successful request (201 created, 204 updated ...)
+
+    def request(self, method: str, path: str, body=None, headers=None, query=None):
+        """The decoded JSON answer (None for an empty body); HttpError for non-2xx; CtlError
+        with EX_UNAVAILABLE when nothing answers, EX_NOPERM on 401/403."""
+        url = self.base + path
+        if query:
+            url += "?" + urllib.parse.urlencode(query)
+        data = None
+        hdrs = {"Authorization": self.auth}
+        if body is not None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            hdrs["Content-Type"] = "application/json"
+        hdrs.update(headers or {})
+        req = urllib.request.Request(url, data=data, method=method, headers=hdrs)
+        where = f"{self.host}:{self.port}"
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                raw = resp.read()
+                self.last_status = resp.status
+            self.answered()
+        except urllib.error.HTTPError as err:
+            raw = err.read()
+            if err.code not in (401, 403):
+                self.answered()
+            try:
+                info = json.loads(raw)
+                error, reason = str(info.get("error", "")), str(info.get("reason", ""))
+            except (ValueError, AttributeError):
+                error, reason = err.reason or "", raw.decode(errors="replace").strip()
+            if err.code in (401, 403):
+                raise CtlError(EX_NOPERM, f"Error: authentication failed for user '{self.user}' at "
+                                          f"{where} (HTTP {err.code}: {reason or error}). "
+                                          "Check --user and --password; the user needs the "
+                                          "'administrator' tag (or 'monitoring' to list).") from None
+            raise HttpError(err.code, error, reason) from None
+        except urllib.error.URLError as err:
+            raise unreachable(where, err.reason) from None
+        except (http.client.HTTPException, ConnectionError, socket.timeout, OSError) as err:
+            raise unreachable(where, err) from None
+        if not raw.strip():
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise CtlError(EX_UNAVAILABLE, f"Error: {where} answered {method} {path} with something "
+                                           "that is not JSON: is it Warren's management port?") from None
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def put(self, path, body, **kw):
+        return self.request("PUT", path, body=body, **kw)
+
+    def delete(self, path, **kw):
+        return self.request("DELETE", path, **kw)
+
+    def post(self, path, body, **kw):
+        return self.request("POST", path, body=body, **kw)
+
+    def exists(self, path) -> bool:
+        try:
+            self.get(path)
+            return True
+        except HttpError as err:
+            if err.status == 404:
+                return False
+            raise
+
+
+def unreachable(where: str, reason) -> CtlError:
+    if isinstance(reason, (socket.timeout, TimeoutError)):
+        why = "timed out"
+    elif isinstance(reason, ConnectionRefusedError):
+        why = "connection refused"
+    elif isinstance(reason, ConnectionResetError):
+        why = "connection reset (is that the AMQP port rather than the management port?)"
+    elif isinstance(reason, socket.gaierror):
+        why = f"cannot resolve the host name ({reason.strerror or reason})"
+    elif isinstance(reason, http.client.HTTPException):
+        why = "it does not speak HTTP (is that the AMQP port rather than the management port?)"
+    else:
+        why = getattr(reason, "strerror", None) or str(reason) or type(reason).__name__
+    return CtlError(EX_UNAVAILABLE,
+                    f"Error: unable to connect to the Warren management API at {where}: {why}.\n"
+                    f"Is the broker running with its management API on port {where.rsplit(':', 1)[1]}? "
+                    "(see --host and --port; `warren server --management-port`)")
+
+
+def q(name: str) -> str:
+    """One path segment: every byte that is not unreserved percent-encoded (the vhost "/" is %2F)."""
+    return urllib.parse.quote(name, safe="")
+
+
+# --- output ---------------------------------------------------------------------------------
+
+def erl(value) -> str:
+    """A value in rabbitmqctl's table style (Erlang terms): tables as [{"k",v}], lists as [a,b]."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return "[" + ",".join(f"{{{_erl_inner(k)},{_erl_inner(v)}}}" for k, v in sorted(value.items())) + "]"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_erl_inner(v) for v in value) + "]"
+    return str(value)
+
+
+def _erl_inner(value) -> str:
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    return erl(value) if value is not None else "undefined"
+
+
+def compact_json(value) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+class Output:
+    def __init__(self, formatter: str, quiet: bool, silent: bool, headers: bool):
+        self.json = formatter == "json"
+        self.quiet = quiet or silent or self.json
+        self.headers = headers and not silent
+
+        self.pending = []
+
+    def info(self, line: str) -> None:
+        """An informational line. It waits for the broker's first answer, so that an
+        unreachable broker gets only the error."""
+        if not self.quiet:
+            self.pending.append(line)
+
+    def flush(self) -> None:
+        if self.pending:
+            print("\n".join(self.pending), flush=True)
+            self.pending = []
+
+    def message(self, line: str) -> None:
+        """A result line (printed even with -q, as rabbitmqctl; not in JSON mode)."""
+        self.flush()
+        if not self.json:
+            print(line, flush=True)
+
+    def table(self, columns, rows, json_rows=None, empty_line=False) -> None:
+        """rows: lists of table cells; json_rows: the same rows as dicts for --formatter json."""
+        self.flush()
+        if self.json:
+            items = json_rows if json_rows is not None else [dict(zip(columns, r)) for r in rows]
+            out = "[\n" + "\n,".join(compact_json(i) for i in items) + ("\n" if items else "") + "]"
+            print(out, flush=True)
+            return
+        if not rows:
+            if empty_line:
+                print()
+            return
+        lines = []
+        if self.headers:
+            lines.append("\t".join(columns))
+        lines.extend("\t".join(r) for r in rows)
+        print("\n".join(lines), flush=True)
+
+
+# --- info items: rabbitmqctl's column names over the API's objects -----------------------------
+
+def _get(*path, default=None):
+    def get(obj):
+        for key in path:
+            if not isinstance(obj, dict) or key not in obj:
+                return default
+            obj = obj[key]
+        return obj
+    return get
+
+
+def _const(value):
+    return lambda obj: value
+
+
+def _items(names, **special):
+    return {n: special.get(n, _get(n)) for n in names}
+
+
+QUEUE_ITEMS = _items(
+    ["arguments", "auto_delete", "consumer_capacity", "consumer_utilisation", "consumers", "disk_reads",
+     "disk_writes", "durable", "exclusive", "exclusive_consumer_pid", "exclusive_consumer_tag",
+     "head_message_timestamp", "leader", "members", "memory", "message_bytes", "message_bytes_persistent",
+     "message_bytes_ram", "message_bytes_ready", "message_bytes_unacknowledged", "messages",
+     "messages_persistent", "messages_ram", "messages_ready", "messages_ready_ram",
+     "messages_unacknowledged", "messages_unacknowledged_ram", "name", "online", "owner_pid", "pid",
+     "policy", "slave_pids", "state", "synchronised_slave_pids", "type"],
+    owner_pid=_get("owner_pid_details", "name", default=""),
+    exclusive_consumer_pid=_get("exclusive_consumer_details", "channel_details", "name", default=""),
+    consumer_capacity=lambda o: o.get("consumer_capacity", o.get("consumer_utilisation")),
+    exclusive=lambda o: o.get("exclusive", bool(o.get("owner_pid_details"))),
+    type=_get("type", default="classic"),
+    pid=_get("node", default=""),
+)
+EXCHANGE_ITEMS = _items(["arguments", "auto_delete", "durable", "internal", "name", "policy", "type"])
+BINDING_ITEMS = {
+    "arguments": _get("arguments"),
+    "destination_kind": _get("destination_type"),
+    "destination_name": _get("destination"),
+    "routing_key": _get("routing_key"),
+    "source_kind": _const("exchange"),
+    "source_name": _get("source"),
+}
+CONNECTION_ITEMS = _items(
+    ["auth_mechanism", "channel_max", "channels", "client_properties", "connected_at", "frame_max", "host",
+     "name", "peer_cert_issuer", "peer_cert_subject", "peer_cert_validity", "peer_host", "peer_port", "pid",
+     "port", "protocol", "recv_cnt", "recv_oct", "send_cnt", "send_oct", "send_pend", "ssl", "ssl_cipher",
+     "ssl_hash", "ssl_key_exchange", "ssl_protocol", "state", "timeout", "user", "vhost",
+     # Not in rabbitmqctl 3.10's list, but in the issue (flow control / alarms).
+     "last_blocked_by", "last_blocked_age"],
+    pid=_get("name"),
+)
+CHANNEL_ITEMS = _items(
+    ["acks_uncommitted", "confirm", "connection", "consumer_count", "global_prefetch_count",
+     "messages_unacknowledged", "messages_uncommitted", "messages_unconfirmed", "name", "number", "pid",
+     "prefetch_count", "transactional", "user", "vhost"],
+    pid=_get("name"),
+    connection=_get("connection_details", "name"),
+)
+CONSUMER_ITEMS = _items(
+    ["ack_required", "active", "activity_status", "arguments", "channel_pid", "consumer_tag",
+     "prefetch_count", "queue_name"],
+    channel_pid=_get("channel_details", "name"),
+    queue_name=_get("queue", "name"),
+    active=lambda o: o.get("active", True),
+    activity_status=lambda o: o.get("activity_status", "up" if o.get("active", True) else "waiting"),
+)
+VHOST_ITEMS = _items(["cluster_state", "default_queue_type", "description", "name", "tags", "tracing"],
+                     description=lambda o: o.get("description", _get("metadata", "description")(o)),
+                     tags=lambda o: o.get("tags", _get("metadata", "tags")(o)),
+                     default_queue_type=_get("default_queue_type", default="classic"))
+
+
+def user_tags(obj) -> list:
+    tags = obj.get("tags", [])
+    if isinstance(tags, str):
+        tags = [t for t in (s.strip() for s in tags.split(",")) if t]
+    return list(tags)
+
+
+def cell(column: str, value) -> str:
+    if column == "tags" and isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return erl(value)
+
+
+# --- the verbs ------------------------------------------------------------------------------
+
+VERBS = {}
+
+
+def verb(name, usage, args=(0, 0), options=(), columns=None, help=""):
+    """Register a verb: args = (min, max) positional arguments (max None: unlimited);
+    options: its own option names; columns: info items it lists (then args are columns)."""
+    def register(fn):
+        VERBS[name] = dict(fn=fn, usage=usage, args=args, options=set(options), columns=columns, help=help)
+        return fn
+    return register
+
+
+def select_columns(args, items, default):
+    columns = list(args) or list(default)
+    bad = [c for c in columns if c not in items]
+    if bad:
+        raise UsageError(f"Error (argument validation): Info key(s) {','.join(bad)} are not supported\n"
+                         f"Valid columns: {', '.join(sorted(items))}")
+    return columns
+
+
+def list_objects(ctx, objects, columns, items):
+    rows = [[cell(c, items[c](o)) for c in columns] for o in objects]
+    json_rows = [{c: items[c](o) for c in columns} for o in objects]
+    ctx.out.table(columns, rows, json_rows)
+
+
+def vhost_missing(ctx, vhost, code=EX_DATAERR):
+    return CtlError(code, f"Virtual host '{vhost}' does not exist")
+
+
+def get_vhost_list(ctx, path, vhost):
+    """GET a vhost-scoped collection; a 404 means the vhost does not exist."""
+    try:
+        return ctx.api.get(path) or []
+    except HttpError as err:
+        if err.status == 404:
+            raise vhost_missing(ctx, vhost) from None
+        raise
+
+
+@verb("list_queues", "list_queues [--vhost <vhost>] [--no-table-headers] [<column> ...]", (0, None),
+      columns=QUEUE_ITEMS, help="Lists queues and their properties.")
+def list_queues(ctx, args):
+    columns = select_columns(args, QUEUE_ITEMS, ["name", "messages"])
+    ctx.out.info(f"Timeout: {ctx.timeout:.1f} seconds ...")
+    ctx.out.info(f"Listing queues for vhost {ctx.vhost} ...")
+    list_objects(ctx, get_vhost_list(ctx, f"/queues/{q(ctx.vhost)}", ctx.vhost), columns, QUEUE_ITEMS)
+
+
+@verb("list_exchanges", "list_exchanges [--vhost <vhost>] [--no-table-headers] [<column> ...]", (0, None),
+      columns=EXCHANGE_ITEMS, help="Lists exchanges.")
+def list_exchanges(ctx, args):
+    columns = select_columns(args, EXCHANGE_ITEMS, ["name", "type"])
+    ctx.out.info(f"Listing exchanges for vhost {ctx.vhost} ...")
+    list_objects(ctx, get_vhost_list(ctx, f"/exchanges/{q(ctx.vhost)}", ctx.vhost), columns, EXCHANGE_ITEMS)
+
+
+@verb("list_bindings", "list_bindings [--vhost <vhost>] [--no-table-headers] [<column> ...]", (0, None),
+      columns=BINDING_ITEMS, help="Lists all bindings on a vhost.")
+def list_bindings(ctx, args):
+    columns = select_columns(args, BINDING_ITEMS, ["source_name", "source_kind", "destination_name",
+                                                   "destination_kind", "routing_key", "arguments"])
+    ctx.out.info(f"Listing bindings for vhost {ctx.vhost}...")
+    list_objects(ctx, get_vhost_list(ctx, f"/bindings/{q(ctx.vhost)}", ctx.vhost), columns, BINDING_ITEMS)
+
+
+@verb("list_connections", "list_connections [--no-table-headers] [<column> ...]", (0, None),
+      columns=CONNECTION_ITEMS, help="Lists AMQP 0.9.1 connections for the node.")
+def list_connections(ctx, args):
+    columns = select_columns(args, CONNECTION_ITEMS, ["user", "peer_host", "peer_port", "state"])
+    ctx.out.info("Listing connections ...")
+    list_objects(ctx, ctx.api.get("/connections") or [], columns, CONNECTION_ITEMS)
+
+
+@verb("list_channels", "list_channels [--no-table-headers] [<column> ...]", (0, None),
+      columns=CHANNEL_ITEMS, help="Lists all channels in the node.")
+def list_channels(ctx, args):
+    columns = select_columns(args, CHANNEL_ITEMS, ["pid", "user", "consumer_count", "messages_unacknowledged"])
+    ctx.out.info("Listing channels ...")
+    list_objects(ctx, ctx.api.get("/channels") or [], columns, CHANNEL_ITEMS)
+
+
+@verb("list_consumers", "list_consumers [--vhost <vhost>] [--no-table-headers] [<column> ...]", (0, None),
+      columns=CONSUMER_ITEMS, help="Lists all consumers for a vhost.")
+def list_consumers(ctx, args):
+    columns = select_columns(args, CONSUMER_ITEMS, ["queue_name", "channel_pid", "consumer_tag", "ack_required",
+                                                    "prefetch_count", "active", "arguments"])
+    ctx.out.info(f"Listing consumers in vhost {ctx.vhost} ...")
+    list_objects(ctx, get_vhost_list(ctx, f"/consumers/{q(ctx.vhost)}", ctx.vhost), columns, CONSUMER_ITEMS)
+
+
+@verb("list_vhosts", "list_vhosts [--no-table-headers] [<column> ...]", (0, None),
+      columns=VHOST_ITEMS, help="Lists virtual hosts.")
+def list_vhosts(ctx, args):
+    columns = select_columns(args, VHOST_ITEMS, ["name"])
+    ctx.out.info("Listing vhosts ...")
+    list_objects(ctx, ctx.api.get("/vhosts") or [], columns, VHOST_ITEMS)
+
+
+@verb("list_users", "list_users [--no-table-headers]", help="List user names and tags.")
+def list_users(ctx, args):
+    ctx.out.info("Listing users ...")
+    users = ctx.api.get("/users") or []
+    items = {"user": _get("name"), "tags": user_tags}
+    list_objects(ctx, users, ["user", "tags"], items)
+
+
+PERMISSION_ITEMS = {k: _get(k) for k in ("user", "vhost", "configure", "write", "read")}
+
+
+@verb("list_permissions", "list_permissions [--vhost <vhost>] [--no-table-headers]",
+      help="Lists user permissions in a virtual host.")
+def list_permissions(ctx, args):
+    ctx.out.info(f'Listing permissions for vhost "{ctx.vhost}" ...')
+    perms = get_vhost_list(ctx, f"/vhosts/{q(ctx.vhost)}/permissions", ctx.vhost)
+    list_objects(ctx, perms, ["user", "configure", "write", "read"], PERMISSION_ITEMS)
+
+
+@verb("list_user_permissions", "list_user_permissions [--no-table-headers] <username>", (1, 1),
+      help="Lists permissions of a user across virtual hosts.")
+def list_user_permissions(ctx, args):
+    (user,) = args
+    ctx.out.info(f'Listing permissions for user "{user}" ...')
+    try:
+        perms = ctx.api.get(f"/users/{q(user)}/permissions") or []
+    except HttpError as err:
+        if err.status == 404:
+            raise user_missing(user) from None
+        raise
+    list_objects(ctx, perms, ["vhost", "configure", "write", "read"], PERMISSION_ITEMS)
+
+
+POLICY_COLUMNS = ["vhost", "name", "pattern", "apply-to", "definition", "priority"]
+
+
+def _list_policies(ctx, kind, what):
+    ctx.out.info(f'Listing {what} for vhost "{ctx.vhost}" ...')
+    policies = get_vhost_list(ctx, f"/{kind}/{q(ctx.vhost)}", ctx.vhost)
+    # As rabbitmqctl: the definition is shown (and given in JSON) as a compact JSON string.
+    items = {c: _get(c) for c in POLICY_COLUMNS}
+    items["apply-to"] = _get("apply-to", default="all")
+    items["priority"] = _get("priority", default=0)
+    items["definition"] = lambda o: compact_json(o.get("definition", {}))
+    rows = [[cell(c, items[c](p)) for c in POLICY_COLUMNS] for p in policies]
+    ctx.out.table(POLICY_COLUMNS, rows, [{c: items[c](p) for c in POLICY_COLUMNS} for p in policies],
+                  empty_line=True)
+
+
+@verb("list_policies", "list_policies [--vhost <vhost>] [--no-table-headers]",
+      help="Lists all policies in a virtual host.")
+def list_policies(ctx, args):
+    _list_policies(ctx, "policies", "policies")
+
+
+@verb("list_operator_policies", "list_operator_policies [--vhost <vhost>] [--no-table-headers]",
+      help="Lists operator policy overrides for a virtual host.")
+def list_operator_policies(ctx, args):
+    _list_policies(ctx, "operator-policies", "operator policy overrides")
+
+
+# users
+
+def user_missing(user, quoted=True) -> CtlError:
+    name = f'"{user}"' if quoted else user
+    return CtlError(EX_NOUSER, f"Error:\nUser {name} does not exist")
+
+
+def get_user(ctx, user, quoted=True) -> dict:
+    try:
+        return ctx.api.get(f"/users/{q(user)}") or {}
+    except HttpError as err:
+        if err.status == 404:
+            raise user_missing(user, quoted) from None
+        raise
+
+
+def password_arg(args, index) -> str:
+    if len(args) > index:
+        return args[index]
+    # As rabbitmqctl: without the argument, the password is read from standard input.
+    line = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.readline()
+    password = line.rstrip("\r\n")
+    if not password:
+        raise CtlError(EX_DATAERR, "Error:\nPassword is not provided via argument or stdin")
+    return password
+
+
+@verb("add_user", "add_user <username> <password>", (1, 2), help="Creates a new user in the internal database.")
+def add_user(ctx, args):
+    user = args[0]
+    ctx.out.info(f'Adding user "{user}" ...')
+    password = password_arg(args, 1)
+    if ctx.api.exists(f"/users/{q(user)}"):
+        raise CtlError(EX_SOFTWARE, f'Error:\nUser "{user}" already exists')
+    ctx.api.put(f"/users/{q(user)}", {"password": password, "tags": ""})
+    ctx.out.message("Done. Don't forget to grant the user permissions to some virtual hosts! "
+                    f"See '{PROG} help set_permissions' to learn more.")
+
+
+@verb("delete_user", "delete_user <username>", (1, 1), help="Removes a user from the internal database.")
+def delete_user(ctx, args):
+    (user,) = args
+    ctx.out.info(f'Deleting user "{user}" ...')
+    try:
+        ctx.api.delete(f"/users/{q(user)}")
+    except HttpError as err:
+        if err.status == 404:
+            raise user_missing(user) from None
+        raise
+
+
+@verb("change_password", "change_password <username> <password>", (1, 2), help="Changes the user password.")
+def change_password(ctx, args):
+    user = args[0]
+    ctx.out.info(f'Changing password for user "{user}" ...')
+    password = password_arg(args, 1)
+    existing = get_user(ctx, user)
+    ctx.api.put(f"/users/{q(user)}", {"password": password, "tags": ",".join(user_tags(existing))})
+
+
+@verb("set_user_tags", "set_user_tags <username> <tag> [...]", (1, None), help="Sets user tags.")
+def set_user_tags(ctx, args):
+    user, tags = args[0], args[1:]
+    ctx.out.info(f'Setting tags for user "{user}" to [{", ".join(tags)}] ...')
+    existing = get_user(ctx, user)
+    # A PUT without a password would clear it (as in RabbitMQ): send the stored hash back.
+    body = {"tags": ",".join(tags)}
+    if existing.get("password_hash"):
+        body["password_hash"] = existing["password_hash"]
+        if existing.get("hashing_algorithm"):
+            body["hashing_algorithm"] = existing["hashing_algorithm"]
+    ctx.api.put(f"/users/{q(user)}", body)
+
+
+# vhosts and permissions
+
+@verb("add_vhost", "add_vhost <vhost>", (1, 1), help="Creates a virtual host.")
+def add_vhost(ctx, args):
+    (vhost,) = args
+    ctx.out.info(f'Adding vhost "{vhost}" ...')
+    ctx.api.put(f"/vhosts/{q(vhost)}", {})
+    if ctx.api.last_status == 201:
+        # The HTTP API gives the user who creates a vhost full permissions on it; rabbitmqctl's
+        # add_vhost grants nothing, and neither does warrenctl's.
+        try:
+            ctx.api.delete(f"/permissions/{q(vhost)}/{q(ctx.api.user)}")
+        except HttpError as err:
+            if err.status != 404:
+                raise
+
+
+@verb("delete_vhost", "delete_vhost <vhost>", (1, 1), help="Deletes a virtual host.")
+def delete_vhost(ctx, args):
+    (vhost,) = args
+    ctx.out.info(f'Deleting vhost "{vhost}" ...')
+    try:
+        ctx.api.delete(f"/vhosts/{q(vhost)}")
+    except HttpError as err:
+        if err.status == 404:
+            raise vhost_missing(ctx, vhost) from None
+        raise
+
+
+def check_user_and_vhost(ctx, user):
+    get_user(ctx, user, quoted=False)
+    if not ctx.api.exists(f"/vhosts/{q(ctx.vhost)}"):
+        raise CtlError(EX_SOFTWARE, f"Error:\nVirtual host {ctx.vhost} does not exist")
+
+
+@verb("set_permissions", "set_permissions [--vhost <vhost>] <username> <conf> <write> <read>", (4, 4),
+      help="Sets user permissions for a vhost.")
+def set_permissions(ctx, args):
+    user, configure, write, read = args
+    ctx.out.info(f'Setting permissions for user "{user}" in vhost "{ctx.vhost}" ...')
+    check_user_and_vhost(ctx, user)
+    try:
+        ctx.api.put(f"/permissions/{q(ctx.vhost)}/{q(user)}",
+                    {"configure": configure, "write": write, "read": read})
+    except HttpError as err:
+        if err.status == 400:
+            raise CtlError(EX_DATAERR, f"Error:\n{err.reason}") from None
+        raise
+
+
+@verb("clear_permissions", "clear_permissions [--vhost <vhost>] <username>", (1, 1),
+      help="Revokes user permissions for a vhost.")
+def clear_permissions(ctx, args):
+    (user,) = args
+    ctx.out.info(f'Clearing permissions for user "{user}" in vhost "{ctx.vhost}" ...')
+    check_user_and_vhost(ctx, user)
+    try:
+        ctx.api.delete(f"/permissions/{q(ctx.vhost)}/{q(user)}")
+    except HttpError as err:
+        if err.status != 404:  # no permissions there: nothing to clear, as rabbitmqctl
+            raise
+
+
+# policies
+
+def _set_policy(ctx, args, kind, what):
+    name, pattern, definition = args
+    priority = ctx.options.get("priority", "0")
+    apply_to = ctx.options.get("apply-to", "all")
+    ctx.out.info(f'Setting {what} "{name}" for pattern "{pattern}" to "{definition}" with priority '
+                 f'"{priority}" for vhost "{ctx.vhost}" ...')
+    try:
+        priority = int(priority)
+    except ValueError:
+        raise UsageError(f"Error (argument validation): --priority must be an integer, not '{priority}'") from None
+    if apply_to not in ("queues", "exchanges", "all"):
+        raise UsageError(f"Error (argument validation): --apply-to must be one of queues, exchanges, all, "
+                         f"not '{apply_to}'")
+    try:
+        parsed = json.loads(definition)
+    except ValueError as err:
+        raise CtlError(EX_DATAERR, f"Error:\nJSON decoding error. Reason: {err}") from None
+    if not isinstance(parsed, dict):
+        raise CtlError(EX_DATAERR, "Error:\nValidation failed\n\ndefinition must be a JSON object")
+    try:
+        ctx.api.put(f"/{kind}/{q(ctx.vhost)}/{q(name)}",
+                    {"pattern": pattern, "definition": parsed, "priority": priority, "apply-to": apply_to})
+    except HttpError as err:
+        if err.status == 404:
+            raise vhost_missing(ctx, ctx.vhost) from None
+        if err.status == 400:
+            reason = html.unescape(err.reason).strip()
+            if reason.startswith("Validation failed"):
+                reason = reason[len("Validation failed"):].strip()
+            raise CtlError(EX_DATAERR, f"Error:\nValidation failed\n\n{reason}") from None
+        raise
+
+
+def _clear_policy(ctx, args, kind, what):
+    (name,) = args
+    ctx.out.info(f'Clearing {what} "{name}" on vhost "{ctx.vhost}" ...')
+    try:
+        ctx.api.delete(f"/{kind}/{q(ctx.vhost)}/{q(name)}")
+    except HttpError as err:
+        if err.status == 404:
+            if not ctx.api.exists(f"/vhosts/{q(ctx.vhost)}"):
+                raise vhost_missing(ctx, ctx.vhost) from None
+            raise CtlError(EX_SOFTWARE, "Error:\nParameter does not exist") from None
+        raise
+
+
+POLICY_USAGE = ("{verb} [--vhost <vhost>] [--priority <priority>] [--apply-to <apply-to>] "
+                "<name> <pattern> <definition>")
+
+
+@verb("set_policy", POLICY_USAGE.format(verb="set_policy"), (3, 3), options=("priority", "apply-to"),
+      help="Sets or updates a policy.")
+def set_policy(ctx, args):
+    _set_policy(ctx, args, "policies", "policy")
+
+
+@verb("clear_policy", "clear_policy [--vhost <vhost>] <name>", (1, 1), help="Clears (removes) a policy.")
+def clear_policy(ctx, args):
+    _clear_policy(ctx, args, "policies", "policy")
+
+
+@verb("set_operator_policy", POLICY_USAGE.format(verb="set_operator_policy"), (3, 3),
+      options=("priority", "apply-to"), help="Sets an operator policy that overrides a subset of arguments "
+                                             "in user policies.")
+def set_operator_policy(ctx, args):
+    _set_policy(ctx, args, "operator-policies", "operator policy override")
+
+
+@verb("clear_operator_policy", "clear_operator_policy [--vhost <vhost>] <name>", (1, 1),
+      help="Clears an operator policy.")
+def clear_operator_policy(ctx, args):
+    _clear_policy(ctx, args, "operator-policies", "operator policy")
+
+
+# queues and connections
+
+def queue_missing(ctx, code) -> CtlError:
+    if not ctx.api.exists(f"/vhosts/{q(ctx.vhost)}"):
+        return vhost_missing(ctx, ctx.vhost)
+    return CtlError(code, "Error:\nQueue not found")
+
+
+@verb("purge_queue", "purge_queue [--vhost <vhost>] <queue>", (1, 1), help="Purges a queue (removes all "
+                                                                             "messages in it).")
+def purge_queue(ctx, args):
+    (name,) = args
+    ctx.out.info(f"Purging queue '{name}' in vhost '{ctx.vhost}' ...")
+    try:
+        ctx.api.delete(f"/queues/{q(ctx.vhost)}/{q(name)}/contents")
+    except HttpError as err:
+        if err.status == 404:
+            raise queue_missing(ctx, EX_SOFTWARE) from None
+        raise
+
+
+@verb("delete_queue", "delete_queue [--vhost <vhost>] <queue_name> [--if-empty|-e] [--if-unused|-u]", (1, 1),
+      options=("if-empty", "if-unused"), help="Deletes a queue.")
+def delete_queue(ctx, args):
+    (name,) = args
+    if_empty, if_unused = "if-empty" in ctx.options, "if-unused" in ctx.options
+    conditions = (["if queue is empty "] if if_empty else []) + (["if queue is unused "] if if_unused else [])
+    ctx.out.info(f"Deleting queue '{name}' on vhost '{ctx.vhost}' " + "and ".join(conditions) + "...")
+    path = f"/queues/{q(ctx.vhost)}/{q(name)}"
+    try:
+        ready = (ctx.api.get(path) or {}).get("messages_ready", 0)
+        query = {k: "true" for k, on in (("if-empty", if_empty), ("if-unused", if_unused)) if on}
+        ctx.api.delete(path, query=query)
+    except HttpError as err:
+        if err.status == 404:
+            raise queue_missing(ctx, EX_USAGE) from None
+        if err.status == 400 and "not empty" in err.reason:
+            raise CtlError(EX_USAGE, "Error:\nQueue is not empty") from None
+        if err.status == 400 and "in use" in err.reason:
+            raise CtlError(EX_USAGE, "Error:\nQueue is in use") from None
+        raise
+    ctx.out.message(f"Queue was successfully deleted with {ready} ready messages")
+
+
+@verb("close_connection", "close_connection <connection name> <explanation>", (2, 2),
+      help="Instructs the broker to close the connection (named as list_connections name shows it).")
+def close_connection(ctx, args):
+    name, explanation = args
+    ctx.out.info(f"Closing connection {name}, reason: {explanation}...")
+    try:
+        ctx.api.delete(f"/connections/{q(name)}", headers={"X-Reason": explanation})
+    except HttpError as err:
+        if err.status == 404:
+            raise CtlError(EX_SOFTWARE, f"Error:\nConnection '{name}' not found "
+                                        f"(see `{PROG} list_connections name`)") from None
+        raise
+
+
+# definitions
+
+@verb("export_definitions", 'export_definitions <file_path | "-">', (1, 1),
+      help="Exports definitions in JSON to a file or standard output.")
+def export_definitions(ctx, args):
+    (path,) = args
+    if path != "-":
+        directory = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(directory):
+            raise CtlError(EX_DATAERR, f"Error (argument validation): Bad argument: Directory {directory} "
+                                       "does not exist")
+        ctx.out.info(f'Exporting definitions in JSON to a file at "{path}" ...')
+    body = compact_json(ctx.api.get("/definitions"))
+    if path == "-":
+        sys.stdout.write(body)
+        sys.stdout.flush()
+        return
+    try:
+        with open(path, "w") as f:
+            f.write(body)
+    except OSError as err:
+        raise CtlError(EX_DATAERR, f"Error:\ncannot write {path}: {err.strerror or err}") from None
+
+
+@verb("import_definitions", 'import_definitions <file_path | "-">', (1, 1),
+      help="Imports definitions in JSON from a file or standard input.")
+def import_definitions(ctx, args):
+    (path,) = args
+    if path == "-":
+        text = sys.stdin.read()
+    else:
+        if not os.path.isfile(path):
+            raise CtlError(EX_DATAERR, f"Error (argument validation): Bad argument: File {path} does not exist")
+        ctx.out.info(f'Importing definitions in JSON from a file at "{path}" ...')
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as err:
+            raise CtlError(EX_DATAERR, f"Error:\ncannot read {path}: {err}") from None
+    try:
+        parsed = json.loads(text)
+    except ValueError as err:
+        raise CtlError(EX_DATAERR, f"Error:\nFailed to deserialise input (format: JSON) (error: {err})") from None
+    if not isinstance(parsed, dict):
+        raise CtlError(EX_DATAERR, "Error:\nFailed to deserialise input (format: JSON) "
+                                   "(error: the definitions must be a JSON object)")
+    try:
+        ctx.api.post("/definitions", parsed)
+    except HttpError as err:
+        if err.status == 400:
+            raise CtlError(EX_DATAERR, f"Error:\n{err.reason}") from None
+        raise
+    ctx.out.message("Successfully imported definitions.")
+
+
+# status
+
+def _gb(n) -> str:
+    return f"{round((n or 0) / 1e9, 4)} gb"
+
+
+@verb("status", "status", help="Displays status of a node.")
+def status(ctx, args):
+    overview = ctx.api.get("/overview") or {}
+    nodes = ctx.api.get("/nodes") or []
+    node = nodes[0] if nodes else {}
+    vhosts = ctx.api.get("/vhosts") or []
+    name = node.get("name") or overview.get("node", "")
+    totals = overview.get("object_totals", {})
+    alarms = [a for a, on in (("memory", node.get("mem_alarm")), ("disk", node.get("disk_free_alarm"))) if on]
+    listeners = overview.get("listeners") or []
+    uptime = int((node.get("uptime") or 0) / 1000)
+    ctx.out.flush()
+    if ctx.out.json:
+        print(json.dumps({
+            "pid": int(node["os_pid"]) if str(node.get("os_pid", "")).isdigit() else node.get("os_pid"),
+            "os": node.get("os", "Linux"), "uptime": uptime,
+            "product_name": overview.get("product_name", "Warren"),
+            "product_version": overview.get("product_version", ""),
+            "rabbitmq_version": overview.get("rabbitmq_version", ""),
+            "node": name, "alarms": alarms,
+            "memory": {"total": node.get("mem_used")},
+            "vm_memory_high_watermark_limit": node.get("mem_limit"),
+            "disk_free": node.get("disk_free"), "disk_free_limit": node.get("disk_free_limit"),
+            "file_descriptors": {"total_used": node.get("fd_used"), "total_limit": node.get("fd_total"),
+                                 "sockets_used": node.get("sockets_used"),
+                                 "sockets_limit": node.get("sockets_total")},
+            "processes": {"used": node.get("proc_used"), "limit": node.get("proc_total")},
+            "totals": {"virtual_host_count": len(vhosts), "connection_count": totals.get("connections", 0),
+                       "queue_count": totals.get("queues", 0)},
+            "listeners": listeners,
+        }, indent=2))
+        return
+    if not ctx.out.quiet:
+        print(f"Status of node {name} ...")
+    bold = (lambda s: f"\x1b[1m{s}\x1b[0m") if sys.stdout.isatty() else (lambda s: s)
+    lines = [bold("Runtime"), "",
+             f"OS PID: {node.get('os_pid', '')}",
+             f"OS: {node.get('os', 'Linux')}",
+             f"Uptime (seconds): {uptime}",
+             f"RabbitMQ version: {overview.get('rabbitmq_version', '')}",
+             f"Node name: {name}"]
+    product, version = overview.get("product_name"), overview.get("product_version")
+    if product and product != "RabbitMQ":
+        lines.insert(5, f"{product} version: {version or ''}")
+    lines += ["", bold("Alarms"), ""]
+    lines += [f"{a} alarm" for a in alarms] or ["(none)"]
+    lines += ["", bold("Memory"), "", f"Total memory used: {_gb(node.get('mem_used'))}"]
+    if node.get("mem_limit") is not None:
+        lines.append(f"Memory high watermark: {_gb(node.get('mem_limit'))}")
+    lines += ["", bold("File Descriptors"), "",
+              f"Total: {node.get('fd_used', '')}, limit: {node.get('fd_total', '')}",
+              f"Sockets: {node.get('sockets_used', '')}, limit: {node.get('sockets_total', '')}",
+              "", bold("Free Disk Space"), ""]
+    if node.get("disk_free_limit") is not None:
+        lines.append(f"Low free disk space watermark: {_gb(node.get('disk_free_limit'))}")
+    lines += [f"Free disk space: {_gb(node.get('disk_free'))}",
+              "", bold("Totals"), "",
+              f"Connection count: {totals.get('connections', 0)}",
+              f"Queue count: {totals.get('queues', 0)}",
+              f"Virtual host count: {len(vhosts)}",
+              "", bold("Listeners"), ""]
+    for lst in listeners:
+        lines.append(f"Interface: {lst.get('ip_address', lst.get('interface', ''))}, port: {lst.get('port', '')}, "
+                     f"protocol: {lst.get('protocol', '')}, purpose: {lst.get('purpose', _purpose(lst))}")
+    print("\n".join(lines), flush=True)
+
+
+def _purpose(listener) -> str:
+    return {"amqp": "AMQP 0-9-1", "http": "HTTP API",
+            "clustering": "inter-node and CLI tool communication"}.get(listener.get("protocol"), "")
+
+
+@verb("help", "help [<command>]", (0, 1), help="Displays usage information for a command.")
+def help_verb(ctx, args):
+    if args:
+        name = args[0]
+        if name not in VERBS:
+            raise unknown_verb(name)
+        print(verb_help(name))
+    else:
+        print(general_usage())
+
+
+# --- argument parsing -----------------------------------------------------------------------
+
+GLOBAL_VALUE_OPTIONS = {"host": "host", "port": "port", "user": "user", "username": "user",
+                        "password": "password", "formatter": "formatter", "vhost": "vhost",
+                        "timeout": "timeout"}
+GLOBAL_FLAGS = {"quiet", "silent", "no-table-headers", "help"}
+SHORT = {"p": "vhost", "q": "quiet", "s": "silent", "t": "timeout", "?": "help", "h": "help"}
+VERB_SHORT = {"e": "if-empty", "u": "if-unused"}
+VERB_VALUE_OPTIONS = {"priority", "apply-to"}
+FORMATTERS = ("table", "json")
+
+GLOBAL_HELP = f"""\
+Global options (accepted anywhere on the line):
+  --host <host>            management API host (default $WARRENCTL_HOST or 127.0.0.1)
+  --port <port>            management API port (default $WARRENCTL_PORT or 15672)
+  --user <user>            user to authenticate as (default guest)
+  --password <password>    its password (default guest)
+  -p, --vhost <vhost>      virtual host for vhost-scoped commands (default /)
+  --formatter table|json   output format (default table)
+  -q, --quiet              suppress informational messages
+  -s, --silent             suppress informational messages and table header row
+  --no-table-headers       suppress the table header row
+  -t, --timeout <seconds>  HTTP timeout (default 60)
+  -?, -h, --help           display help ({PROG} help <command> for one command)"""
+
+
+def general_usage() -> str:
+    lines = [f"Usage\n\n{PROG} [--host <host>] [--port <port>] [--user <user> --password <password>] "
+             "[--formatter table|json] [--quiet] <command> [<command options>]", "", "Available commands:", ""]
+    width = max(len(n) for n in VERBS)
+    lines += [f"   {n.ljust(width)}  {VERBS[n]['help']}" for n in sorted(VERBS)]
+    lines += ["", GLOBAL_HELP, "",
+              f"Exit codes: 0 ok, 64 usage, 65 bad data or no such vhost, 67 no such user, "
+              "69 broker unreachable, 70 failure, 77 authentication failed."]
+    return "\n".join(lines)
+
+
+def verb_help(name) -> str:
+    spec = VERBS[name]
+    text = f"Usage\n\n{PROG} [--host <host>] [--port <port>] [--quiet] {spec['usage']}\n\n{spec['help']}"
+    if spec["columns"]:
+        text += f"\n\n<column> must be one of {', '.join(sorted(spec['columns']))}"
+    return text + "\n\n" + GLOBAL_HELP
+
+
+def unknown_verb(name) -> UsageError:
+    msg = f"\nCommand '{name}' not found. "
+    close = difflib.get_close_matches(name, list(VERBS), n=1, cutoff=0.6)
+    if close:
+        msg += f"\nDid you mean '{close[0]}'? "
+    return UsageError(msg + f"\n\nRun '{PROG} help' to list the commands.")
+
+
+def parse(argv):
+    """(verb, positional args, global settings, verb options)."""
+    settings = {"host": os.environ.get("WARRENCTL_HOST", "127.0.0.1"),
+                "port": os.environ.get("WARRENCTL_PORT", "15672"),
+                "user": "guest", "password": "guest", "formatter": "table", "vhost": "/", "timeout": "60"}
+    flags, options, positional = set(), {}, []
+    i = 0
+    only_positional = False
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if only_positional or arg == "-" or not arg.startswith("-") or _is_negative_number(arg):
+            positional.append(arg)
+            continue
+        if arg == "--":
+            only_positional = True
+            continue
+        if arg.startswith("--"):
+            name, eq, value = arg[2:].partition("=")
+            name = name.replace("_", "-")
+        else:
+            name, eq, value = arg[1:2], "", arg[2:]
+            if value:
+                eq = "="
+            if name in SHORT:
+                name = SHORT[name]
+            elif name in VERB_SHORT and not value:
+                name = VERB_SHORT[name]
+            else:
+                raise UsageError(f"Error (argument validation): Invalid options for this command:\n{arg}")
+        if name in GLOBAL_VALUE_OPTIONS or name in VERB_VALUE_OPTIONS:
+            if not eq:
+                if i >= len(argv):
+                    raise UsageError(f"Error (argument validation): option --{name} needs a value")
+                value = argv[i]
+                i += 1
+            if name in GLOBAL_VALUE_OPTIONS:
+                settings[GLOBAL_VALUE_OPTIONS[name]] = value
+            else:
+                options[name] = value
+        elif name in GLOBAL_FLAGS:
+            flags.add(name)
+        elif name in ("if-empty", "if-unused"):
+            options[name] = True
+        else:
+            raise UsageError(f"Error (argument validation): Invalid options for this command:\n{arg}")
+    verb_name, args = (positional[0], positional[1:]) if positional else (None, [])
+    return verb_name, args, settings, flags, options
+
+
+def _is_negative_number(arg) -> bool:
+    try:
+        float(arg)
+        return True
+    except ValueError:
+        return False
+
+
+class Context:
+    pass
+
+
+def run(argv) -> int:
+    verb_name, args, settings, flags, options = parse(argv)
+    if verb_name is None:
+        if "help" in flags:
+            print(general_usage())
+            return EX_OK
+        raise UsageError(general_usage())
+    if verb_name not in VERBS:
+        raise unknown_verb(verb_name)
+    if "help" in flags:
+        print(verb_help(verb_name))
+        return EX_OK
+    spec = VERBS[verb_name]
+    lo, hi = spec["args"]
+    if len(args) < lo:
+        raise UsageError(f"Error (argument validation): not enough arguments.\n\n{verb_help(verb_name)}")
+    if hi is not None and len(args) > hi:
+        raise UsageError(f"Error (argument validation): too many arguments.\n\n{verb_help(verb_name)}")
+    bad = [o for o in options if o not in spec["options"]]
+    if bad:
+        raise UsageError("Error (argument validation): Invalid options for this command:\n"
+                         + "\n".join(f"--{o}" for o in bad) + f"\n\n{verb_help(verb_name)}")
+    if settings["formatter"] not in FORMATTERS:
+        raise UsageError(f"Error (argument validation): formatter '{settings['formatter']}' is not supported "
+                         f"(use one of: {', '.join(FORMATTERS)})")
+    try:
+        port = int(settings["port"])
+        if not 0 < port < 65536:
+            raise ValueError
+    except ValueError:
+        raise UsageError(f"Error (argument validation): --port must be a port number, not '{settings['port']}'") \
+            from None
+    try:
+        timeout = float(settings["timeout"])
+    except ValueError:
+        raise UsageError(f"Error (argument validation): --timeout must be a number of seconds, "
+                         f"not '{settings['timeout']}'") from None
+    ctx = Context()
+    ctx.vhost = settings["vhost"]
+    ctx.timeout = timeout
+    ctx.options = options
+    ctx.out = Output(settings["formatter"], "quiet" in flags, "silent" in flags, "no-table-headers" not in flags)
+    ctx.api = Api(settings["host"], port, settings["user"], settings["password"], timeout, ctx.out.flush)
+    try:
+        spec["fn"](ctx, args)
+    except HttpError as err:
+        reason = err.reason or err.error
+        raise CtlError(EX_SOFTWARE, f"Error:\n{reason} (HTTP {err.status})") from None
+    except CtlError as err:
+        if err.code not in (EX_UNAVAILABLE, EX_NOPERM):
+            ctx.out.flush()  # the banner, then the error, as rabbitmqctl
+        raise
+    ctx.out.flush()
+    return EX_OK
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        code = run(argv)
+    except CtlError as err:
+        sys.stdout.flush()
+        print(err.message, file=sys.stderr)
+        code = err.code
+    except KeyboardInterrupt:
+        code = 130
+    except BrokenPipeError:
+        # Output piped into something that stopped reading (e.g. head): not an error.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = EX_OK
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""/api/channels: AMQP channels, as RabbitMQ's management API shows them
+(named "<connection name> (<channel number>)")."""
+
+from aiohttp import web
+
+from .. import stats
+from ..app import not_found
+from .connections import channel_info, channel_name, open_connections, vhost_or_404
+
+routes = web.RouteTableDef()
+
+
+def _channels(broker, vhost=None) -> list:
+    return [ch for conn in open_connections(broker) if vhost is None or conn.vhost is vhost
+            for ch in list(conn.channels.values())]
+
+
+@routes.get("/api/channels")
+async def list_channels(request):
+    broker = request.app["broker"]
+    return stats.list_response(request, [channel_info(ch) for ch in _channels(broker)])
+
+
+@routes.get("/api/vhosts/{vhost}/channels")
+async def list_vhost_channels(request):
+    broker = request.app["broker"]
+    vhost = vhost_or_404(broker, request.match_info["vhost"])
+    return stats.list_response(request, [channel_info(ch) for ch in _channels(broker, vhost)])
+
+
+@routes.get("/api/channels/{name}")
+async def get_channel(request):
+    name = request.match_info["name"]
+    for ch in _channels(request.app["broker"]):
+        if channel_name(ch) == name:
+            return stats.item_response(request, channel_info(ch, details=True))
+    raise not_found()

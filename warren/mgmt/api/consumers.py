@@ -1,0 +1,25 @@
+"""/api/consumers: every consumer, or a vhost's, as RabbitMQ's management API shows them."""
+
+from aiohttp import web
+
+from .. import stats
+from .connections import consumer_info, open_connections, vhost_or_404
+
+routes = web.RouteTableDef()
+
+
+def _consumers(broker, vhost=None) -> list:
+    return [consumer_info(c) for conn in open_connections(broker) if vhost is None or conn.vhost is vhost
+            for ch in list(conn.channels.values()) for c in list(ch.consumers.values())]
+
+
+@routes.get("/api/consumers")
+async def list_consumers(request):
+    return stats.list_response(request, _consumers(request.app["broker"]), default_sort=())
+
+
+@routes.get("/api/consumers/{vhost}")
+async def list_vhost_consumers(request):
+    broker = request.app["broker"]
+    vhost = vhost_or_404(broker, request.match_info["vhost"])
+    return stats.list_response(request, _consumers(broker, vhost), default_sort=())

@@ -1,0 +1,240 @@
+"""/api/exchanges: list, declare, delete, their bindings, and publishing a message."""
+
+import asyncio
+import base64
+import binascii
+
+from aiohttp import web
+
+from ...amqp.codec import shortstr
+from ...amqp.properties import encode_header
+from ...broker.errors import AMQPError, access_refused, command_invalid, not_found as amqp_not_found, \
+    precondition_failed, rs
+from ...broker.exchanges import TYPES
+from ...broker.message import Message, parse_expiration
+from ..app import ApiError, bad_request, json_response, not_found
+from ..resources import (ACCESS_REFUSED, channel_error_text, check_permission, check_vhost_access, direct_error,
+                         exchange_json, exchange_name, flush, json_to_table, list_response, parse_bool, query_bool,
+                         read_body, require, vhost_bindings, vhost_for_change, vhost_or_404)
+
+routes = web.RouteTableDef()
+
+
+def _exchange_or_404(request):
+    vhost = vhost_or_404(request)
+    x = vhost.exchanges.get(exchange_name(request.match_info["name"]))
+    if x is None:
+        raise not_found()
+    return vhost, x
+
+
+@routes.get("/api/exchanges")
+async def list_all(request):
+    broker = request.app["broker"]
+    return list_response(request, [exchange_json(x) for v in broker.vhosts.values() for x in v.exchanges.values()])
+
+
+@routes.get("/api/exchanges/{vhost}")
+async def list_vhost(request):
+    vhost = vhost_or_404(request)
+    return list_response(request, [exchange_json(x) for x in vhost.exchanges.values()])
+
+
+@routes.get("/api/exchanges/{vhost}/{name}")
+async def get_exchange(request):
+    _, x = _exchange_or_404(request)
+    return json_response({**exchange_json(x), "incoming": [], "outgoing": []})
+
+
+@routes.put("/api/exchanges/{vhost}/{name}")
+async def put_exchange(request):
+    """Declare an exchange as exchange.declare does (RabbitMQ's defaults: direct, not durable)."""
+    vhost = vhost_for_change(request)
+    name = exchange_name(request.match_info["name"])
+    body = await read_body(request)
+    type_name = body.get("type", "direct")
+    durable = parse_bool(body, "durable")
+    auto_delete = parse_bool(body, "auto_delete")
+    internal = parse_bool(body, "internal")
+    arguments = json_to_table(body.get("arguments"))
+    if not isinstance(type_name, str):
+        raise bad_request(f"unknown exchange type '{type_name}'")
+    try:
+        if type_name not in TYPES:
+            raise command_invalid(f"{'invalid' if type_name == '' else 'unknown'} exchange type '{type_name}'")
+        if name == "":
+            raise access_refused("operation not permitted on the default exchange")
+        check_vhost_access(request, vhost)
+        check_permission(request, vhost, "configure", "exchange", name)
+        ae = arguments.get("alternate-exchange")
+        if name not in vhost.exchanges and isinstance(ae, str) and not name.startswith("amq."):
+            check_permission(request, vhost, "read", "exchange", name)
+            check_permission(request, vhost, "write", "exchange", ae)
+        _, created = vhost.declare_exchange(name, type_name, durable, auto_delete, internal, arguments)
+    except AMQPError as err:
+        raise direct_error(err) from None
+    flush(request)
+    return web.Response(status=201 if created else 204)
+
+
+@routes.delete("/api/exchanges/{vhost}/{name}")
+async def delete_exchange(request):
+    vhost = vhost_or_404(request)
+    name = exchange_name(request.match_info["name"])
+    x = vhost.exchanges.get(name)
+    if x is None:
+        raise not_found()
+    if name == "" or name.startswith("amq."):
+        raise ApiError(401, "not_authorised", ACCESS_REFUSED)
+    try:
+        check_vhost_access(request, vhost)
+        check_permission(request, vhost, "configure", "exchange", name)
+        vhost.delete_exchange(name, query_bool(request, "if-unused"))
+    except AMQPError as err:
+        raise direct_error(err) from None
+    flush(request)
+    return web.Response(status=204)
+
+
+@routes.get("/api/exchanges/{vhost}/{name}/bindings/source")
+async def bindings_source(request):
+    vhost = vhost_or_404(request)
+    x = vhost.exchanges.get(exchange_name(request.match_info["name"]))
+    # RabbitMQ answers [] for a missing exchange.
+    return json_response(vhost_bindings(vhost, source=x) if x is not None else [])
+
+
+@routes.get("/api/exchanges/{vhost}/{name}/bindings/destination")
+async def bindings_destination(request):
+    vhost = vhost_or_404(request)
+    x = vhost.exchanges.get(exchange_name(request.match_info["name"]))
+    if x is None or x.is_default:
+        return json_response([])
+    return json_response([b for b in vhost_bindings(vhost, destination=x) if b["source"] != ""])
+
+
+# ------------------------------------------------------------------ publish
+_STRING_PROPS = ("content_type", "content_encoding", "correlation_id", "reply_to", "expiration", "message_id",
+                 "type", "user_id", "app_id", "cluster_id")
+_INT_PROPS = (("delivery_mode", 255), ("priority", 255), ("timestamp", (1 << 64) - 1))
+
+
+def basic_properties(props) -> dict:
+    """The "properties" object of a publish as AMQP basic properties (unknown keys ignored)."""
+    if not isinstance(props, dict):
+        raise bad_request("properties must be a JSON object")
+    out = {}
+    for key in _STRING_PROPS:
+        value = props.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str) or len(value.encode()) > 255:
+            raise ApiError(400, "bad_request", ["not_string", key])
+        out[key] = value
+    for key, limit in _INT_PROPS:
+        value = props.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+            raise ApiError(400, "bad_request", ["not_int", key])
+        out[key] = value
+    if props.get("headers") is not None:
+        out["headers"] = json_to_table(props["headers"])
+    return out
+
+
+class _SyncWaiter:
+    """Stands in for a channel waiting on the persister: resolves once `batch` is fsynced."""
+
+    def __init__(self, persister, batch):
+        self.persister = persister
+        self.batch = batch
+        self.future = asyncio.get_running_loop().create_future()
+
+    def store_synced(self) -> None:
+        if self.future.done():
+            return
+        if self.persister.synced >= self.batch:
+            self.future.set_result(self.batch not in self.persister.failed)
+        else:
+            self.persister.wait_for(self)
+
+
+async def _wait_synced(broker, batch: int) -> bool:
+    persister = broker.persister
+    if persister is None or not batch:
+        return True
+    waiter = _SyncWaiter(persister, batch)
+    persister.wait_for(waiter)
+    persister.flush()
+    waiter.store_synced()
+    return await waiter.future
+
+
+def publish(request, vhost, name: str, routing_key: str, properties: dict, body: bytes):
+    """Route and enqueue one message as basic.publish on a channel of the API's user would.
+    Returns (routed, persister batch to wait for)."""
+    broker = request.app["broker"]
+    check_permission(request, vhost, "write", "exchange", name)
+    x = vhost.exchanges.get(name)
+    if x is None:
+        raise amqp_not_found(f"no {rs('exchange', name, vhost.name)}")
+    if x.internal:
+        raise access_refused(f"cannot publish to internal {x.describe()}")
+    max_size = broker.limits.max_message_size
+    if max_size and len(body) > max_size:
+        raise precondition_failed(f"message size {len(body)} is larger than configured max size {max_size}")
+    user_id = properties.get("user_id")
+    if user_id is not None and user_id != request["user"].name and "impersonator" not in request["user"].tags:
+        raise precondition_failed(
+            f"user_id property set to '{user_id}' but authenticated user was '{request['user'].name}'")
+    expiration = properties.get("expiration")
+    if expiration is not None:
+        _, err = parse_expiration(expiration)
+        if err:
+            raise precondition_failed(f"invalid expiration '{expiration}': {err}")
+    try:
+        route = shortstr(name) + shortstr(routing_key)
+    except ValueError:
+        raise bad_request("routing_key is longer than 255 bytes") from None
+    message = Message(name, routing_key, route, encode_header(len(body), properties), body)
+    queues = vhost.route(x, routing_key, message)
+    stats = getattr(x, "stats", None)
+    if stats is not None:
+        stats["publish_in"] = stats.get("publish_in", 0) + 1
+        stats["publish_out"] = stats.get("publish_out", 0) + len(queues)
+    batch = 0
+    for q in queues:
+        batch = max(batch, q.publish(message) or 0)
+    return bool(queues), batch
+
+
+@routes.post("/api/exchanges/{vhost}/{name}/publish")
+async def publish_message(request):
+    vhost = vhost_for_change(request)
+    name = exchange_name(request.match_info["name"])
+    body = await read_body(request)
+    require(body, "routing_key", "properties", "payload", "payload_encoding")
+    payload, encoding = body["payload"], body["payload_encoding"]
+    if not isinstance(payload, str):
+        raise bad_request("payload_not_string")
+    if encoding == "string":
+        data = payload.encode()
+    elif encoding == "base64":
+        try:
+            data = base64.b64decode(payload, validate=True)
+        except (binascii.Error, ValueError):
+            raise ApiError(400, "bad_request", ["not_base64", payload]) from None
+    else:
+        raise ApiError(400, "bad_request", ["unsupported_encoding", encoding])
+    routing_key = body["routing_key"]
+    if not isinstance(routing_key, str):
+        routing_key = str(routing_key)
+    properties = basic_properties(body["properties"])
+    try:
+        routed, batch = publish(request, vhost, name, routing_key, properties, data)
+    except AMQPError as err:
+        raise bad_request(channel_error_text(err)) from None
+    if not await _wait_synced(request.app["broker"], batch):
+        raise ApiError(500, "internal_error", "the message could not be written to disk")
+    return json_response({"routed": routed})

@@ -1,0 +1,164 @@
+"""Health checks: /api/healthchecks/node, /api/health/checks/*, /api/aliveness-test/{vhost},
+with RabbitMQ 3.10's answers (200 {"status":"ok"}; 503 {"status":"failed", ...}).
+
+/api/healthchecks/alarms is Warren's alias of /api/health/checks/alarms (the name the issue
+uses; RabbitMQ 3.10 only has the latter)."""
+
+from aiohttp import web
+
+from ...amqp.properties import encode_header
+from ...broker.errors import AMQPError
+from ...broker.message import Message
+from .. import stats
+from ..app import ApiError, bad_request, json_response, not_found
+
+routes = web.RouteTableDef()
+
+OK = {"status": "ok"}
+ALIVENESS_QUEUE = "aliveness-test"
+ALIVENESS_BODY = b"test_message"
+TIME_UNITS = ("days", "weeks", "months", "years")
+
+
+def _failed(data: dict) -> web.Response:
+    return json_response(dict({"status": "failed"}, **data), status=503)
+
+
+def _alarms_check(request, where: str) -> web.Response:
+    broker = request.app["broker"]
+    in_alarm = stats.alarms(broker)
+    if not in_alarm:
+        return json_response(OK)
+    node = stats.node_name(broker)
+    return _failed({"alarms": [{"node": node, "resource": r} for r in in_alarm],
+                    "reason": f"There are alarms in effect {where}"})
+
+
+@routes.get("/api/health/checks/alarms")
+async def alarms(request):
+    return _alarms_check(request, "in the cluster")
+
+
+@routes.get("/api/healthchecks/alarms")
+async def alarms_alias(request):
+    return _alarms_check(request, "in the cluster")
+
+
+@routes.get("/api/health/checks/local-alarms")
+async def local_alarms(request):
+    return _alarms_check(request, "on the node")
+
+
+def _node_check(request) -> web.Response:
+    broker = request.app["broker"]
+    in_alarm = stats.alarms(broker)
+    if not in_alarm:
+        return json_response(OK)
+    node = stats.node_name(broker)
+    terms = ",".join(f"{{resource_limit,{r},{node}}}" for r in in_alarm)
+    return _failed({"reason": f"resource alarm(s) in effect:[{terms}]"})
+
+
+@routes.get("/api/healthchecks/node")
+async def node_health(request):
+    return _node_check(request)
+
+
+@routes.get("/api/healthchecks/node/{node}")
+async def named_node_health(request):
+    if request.match_info["node"] != stats.node_name(request.app["broker"]):
+        raise not_found()
+    return _node_check(request)
+
+
+@routes.get("/api/health/checks/virtual-hosts")
+async def virtual_hosts(request):
+    return json_response(OK)
+
+
+@routes.get("/api/health/checks/node-is-quorum-critical")
+async def quorum_critical(request):
+    return json_response({"status": "ok", "reason": "single node cluster"})
+
+
+@routes.get("/api/health/checks/node-is-mirror-sync-critical")
+async def mirror_sync_critical(request):
+    return json_response({"status": "ok", "reason": "single node cluster"})
+
+
+@routes.get("/api/health/checks/certificate-expiration/{within}/{unit}")
+async def certificate_expiration(request):
+    if request.match_info["unit"] not in TIME_UNITS:
+        raise bad_request("Time unit not recognised. Supported units: days, weeks, months, years.")
+    try:
+        int(request.match_info["within"])
+    except ValueError:
+        raise bad_request("Invalid value for 'within'") from None
+    return json_response(OK)  # Warren has no TLS listeners: no certificate expires
+
+
+def _listeners(request) -> list:
+    """(protocol, port) of every listener."""
+    server = request.app["server"]
+    out = []
+    if server is not None:
+        out.append(("amqp", server.port))
+    sockname = request.transport.get_extra_info("sockname") if request.transport else None
+    if sockname:
+        out.append(("http", sockname[1]))
+    return out
+
+
+@routes.get("/api/health/checks/port-listener/{port}")
+async def port_listener(request):
+    try:
+        port = int(request.match_info["port"])
+    except ValueError:
+        raise bad_request("Invalid port") from None
+    ports = [p for _, p in _listeners(request)]
+    if port in ports:
+        return json_response({"status": "ok", "port": port})
+    return _failed({"reason": "No active listener", "missing": port, "ports": ports})
+
+
+@routes.get("/api/health/checks/protocol-listener/{protocol}")
+async def protocol_listener(request):
+    protocol = request.match_info["protocol"]
+    protocols = [p for p, _ in _listeners(request)]
+    # RabbitMQ accepts the protocol's other names too (amqp091, amqp0-9-1 ...).
+    wanted = "amqp" if protocol.lower() in ("amqp", "amqp091", "amqp0-9-1", "amqp0.9.1") else protocol.lower()
+    if wanted in protocols:
+        return json_response({"status": "ok", "protocol": protocol})
+    return _failed({"reason": "No active listener", "missing": protocol, "protocols": protocols})
+
+
+@routes.get("/api/aliveness-test/{vhost}")
+async def aliveness_test(request):
+    """Declare the aliveness-test queue, publish a message to it and get it back, as RabbitMQ
+    does over a channel of the API's user."""
+    broker = request.app["broker"]
+    vhost = broker.vhosts.get(request.match_info["vhost"])
+    if vhost is None:
+        raise not_found()
+    user = request["user"]
+    if (user.name, vhost.name) not in broker.permissions:
+        raise ApiError(401, "not_authorised", "User not authorised to access virtual host")
+    try:
+        for what in ("configure", "write", "read"):
+            kind = "exchange" if what == "write" else "queue"
+            broker.check(user.name, vhost.name, what, kind, "" if kind == "exchange" else ALIVENESS_QUEUE)
+        queue, _ = vhost.declare_queue(ALIVENESS_QUEUE)
+        route = bytes((0,)) + bytes((len(ALIVENESS_QUEUE),)) + ALIVENESS_QUEUE.encode()
+        message = Message("", ALIVENESS_QUEUE, route, encode_header(len(ALIVENESS_BODY), {}), ALIVENESS_BODY)
+        queue.publish(message)
+        qm = queue.get()
+        while qm is not None and qm.message is not message:  # leftovers of an earlier run
+            queue.delivered(qm, True, True)
+            qm = queue.get()
+        if qm is None:
+            return _failed({"reason": "aliveness-test message not received"})
+        queue.delivered(qm, True, True)
+    except AMQPError as err:
+        return _failed({"reason": err.reply_text})
+    broker.flush_definitions()
+    return json_response(OK)

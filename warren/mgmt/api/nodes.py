@@ -1,0 +1,117 @@
+"""/api/nodes: the (single) Warren node, in the shape of RabbitMQ 3.10's node objects.
+
+Memory and disk limits and alarms come from the broker once the alarms work sets them
+(broker.mem_limit, broker.disk_free_limit in bytes, broker.alarms); until then they are
+RabbitMQ's defaults: 40% of RAM, 50 MB free disk, no alarm.
+"""
+
+import os
+import resource
+import shutil
+import time
+
+from aiohttp import web
+
+from ... import __version__
+from ...session.sasl import MECHANISMS
+from .. import stats
+from ..app import not_found
+from .overview import contexts, exchange_types
+
+routes = web.RouteTableDef()
+
+DEFAULT_DISK_FREE_LIMIT = 50_000_000  # RabbitMQ's default disk_free_limit.absolute (50MB)
+DEFAULT_MEMORY_WATERMARK = 0.4
+
+
+def rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def total_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+def fd_used() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+
+
+def data_dir(broker) -> str:
+    store = broker.definitions_store
+    return getattr(store, "dir", None) or os.getcwd()
+
+
+def disk_free(path: str) -> int:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return 0
+
+
+def node_info(request) -> dict:
+    broker = request.app["broker"]
+    server = request.app["server"]
+    node = stats.node_name(broker)
+    in_alarm = stats.alarms(broker)
+    mem_limit = getattr(broker, "mem_limit", None) or int(total_memory() * DEFAULT_MEMORY_WATERMARK)
+    disk_limit = getattr(broker, "disk_free_limit", None)
+    if disk_limit is None:
+        disk_limit = DEFAULT_DISK_FREE_LIMIT
+    fd_total = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    path = data_dir(broker)
+    return {
+        "applications": [{"description": "Warren AMQP 0-9-1 broker", "name": "warren", "version": __version__}],
+        "auth_mechanisms": [{"description": "", "enabled": True, "name": m} for m in MECHANISMS.split()],
+        "being_drained": False,
+        "config_files": [],
+        "contexts": contexts(request),
+        "db_dir": path,
+        "disk_free": disk_free(path),
+        "disk_free_alarm": "disk" in in_alarm,
+        "disk_free_limit": disk_limit,
+        "enabled_plugins": ["rabbitmq_management"],
+        "exchange_types": exchange_types(),
+        "fd_total": fd_total if fd_total != resource.RLIM_INFINITY else 1 << 20,
+        "fd_used": fd_used(),
+        "log_files": ["<stderr>"],
+        "mem_alarm": "memory" in in_alarm,
+        "mem_calculation_strategy": "rss",
+        "mem_limit": mem_limit,
+        "mem_used": rss_bytes(),
+        "name": node,
+        "net_ticktime": 60,
+        "os_pid": str(os.getpid()),
+        "partitions": [],
+        "proc_total": 1048576,
+        "proc_used": 1,
+        "processors": os.cpu_count() or 1,
+        "rates_mode": "basic",
+        "run_queue": 0,
+        "running": True,
+        "sockets_total": fd_total if fd_total != resource.RLIM_INFINITY else 1 << 20,
+        "sockets_used": len(server.protocols) if server is not None else len(broker.connections),
+        "type": "disc",
+        "uptime": int((time.monotonic() - stats.STARTED) * 1000),
+    }
+
+
+@routes.get("/api/nodes")
+async def list_nodes(request):
+    return stats.list_response(request, [node_info(request)], default_sort=("name",))
+
+
+@routes.get("/api/nodes/{name}")
+async def get_node(request):
+    if request.match_info["name"] != stats.node_name(request.app["broker"]):
+        raise not_found()
+    return stats.item_response(request, node_info(request))

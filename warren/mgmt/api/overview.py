@@ -1,0 +1,102 @@
+"""/api/overview (with /api/whoami and /api/cluster-name): the broker at a glance, in the
+shape of RabbitMQ 3.10's management API.
+
+Versions: product_name "Warren" and product_version / warren_version are Warren's own;
+rabbitmq_version and management_version say "3.10.8", the RabbitMQ release whose API and
+behaviour Warren follows, so clients that check the broker's version keep working.
+"""
+
+import platform
+
+from aiohttp import web
+
+from ... import __version__
+from ...broker.exchanges import TYPES
+from .. import stats
+from ..app import json_response
+
+routes = web.RouteTableDef()
+
+RABBITMQ_VERSION = "3.10.8"
+
+EXCHANGE_TYPE_DESCRIPTIONS = {
+    "direct": "AMQP direct exchange, as per the AMQP specification",
+    "fanout": "AMQP fanout exchange, as per the AMQP specification",
+    "headers": "AMQP headers exchange, as per the AMQP specification",
+    "topic": "AMQP topic exchange, as per the AMQP specification",
+}
+
+
+def exchange_types() -> list:
+    return [{"description": EXCHANGE_TYPE_DESCRIPTIONS.get(name, ""), "enabled": True, "name": name}
+            for name in sorted(TYPES)]
+
+
+def listeners(request) -> list:
+    broker = request.app["broker"]
+    server = request.app["server"]
+    node = stats.node_name(broker)
+    out = []
+    if server is not None:
+        out.append({"ip_address": server.host, "node": node, "port": server.port, "protocol": "amqp",
+                    "socket_opts": {}})
+        port = _management_port(request)
+        if port:
+            out.append({"ip_address": getattr(server, "management_host", "127.0.0.1"), "node": node,
+                        "port": port, "protocol": "http", "socket_opts": {}})
+    return out
+
+
+def _management_port(request):
+    sockname = request.transport.get_extra_info("sockname") if request.transport else None
+    if sockname:
+        return sockname[1]
+    server = request.app["server"]
+    return getattr(server, "management_port", None)
+
+
+def contexts(request) -> list:
+    server = request.app["server"]
+    return [{"description": "RabbitMQ Management", "ip": getattr(server, "management_host", "127.0.0.1"),
+             "node": stats.node_name(request.app["broker"]), "path": "/",
+             "port": str(_management_port(request)), "ssl_opts": []}]
+
+
+@routes.get("/api/overview")
+async def overview(request):
+    broker = request.app["broker"]
+    data = {
+        "cluster_name": broker.cluster_name,
+        "contexts": contexts(request),
+        "disable_stats": False,
+        "enable_queue_totals": False,
+        "exchange_types": exchange_types(),
+        "listeners": listeners(request),
+        "management_version": RABBITMQ_VERSION,
+        "message_stats": stats.overview_message_stats(broker),
+        "node": stats.node_name(broker),
+        "object_totals": stats.object_totals(broker),
+        "product_name": "Warren",
+        "product_version": __version__,
+        "queue_totals": stats.queue_totals(broker),
+        "rabbitmq_version": RABBITMQ_VERSION,
+        "rates_mode": "basic",
+        "sample_retention_policies": {"global": [600, 3600, 28800, 86400], "basic": [600, 3600],
+                                      "detailed": [600]},
+        "statistics_db_event_queue": 0,
+        "warren_version": __version__,
+        "python_version": platform.python_version(),
+    }
+    return stats.item_response(request, data)
+
+
+@routes.get("/api/whoami")
+async def whoami(request):
+    user = request["user"]
+    return json_response({"name": user.name, "tags": list(user.tags)})
+
+
+@routes.get("/api/cluster-name")
+async def get_cluster_name(request):
+    return json_response({"name": request.app["broker"].cluster_name})
+

@@ -1,0 +1,59 @@
+"""/api/permissions: a user's configure/write/read regular expressions in a vhost."""
+
+import re
+
+from aiohttp import web
+
+from ..app import ApiError, json_response, not_found
+from ..resources import flush, list_response, read_body, require
+from .vhosts import permission_json
+
+routes = web.RouteTableDef()
+
+
+@routes.get("/api/permissions")
+async def list_permissions(request):
+    broker = request.app["broker"]
+    items = [permission_json(u, v, p) for (u, v), p in broker.permissions.items()]
+    return list_response(request, items, default_sort=("user", "vhost"))
+
+
+@routes.get("/api/permissions/{vhost}/{user}")
+async def get_permission(request):
+    broker = request.app["broker"]
+    vhost, user = request.match_info["vhost"], request.match_info["user"]
+    p = broker.permissions.get((user, vhost))
+    if p is None:
+        raise not_found()
+    return json_response(permission_json(user, vhost, p))
+
+
+@routes.put("/api/permissions/{vhost}/{user}")
+async def put_permission(request):
+    broker = request.app["broker"]
+    vhost, user = request.match_info["vhost"], request.match_info["user"]
+    body = await read_body(request)
+    require(body, "configure", "write", "read")
+    for key in ("configure", "write", "read"):
+        value = body[key]
+        if not isinstance(value, str):
+            raise ApiError(400, "bad_request", ["invalid_regexp", value, "not a string"])
+        try:
+            re.compile(value)
+        except re.error as err:
+            raise ApiError(400, "bad_request", ["invalid_regexp", value, str(err)]) from None
+    if vhost not in broker.vhosts or user not in broker.users:
+        raise ApiError(400, "bad_request", "vhost_or_user_not_found")
+    created = (user, vhost) not in broker.permissions
+    broker.set_permissions(user, vhost, body["configure"], body["write"], body["read"])
+    flush(request)
+    return web.Response(status=201 if created else 204)
+
+
+@routes.delete("/api/permissions/{vhost}/{user}")
+async def delete_permission(request):
+    broker = request.app["broker"]
+    if not broker.clear_permissions(request.match_info["user"], request.match_info["vhost"]):
+        raise not_found()
+    flush(request)
+    return web.Response(status=204)

@@ -1,0 +1,70 @@
+"""/api/policies and /api/operator-policies: list, set, clear (stored, persisted with the
+definitions; see warren.broker.policy for how they attach to exchanges and queues)."""
+
+from aiohttp import web
+
+from ...broker.policy import Policy, PolicyError, clear_policy, set_policy
+from ..app import bad_request, json_response, not_found
+from ..resources import flush, list_response, read_body, require, vhost_for_change, vhost_or_404
+
+routes = web.RouteTableDef()
+
+KINDS = (("policies", False), ("operator-policies", True))
+
+
+def _table(vhost, operator: bool) -> dict:
+    return vhost.operator_policies if operator else vhost.policies
+
+
+def _html_escape(text: str) -> str:
+    # RabbitMQ's /api/policies (not its operator-policies) HTML-escapes validation errors.
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _handlers(operator: bool):
+    async def list_all(request):
+        broker = request.app["broker"]
+        items = [p.to_json() for v in broker.vhosts.values() for p in _table(v, operator).values()]
+        return list_response(request, items)
+
+    async def list_vhost(request):
+        vhost = vhost_or_404(request)
+        return list_response(request, [p.to_json() for p in _table(vhost, operator).values()])
+
+    async def get_one(request):
+        vhost = vhost_or_404(request)
+        policy = _table(vhost, operator).get(request.match_info["name"])
+        if policy is None:
+            raise not_found()
+        return json_response(policy.to_json())
+
+    async def put_one(request):
+        vhost = vhost_for_change(request)
+        body = await read_body(request)
+        require(body, "pattern", "definition")
+        try:
+            policy = Policy.validated(vhost.name, request.match_info["name"], body["pattern"], body["definition"],
+                                      body.get("priority", 0), body.get("apply-to", "all"), operator)
+        except PolicyError as err:
+            raise bad_request(str(err) if operator else _html_escape(str(err))) from None
+        created = set_policy(vhost, policy, operator)
+        flush(request)
+        return web.Response(status=201 if created else 204)
+
+    async def delete_one(request):
+        vhost = vhost_or_404(request)
+        if not clear_policy(vhost, request.match_info["name"], operator):
+            raise not_found()
+        flush(request)
+        return web.Response(status=204)
+
+    return list_all, list_vhost, get_one, put_one, delete_one
+
+
+for _path, _operator in KINDS:
+    _list_all, _list_vhost, _get, _put, _delete = _handlers(_operator)
+    routes.get(f"/api/{_path}")(_list_all)
+    routes.get(f"/api/{_path}/{{vhost}}")(_list_vhost)
+    routes.get(f"/api/{_path}/{{vhost}}/{{name}}")(_get)
+    routes.put(f"/api/{_path}/{{vhost}}/{{name}}")(_put)
+    routes.delete(f"/api/{_path}/{{vhost}}/{{name}}")(_delete)

@@ -1,0 +1,183 @@
+"""/api/queues: list, declare, delete, purge, get messages, and a queue's bindings."""
+
+import base64
+
+from aiohttp import web
+
+from ...broker.errors import AMQPError, access_refused, not_found as amqp_not_found, precondition_failed, rs
+from ..app import ApiError, bad_request, json_response, not_found
+from ..resources import (channel_error_text, check_permission, check_vhost_access, direct_error, flush,
+                         json_to_table, list_response, parse_bool, parse_int, query_bool, queue_json, queues_json,
+                         read_body, require, table_json, vhost_bindings, vhost_for_change, vhost_or_404)
+
+routes = web.RouteTableDef()
+
+ACKMODES = {"ack_requeue_true": (True, True), "ack_requeue_false": (True, False),
+            "reject_requeue_true": (False, True), "reject_requeue_false": (False, False)}
+
+
+def _queue_or_404(request):
+    vhost = vhost_or_404(request)
+    q = vhost.queues.get(request.match_info["name"])
+    if q is None:
+        raise not_found()
+    return vhost, q
+
+
+@routes.get("/api/queues")
+async def list_all(request):
+    broker = request.app["broker"]
+    return list_response(request, queues_json(broker, [q for v in broker.vhosts.values() for q in v.queues.values()]))
+
+
+@routes.get("/api/queues/{vhost}")
+async def list_vhost(request):
+    vhost = vhost_or_404(request)
+    return list_response(request, queues_json(request.app["broker"], list(vhost.queues.values())))
+
+
+@routes.get("/api/queues/{vhost}/{name}")
+async def get_queue(request):
+    _, q = _queue_or_404(request)
+    return json_response(queue_json(q, details=True))
+
+
+@routes.put("/api/queues/{vhost}/{name}")
+async def put_queue(request):
+    """Declare a queue as queue.declare does (never exclusive; RabbitMQ's default: not durable)."""
+    vhost = vhost_for_change(request)
+    name = request.match_info["name"]
+    body = await read_body(request)
+    durable = parse_bool(body, "durable")
+    auto_delete = parse_bool(body, "auto_delete")
+    arguments = json_to_table(body.get("arguments"))
+    try:
+        if name.startswith("amq."):
+            raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+        check_vhost_access(request, vhost)
+        check_permission(request, vhost, "configure", "queue", name)
+        dlx = arguments.get("x-dead-letter-exchange")
+        if name not in vhost.queues and dlx is not None:
+            if not isinstance(dlx, (str, bytes)):
+                from ...amqp.codec import table_type_name
+                raise precondition_failed(f"invalid type '{table_type_name(dlx)}' for arg "
+                                          f"'x-dead-letter-exchange' in {rs('queue', name, vhost.name)}")
+            check_permission(request, vhost, "read", "queue", name)
+            check_permission(request, vhost, "write", "exchange", dlx)
+        _, created = vhost.declare_queue(name, durable, None, auto_delete, arguments)
+    except AMQPError as err:
+        raise direct_error(err) from None
+    flush(request)
+    return web.Response(status=201 if created else 204)
+
+
+@routes.delete("/api/queues/{vhost}/{name}")
+async def delete_queue(request):
+    vhost, q = _queue_or_404(request)
+    try:
+        check_vhost_access(request, vhost)
+        check_permission(request, vhost, "configure", "queue", q.name)
+        vhost.check_exclusive(q, None)
+        if query_bool(request, "if-unused") and q.consumers:
+            raise precondition_failed(f"{q.describe()} in use")
+        if query_bool(request, "if-empty") and q.message_count:
+            raise precondition_failed(f"{q.describe()} not empty")
+        vhost.delete_queue(q)
+    except AMQPError as err:
+        raise direct_error(err) from None
+    flush(request)
+    return web.Response(status=204)
+
+
+@routes.delete("/api/queues/{vhost}/{name}/contents")
+async def purge_queue(request):
+    vhost, q = _queue_or_404(request)
+    try:
+        check_vhost_access(request, vhost)
+        check_permission(request, vhost, "read", "queue", q.name)
+        vhost.check_exclusive(q, None)
+        q.purge()
+    except AMQPError as err:
+        raise direct_error(err) from None
+    return web.Response(status=204)
+
+
+@routes.get("/api/queues/{vhost}/{name}/bindings")
+async def queue_bindings(request):
+    vhost = vhost_or_404(request)
+    q = vhost.queues.get(request.match_info["name"])
+    return json_response(vhost_bindings(vhost, destination=q) if q is not None else [])
+
+
+def _properties_json(props: dict) -> dict:
+    out = {}
+    for key, value in props.items():
+        out[key] = table_json(value) if key == "headers" else value
+    return out
+
+
+def _message_json(qm, remaining: int, encoding: str, truncate) -> dict:
+    msg = qm.message
+    body = msg.body
+    shown = body[:truncate] if truncate is not None else body
+    if encoding == "auto":
+        try:
+            payload, payload_encoding = shown.decode(), "string"
+        except UnicodeDecodeError:
+            payload, payload_encoding = base64.b64encode(shown).decode(), "base64"
+    else:
+        payload, payload_encoding = base64.b64encode(shown).decode(), "base64"
+    return {"payload_bytes": len(body), "redelivered": qm.redelivered, "exchange": msg.exchange,
+            "routing_key": msg.routing_key, "message_count": remaining,
+            "properties": _properties_json(msg.properties), "payload": payload,
+            "payload_encoding": payload_encoding}
+
+
+@routes.post("/api/queues/{vhost}/{name}/get")
+async def get_messages(request):
+    """Take up to `count` messages as basic.get does, then settle them all by `ackmode`
+    (requeued ones go back to their places, marked redelivered)."""
+    vhost = vhost_for_change(request)
+    name = request.match_info["name"]
+    body = await read_body(request)
+    require(body, "ackmode", "count", "encoding")
+    count = parse_int(body["count"])
+    encoding = body["encoding"]
+    if encoding not in ("auto", "base64"):
+        raise bad_request("Unsupported encoding. Please use auto or base64.")
+    ackmode = ACKMODES.get(body["ackmode"])
+    if ackmode is None:
+        raise bad_request("Unsupported ackmode. Please use ack_requeue_true, ack_requeue_false, "
+                          "reject_requeue_true or reject_requeue_false.")
+    truncate = body.get("truncate")
+    truncate = parse_int(truncate) if truncate not in (None, "") else None
+    try:
+        check_permission(request, vhost, "read", "queue", name)
+        q = vhost.queues.get(name)
+        if q is None:
+            raise amqp_not_found(f"no {rs('queue', name, vhost.name)}")
+        vhost.check_exclusive(q, None)
+    except AMQPError as err:
+        if err.code == 404:
+            raise ApiError(404, "not_found", err.reply_text) from None
+        if err.code == 403:
+            raise ApiError(401, "not_authorised", err.reply_text) from None
+        raise bad_request(channel_error_text(err)) from None
+    taken = []
+    result = []
+    for _ in range(max(0, count)):
+        qm = q.get()
+        if qm is None:
+            break
+        q.delivered(qm, False, True)
+        taken.append(qm)
+        result.append(_message_json(qm, q.message_count, encoding, truncate))
+    ack, requeue = ackmode
+    for qm in taken:
+        if ack and not requeue:
+            q.ack(qm)
+        else:
+            q.reject(qm, requeue)
+    if requeue and taken:
+        q.deliver_ready()
+    return json_response(result)

@@ -1,0 +1,105 @@
+"""/api/vhosts: list, create (the creating user gets full permissions, as in RabbitMQ),
+update description and tags, delete (closing the vhost's connections), permissions."""
+
+from aiohttp import web
+
+from ...amqp.constants import CONNECTION_FORCED
+from ..app import bad_request, json_response, not_found
+from ..resources import flush, list_response, node_name, read_body
+
+routes = web.RouteTableDef()
+
+
+def _tags(value) -> list:
+    if value is None:
+        return []
+    if isinstance(value, list):
+        return [str(t).strip() for t in value if str(t).strip()]
+    if isinstance(value, str):
+        return [t.strip() for t in value.split(",") if t.strip()]
+    raise bad_request("tags must be a list or a comma-separated string")
+
+
+def vhost_json(vhost) -> dict:
+    broker = vhost.broker
+    ready = sum(len(q.store) for q in vhost.queues.values())
+    unacked = sum(q.unacked_count for q in vhost.queues.values())
+    return {"name": vhost.name, "description": vhost.description, "tags": list(vhost.tags),
+            "default_queue_type": "undefined",
+            "metadata": {"description": vhost.description, "tags": list(vhost.tags)},
+            "tracing": False, "cluster_state": {node_name(broker): "running"},
+            "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
+
+
+def permission_json(user: str, vhost: str, p) -> dict:
+    return {"user": user, "vhost": vhost, "configure": p.configure, "write": p.write, "read": p.read}
+
+
+@routes.get("/api/vhosts")
+async def list_vhosts(request):
+    broker = request.app["broker"]
+    return list_response(request, [vhost_json(v) for v in broker.vhosts.values()], default_sort=("name",))
+
+
+@routes.get("/api/vhosts/{name}")
+async def get_vhost(request):
+    vhost = request.app["broker"].vhosts.get(request.match_info["name"])
+    if vhost is None:
+        raise not_found()
+    return json_response(vhost_json(vhost))
+
+
+@routes.put("/api/vhosts/{name}")
+async def put_vhost(request):
+    broker = request.app["broker"]
+    name = request.match_info["name"]
+    body = await read_body(request)
+    description = body.get("description")
+    if description is not None and not isinstance(description, str):
+        raise bad_request("description must be a string")
+    tags = _tags(body["tags"]) if "tags" in body else None
+    vhost = broker.vhosts.get(name)
+    created = vhost is None
+    if created:
+        vhost = broker.add_vhost(name)
+        # RabbitMQ gives whoever creates a vhost over the API full permissions on it.
+        broker.set_permissions(request["user"].name, name, ".*", ".*", ".*")
+    changed = False
+    if description is not None and description != vhost.description:
+        vhost.description, changed = description, True
+    if tags is not None and tags != vhost.tags:
+        vhost.tags, changed = tags, True
+    if changed:
+        broker.mark_definitions_changed()
+    flush(request)
+    return web.Response(status=201 if created else 204)
+
+
+def close_connections(broker, match, text: str) -> None:
+    for conn in list(broker.connections):
+        if match(conn):
+            conn.close(CONNECTION_FORCED, text)
+
+
+@routes.delete("/api/vhosts/{name}")
+async def delete_vhost(request):
+    broker = request.app["broker"]
+    vhost = broker.vhosts.get(request.match_info["name"])
+    if vhost is None:
+        raise not_found()
+    close_connections(broker, lambda c: c.vhost is vhost, f"CONNECTION_FORCED - vhost '{vhost.name}' is deleted")
+    for q in list(vhost.queues.values()):  # their stores (and files) go too
+        vhost.delete_queue(q)
+    broker.delete_vhost(vhost.name)
+    flush(request)
+    return web.Response(status=204)
+
+
+@routes.get("/api/vhosts/{name}/permissions")
+async def vhost_permissions(request):
+    broker = request.app["broker"]
+    name = request.match_info["name"]
+    if name not in broker.vhosts:
+        raise not_found()
+    items = [permission_json(u, v, p) for (u, v), p in broker.permissions.items() if v == name]
+    return list_response(request, items, default_sort=("user",))

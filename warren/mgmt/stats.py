@@ -1,0 +1,435 @@
+"""Message statistics for the management API: RabbitMQ's field names over Warren's counters.
+
+The model only counts (integer increments on the hot path); this module turns the counters
+into RabbitMQ's JSON and computes rates by sampling the counters every few seconds, as
+RabbitMQ's management plugin does (`*_details: {"rate": r}` = growth per second over the
+last sampling interval). Every function here is cheap and safe to call from any handler.
+
+Functions for the resource modules (all return fresh dicts to merge into an object's JSON):
+
+- `queue_stats(queue, unacked_bytes=None) -> dict`
+    messages, messages_details{rate}, messages_ready, messages_ready_details,
+    messages_unacknowledged, messages_unacknowledged_details, message_bytes,
+    message_bytes_ready, message_bytes_unacknowledged, message_bytes_ram, messages_ram,
+    messages_ready_ram, messages_unacknowledged_ram, consumers, consumer_utilisation,
+    consumer_capacity, exclusive_consumer_tag, state ("running"), message_stats {publish,
+    deliver, deliver_no_ack, get, get_no_ack, get_empty, deliver_get, ack, redeliver, each
+    with its *_details{rate}}.
+    `unacked_bytes` is that queue's unacknowledged body bytes; leave it None and it is
+    computed by scanning the channels (fine for one queue; for a list, compute the map once
+    with `unacked_bytes_by_queue(broker)` and pass `map.get(queue, 0)`).
+- `unacked_bytes_by_queue(broker) -> dict[Queue, int]`
+- `exchange_stats(exchange) -> dict`
+    {"message_stats": {publish_in, publish_in_details, publish_out, publish_out_details}}
+    (publish_out counts one per queue a message was routed to, as RabbitMQ).
+- `channel_stats(channel) -> dict`   {"message_stats": {publish, confirm, return_unroutable,
+    drop_unroutable, deliver, deliver_no_ack, get, get_no_ack, get_empty, deliver_get, ack,
+    redeliver, + *_details}}
+- `connection_stats(conn) -> dict`   recv_oct, recv_cnt, send_oct, send_cnt, send_pend and
+    recv_oct_details / send_oct_details
+- `overview_message_stats(broker) -> dict`, `queue_totals(broker) -> dict`,
+  `object_totals(broker) -> dict`: the /api/overview parts (totals survive closed channels:
+  a closing channel adds its counters to broker.message_totals).
+- `rate(obj, field) -> float`: the last sampled rate of one counter of one object.
+- `list_response(request, items, default_sort=("vhost", "name"))` and
+  `item_response(request, item)`: answer a list / one object with RabbitMQ's ?columns=,
+  ?sort=, ?sort_reverse=, ?name=/?use_regex= and ?page=/?page_size= handling.
+- `node_name(broker) -> str`: the node name every object's "node" field shows
+  (broker.node_name if set, else "warren@localhost").
+- `alarms(broker) -> list[str]`: the resource alarms in effect ("memory", "disk"), read from
+  broker.alarms (a set or list of those names) once the alarms work provides it.
+
+Hooks for the resource alarms work (read if present, defaults otherwise): broker.alarms
+(resources in alarm, e.g. {"memory"}), broker.mem_limit / broker.disk_free_limit (bytes) for
+/api/nodes, and per connection conn.blocked_state ("running", "flow", "blocking", "blocked"),
+conn.last_blocked_by ("none", "resource", "flow") and conn.last_blocked_at (time.monotonic()
+of the last block, or None) for /api/connections' state, last_blocked_by, last_blocked_age.
+
+Counting differs from RabbitMQ 3.10.8 in two places, on purpose: get_empty (basic.get on an
+empty queue) and drop_unroutable (an unroutable publish without mandatory) are counted, where
+3.10.8 leaves both at 0 although it documents them. Every counter is always present (RabbitMQ
+omits one that was never incremented).
+
+The sampler is started with the app (`start_sampler` / `stop_sampler` as aiohttp
+on_startup / on_cleanup hooks). Its interval is WARREN_STATS_INTERVAL seconds (default 5,
+RabbitMQ's collect_statistics_interval).
+"""
+
+import asyncio
+import os
+import time
+import weakref
+
+# Counter names, in RabbitMQ's message_stats order.
+QUEUE_COUNTERS = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty", "ack", "redeliver")
+CHANNEL_COUNTERS = ("publish", "confirm", "return_unroutable", "drop_unroutable", "deliver", "deliver_no_ack",
+                    "get", "get_no_ack", "get_empty", "ack", "redeliver")
+EXCHANGE_COUNTERS = ("publish_in", "publish_out")
+CONNECTION_COUNTERS = ("recv_oct", "recv_cnt", "send_oct", "send_cnt")
+QUEUE_DEPTHS = ("messages", "messages_ready", "messages_unacknowledged")
+
+
+STARTED = time.monotonic()  # for the node's uptime (this module loads when the API starts)
+
+
+def node_name(broker) -> str:
+    return getattr(broker, "node_name", None) or "warren@localhost"
+
+
+def alarms(broker) -> list:
+    value = getattr(broker, "alarms", None) or ()
+    if isinstance(value, dict):
+        value = [k for k, v in value.items() if v]
+    return sorted(value)
+
+
+def interval() -> float:
+    try:
+        value = float(os.environ.get("WARREN_STATS_INTERVAL", "5"))
+    except ValueError:
+        value = 5.0
+    return value if value > 0 else 5.0
+
+
+# ------------------------------------------------------------------ sampling
+class Sampler:
+    """Remembers each object's counters at the last sample and the rates since the one before."""
+
+    def __init__(self, broker, period: float):
+        self.broker = broker
+        self.period = period
+        self.last = weakref.WeakKeyDictionary()   # object -> (monotonic time, counts tuple)
+        self.rates = weakref.WeakKeyDictionary()  # object -> {field: rate}
+        self.overview_last = None
+        self.overview_rates: dict = {}
+        self.task = None
+
+    def _sample(self, obj, fields, counts, now) -> None:
+        prev = self.last.get(obj)
+        self.last[obj] = (now, counts)
+        if prev is None:
+            return
+        dt = now - prev[0]
+        if dt <= 0:
+            return
+        self.rates[obj] = {f: (c - p) / dt for f, c, p in zip(fields, counts, prev[1])}
+
+    def sample(self) -> None:
+        now = time.monotonic()
+        broker = self.broker
+        sample = self._sample
+        for vhost in list(broker.vhosts.values()):
+            for q in vhost.queues.values():
+                s = q.stats
+                counts = tuple(s.get(f, 0) for f in QUEUE_COUNTERS) + (
+                    len(q.store) + q.unacked_count, len(q.store), q.unacked_count)
+                sample(q, QUEUE_COUNTERS + QUEUE_DEPTHS, counts, now)
+            for x in vhost.exchanges.values():
+                s = getattr(x, "stats", None)
+                if s is not None:
+                    sample(x, EXCHANGE_COUNTERS, tuple(s.get(f, 0) for f in EXCHANGE_COUNTERS), now)
+        for conn in list(broker.connections):
+            sample(conn, CONNECTION_COUNTERS, tuple(getattr(conn, f, 0) for f in CONNECTION_COUNTERS), now)
+            for ch in conn.channels.values():
+                s = ch.stats
+                sample(ch, CHANNEL_COUNTERS, tuple(s.get(f, 0) for f in CHANNEL_COUNTERS), now)
+        totals = _message_totals(broker)
+        qt = queue_totals(broker, with_rates=False)
+        fields = CHANNEL_COUNTERS + QUEUE_DEPTHS
+        counts = tuple(totals[f] for f in CHANNEL_COUNTERS) + tuple(qt[f] for f in QUEUE_DEPTHS)
+        prev = self.overview_last
+        self.overview_last = (now, counts)
+        if prev is not None and now > prev[0]:
+            dt = now - prev[0]
+            self.overview_rates = {f: (c - p) / dt for f, c, p in zip(fields, counts, prev[1])}
+
+    async def run(self) -> None:
+        while True:
+            try:
+                self.sample()
+            except Exception:  # never let a bad sample stop the sampling
+                import logging
+                logging.getLogger("warren.mgmt").exception("stats sampling failed")
+            await asyncio.sleep(self.period)
+
+
+_samplers: dict = {}  # id(broker) -> Sampler (a Broker dataclass is not hashable)
+
+
+def sampler_for(broker):
+    return _samplers.get(id(broker))
+
+
+async def start_sampler(app) -> None:
+    broker = app["broker"]
+    sampler = Sampler(broker, interval())
+    _samplers[id(broker)] = sampler
+    sampler.task = asyncio.get_running_loop().create_task(sampler.run())
+
+
+async def stop_sampler(app) -> None:
+    sampler = _samplers.pop(id(app["broker"]), None)
+    if sampler is not None and sampler.task is not None:
+        sampler.task.cancel()
+        try:
+            await sampler.task
+        except (asyncio.CancelledError, Exception):
+            pass
+
+
+def _broker_of(obj):
+    vhost = getattr(obj, "vhost", None)
+    if vhost is not None and getattr(vhost, "broker", None) is not None:
+        return vhost.broker
+    return getattr(obj, "broker", None) or getattr(getattr(obj, "conn", None), "broker", None)
+
+
+def rate(obj, field: str, broker=None) -> float:
+    """The rate of one counter of one object over the last sampling interval (0.0 before two samples)."""
+    sampler = sampler_for(broker if broker is not None else _broker_of(obj))
+    if sampler is None:
+        return 0.0
+    rates = sampler.rates.get(obj)
+    if rates is None:
+        return 0.0
+    return round(rates.get(field, 0.0), 1)
+
+
+def _details(obj, counts: dict, fields, broker=None) -> dict:
+    sampler = sampler_for(broker if broker is not None else _broker_of(obj))
+    rates = (sampler.rates.get(obj) if sampler is not None else None) or {}
+    out = {}
+    for f in fields:
+        out[f] = counts.get(f, 0)
+        out[f + "_details"] = {"rate": round(rates.get(f, 0.0), 1)}
+    return out
+
+
+def _with_deliver_get(stats: dict, rates: dict) -> dict:
+    """RabbitMQ's deliver_get: deliver + deliver_no_ack + get + get_no_ack."""
+    parts = ("deliver", "deliver_no_ack", "get", "get_no_ack")
+    stats["deliver_get"] = sum(stats.get(p, 0) for p in parts)
+    stats["deliver_get_details"] = {"rate": round(sum(rates.get(p, 0.0) for p in parts), 1)}
+    return stats
+
+
+# ------------------------------------------------------------------- queues
+def unacked_bytes_by_queue(broker) -> dict:
+    """Body bytes delivered but not yet acknowledged, per queue (one scan of all channels)."""
+    result: dict = {}
+    for conn in broker.connections:
+        for ch in conn.channels.values():
+            for qm, queue, _consumer in ch.unacked.values():
+                result[queue] = result.get(queue, 0) + len(qm.message.body)
+    return result
+
+
+def queue_stats(queue, unacked_bytes=None) -> dict:
+    broker = queue.vhost.broker
+    if unacked_bytes is None:
+        unacked_bytes = unacked_bytes_by_queue(broker).get(queue, 0) if broker is not None else 0
+    sampler = sampler_for(broker)
+    rates = (sampler.rates.get(queue) if sampler is not None else None) or {}
+    ready = len(queue.store)
+    unacked = queue.unacked_count
+    ready_bytes = queue.store.ready_bytes
+    consumers = queue.consumer_count
+    exclusive_tag = next((c.tag for c in queue.consumers if c.exclusive), None)
+    counts = queue.stats
+    message_stats = {}
+    for f in QUEUE_COUNTERS:
+        message_stats[f] = counts.get(f, 0)
+        message_stats[f + "_details"] = {"rate": round(rates.get(f, 0.0), 1)}
+    _with_deliver_get(message_stats, rates)
+    return {
+        "messages": ready + unacked,
+        "messages_details": {"rate": round(rates.get("messages", 0.0), 1)},
+        "messages_ready": ready,
+        "messages_ready_details": {"rate": round(rates.get("messages_ready", 0.0), 1)},
+        "messages_unacknowledged": unacked,
+        "messages_unacknowledged_details": {"rate": round(rates.get("messages_unacknowledged", 0.0), 1)},
+        "messages_ram": ready + unacked,
+        "messages_ready_ram": ready,
+        "messages_unacknowledged_ram": unacked,
+        "message_bytes": ready_bytes + unacked_bytes,
+        "message_bytes_ready": ready_bytes,
+        "message_bytes_unacknowledged": unacked_bytes,
+        "message_bytes_ram": ready_bytes + unacked_bytes,
+        "consumers": consumers,
+        "consumer_utilisation": 1.0 if consumers else 0,
+        "consumer_capacity": 1.0 if consumers else 0,
+        "exclusive_consumer_tag": exclusive_tag,
+        "state": "running",
+        "message_stats": message_stats,
+    }
+
+
+# ---------------------------------------------------------------- exchanges
+def exchange_stats(exchange) -> dict:
+    counts = getattr(exchange, "stats", None) or {}
+    return {"message_stats": _details(exchange, counts, EXCHANGE_COUNTERS)}
+
+
+# ----------------------------------------------------- channels, connections
+def channel_stats(channel) -> dict:
+    broker = channel.conn.broker
+    sampler = sampler_for(broker)
+    rates = (sampler.rates.get(channel) if sampler is not None else None) or {}
+    stats = _details(channel, channel.stats, CHANNEL_COUNTERS, broker)
+    return {"message_stats": _with_deliver_get(stats, rates)}
+
+
+def connection_stats(conn) -> dict:
+    sampler = sampler_for(conn.broker)
+    rates = (sampler.rates.get(conn) if sampler is not None else None) or {}
+    out = {f: getattr(conn, f, 0) for f in CONNECTION_COUNTERS}
+    out["recv_oct_details"] = {"rate": round(rates.get("recv_oct", 0.0), 1)}
+    out["send_oct_details"] = {"rate": round(rates.get("send_oct", 0.0), 1)}
+    out["send_pend"] = getattr(conn, "out_bytes", 0)
+    return out
+
+
+# ----------------------------------------------------------------- overview
+def _message_totals(broker) -> dict:
+    """Counters of every channel ever: the closed ones (folded into broker.message_totals
+    when they closed) plus the open ones."""
+    totals = dict.fromkeys(CHANNEL_COUNTERS, 0)
+    for f, v in (getattr(broker, "message_totals", None) or {}).items():
+        if f in totals:
+            totals[f] += v
+    for conn in list(broker.connections):
+        for ch in conn.channels.values():
+            if ch.state == 0:  # OPEN: a closing channel was already folded into the totals
+                for f, v in ch.stats.items():
+                    if f in totals:
+                        totals[f] += v
+    return totals
+
+
+def overview_message_stats(broker) -> dict:
+    totals = _message_totals(broker)
+    sampler = sampler_for(broker)
+    rates = sampler.overview_rates if sampler is not None else {}
+    out = {}
+    for f in CHANNEL_COUNTERS:
+        out[f] = totals[f]
+        out[f + "_details"] = {"rate": round(rates.get(f, 0.0), 1)}
+    return _with_deliver_get(out, rates)
+
+
+def queue_totals(broker, with_rates: bool = True) -> dict:
+    ready = unacked = 0
+    for vhost in broker.vhosts.values():
+        for q in vhost.queues.values():
+            ready += len(q.store)
+            unacked += q.unacked_count
+    out = {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
+    if with_rates:
+        sampler = sampler_for(broker)
+        rates = sampler.overview_rates if sampler is not None else {}
+        for f in QUEUE_DEPTHS:
+            out[f + "_details"] = {"rate": round(rates.get(f, 0.0), 1)}
+    return out
+
+
+def object_totals(broker) -> dict:
+    conns = [c for c in broker.connections]
+    queues = exchanges = consumers = 0
+    for vhost in broker.vhosts.values():
+        queues += len(vhost.queues)
+        exchanges += len(vhost.exchanges)
+        for q in vhost.queues.values():
+            consumers += len(q.consumers)
+    return {
+        "channels": sum(len(c.channels) for c in conns),
+        "connections": len(conns),
+        "consumers": consumers,
+        "exchanges": exchanges,
+        "queues": queues,
+    }
+
+
+# ----------------------------------------------------------------- listings
+def _pick(item: dict, path: list):
+    value = item
+    for part in path:
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def select_columns(item: dict, columns) -> dict:
+    """RabbitMQ's ?columns=a,b.c: only those keys, dotted ones nested as in the full object."""
+    out: dict = {}
+    for column in columns:
+        path = column.split(".")
+        value = _pick(item, path)
+        if value is None and not (path[0] in item and len(path) == 1):
+            continue
+        target = out
+        for part in path[:-1]:
+            target = target.setdefault(part, {})
+        target[path[-1]] = value
+    return out
+
+
+def list_response(request, items: list, default_sort=("vhost", "name")):
+    """A list as RabbitMQ's API answers it: sorted (?sort=field[.sub], ?sort_reverse=true,
+    default by vhost then name), filtered (?name=..., ?use_regex=true), paginated (?page=N
+    &page_size=M gives RabbitMQ's {items, page, page_count, ...} envelope) and with only the
+    ?columns= asked for."""
+    import re
+    from .app import bad_request, json_response
+    query = request.query
+    sort = query.get("sort")
+    keys = [sort] if sort else list(default_sort)
+
+    def sort_key(item):
+        out = []
+        for k in keys:
+            v = _pick(item, k.split("."))
+            out.append((v is None, str(type(v)), v if isinstance(v, (int, float, str)) else str(v)))
+        return out
+
+    items = sorted(items, key=sort_key, reverse=query.get("sort_reverse") == "true")
+    total = len(items)
+    name = query.get("name")
+    if name:
+        if query.get("use_regex") == "true":
+            try:
+                pattern = re.compile(name)
+            except re.error:
+                raise bad_request(f"invalid regular expression: {name}") from None
+            items = [i for i in items if pattern.search(str(i.get("name", "")))]
+        else:
+            items = [i for i in items if name in str(i.get("name", ""))]
+    columns = [c for c in query.get("columns", "").split(",") if c]
+    if "page" in query or "page_size" in query:
+        try:
+            page = int(query.get("page", "1"))
+            page_size = int(query.get("page_size", "100"))
+        except ValueError:
+            raise bad_request("page and page_size must be integers") from None
+        if page < 1 or not 1 <= page_size <= 500:
+            raise bad_request("page must be >= 1 and page_size between 1 and 500")
+        filtered = len(items)
+        page_count = max(1, -(-filtered // page_size))
+        if page > page_count:
+            raise bad_request(f"page out of range: {page} > {page_count}")
+        chunk = items[(page - 1) * page_size:page * page_size]
+        if columns:
+            chunk = [select_columns(i, columns) for i in chunk]
+        return json_response({"filtered_count": filtered, "item_count": len(chunk), "items": chunk,
+                              "page": page, "page_count": page_count, "page_size": page_size,
+                              "total_count": total})
+    if columns:
+        items = [select_columns(i, columns) for i in items]
+    return json_response(items)
+
+
+def item_response(request, item: dict):
+    """One object, with only the ?columns= asked for."""
+    from .app import json_response
+    columns = [c for c in request.query.get("columns", "").split(",") if c]
+    return json_response(select_columns(item, columns) if columns else item)
