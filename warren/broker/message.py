@@ -1,10 +1,24 @@
 """A published message: the publisher's content header and body bytes, kept as received."""
 
 from ..amqp.properties import FLAG_HEADERS, decode_properties, delivery_mode
+from .errors import precondition_failed
 
 
 # RabbitMQ's ?MAX_EXPIRY_TIMER: the largest per-message or per-queue TTL, in milliseconds.
 MAX_EXPIRY = 315360000000
+
+
+def check_properties(props: dict, user) -> None:
+    """RabbitMQ's publish-time property checks (406): user_id must name the publishing user
+    (unless tagged impersonator), and expiration must be a valid TTL."""
+    user_id = props.get("user_id")
+    if user_id is not None and user_id != user.name and "impersonator" not in user.tags:
+        raise precondition_failed(f"user_id property set to '{user_id}' but authenticated user was '{user.name}'")
+    expiration = props.get("expiration")
+    if expiration is not None:
+        _, err = parse_expiration(expiration)
+        if err:
+            raise precondition_failed(f"invalid expiration '{expiration}': {err}")
 
 
 def parse_expiration(text: str):

@@ -922,7 +922,7 @@ def general_usage() -> str:
     width = max(len(n) for n in VERBS)
     lines += [f"   {n.ljust(width)}  {VERBS[n]['help']}" for n in sorted(VERBS)]
     lines += ["", GLOBAL_HELP, "",
-              f"Exit codes: 0 ok, 64 usage, 65 bad data or no such vhost, 67 no such user, "
+              "Exit codes: 0 ok, 64 usage, 65 bad data or no such vhost, 67 no such user, "
               "69 broker unreachable, 70 failure, 77 authentication failed."]
     return "\n".join(lines)
 

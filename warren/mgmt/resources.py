@@ -16,20 +16,15 @@ from ..broker.errors import AMQPError
 from .app import ApiError, bad_request, json_response, not_found
 from .erlhash import Atom, phash2
 
-try:  # message counters and rates (warren.mgmt.stats)
-    from . import stats as _stats
-    from .stats import exchange_stats, queue_stats, unacked_bytes_by_queue
-except ImportError:  # pragma: no cover - only while the stats module does not exist
-    _stats = exchange_stats = queue_stats = unacked_bytes_by_queue = None
+from . import stats as _stats
+from .stats import exchange_stats, queue_stats, unacked_bytes_by_queue
 
 ACCESS_REFUSED = "Access refused."
 
 
 # ----------------------------------------------------------------------- basics
 def node_name(broker) -> str:
-    if _stats is not None and hasattr(_stats, "node_name"):
-        return _stats.node_name(broker)
-    return getattr(broker, "node_name", None) or broker.cluster_name
+    return _stats.node_name(broker)
 
 
 def flush(request) -> None:
@@ -330,8 +325,7 @@ def exchange_json(x) -> dict:
          "auto_delete": x.auto_delete, "internal": x.internal, "arguments": table_json(x.arguments)}
     if x.policy is not None:
         d["policy"] = x.policy.name
-    if exchange_stats is not None:
-        d.update(exchange_stats(x))
+    d.update(exchange_stats(x))
     return d
 
 
@@ -395,8 +389,7 @@ def queue_json(q, unacked_bytes=None, details: bool = False) -> dict:
               "message_bytes": q.store.ready_bytes, "message_bytes_ready": q.store.ready_bytes,
               "consumers": q.consumer_count, "state": "running",
               "exclusive_consumer_tag": next((c.tag for c in q.consumers if c.exclusive), None)})
-    if queue_stats is not None:
-        d.update(queue_stats(q, unacked_bytes))
+    d.update(queue_stats(q, unacked_bytes))
     if q.owner is not None:
         d["owner_pid_details"] = _conn_details(q.owner)
     if details:
@@ -407,7 +400,7 @@ def queue_json(q, unacked_bytes=None, details: bool = False) -> dict:
 
 
 def queues_json(broker, queues) -> list:
-    unacked = unacked_bytes_by_queue(broker) if unacked_bytes_by_queue is not None else {}
+    unacked = unacked_bytes_by_queue(broker)
     return [queue_json(q, unacked.get(q, 0)) for q in queues]
 
 
@@ -435,6 +428,12 @@ def _prune(item: dict, columns: list) -> dict:
             target = target.setdefault(part, {})
         target[path[-1]] = value
     return out
+
+
+def item_response(request, item: dict):
+    """One object, pruned to ?columns= like a list item."""
+    columns = [c.split(".") for c in request.query.get("columns", "").split(",") if c]
+    return json_response(_prune(item, columns) if columns else item)
 
 
 def _sort_value(value):

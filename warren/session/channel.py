@@ -8,7 +8,7 @@ from collections import deque
 from ..amqp import spec
 from ..amqp.codec import DecodeError, read_shortstr
 from ..amqp.constants import BASIC, BASIC_ACK, BASIC_PUBLISH, FRAME_HEADER, FRAME_METHOD, NO_ROUTE
-from ..amqp.frames import ack_frame, nack_frame, content_frames, deliver_frame, deliver_prefix, get_ok_frame, method_frame
+from ..amqp.frames import ack_frame, content_frames, deliver_frame, deliver_prefix, get_ok_frame, nack_frame
 from ..amqp.properties import FLAG_EXPIRATION, FLAG_USER_ID, decode_properties, parse_header
 from ..broker.consumer import Consumer
 from ..broker.errors import (
@@ -16,7 +16,7 @@ from ..broker.errors import (
     not_implemented, precondition_failed, rs, unexpected_frame,
 )
 from ..broker.exchanges import TYPES
-from ..broker.message import Message, parse_expiration
+from ..broker.message import Message, check_properties
 from ..broker.vhost import server_named
 from . import frame_errors
 
@@ -529,16 +529,7 @@ class Channel:
 
     def _check_properties(self, header) -> None:
         """user_id and expiration, checked after the exchange as RabbitMQ does."""
-        props = decode_properties(header)
-        user_id = props.get("user_id")
-        if user_id is not None and user_id != self.user and "impersonator" not in self.conn.user.tags:
-            raise precondition_failed(
-                f"user_id property set to '{user_id}' but authenticated user was '{self.user}'")
-        expiration = props.get("expiration")
-        if expiration is not None:
-            _, err = parse_expiration(expiration)
-            if err:
-                raise precondition_failed(f"invalid expiration '{expiration}': {err}")
+        check_properties(decode_properties(header), self.conn.user)
 
     def _return(self, message, code, text) -> None:
         self.stats["return_unroutable"] += 1

@@ -11,6 +11,7 @@ from aiohttp import web
 from ...amqp.constants import CONNECTION_FORCED
 from ...session.connection import OPEN
 from .. import stats
+from ..resources import item_response, list_response
 from ..app import not_found
 
 routes = web.RouteTableDef()
@@ -167,21 +168,21 @@ def vhost_or_404(broker, name: str):
 @routes.get("/api/connections")
 async def list_connections(request):
     broker = request.app["broker"]
-    return stats.list_response(request, [connection_info(c) for c in open_connections(broker)])
+    return list_response(request, [connection_info(c) for c in open_connections(broker)])
 
 
 @routes.get("/api/vhosts/{vhost}/connections")
 async def list_vhost_connections(request):
     broker = request.app["broker"]
     vhost = vhost_or_404(broker, request.match_info["vhost"])
-    return stats.list_response(request, [connection_info(c) for c in open_connections(broker)
+    return list_response(request, [connection_info(c) for c in open_connections(broker)
                                          if c.vhost is vhost])
 
 
 @routes.get("/api/connections/{name}")
 async def get_connection(request):
     conn = find_connection(request.app["broker"], request.match_info["name"])
-    return stats.item_response(request, connection_info(conn))
+    return item_response(request, connection_info(conn))
 
 
 @routes.delete("/api/connections/{name}")
@@ -196,4 +197,4 @@ async def delete_connection(request):
 @routes.get("/api/connections/{name}/channels")
 async def connection_channels(request):
     conn = find_connection(request.app["broker"], request.match_info["name"])
-    return stats.list_response(request, [channel_info(ch) for ch in list(conn.channels.values())])
+    return list_response(request, [channel_info(ch) for ch in list(conn.channels.values())])

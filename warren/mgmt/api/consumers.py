@@ -2,7 +2,7 @@
 
 from aiohttp import web
 
-from .. import stats
+from ..resources import list_response
 from .connections import consumer_info, open_connections, vhost_or_404
 
 routes = web.RouteTableDef()
@@ -15,11 +15,11 @@ def _consumers(broker, vhost=None) -> list:
 
 @routes.get("/api/consumers")
 async def list_consumers(request):
-    return stats.list_response(request, _consumers(request.app["broker"]), default_sort=())
+    return list_response(request, _consumers(request.app["broker"]), default_sort=())
 
 
 @routes.get("/api/consumers/{vhost}")
 async def list_vhost_consumers(request):
     broker = request.app["broker"]
     vhost = vhost_or_404(broker, request.match_info["vhost"])
-    return stats.list_response(request, _consumers(broker, vhost), default_sort=())
+    return list_response(request, _consumers(broker, vhost), default_sort=())

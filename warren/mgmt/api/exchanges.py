@@ -11,7 +11,7 @@ from ...amqp.properties import encode_header
 from ...broker.errors import AMQPError, access_refused, command_invalid, not_found as amqp_not_found, \
     precondition_failed, rs
 from ...broker.exchanges import TYPES
-from ...broker.message import Message, parse_expiration
+from ...broker.message import Message, check_properties
 from ..app import ApiError, bad_request, json_response, not_found
 from ..resources import (ACCESS_REFUSED, channel_error_text, check_permission, check_vhost_access, direct_error,
                          exchange_json, exchange_name, flush, json_to_table, list_response, parse_bool, query_bool,
@@ -184,15 +184,7 @@ def publish(request, vhost, name: str, routing_key: str, properties: dict, body:
     max_size = broker.limits.max_message_size
     if max_size and len(body) > max_size:
         raise precondition_failed(f"message size {len(body)} is larger than configured max size {max_size}")
-    user_id = properties.get("user_id")
-    if user_id is not None and user_id != request["user"].name and "impersonator" not in request["user"].tags:
-        raise precondition_failed(
-            f"user_id property set to '{user_id}' but authenticated user was '{request['user'].name}'")
-    expiration = properties.get("expiration")
-    if expiration is not None:
-        _, err = parse_expiration(expiration)
-        if err:
-            raise precondition_failed(f"invalid expiration '{expiration}': {err}")
+    check_properties(properties, request["user"])
     try:
         route = shortstr(name) + shortstr(routing_key)
     except ValueError:

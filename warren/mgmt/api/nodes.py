@@ -15,6 +15,7 @@ from aiohttp import web
 from ... import __version__
 from ...session.sasl import MECHANISMS
 from .. import stats
+from ..resources import item_response, list_response
 from ..app import not_found
 from .overview import contexts, exchange_types
 
@@ -107,11 +108,11 @@ def node_info(request) -> dict:
 
 @routes.get("/api/nodes")
 async def list_nodes(request):
-    return stats.list_response(request, [node_info(request)], default_sort=("name",))
+    return list_response(request, [node_info(request)], default_sort=("name",))
 
 
 @routes.get("/api/nodes/{name}")
 async def get_node(request):
     if request.match_info["name"] != stats.node_name(request.app["broker"]):
         raise not_found()
-    return stats.item_response(request, node_info(request))
+    return item_response(request, node_info(request))

@@ -13,6 +13,7 @@ from aiohttp import web
 from ... import __version__
 from ...broker.exchanges import TYPES
 from .. import stats
+from ..resources import item_response
 from ..app import json_response
 
 routes = web.RouteTableDef()
@@ -87,7 +88,7 @@ async def overview(request):
         "warren_version": __version__,
         "python_version": platform.python_version(),
     }
-    return stats.item_response(request, data)
+    return item_response(request, data)
 
 
 @routes.get("/api/whoami")
