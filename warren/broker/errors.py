@@ -69,10 +69,6 @@ def channel_error(text):
     return AMQPError(504, text)
 
 
-def frame_error(text):
-    return AMQPError(501, text)
-
-
 def syntax_error(text):
     return AMQPError(502, text)
 

@@ -162,8 +162,6 @@ class VHost:
         if source.auto_delete and not source.bindings and self.exchanges.get(source.name) is source:
             self.delete_exchange(source.name)
 
-    def bindings_to(self, destination):
-        return [b for x in self.exchanges.values() for b in x.bindings.values() if b.destination is destination]
 
     # routing -----------------------------------------------------------------
     def route(self, exchange, routing_key: str, message) -> list:
