@@ -11,8 +11,22 @@ import pytest
 from pika.exceptions import ChannelClosedByBroker, ProbableAuthenticationError, UnroutableError
 
 from warren.broker.auth import hash_password
+from warren.store.definitions import JOURNAL, SEQ_KEY, decode_record, replay
 
 SIGNALS = [pytest.param(signal.SIGTERM, id="sigterm"), pytest.param(signal.SIGKILL, id="sigkill")]
+
+
+def saved_definitions(data_dir: str) -> dict:
+    """What is durable in the data dir: the snapshot (definitions.json, RabbitMQ's format) with
+    the journal's newer records applied, read without touching the files."""
+    with open(os.path.join(data_dir, "definitions.json")) as f:
+        data = json.load(f)
+    seq = data.pop(SEQ_KEY)
+    records = []
+    if os.path.exists(os.path.join(data_dir, JOURNAL)):
+        with open(os.path.join(data_dir, JOURNAL), "rb") as f:
+            records = [r for r in map(decode_record, f) if r["n"] > seq]
+    return replay(data, records)
 
 
 def connect(b, **kwargs):
@@ -139,8 +153,7 @@ def test_durable_definitions_survive_restart(make_broker, restart_broker, uid, s
     conn.close()
 
     # what was saved is exactly the durable topology
-    with open(os.path.join(b.data_dir, "definitions.json")) as f:
-        saved = json.load(f)
+    saved = saved_definitions(b.data_dir)
     assert sorted(x["name"] for x in saved["exchanges"]) == sorted(
         f"{n}-{u}" for n in ("ae", "x", "xi", "h", "xad", "dx"))
     assert sorted(q["name"] for q in saved["queues"]) == sorted(
@@ -227,8 +240,7 @@ def test_users_vhosts_permissions_survive_restart(make_broker, restart_broker, u
     conn = connect(b, credentials=alice, virtual_host=vhost)
     conn.channel().queue_declare(f"alice-{uid}", passive=True)
     conn.close()
-    with open(os.path.join(b.data_dir, "definitions.json")) as f:
-        saved = json.load(f)
+    saved = saved_definitions(b.data_dir)
     users = {u["name"]: u for u in saved["users"]}
     assert set(users) == {"guest", f"alice-{uid}", f"bob-{uid}"}
     assert users[f"alice-{uid}"]["password_hash"] == defs["users"][0]["password_hash"]
@@ -264,8 +276,7 @@ def test_corrupt_definitions_file_does_not_stop_the_broker(make_broker, restart_
     ch = conn.channel()
     ch.queue_declare(f"new-{uid}", durable=True)
     conn.close()
-    with open(path) as f:
-        assert [q["name"] for q in json.load(f)["queues"]] == [f"new-{uid}"]
+    assert [q["name"] for q in saved_definitions(b.data_dir)["queues"]] == [f"new-{uid}"]
 
 
 def test_definitions_flag_on_every_start_keeps_existing_objects(make_broker, restart_broker, uid, tmp_path):

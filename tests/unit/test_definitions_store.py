@@ -5,6 +5,7 @@ import datetime
 import json
 import logging
 import os
+import zlib
 
 import pytest
 
@@ -12,7 +13,8 @@ from warren.amqp.codec import decode_table, encode_table
 from warren.broker import definitions
 from warren.broker.auth import SHA512, User, hash_password
 from warren.broker.broker import Broker
-from warren.store.definitions import DefinitionsFile
+from warren.store import definitions as store_definitions
+from warren.store.definitions import JOURNAL, SEQ_KEY, DefinitionsFile, decode_record
 
 
 def wire(table: dict) -> dict:
@@ -344,3 +346,281 @@ def test_file_failed_save_keeps_old_content(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert store.load() == {"users": [], "n": 1}
     assert os.listdir(tmp_path) == ["definitions.json"]
+
+
+# -- the journal ----------------------------------------------------------------------
+
+
+class RecordingJournal(RecordingStore):
+    def __init__(self):
+        super().__init__()
+        self.appended = []
+
+    def append(self, records):
+        self.appended.append(records)
+
+    def needs_compaction(self):
+        return False
+
+
+def test_flush_appends_one_record_per_changed_object():
+    broker = populated_broker()
+    store = broker.definitions_store = RecordingJournal()
+    broker.flush_definitions()  # marks made without a store: everything is saved
+    assert len(store.saved) == 1 and store.appended == []
+    v = broker.vhosts["/"]
+    q, _ = v.declare_queue("nq", True, None, False, wire({"x-max-length": 3}))
+    v.bind(v.exchange("x"), q, "nk", {})
+    broker.flush_definitions()
+    assert store.appended[-1] == [
+        ("put", "queues", {"name": "nq", "vhost": "/", "durable": True, "auto_delete": False, "type": "classic",
+                           "arguments": {"x-max-length": 3}}),
+        ("put", "bindings", {"source": "x", "vhost": "/", "destination": "nq", "destination_type": "queue",
+                             "routing_key": "nk", "arguments": {}})]
+    v.declare_queue("nq", True, None, False, wire({"x-max-length": 3}))  # redeclare: nothing
+    broker.flush_definitions()
+    assert len(store.appended) == 1
+    v.delete_exchange("x")  # its bindings go too, including the one to an exchange
+    broker.flush_definitions()
+    assert sorted(store.appended[-1], key=lambda r: json.dumps(r)) == sorted([
+        ("delete", "exchanges", {"vhost": "/", "name": "x"}),
+        ("delete", "bindings", {"source": "x", "vhost": "/", "destination": "q1", "destination_type": "queue",
+                                "routing_key": "k1", "arguments": {}}),
+        ("delete", "bindings", {"source": "x", "vhost": "/", "destination": "xi", "destination_type": "exchange",
+                                "routing_key": "k2", "arguments": {}}),
+        ("delete", "bindings", {"source": "x", "vhost": "/", "destination": "nq", "destination_type": "queue",
+                                "routing_key": "nk", "arguments": {}})], key=lambda r: json.dumps(r))
+    broker.delete_user("alice")
+    broker.flush_definitions()
+    assert store.appended[-1] == [("delete", "permissions", {"user": "alice", "vhost": "other"}),
+                                  ("delete", "users", {"name": "alice"})]
+    assert len(store.saved) == 1
+    broker.delete_vhost("other")  # sweeping: everything is saved again
+    broker.flush_definitions()
+    assert len(store.saved) == 2 and len(store.appended) == 3
+
+
+def durable_broker(tmp_path):
+    store = DefinitionsFile.in_dir(str(tmp_path))
+    assert store.load() is None
+    broker = Broker.with_defaults()
+    broker.definitions_store = store
+    broker.flush_definitions()  # the first start writes the snapshot
+    assert not (tmp_path / JOURNAL).exists()
+    return broker, store
+
+
+def recovered(tmp_path) -> dict:
+    """What a restart recovers from the data dir (loaded into a fresh broker and exported)."""
+    data = DefinitionsFile.in_dir(str(tmp_path)).load()
+    fresh = Broker()
+    errors = []
+    definitions.load(fresh, data, on_error=lambda *a: errors.append(a))
+    assert errors == []
+    return definitions.export(fresh)
+
+
+def journal_lines(tmp_path) -> list:
+    return (tmp_path / JOURNAL).read_bytes().splitlines(keepends=True)
+
+
+def test_journal_append_and_replay(tmp_path):
+    broker, store = durable_broker(tmp_path)
+    snapshot = (tmp_path / "definitions.json").read_bytes()
+    v = broker.vhosts["/"]
+    for i in range(20):
+        v.declare_queue(f"q{i}", True)
+        broker.flush_definitions()
+    assert len(journal_lines(tmp_path)) == 20
+    x, _ = v.declare_exchange("x", "topic", True, False, False, wire({"alternate-exchange": "ae"}))
+    v.bind(x, v.queues["q1"], "a.#", wire({"n": 1}))
+    v.bind(x, v.queues["q2"], "b", {})
+    broker.add_vhost("v2").description = "two"
+    broker.mark_definitions_changed("vhost", "v2")
+    broker.add_user(User.with_password("bob", "pw", ["management"]))
+    broker.set_permissions("bob", "v2", "^b", ".*", "")
+    from warren.broker.policy import Policy, set_policy
+    set_policy(v, Policy.validated("/", "p", "^q", {"max-length": 5}, 1, "queues", False))
+    set_policy(v, Policy.validated("/", "op", "^q", {"max-length": 9}, 0, "queues", True), True)
+    v.delete_queue(v.queues["q2"])  # with its binding
+    broker.flush_definitions()
+    # a second change to objects already in the journal: the last record wins
+    broker.set_permissions("bob", "v2", "^bob", ".*", "")
+    v.unbind(x, v.queues["q1"], "a.#", wire({"n": 1}))
+    v.bind(x, v.queues["q1"], "a.#", wire({"n": 1}))
+    broker.flush_definitions()
+    assert (tmp_path / "definitions.json").read_bytes() == snapshot  # nothing rewritten
+    assert sorted(os.listdir(tmp_path)) == [JOURNAL, "definitions.json"]
+    for line in journal_lines(tmp_path):
+        crc, body = line.split(b" ", 1)
+        assert int(crc, 16) == zlib.crc32(body.rstrip(b"\n"))
+        assert set(json.loads(body)) == {"n", "op", "kind", "obj"}
+    assert [decode_record(line)["n"] for line in journal_lines(tmp_path)] == list(range(1, 32))
+    assert recovered(tmp_path) == definitions.export(broker)
+    # and a broker restarted on that directory goes on appending after the last record
+    store2 = DefinitionsFile.in_dir(str(tmp_path))
+    assert store2.load() is not None and store2.seq == 31 and store2.journal_lines == 31
+    store2.append([("delete", "queues", {"vhost": "/", "name": "q0"})])
+    assert decode_record(journal_lines(tmp_path)[-1])["n"] == 32
+    assert "q0" not in [q["name"] for q in store2.load()["queues"]]
+
+
+def test_journal_cost_does_not_grow_with_definitions(tmp_path):
+    broker, store = durable_broker(tmp_path)
+    v = broker.vhosts["/"]
+    for i in range(500):
+        v.declare_queue(f"q{i}", True)
+    broker.flush_definitions()
+    broker.flush_definitions()
+    store.save(definitions.export(broker))
+    assert not (tmp_path / JOURNAL).read_bytes()
+    v.declare_queue("one-more", True)
+    broker.flush_definitions()
+    lines = journal_lines(tmp_path)
+    assert len(lines) == 1 and len(lines[0]) < 200
+    assert decode_record(lines[0])["obj"]["name"] == "one-more"
+
+
+def test_journal_torn_last_line_is_cut_off(tmp_path, caplog):
+    broker, store = durable_broker(tmp_path)
+    v = broker.vhosts["/"]
+    v.declare_queue("a", True)
+    broker.flush_definitions()
+    v.declare_queue("b", True)
+    broker.flush_definitions()
+    good = (tmp_path / JOURNAL).read_bytes()
+    whole = store_definitions.encode_record(3, "put", "queues", {"name": "c", "vhost": "/"})
+    for torn in (whole[:-1], whole[:20], whole[:3]):
+        (tmp_path / JOURNAL).write_bytes(good + torn)
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, "warren.definitions"):
+            data = DefinitionsFile.in_dir(str(tmp_path)).load()
+        assert [q["name"] for q in data["queues"]] == ["a", "b"]
+        assert [r.getMessage() for r in caplog.records] == [
+            f"definitions journal {tmp_path / JOURNAL}: bad record at byte {len(good)} "
+            f"(torn line (no newline)); dropped the {len(torn)} bytes from there"]
+        assert (tmp_path / JOURNAL).read_bytes() == good
+
+
+def test_journal_corrupt_line_stops_the_replay(tmp_path, caplog):
+    broker, store = durable_broker(tmp_path)
+    v = broker.vhosts["/"]
+    for name in ("a", "b", "c"):
+        v.declare_queue(name, True)
+        broker.flush_definitions()
+    lines = journal_lines(tmp_path)
+    bad = lines[1].replace(b'"b"', b'"B"')
+    (tmp_path / JOURNAL).write_bytes(lines[0] + bad + lines[2])
+    with caplog.at_level(logging.ERROR, "warren.definitions"):
+        store2 = DefinitionsFile.in_dir(str(tmp_path))
+        data = store2.load()
+    assert [q["name"] for q in data["queues"]] == ["a"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"definitions journal {tmp_path / JOURNAL}: bad record at byte {len(lines[0])} (checksum mismatch); "
+        f"dropped the {len(bad) + len(lines[2])} bytes from there"]
+    assert (tmp_path / JOURNAL).read_bytes() == lines[0]
+    # a line that is not a record at all, with a good checksum
+    body = b'{"n": 9, "op": "rename"}'
+    (tmp_path / JOURNAL).write_bytes(lines[0] + b"%08x %s\n" % (zlib.crc32(body), body))
+    with caplog.at_level(logging.ERROR, "warren.definitions"):
+        assert [q["name"] for q in DefinitionsFile.in_dir(str(tmp_path)).load()["queues"]] == ["a"]
+    assert "(not a journal record)" in caplog.records[-1].getMessage()
+
+
+def test_journal_compaction(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_definitions, "COMPACT_MIN", 10)
+    broker, store = durable_broker(tmp_path)
+    v = broker.vhosts["/"]
+    for i in range(9):
+        v.declare_queue(f"q{i}", True)
+        broker.flush_definitions()
+    assert len(journal_lines(tmp_path)) == 9
+    v.declare_queue("q9", True)
+    broker.flush_definitions()  # the 10th line: the snapshot is rewritten, the journal emptied
+    assert (tmp_path / JOURNAL).read_bytes() == b""
+    with open(tmp_path / "definitions.json") as f:
+        snapshot = json.load(f)
+    assert snapshot[SEQ_KEY] == 10
+    assert [q["name"] for q in snapshot["queues"]] == [f"q{i}" for i in range(10)]
+    # now the snapshot has 13 objects: compaction waits for 13 lines
+    for i in range(12):
+        v.declare_queue(f"r{i}", True)
+        broker.flush_definitions()
+    assert len(journal_lines(tmp_path)) == 12
+    assert decode_record(journal_lines(tmp_path)[0])["n"] == 11
+    v.declare_queue("r12", True)
+    broker.flush_definitions()
+    assert (tmp_path / JOURNAL).read_bytes() == b""
+    assert recovered(tmp_path) == definitions.export(broker)
+
+
+def test_crash_between_snapshot_and_journal_truncation_is_idempotent(tmp_path):
+    broker, store = durable_broker(tmp_path)
+    v = broker.vhosts["/"]
+    broker.add_vhost("gone")
+    broker.set_permissions("guest", "gone", ".*", ".*", ".*")
+    broker.vhosts["gone"].declare_queue("q", True)
+    v.declare_queue("kept", True)
+    v.declare_queue("deleted", True)
+    broker.flush_definitions()
+    v.delete_queue(v.queues["deleted"])
+    broker.flush_definitions()
+    stale = (tmp_path / JOURNAL).read_bytes()
+    assert len(stale.splitlines()) == 6
+    # A sweeping change (a vhost deletion) rewrites the snapshot; then the journal is emptied.
+    # A crash in between leaves the old lines: replaying them must change nothing.
+    broker.delete_vhost("gone")
+    v.declare_queue("late", True)
+    broker.flush_definitions()
+    assert (tmp_path / JOURNAL).read_bytes() == b""
+    (tmp_path / JOURNAL).write_bytes(stale)
+    expected = definitions.export(broker)
+    assert recovered(tmp_path) == expected
+    assert [q["name"] for q in expected["queues"]] == ["kept", "late"]
+    # twice over, and with new records after the stale ones
+    store2 = DefinitionsFile.in_dir(str(tmp_path))
+    store2.load()
+    assert store2.seq == 6
+    store2.append([("put", "queues", {"name": "new", "vhost": "/", "durable": True, "auto_delete": False,
+                                      "arguments": {}})])
+    assert decode_record(journal_lines(tmp_path)[-1])["n"] == 7
+    assert [q["name"] for q in recovered(tmp_path)["queues"]] == ["kept", "late", "new"]
+
+
+def test_failed_append_rewrites_everything_next(tmp_path, monkeypatch, caplog):
+    broker, store = durable_broker(tmp_path)
+    v = broker.vhosts["/"]
+    v.declare_queue("a", True)
+    broker.flush_definitions()
+    good = (tmp_path / JOURNAL).read_bytes()
+    real_fsync = os.fsync
+
+    def failing_fsync(fd):
+        raise OSError(5, "Input/output error")
+
+    v.declare_queue("b", True)
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with caplog.at_level(logging.ERROR, "warren.definitions"):
+        broker.flush_definitions()
+    assert broker.definitions_dirty and broker.definitions_all_changed
+    assert (tmp_path / JOURNAL).read_bytes() == good  # the unsynced line was cut off again
+    assert caplog.records[-1].getMessage() == (
+        f"cannot save definitions to {store.path}: [Errno 5] Input/output error")
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    broker.flush_definitions()
+    assert not broker.definitions_dirty
+    assert (tmp_path / JOURNAL).read_bytes() == b""
+    assert [q["name"] for q in recovered(tmp_path)["queues"]] == ["a", "b"]
+
+
+def test_corrupt_snapshot_moves_its_journal_aside(tmp_path, caplog):
+    broker, store = durable_broker(tmp_path)
+    broker.vhosts["/"].declare_queue("a", True)
+    broker.flush_definitions()
+    (tmp_path / "definitions.json").write_bytes(b"{\"users\": [")
+    with caplog.at_level(logging.ERROR, "warren.definitions"):
+        assert DefinitionsFile.in_dir(str(tmp_path)).load() is None
+    names = sorted(os.listdir(tmp_path))
+    assert len(names) == 2
+    assert names[0].startswith("definitions.journal.corrupt-") and names[1].startswith("definitions.json.corrupt-")
+    assert caplog.records[-1].getMessage() == f"moved the unusable definitions journal to {tmp_path / names[0]}"

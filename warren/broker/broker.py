@@ -4,7 +4,7 @@ import logging
 from dataclasses import dataclass, field
 
 from .auth import Permission, User, check
-from .definitions import export
+from .definitions import changes, export
 from .vhost import VHost
 
 log = logging.getLogger("warren.definitions")
@@ -33,10 +33,13 @@ class Broker:
     message_totals: dict = field(default_factory=dict)
     cluster_name: str = "warren@localhost"
     # Where durable definitions are saved (a warren.store.definitions.DefinitionsFile), or None
-    # without a data dir. The model only sets definitions_dirty; the session layer calls
-    # flush_definitions() before it sends any reply, so a declare-ok follows the write.
+    # without a data dir. The model only records what changed (definitions_changes, or
+    # definitions_all_changed); the session layer calls flush_definitions() before it sends
+    # any reply, so a declare-ok follows the write.
     definitions_store: object = None
     definitions_dirty: bool = False
+    definitions_changes: dict = field(default_factory=dict)  # (kind, key) -> Binding or None
+    definitions_all_changed: bool = False
     definitions_save_failing: bool = False
     # The message store's writer (a warren.store.persister.Persister), or None: queues then
     # keep their messages in memory only.
@@ -64,7 +67,7 @@ class Broker:
         vhost = self.vhosts.get(name)
         if vhost is None:
             vhost = self.vhosts[name] = VHost(name, self)
-            self.mark_definitions_changed()
+            self.mark_definitions_changed("vhost", name)
         return vhost
 
     def delete_vhost(self, name: str):
@@ -79,7 +82,7 @@ class Broker:
 
     def add_user(self, user: User) -> None:
         self.users[user.name] = user
-        self.mark_definitions_changed()
+        self.mark_definitions_changed("user", user.name)
 
     def delete_user(self, name: str):
         """Remove a user and its permissions; returns it (or None)."""
@@ -87,34 +90,61 @@ class Broker:
         if user is not None:
             for key in [k for k in self.permissions if k[0] == name]:
                 del self.permissions[key]
-            self.mark_definitions_changed()
+                self.mark_definitions_changed("permission", key)
+            self.mark_definitions_changed("user", name)
         return user
 
     def set_permissions(self, user: str, vhost: str, configure: str, write: str, read: str) -> None:
         self.permissions[(user, vhost)] = Permission(configure, write, read)
-        self.mark_definitions_changed()
+        self.mark_definitions_changed("permission", (user, vhost))
 
     def clear_permissions(self, user: str, vhost: str) -> bool:
         if self.permissions.pop((user, vhost), None) is None:
             return False
-        self.mark_definitions_changed()
+        self.mark_definitions_changed("permission", (user, vhost))
         return True
 
     # durable definitions -------------------------------------------------------
-    def mark_definitions_changed(self) -> None:
-        """Something that survives a restart changed (the model calls this; no I/O here)."""
+    def mark_definitions_changed(self, kind: str | None = None, key=None, binding=None) -> None:
+        """Something that survives a restart changed (the model calls this; no I/O here): the
+        object `key` of `kind` ("vhost": name, "user": name, "permission": (user, vhost),
+        "policy"/"operator_policy"/"exchange"/"queue": (vhost, name), "binding": (vhost,
+        source, Binding.key) with the Binding), or, without a kind, anything (the next flush
+        rewrites all definitions: for rare, sweeping changes)."""
         self.definitions_dirty = True
+        if kind is None or self.definitions_store is None:
+            self.definitions_all_changed = True
+        elif not self.definitions_all_changed:
+            self.definitions_changes[(kind, key)] = binding
+
+    def definitions_flushed(self) -> None:
+        """The stored definitions match the broker (nothing left to write)."""
+        self.definitions_dirty = False
+        self.definitions_all_changed = False
+        self.definitions_changes = {}
 
     def flush_definitions(self) -> None:
-        """Save the definitions if they changed since the last save (cheap when they did not)."""
+        """Make the definitions changed since the last flush durable: the stores's journal gets
+        one record per changed object (cost independent of how many definitions exist); a
+        store without a journal, or a sweeping change, gets all the definitions."""
         if not self.definitions_dirty:
             return
         store = self.definitions_store
         if store is None:
-            self.definitions_dirty = False
+            self.definitions_flushed()
             return
+        append = getattr(store, "append", None)
         try:
-            store.save(export(self))
+            if self.definitions_all_changed or append is None:
+                store.save(export(self))
+            else:
+                try:
+                    append(changes(self, self.definitions_changes))
+                except BaseException:
+                    # The journal may hold a torn record: the next try rewrites everything.
+                    self.definitions_all_changed = True
+                    self.definitions_changes = {}
+                    raise
         except (OSError, TypeError, ValueError) as err:
             if not self.definitions_save_failing:  # once, not on every retry
                 log.error("cannot save definitions to %s: %s", getattr(store, "path", store), err)
@@ -123,7 +153,13 @@ class Broker:
         if self.definitions_save_failing:
             log.info("definitions saved again to %s", getattr(store, "path", store))
             self.definitions_save_failing = False
-        self.definitions_dirty = False
+        self.definitions_flushed()
+        if append is not None and store.needs_compaction():
+            try:
+                store.save(export(self))
+            except (OSError, TypeError, ValueError) as err:
+                # The changes are durable in the journal; compaction is tried again later.
+                log.error("cannot compact definitions into %s: %s", getattr(store, "path", store), err)
 
     def authenticate(self, username: str, password: str):
         user = self.users.get(username)

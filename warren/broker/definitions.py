@@ -71,7 +71,7 @@ def _load_vhost(broker, v):
         description, tags = str(metadata.get("description") or ""), _tags(metadata.get("tags"))
         if (description, tags) != (vhost.description, vhost.tags):
             vhost.description, vhost.tags = description, tags
-            broker.mark_definitions_changed()
+            broker.mark_definitions_changed("vhost", vhost.name)
 
 
 def _load_user(broker, u):
@@ -177,6 +177,49 @@ def _is_kept_queue(q, durable_only: bool) -> bool:
     return not q.exclusive and (q.durable or not durable_only)
 
 
+def _vhost_json(vhost) -> dict:
+    return {"name": vhost.name, "limits": [],
+            "metadata": {"description": getattr(vhost, "description", ""), "tags": list(getattr(vhost, "tags", []))}}
+
+
+def _exchange_json(vhost, x) -> dict:
+    return {"name": x.name, "vhost": vhost.name, "type": x.type_name, "durable": x.durable,
+            "auto_delete": x.auto_delete, "internal": x.internal, "arguments": _json_value(x.arguments)}
+
+
+def _queue_json(vhost, q) -> dict:
+    return {"name": q.name, "vhost": vhost.name, "durable": q.durable, "auto_delete": q.auto_delete,
+            "type": "classic", "arguments": _json_value(q.arguments)}
+
+
+def _binding_json(vhost, x, b) -> dict:
+    return {"source": x.name, "vhost": vhost.name, "destination": b.destination.name,
+            "destination_type": b.destination.kind, "routing_key": b.routing_key,
+            "arguments": _json_value(b.arguments)}
+
+
+def _user_json(u) -> dict:
+    return {"name": u.name, "password_hash": u.password_hash, "hashing_algorithm": u.algorithm,
+            "tags": list(u.tags), "limits": {}}
+
+
+def _permission_json(user, vhost, p) -> dict:
+    return {"user": user, "vhost": vhost, "configure": p.configure, "write": p.write, "read": p.read}
+
+
+def _is_kept_exchange(x, durable_only: bool) -> bool:
+    return not x.is_default and not x.name.startswith("amq.") and (x.durable or not durable_only)
+
+
+def _is_kept_binding(vhost, x, b, durable_only: bool) -> bool:
+    if x.is_default or (durable_only and not x.durable):
+        return False
+    dest = b.destination
+    if dest.kind == "queue":
+        return _is_kept_queue(dest, durable_only) and vhost.queues.get(dest.name) is dest
+    return not durable_only or dest.durable
+
+
 def export(broker, durable_only: bool = True) -> dict:
     """The broker's definitions as RabbitMQ exports them: the default exchange and the
     predeclared amq.* exchanges are left out, and so are exclusive queues. With durable_only
@@ -186,37 +229,78 @@ def export(broker, durable_only: bool = True) -> dict:
     for vhost in broker.vhosts.values():
         policies.extend(p.to_json() for p in vhost.policies.values())
         parameters.extend(p.to_parameter() for p in vhost.operator_policies.values())
-        vhosts.append({"name": vhost.name, "limits": [],
-                       "metadata": {"description": getattr(vhost, "description", ""),
-                                    "tags": list(getattr(vhost, "tags", []))}})
+        vhosts.append(_vhost_json(vhost))
         for x in vhost.exchanges.values():
-            if x.is_default or x.name.startswith("amq.") or (durable_only and not x.durable):
-                continue
-            exchanges.append({"name": x.name, "vhost": vhost.name, "type": x.type_name, "durable": x.durable,
-                              "auto_delete": x.auto_delete, "internal": x.internal,
-                              "arguments": _json_value(x.arguments)})
+            if _is_kept_exchange(x, durable_only):
+                exchanges.append(_exchange_json(vhost, x))
         for q in vhost.queues.values():
             if _is_kept_queue(q, durable_only):
-                queues.append({"name": q.name, "vhost": vhost.name, "durable": q.durable,
-                               "auto_delete": q.auto_delete, "type": "classic",
-                               "arguments": _json_value(q.arguments)})
+                queues.append(_queue_json(vhost, q))
         for x in vhost.exchanges.values():
             if x.is_default or (durable_only and not x.durable):
                 continue
             for b in x.bindings.values():
-                dest = b.destination
-                if dest.kind == "queue":
-                    if not _is_kept_queue(dest, durable_only) or vhost.queues.get(dest.name) is not dest:
-                        continue
-                elif durable_only and not dest.durable:
-                    continue
-                bindings.append({"source": x.name, "vhost": vhost.name, "destination": dest.name,
-                                 "destination_type": dest.kind, "routing_key": b.routing_key,
-                                 "arguments": _json_value(b.arguments)})
-    users = [{"name": u.name, "password_hash": u.password_hash, "hashing_algorithm": u.algorithm,
-              "tags": list(u.tags), "limits": {}} for u in broker.users.values()]
-    permissions = [{"user": user, "vhost": vhost, "configure": p.configure, "write": p.write, "read": p.read}
-                   for (user, vhost), p in broker.permissions.items()]
+                if _is_kept_binding(vhost, x, b, durable_only):
+                    bindings.append(_binding_json(vhost, x, b))
+    users = [_user_json(u) for u in broker.users.values()]
+    permissions = [_permission_json(user, vhost, p) for (user, vhost), p in broker.permissions.items()]
     return {"warren_version": __version__, "users": users, "vhosts": vhosts, "permissions": permissions,
             "topic_permissions": [], "parameters": parameters, "global_parameters": [], "policies": policies,
             "queues": queues, "exchanges": exchanges, "bindings": bindings}
+
+
+def changes(broker, marks: dict) -> list:
+    """The durable state now of each object in `marks` (what the model marked as changed, see
+    Broker.mark_definitions_changed), as journal records (op, kind, object): ("put", kind,
+    its export) when it exists and survives a restart, else ("delete", kind, its identity).
+    kind is the collection of the definitions format it belongs to ("queues", ...)."""
+    out = []
+    vhosts = broker.vhosts
+    for (kind, key), binding in marks.items():
+        if kind == "vhost":
+            v = vhosts.get(key)
+            out.append(("put", "vhosts", _vhost_json(v)) if v is not None else ("delete", "vhosts", {"name": key}))
+        elif kind == "user":
+            u = broker.users.get(key)
+            out.append(("put", "users", _user_json(u)) if u is not None else ("delete", "users", {"name": key}))
+        elif kind == "permission":
+            p = broker.permissions.get(key)
+            out.append(("put", "permissions", _permission_json(key[0], key[1], p)) if p is not None
+                       else ("delete", "permissions", {"user": key[0], "vhost": key[1]}))
+        elif kind in ("policy", "operator_policy"):
+            v = vhosts.get(key[0])
+            table = None if v is None else (v.policies if kind == "policy" else v.operator_policies)
+            p = None if table is None else table.get(key[1])
+            if kind == "policy":
+                out.append(("put", "policies", p.to_json()) if p is not None
+                           else ("delete", "policies", {"vhost": key[0], "name": key[1]}))
+            else:
+                out.append(("put", "parameters", p.to_parameter()) if p is not None else
+                           ("delete", "parameters", {"vhost": key[0], "component": "operator_policy",
+                                                     "name": key[1]}))
+        elif kind == "exchange":
+            v = vhosts.get(key[0])
+            x = None if v is None else v.exchanges.get(key[1])
+            out.append(("put", "exchanges", _exchange_json(v, x)) if x is not None and _is_kept_exchange(x, True)
+                       else ("delete", "exchanges", {"vhost": key[0], "name": key[1]}))
+        elif kind == "queue":
+            v = vhosts.get(key[0])
+            q = None if v is None else v.queues.get(key[1])
+            out.append(("put", "queues", _queue_json(v, q)) if q is not None and _is_kept_queue(q, True)
+                       else ("delete", "queues", {"vhost": key[0], "name": key[1]}))
+        elif kind == "binding":
+            # key: (vhost name, source name, Binding.key); the value is the Binding last marked
+            v = vhosts.get(key[0])
+            x = None if v is None else v.exchanges.get(key[1])
+            b = None if x is None else x.bindings.get(key[2])
+            if b is not None and _is_kept_binding(v, x, b, True):
+                out.append(("put", "bindings", _binding_json(v, x, b)))
+            else:
+                b = binding
+                out.append(("delete", "bindings", {
+                    "source": key[1], "vhost": key[0], "destination": b.destination.name,
+                    "destination_type": b.destination.kind, "routing_key": b.routing_key,
+                    "arguments": _json_value(b.arguments)}))
+        else:
+            raise ValueError(f"unknown kind of definition {kind!r}")
+    return out

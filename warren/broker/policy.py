@@ -222,7 +222,7 @@ def set_policy(vhost, policy: Policy, operator: bool = False) -> bool:
     table[policy.name] = policy
     apply_all(vhost)
     if vhost.broker is not None:
-        vhost.broker.mark_definitions_changed()
+        vhost.broker.mark_definitions_changed("operator_policy" if operator else "policy", (vhost.name, policy.name))
     return created
 
 
@@ -232,5 +232,5 @@ def clear_policy(vhost, name: str, operator: bool = False) -> bool:
         return False
     apply_all(vhost)
     if vhost.broker is not None:
-        vhost.broker.mark_definitions_changed()
+        vhost.broker.mark_definitions_changed("operator_policy" if operator else "policy", (vhost.name, name))
     return True

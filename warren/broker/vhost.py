@@ -71,7 +71,7 @@ class VHost:
         if self.policies:
             apply_to_exchange(self, x)
         if durable:
-            self._definitions_changed()
+            self._definitions_changed("exchange", (self.name, name))
         return x, True
 
     def delete_exchange(self, name: str, if_unused=False) -> bool:
@@ -82,9 +82,11 @@ class VHost:
             raise precondition_failed(f"{x.describe()} in use")
         del self.exchanges[name]
         if x.durable:
-            self._definitions_changed()
+            self._definitions_changed("exchange", (self.name, name))
         for binding in list(x.bindings.values()):
             x.remove_binding(binding.key)
+            if x.durable and binding.destination.durable:
+                self._definitions_changed("binding", (self.name, name, binding.key), binding)
         # bindings where it is the destination
         for other in list(self.exchanges.values()):
             for key in [k for k, b in other.bindings.items() if b.destination is x]:
@@ -105,7 +107,7 @@ class VHost:
         if self.policies or self.operator_policies:
             apply_to_queue(self, q)
         if durable and exclusive_owner is None:
-            self._definitions_changed()
+            self._definitions_changed("queue", (self.name, name))
         return q, True
 
     def check_exclusive(self, queue, connection, strict=False) -> None:
@@ -128,7 +130,7 @@ class VHost:
         del self.queues[queue.name]
         queue.deleted = True
         if queue.durable:
-            self._definitions_changed()
+            self._definitions_changed("queue", (self.name, queue.name))
         count = queue.message_count
         queue.store.destroy()
         for x in list(self.exchanges.values()):
@@ -139,16 +141,16 @@ class VHost:
         queue.consumers.clear()
         return count
 
-    def _definitions_changed(self) -> None:
+    def _definitions_changed(self, kind=None, key=None, binding=None) -> None:
         if self.broker is not None:
-            self.broker.mark_definitions_changed()
+            self.broker.mark_definitions_changed(kind, key, binding)
 
     # bindings ----------------------------------------------------------------
     def bind(self, source, destination, routing_key: str, arguments: dict) -> None:
         source.validate_binding(routing_key, arguments)
-        if source.add_binding(Binding(source, destination, routing_key, arguments)) and \
-                source.durable and destination.durable:
-            self._definitions_changed()
+        binding = Binding(source, destination, routing_key, arguments)
+        if source.add_binding(binding) and source.durable and destination.durable:
+            self._definitions_changed("binding", (self.name, source.name, binding.key), binding)
 
     def unbind(self, source, destination, routing_key: str, arguments: dict) -> None:
         key = Binding(source, destination, routing_key, arguments).key
@@ -158,7 +160,7 @@ class VHost:
     def _remove_binding(self, source, key) -> None:
         binding = source.remove_binding(key)
         if binding is not None and source.durable and binding.destination.durable:
-            self._definitions_changed()
+            self._definitions_changed("binding", (self.name, source.name, key), binding)
         if source.auto_delete and not source.bindings and self.exchanges.get(source.name) is source:
             self.delete_exchange(source.name)
 

@@ -81,7 +81,9 @@ def _recover_definitions(broker: Broker, store, config: dict) -> None:
     if skipped:
         log.error("skipped %d definitions that could not be recovered", len(skipped))
     # Save again only when something was left out, so the file matches the broker.
-    broker.definitions_dirty = bool(skipped)
+    broker.definitions_flushed()
+    if skipped:
+        broker.mark_definitions_changed()
 
 
 async def _flush_definitions_periodically(broker, interval: float = 0.5) -> None:
@@ -165,7 +167,7 @@ def main(argv=None) -> int:
         except OSError as err:
             print(f"warren: cannot write definitions to {store.path}: {err}", file=sys.stderr)
             return 1
-        broker.definitions_dirty = False
+        broker.definitions_flushed()
     host = args.host or config.get("host", "127.0.0.1")
     port = args.port if args.port is not None else config.get("port", 5672)
     try:

@@ -70,7 +70,7 @@ async def put_vhost(request):
     if tags is not None and tags != vhost.tags:
         vhost.tags, changed = tags, True
     if changed:
-        broker.mark_definitions_changed()
+        broker.mark_definitions_changed("vhost", name)
     flush(request)
     return web.Response(status=201 if created else 204)
 
