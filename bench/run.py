@@ -508,8 +508,7 @@ def run_scenario(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
     est = pub_seconds if pub_seconds else max(10.0, count / 20000.0)
     cons_deadline = est * 3 + 30
     pub_timeout = est * 3 + 60
-    procs = []
-    files = []
+    ps = ProcSet(workdir)
     result: dict = {"scenario": sc.key, "broker": broker.name, "run": run_no}
     try:
         cons = []
@@ -523,14 +522,9 @@ def run_scenario(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
                 copts += ["--ack-every", sc.ack_every]
             else:
                 copts.append("--auto-ack")
-            out = open(os.path.join(workdir, f"cons{i}.json"), "w+")
-            err = open(os.path.join(workdir, f"cons{i}.err"), "w+")
-            files += [out, err]
-            p = spawn(loadgen(port, "consume", *copts), stdout=out, stderr=err)
-            cons.append((p, out, err, ready))
-            procs.append(p)
+            cons.append((ps.start(f"cons{i}", port, "consume", *copts), ready))
         deadline = time.monotonic() + 20
-        for p, out, err, ready in cons:
+        for (p, _out, err), ready in cons:
             while not os.path.exists(ready):
                 if p.poll() is not None or time.monotonic() > deadline:
                     err.seek(0)
@@ -552,45 +546,19 @@ def run_scenario(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
             popts.append("--persistent")
         if sc.rate:
             popts += ["--rate", sc.rate]
-        pout = open(os.path.join(workdir, "pub.json"), "w+")
-        perr = open(os.path.join(workdir, "pub.err"), "w+")
-        files += [pout, perr]
         cpu0 = group_cpu_seconds(broker.pid)
         t0 = time.monotonic()
-        pp = spawn(loadgen(port, "publish", *popts), stdout=pout, stderr=perr)
-        procs.append(pp)
-        rc, pub_cpu = wait_rusage(pp, pub_timeout)
-        if rc is None:
-            kill_tree(pp)
-            raise RunError(f"publisher did not finish within {pub_timeout:.0f} s")
-        pout.seek(0)
-        perr.seek(0)
-        pub_text, pub_err = pout.read().strip(), perr.read().strip()
         # exit 3 = finished but with unconfirmed messages: still a result
-        if rc not in (0, 3) or not pub_text:
-            raise RunError(f"publisher failed (exit {rc}): {pub_err or pub_text}")
-        if pub_err:
-            log(f"{broker.name}: publisher: {pub_err}")
-        pub = json.loads(pub_text.splitlines()[-1])
+        pub, pub_cpu = ps.finish(ps.start("pub", port, "publish", *popts), pub_timeout,
+                                 f"{broker.name}: publisher", ok_codes=(0, 3))
 
         cons_results = []
         cons_cpu = 0.0
-        for p, out, err, _ in cons:
+        for handle, _ in cons:
             remaining = max(1.0, cons_deadline + 15 - (time.monotonic() - t0))
-            crc, ccpu = wait_rusage(p, remaining)
-            if crc is None:
-                kill_tree(p)
-                raise RunError("consumer did not finish")
+            result_json, ccpu = ps.finish(handle, remaining, f"{broker.name}: consumer")
             cons_cpu += ccpu
-            out.seek(0)
-            err.seek(0)
-            text = out.read().strip()
-            etext = err.read().strip()
-            if crc != 0 or not text:
-                raise RunError(f"consumer failed (exit {crc}): {etext}")
-            if etext:
-                log(f"{broker.name}: consumer: {etext}")
-            cons_results.append(json.loads(text.splitlines()[-1]))
+            cons_results.append(result_json)
         wall = time.monotonic() - t0
         broker_cpu = group_cpu_seconds(broker.pid) - cpu0
 
@@ -607,12 +575,7 @@ def run_scenario(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
         }
         return result
     finally:
-        for p in procs:
-            if p.poll() is None:
-                kill_tree(p, grace=2.0)
-            _forget(p)
-        for f in files:
-            f.close()
+        ps.close(keep=True)  # the workdir goes below, after the queues are deleted
         try:
             del_opts = []
             for q in queues:
