@@ -10,8 +10,8 @@ import pytest
 
 from warren.amqp.codec import shortstr
 from warren.amqp.properties import encode_header
-from warren.broker.message import Message
-from warren.broker.queue import Queue
+from warren.amqp.message import Message
+from warren.broker.queues.classic import ClassicQueue
 from warren.store import segments as sg
 from warren.store.persister import Persister
 
@@ -35,7 +35,7 @@ class Store:
         self.root = str(root)
         self.persister = Persister(self.root, window=window)
         self.store = self.persister.queue_store("/", name, durable)
-        self.queue = Queue(None, name, durable, store=self.store)
+        self.queue = ClassicQueue(None, name, durable, store=self.store)
 
     @property
     def dir(self):

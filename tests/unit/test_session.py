@@ -5,62 +5,13 @@ import struct
 from pamqp import commands, frame, header, body
 
 from warren.broker.broker import Broker
-from warren.session.connection import Connection
 
-
-class FakeTransport:
-    def __init__(self):
-        self.data = bytearray()
-        self.closed = False
-        self.heartbeat = None
-
-    def write(self, data):
-        self.data += data
-
-    def close(self):
-        self.closed = True
-
-    def close_later(self, seconds):
-        pass
-
-    def schedule_flush(self, conn):
-        pass
-
-    def heartbeat_negotiated(self, seconds):
-        self.heartbeat = seconds
-
-    def frames(self):
-        """Decode and consume everything written so far."""
-        out = []
-        while self.data:
-            used, channel, value = frame.unmarshal(bytes(self.data))
-            del self.data[:used]
-            out.append((channel, value))
-        return out
-
-
-def open_connection(heartbeat=0):
-    transport = FakeTransport()
-    conn = Connection(Broker.with_defaults(), transport, ("127.0.0.1", 50000))
-    conn.data_received(b"AMQP\x00\x00\x09\x01")
-    [(_, start)] = transport.frames()
-    assert isinstance(start, commands.Connection.Start)
-    conn.data_received(frame.marshal(commands.Connection.StartOk(
-        client_properties={"capabilities": {"consumer_cancel_notify": True}},
-        mechanism="PLAIN", response="\0guest\0guest"), 0))
-    [(_, tune)] = transport.frames()
-    assert (tune.channel_max, tune.frame_max, tune.heartbeat) == (2047, 131072, 60)
-    conn.data_received(frame.marshal(commands.Connection.TuneOk(2047, 131072, heartbeat), 0))
-    conn.data_received(frame.marshal(commands.Connection.Open("/"), 0))
-    [(_, open_ok)] = transport.frames()
-    assert isinstance(open_ok, commands.Connection.OpenOk)
-    assert transport.heartbeat == heartbeat
-    return conn, transport
+from .fake_transport import FakeTransport, make_connection, open_connection
 
 
 def test_handshake_and_capabilities():
     transport = FakeTransport()
-    conn = Connection(Broker.with_defaults(), transport)
+    conn = make_connection(Broker.with_defaults(), transport)
     conn.data_received(b"AMQP\x00\x00\x09\x01")
     [(_, start)] = transport.frames()
     caps = start.server_properties["capabilities"]
@@ -71,7 +22,7 @@ def test_handshake_and_capabilities():
 
 def test_wrong_protocol_header_gets_ours_back():
     transport = FakeTransport()
-    conn = Connection(Broker.with_defaults(), transport)
+    conn = make_connection(Broker.with_defaults(), transport)
     conn.data_received(b"AMQP\x01\x01\x00\x09")
     assert bytes(transport.data) == b"AMQP\x00\x00\x09\x01"
     assert transport.closed
@@ -124,8 +75,8 @@ def test_oversized_frame_is_a_frame_error():
 
 
 def _login(peer, user="guest", password="guest"):
-    transport = FakeTransport()
-    conn = Connection(Broker.with_defaults(), transport, peer)
+    transport = FakeTransport(peer=peer)
+    conn = make_connection(Broker.with_defaults(), transport)
     conn.data_received(b"AMQP\x00\x00\x09\x01")
     transport.frames()
     conn.data_received(frame.marshal(commands.Connection.StartOk(
@@ -145,3 +96,13 @@ def test_guest_is_refused_from_a_remote_address():
 def test_guest_is_accepted_from_loopback():
     [(_, tune)] = _login(("127.0.0.1", 40000))
     assert isinstance(tune, commands.Connection.Tune)
+
+
+def test_fake_transport_implements_the_transport_port():
+    from warren.broker import ports
+
+    port = ports.Transport
+    members = {name for name in vars(port) if not name.startswith("_")} | set(port.__annotations__)
+    assert {"peer", "local", "write", "schedule_flush", "pause_reading"} <= members
+    transport = FakeTransport()
+    assert sorted(m for m in members if not hasattr(transport, m)) == []

@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 
 from .auth import Permission, User, check
 from .definitions import changes, export
+from .durability import Durability
+from .ports import Scheduler
 from .vhost import VHost
 
 log = logging.getLogger("warren.definitions")
@@ -44,6 +46,13 @@ class Broker:
     # The message store's writer (a warren.store.persister.Persister), or None: queues then
     # keep their messages in memory only.
     persister: object = None
+    # Timers for the model, injected by the server (None: no timers, e.g. in unit tests).
+    scheduler: Scheduler | None = None
+    # Writes what a reply promises before the reply leaves (definitions, message records).
+    durability: Durability = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.durability = Durability(self)
 
     @classmethod
     def with_defaults(cls, user="guest", password="guest", vhost="/", **kwargs):

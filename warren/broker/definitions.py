@@ -189,7 +189,7 @@ def _exchange_json(vhost, x) -> dict:
 
 def _queue_json(vhost, q) -> dict:
     return {"name": q.name, "vhost": vhost.name, "durable": q.durable, "auto_delete": q.auto_delete,
-            "type": "classic", "arguments": _json_value(q.arguments)}
+            "type": q.queue_type, "arguments": _json_value(q.arguments)}
 
 
 def _binding_json(vhost, x, b) -> dict:

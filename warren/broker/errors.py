@@ -10,10 +10,15 @@ class AMQPError(Exception):
     name the way RabbitMQ does ("NOT_FOUND - no queue 'q' in vhost '/'").
     """
 
-    def __init__(self, code: int, text: str):
+    def __init__(self, code: int, text: str, method_ids: tuple[int, int] | None = None,
+                 handshake_reply: bool = False):
         super().__init__(text)
         self.code = code
         self.text = text
+        # The (class, method) the close names; None: the method being handled.
+        self.method_ids = method_ids
+        # During the handshake most errors close silently; these are answered with a close.
+        self.handshake_reply = handshake_reply
 
     @property
     def reply_text(self) -> str:
@@ -37,97 +42,42 @@ def inequivalent(resource: str, arg: str, received, current) -> AMQPError:
                                f"received '{show(received)}' but current is '{show(current)}'")
 
 
-def not_found(text):
-    return AMQPError(404, text)
+def not_found(text: str, method_ids: tuple[int, int] | None = None) -> AMQPError:
+    return AMQPError(404, text, method_ids)
 
 
-def access_refused(text):
-    return AMQPError(403, text)
+def access_refused(text: str, method_ids: tuple[int, int] | None = None) -> AMQPError:
+    return AMQPError(403, text, method_ids)
 
 
-def resource_locked(text):
-    return AMQPError(405, text)
+def resource_locked(text: str, method_ids: tuple[int, int] | None = None) -> AMQPError:
+    return AMQPError(405, text, method_ids)
 
 
-def precondition_failed(text):
-    return AMQPError(406, text)
+def precondition_failed(text: str, method_ids: tuple[int, int] | None = None) -> AMQPError:
+    return AMQPError(406, text, method_ids)
 
 
-def not_allowed(text):
-    return AMQPError(530, text)
+def not_allowed(text: str, method_ids: tuple[int, int] | None = None) -> AMQPError:
+    return AMQPError(530, text, method_ids)
 
 
-def not_implemented(text):
-    return AMQPError(540, text)
+def not_implemented(text: str, method_ids: tuple[int, int] | None = None) -> AMQPError:
+    return AMQPError(540, text, method_ids)
 
 
-def command_invalid(text):
-    return AMQPError(503, text)
+def command_invalid(text: str, method_ids: tuple[int, int] | None = None) -> AMQPError:
+    return AMQPError(503, text, method_ids)
 
 
-def channel_error(text):
-    return AMQPError(504, text)
+def channel_error(text: str, method_ids: tuple[int, int] | None = None) -> AMQPError:
+    return AMQPError(504, text, method_ids)
 
 
-def syntax_error(text):
-    return AMQPError(502, text)
+def syntax_error(text: str, method_ids: tuple[int, int] | None = None) -> AMQPError:
+    return AMQPError(502, text, method_ids)
 
 
-def unexpected_frame(text):
-    return AMQPError(505, text)
+def unexpected_frame(text: str, method_ids: tuple[int, int] | None = None) -> AMQPError:
+    return AMQPError(505, text, method_ids)
 
-
-# Erlang's ~p escapes in a printable binary, and the bytes it counts as printable (latin1).
-_ERL_ESCAPES = {0x22: b'\\"', 0x5C: b"\\\\", 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t", 0x0B: b"\\v",
-                0x08: b"\\b", 0x0C: b"\\f", 0x1B: b"\\e"}
-
-
-def _erl_bytes(value) -> bytes:
-    raw = value.encode() if isinstance(value, str) else bytes(value)
-    if not raw:
-        return b"<<>>"
-    if all(32 <= b < 127 or b >= 160 or b in _ERL_ESCAPES for b in raw):
-        return b'<<"' + b"".join(_ERL_ESCAPES.get(b) or bytes((b,)) for b in raw) + b'">>'
-    return b"<<" + b",".join(str(b).encode() for b in raw) + b">>"
-
-
-def erl_term(value) -> str:
-    """A decoded field value the way Erlang's ~p prints RabbitMQ's form of it in error texts:
-    <<"text">>, true, undefined, [{<<"key">>,longstr,<<"v">>}] for a table."""
-    from ..amqp.codec import table_type_name
-
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "undefined"
-    if isinstance(value, (str, bytes)):
-        return _erl_bytes(value).decode(errors="replace")
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        text = repr(value)
-        if "e" in text:
-            mantissa, exp = text.split("e")
-            text = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{int(exp)}"
-        return text
-    if isinstance(value, dict):
-        return "[" + ",".join(f"{{{erl_term(k)},{table_type_name(v)},{erl_term(v)}}}"
-                              for k, v in value.items()) + "]"
-    if isinstance(value, list):
-        return "[" + ",".join(f"{{{table_type_name(v)},{erl_term(v)}}}" for v in value) + "]"
-    if hasattr(value, "timestamp"):  # datetime: a timestamp is an integer in RabbitMQ
-        return str(int(value.timestamp()))
-    if hasattr(value, "as_tuple"):  # Decimal: {Scale, Unscaled}
-        sign, digits, exponent = value.as_tuple()
-        unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1) * 10 ** max(0, exponent)
-        return f"{{{max(0, -exponent)},{unscaled}}}"
-    return repr(value)
-
-
-def erl_s(value) -> str:
-    """Erlang's ~s for a binary (the raw text), ~p for anything else."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bytes):
-        return value.decode(errors="replace")
-    return erl_term(value)

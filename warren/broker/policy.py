@@ -8,8 +8,9 @@ Only the alternate exchange reads it so far (Exchange.alternate_exchange); what 
 keys do arrives with the policies issue.
 """
 
-import math
 import re
+
+from ..amqp.erlang import erl_json
 
 # Keys an operator policy may set (RabbitMQ 3.10's operator_policy_validator registry).
 OPERATOR_KEYS = frozenset({"expires", "message-ttl", "max-length", "max-length-bytes",
@@ -27,55 +28,25 @@ class PolicyError(ValueError):
         super().__init__("Validation failed\n\n" + "".join(e + "\n" for e in errors))
 
 
-def erl_p(value) -> str:
-    """A JSON value the way Erlang's ~p prints RabbitMQ's decoded form of it."""
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if value is None:
-        return "null"
-    if isinstance(value, str):
-        raw = value.encode()
-        if all(32 <= b < 127 for b in raw):
-            return '<<"' + value.replace("\\", "\\\\").replace('"', '\\"') + '">>'
-        return "<<" + ",".join(str(b) for b in raw) + ">>"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return repr(value)
-        text = repr(value)
-        if "e" in text:
-            mantissa, exp = text.split("e")
-            text = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{int(exp)}"
-        return text
-    if isinstance(value, list):
-        return "[" + ",".join(erl_p(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "#{" + ",".join(f"{erl_p(k)} => {erl_p(v)}" for k, v in sorted(value.items())) + "}"
-    return repr(value)
-
-
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _int_at_least(minimum, what):
     def check(v):
-        return None if _is_int(v) and v >= minimum else f"{erl_p(v)} is not a valid {what}"
+        return None if _is_int(v) and v >= minimum else f"{erl_json(v)} is not a valid {what}"
     return check
 
 
 def _binary(what):
     def check(v):
-        return None if isinstance(v, str) else f"{erl_p(v)} is not a valid {what}"
+        return None if isinstance(v, str) else f"{erl_json(v)} is not a valid {what}"
     return check
 
 
 def _one_of(values, text):
     def check(v):
-        return None if v in values and not isinstance(v, bool) else text.format(erl_p(v))
+        return None if v in values and not isinstance(v, bool) else text.format(erl_json(v))
     return check
 
 
@@ -112,7 +83,7 @@ _VALIDATORS = {
 def _definition_error(definition, operator: bool):
     """The first error RabbitMQ reports for a policy definition, or None."""
     if not isinstance(definition, dict):
-        return f"definition must be a JSON object, not {erl_p(definition)}"
+        return f"definition must be a JSON object, not {erl_json(definition)}"
     if not definition:
         return "no policy provided"
     allowed = OPERATOR_KEYS if operator else _VALIDATORS
@@ -126,7 +97,7 @@ def _definition_error(definition, operator: bool):
         return "ha-mode must be specified to specify ha-params, ha-sync-mode or ha-promote-on-shutdown"
     unknown = sorted(k for k in definition if k not in allowed)
     if unknown:
-        items = ",".join(f"{{{erl_p(k)},{erl_p(definition[k])}}}" for k in unknown)
+        items = ",".join(f"{{{erl_json(k)},{erl_json(definition[k])}}}" for k in unknown)
         return f"[{items}] are not recognised policy settings"
     return None
 
@@ -153,17 +124,17 @@ class Policy:
         if err:
             errors.append(err)
         if apply_to not in APPLY_TO:
-            shown = apply_to if isinstance(apply_to, str) else erl_p(apply_to)
+            shown = apply_to if isinstance(apply_to, str) else erl_json(apply_to)
             errors.append(f"apply-to '{shown}' unrecognised; should be 'queues', 'exchanges' or 'all'")
         if not isinstance(pattern, str):
-            errors.append(f"pattern should be a binary but was {erl_p(pattern)}")
+            errors.append(f"pattern should be a binary but was {erl_json(pattern)}")
         else:
             try:
                 re.compile(pattern)
             except re.error as e:
                 errors.append(f'pattern should be regular expression but is invalid: {{"{e.msg}",{e.pos or 0}}}')
         if isinstance(priority, bool) or not isinstance(priority, (int, float)):
-            errors.append(f"priority should be a number, actually was {erl_p(priority)}")
+            errors.append(f"priority should be a number, actually was {erl_json(priority)}")
         if errors:
             raise PolicyError(errors)
         return cls(vhost, name, pattern, definition, priority, apply_to)

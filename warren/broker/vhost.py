@@ -7,7 +7,8 @@ import os
 from .errors import access_refused, not_found, precondition_failed, resource_locked, rs
 from .exchanges import TYPES, Binding, DefaultExchange
 from .policy import apply_to_exchange, apply_to_queue
-from .queue import Queue, validate_arguments
+from .queue_arguments import validate_arguments
+from .queue_factory import make_queue
 
 log = logging.getLogger("warren.routing")
 
@@ -102,7 +103,7 @@ class VHost:
             return existing, False
         validate_arguments(arguments, rs("queue", name, self.name))
         store = self.broker.make_store(self.name, name, durable) if self.broker is not None else None
-        q = Queue(self, name, durable, exclusive_owner, auto_delete, arguments, store)
+        q = make_queue(self, name, durable, exclusive_owner, auto_delete, arguments, store)
         self.queues[name] = q
         if self.policies or self.operator_policies:
             apply_to_queue(self, q)
@@ -137,7 +138,7 @@ class VHost:
             for key in [k for k, b in x.bindings.items() if b.destination is queue]:
                 self._remove_binding(x, key)
         for consumer in list(queue.consumers):
-            consumer.channel.consumer_cancelled_by_broker(consumer)
+            consumer.channel.consumer_cancelled(consumer)
         queue.consumers.clear()
         return count
 

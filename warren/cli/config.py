@@ -38,6 +38,8 @@ import logging
 import math
 import re
 
+from ..amqp.erlang import erl_atom, erl_binary, erl_string
+
 log = logging.getLogger("warren.config")
 
 
@@ -660,20 +662,11 @@ def parse_erlang_term(text: str):
 def format_term(term) -> str:
     """A term as Erlang would print it (for error messages)."""
     if isinstance(term, Atom):
-        name = term.name
-        if re.fullmatch(r"[a-z][A-Za-z0-9_@]*", name):
-            return name
-        return "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return erl_atom(term.name)
     if isinstance(term, bytes):
-        try:
-            text = term.decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
-        if text is None or not text.isprintable():
-            return "<<" + ",".join(str(b) for b in term) + ">>"
-        return '<<"' + text.replace("\\", "\\\\").replace('"', '\\"') + '">>'
+        return erl_binary(term, printable="unicode").decode()
     if isinstance(term, str):
-        return '"' + term.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return erl_string(term)
     if isinstance(term, tuple):
         return "{" + ",".join(format_term(t) for t in term) + "}"
     if isinstance(term, list):

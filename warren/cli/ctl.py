@@ -7,7 +7,8 @@ with a header row; `-q` drops the informational line, `--no-table-headers` the h
 64 usage, 65 bad input data or missing vhost, 67 missing user, 69 broker unreachable,
 70 other failures, 77 authentication failed / not authorised.
 
-Only the standard library is used (urllib), so warrenctl runs wherever Python does.
+Only the standard library is used (urllib), and of Warren only warren.amqp's Erlang term
+printers (standard library too), so warrenctl runs wherever Python does.
 """
 
 import base64
@@ -21,6 +22,8 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+
+from ..amqp.erlang import erl_ctl
 
 EX_OK, EX_USAGE, EX_DATAERR, EX_NOUSER, EX_UNAVAILABLE, EX_SOFTWARE, EX_NOPERM = 0, 64, 65, 67, 69, 70, 77
 
@@ -156,27 +159,6 @@ def q(name: str) -> str:
 
 # --- output ---------------------------------------------------------------------------------
 
-def erl(value) -> str:
-    """A value in rabbitmqctl's table style (Erlang terms): tables as [{"k",v}], lists as [a,b]."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        return "[" + ",".join(f"{{{_erl_inner(k)},{_erl_inner(v)}}}" for k, v in sorted(value.items())) + "]"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_erl_inner(v) for v in value) + "]"
-    return str(value)
-
-
-def _erl_inner(value) -> str:
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    return erl(value) if value is not None else "undefined"
-
-
 def compact_json(value) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
@@ -309,7 +291,7 @@ def user_tags(obj) -> list:
 def cell(column: str, value) -> str:
     if column == "tags" and isinstance(value, list):
         return "[" + ", ".join(str(v) for v in value) + "]"
-    return erl(value)
+    return erl_ctl(value)
 
 
 # --- the verbs ------------------------------------------------------------------------------

@@ -41,20 +41,6 @@ def json_response(data, status: int = 200) -> web.Response:
     return web.json_response(data, status=status, dumps=lambda d: json.dumps(d, default=str))
 
 
-async def read_json(request) -> dict:
-    """The request body as a JSON object (400 as RabbitMQ for anything else)."""
-    text = await request.text()
-    if not text.strip():
-        return {}
-    try:
-        data = json.loads(text)
-    except ValueError as err:
-        raise bad_request(f"{err}") from None
-    if not isinstance(data, dict):
-        raise bad_request("not_json_object")
-    return data
-
-
 def _unauthorised(reason: str, error: str = "not_authorised") -> web.Response:
     return web.json_response({"error": error, "reason": reason}, status=401,
                              headers={"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'})

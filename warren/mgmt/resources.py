@@ -1,6 +1,7 @@
-"""What the management API's resource modules share: RabbitMQ's JSON shapes for exchanges,
-queues and bindings, its binding "properties keys", its list options (sort, columns,
-pagination), its ways of reporting AMQP errors, and JSON <-> AMQP field tables."""
+"""What the management API's resource modules share for requests and responses: path and
+body parsing, RabbitMQ's binding "properties keys" (how paths name a binding), its list
+options (sort, columns, pagination), its ways of reporting AMQP errors, and JSON <-> AMQP
+field tables. The objects' JSON shapes are warren.mgmt.shapes'."""
 
 import base64
 import datetime
@@ -12,24 +13,19 @@ from urllib.parse import unquote_plus
 
 from ..amqp import codec
 from ..amqp.constants import REPLY_NAMES
+from ..amqp.erlang import erl_list
 from ..broker.errors import AMQPError
+from ..broker.ops import Actor
 from .app import ApiError, bad_request, json_response, not_found
 from .erlhash import Atom, phash2
-
-from . import stats as _stats
-from .stats import exchange_stats, queue_stats, unacked_bytes_by_queue
 
 ACCESS_REFUSED = "Access refused."
 
 
 # ----------------------------------------------------------------------- basics
-def node_name(broker) -> str:
-    return _stats.node_name(broker)
-
-
 def flush(request) -> None:
     """Durable state changed: it is on disk before the answer goes out."""
-    request.app["broker"].flush_definitions()
+    request.app["broker"].durability.flush()
 
 
 def vhost_or_404(request, key: str = "vhost"):
@@ -63,9 +59,9 @@ def check_vhost_access(request, vhost) -> None:
         raise ApiError(401, "not_authorised", ACCESS_REFUSED)
 
 
-def check_permission(request, vhost, what: str, kind: str, name: str) -> None:
-    """configure/write/read on a resource, raising the AMQP 403 the channel would."""
-    request.app["broker"].check(user_name(request), vhost.name, what, kind, name)
+def actor(request, vhost) -> Actor:
+    """The API's user in a vhost, for the operations layer (never owns exclusive queues)."""
+    return Actor(request.app["broker"], request["user"], vhost)
 
 
 def direct_error(err: AMQPError) -> ApiError:
@@ -95,14 +91,6 @@ async def read_body(request) -> dict:
     if not isinstance(data, dict):
         raise bad_request("not_json")
     return data
-
-
-def erl_list(items: list) -> str:
-    """An Erlang list of terms as ~p prints it (one line if it fits in 80 columns)."""
-    one_line = "[" + ",".join(items) + "]"
-    if len(one_line) < 80:
-        return one_line
-    return "[" + ",\n ".join(items) + "]"
 
 
 def require(body: dict, *keys) -> None:
@@ -276,132 +264,6 @@ def unpack_properties_key(props: str):
     if len(parts) == 2:
         return unquote_plus(parts[0]), unquote_plus(parts[1])
     return None
-
-
-def binding_json(vhost_name: str, source: str, destination: str, dest_type: str, routing_key: str,
-                 arguments: dict) -> dict:
-    return {"source": source, "vhost": vhost_name, "destination": destination, "destination_type": dest_type,
-            "routing_key": routing_key, "arguments": table_json(arguments),
-            "properties_key": properties_key(routing_key, arguments)}
-
-
-def binding_of(b) -> dict:
-    return binding_json(b.source.vhost.name, b.source.name, b.destination.name, b.destination.kind,
-                        b.routing_key, b.arguments)
-
-
-def default_binding(queue) -> dict:
-    """The implicit binding of every queue to the default exchange (RabbitMQ lists it)."""
-    return binding_json(queue.vhost.name, "", queue.name, "queue", queue.name, {})
-
-
-def _binding_sort_key(b: dict):
-    return (b["vhost"], b["source"], b["destination"], b["destination_type"], b["routing_key"],
-            b["properties_key"])
-
-
-def vhost_bindings(vhost, source=None, destination=None) -> list:
-    """The bindings of a vhost (optionally from one source / to one destination), the
-    default exchange's implicit ones included, in RabbitMQ's order."""
-    out = []
-    if source is None or source.is_default:
-        for q in sorted(vhost.queues.values(), key=lambda q: q.name):
-            if destination is None or destination is q:
-                out.append(default_binding(q))
-    explicit = []
-    for x in vhost.exchanges.values():
-        if x.is_default or (source is not None and x is not source):
-            continue
-        for b in x.bindings.values():
-            if destination is None or b.destination is destination:
-                explicit.append(binding_of(b))
-    explicit.sort(key=_binding_sort_key)
-    return out + explicit
-
-
-# -------------------------------------------------------------- object shapes
-def exchange_json(x) -> dict:
-    d = {"name": x.name, "vhost": x.vhost.name, "type": x.type_name, "durable": x.durable,
-         "auto_delete": x.auto_delete, "internal": x.internal, "arguments": table_json(x.arguments)}
-    if x.policy is not None:
-        d["policy"] = x.policy.name
-    d.update(exchange_stats(x))
-    return d
-
-
-def _effective_definition(q) -> dict:
-    merged = dict(q.policy.definition) if q.policy is not None else {}
-    op = getattr(q, "operator_policy", None)
-    if op is not None:
-        for key, value in op.definition.items():
-            # RabbitMQ keeps the stricter (smaller) of two numeric limits.
-            if key in merged and isinstance(value, (int, float)) and isinstance(merged[key], (int, float)):
-                merged[key] = min(merged[key], value)
-            else:
-                merged[key] = value
-    return merged
-
-
-def _connections_module():
-    """warren.mgmt.api.connections (connection names and consumer JSON), if it is there."""
-    try:
-        from .api import connections
-    except ImportError:  # pragma: no cover
-        return None
-    return connections
-
-
-def _conn_details(conn) -> dict:
-    peer = getattr(conn, "peer", ("", 0))
-    connections = _connections_module()
-    name = connections.connection_name(conn) if connections is not None else conn.name
-    return {"name": name, "peer_host": peer[0], "peer_port": peer[1]}
-
-
-def consumer_json(c) -> dict:
-    connections = _connections_module()
-    if connections is not None:
-        return connections.consumer_info(c)
-    ch = c.channel
-    conn = ch.conn
-    peer = getattr(conn, "peer", ("", 0))
-    return {"consumer_tag": c.tag, "exclusive": c.exclusive, "ack_required": not c.no_ack,
-            "prefetch_count": c.prefetch, "active": True, "activity_status": "up",
-            "arguments": table_json(c.arguments), "queue": {"name": c.queue.name, "vhost": c.queue.vhost.name},
-            "channel_details": {"name": f"{conn.name} ({ch.id})", "number": ch.id, "connection_name": conn.name,
-                                "peer_host": peer[0], "peer_port": peer[1],
-                                "user": conn.user.name if conn.user is not None else "",
-                                "node": node_name(conn.broker)}}
-
-
-def queue_json(q, unacked_bytes=None, details: bool = False) -> dict:
-    broker = q.vhost.broker
-    op = getattr(q, "operator_policy", None)
-    d = {"name": q.name, "vhost": q.vhost.name, "durable": q.durable, "auto_delete": q.auto_delete,
-         "exclusive": q.exclusive, "arguments": table_json(q.arguments), "type": "classic",
-         "node": node_name(broker) if broker is not None else "",
-         "policy": q.policy.name if q.policy is not None else None,
-         "operator_policy": op.name if op is not None else None,
-         "effective_policy_definition": _effective_definition(q),
-         "single_active_consumer_tag": None}
-    ready, unacked = len(q.store), q.unacked_count
-    d.update({"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
-              "message_bytes": q.store.ready_bytes, "message_bytes_ready": q.store.ready_bytes,
-              "consumers": q.consumer_count, "state": "running",
-              "exclusive_consumer_tag": next((c.tag for c in q.consumers if c.exclusive), None)})
-    d.update(queue_stats(q, unacked_bytes))
-    if q.owner is not None:
-        d["owner_pid_details"] = _conn_details(q.owner)
-    if details:
-        d["consumer_details"] = [consumer_json(c) for c in q.consumers]
-        d["incoming"] = []
-        d["deliveries"] = []
-    return d
-
-
-def queues_json(broker, queues) -> list:
-    unacked = unacked_bytes_by_queue(broker)
-    return [queue_json(q, unacked.get(q, 0)) for q in queues]
 
 
 # -------------------------------------------------------------------- lists

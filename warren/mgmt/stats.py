@@ -1,11 +1,13 @@
 """Message statistics for the management API: RabbitMQ's field names over Warren's counters.
 
-The model only counts (integer increments on the hot path); this module turns the counters
-into RabbitMQ's JSON and computes rates by sampling the counters every few seconds, as
-RabbitMQ's management plugin does (`*_details: {"rate": r}` = growth per second over the
-last sampling interval). Every function here is cheap and safe to call from any handler.
+The model only counts (integer increments on the hot path, in the counters that
+warren.broker.stats declares and makes); this module turns the counters into RabbitMQ's JSON
+and computes rates by sampling the counters every few seconds, as RabbitMQ's management
+plugin does (`*_details: {"rate": r}` = growth per second over the last sampling interval).
+Every function here is cheap and safe to call from any handler.
 
-Functions for the resource modules (all return fresh dicts to merge into an object's JSON):
+Functions for the object shapes (warren.mgmt.shapes) and the handlers (all return fresh
+dicts to merge into an object's JSON):
 
 - `queue_stats(queue, unacked_bytes=None) -> dict`
     messages, messages_details{rate}, messages_ready, messages_ready_details,
@@ -30,10 +32,6 @@ Functions for the resource modules (all return fresh dicts to merge into an obje
 - `overview_message_stats(broker) -> dict`, `queue_totals(broker) -> dict`,
   `object_totals(broker) -> dict`: the /api/overview parts (totals survive closed channels:
   a closing channel adds its counters to broker.message_totals).
-- `rate(obj, field) -> float`: the last sampled rate of one counter of one object.
-- `list_response(request, items, default_sort=("vhost", "name"))` and
-  `item_response(request, item)`: answer a list / one object with RabbitMQ's ?columns=,
-  ?sort=, ?sort_reverse=, ?name=/?use_regex= and ?page=/?page_size= handling.
 - `node_name(broker) -> str`: the node name every object's "node" field shows
   (broker.node_name if set, else "warren@localhost").
 - `alarms(broker) -> list[str]`: the resource alarms in effect ("memory", "disk"), read from
@@ -60,12 +58,9 @@ import os
 import time
 import weakref
 
-# Counter names, in RabbitMQ's message_stats order.
-QUEUE_COUNTERS = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty", "ack", "redeliver")
-CHANNEL_COUNTERS = ("publish", "confirm", "return_unroutable", "drop_unroutable", "deliver", "deliver_no_ack",
-                    "get", "get_no_ack", "get_empty", "ack", "redeliver")
-EXCHANGE_COUNTERS = ("publish_in", "publish_out")
-CONNECTION_COUNTERS = ("recv_oct", "recv_cnt", "send_oct", "send_cnt")
+from ..broker.stats import CHANNEL_COUNTERS, CONNECTION_COUNTERS, DELIVER_GET, EXCHANGE_COUNTERS, QUEUE_COUNTERS
+
+# Queue depths: sampled with the counters, for their rates (they are not counters).
 QUEUE_DEPTHS = ("messages", "messages_ready", "messages_unacknowledged")
 
 
@@ -184,17 +179,6 @@ def _broker_of(obj):
     return getattr(obj, "broker", None) or getattr(getattr(obj, "conn", None), "broker", None)
 
 
-def rate(obj, field: str, broker=None) -> float:
-    """The rate of one counter of one object over the last sampling interval (0.0 before two samples)."""
-    sampler = sampler_for(broker if broker is not None else _broker_of(obj))
-    if sampler is None:
-        return 0.0
-    rates = sampler.rates.get(obj)
-    if rates is None:
-        return 0.0
-    return round(rates.get(field, 0.0), 1)
-
-
 def _details(obj, counts: dict, fields, broker=None) -> dict:
     sampler = sampler_for(broker if broker is not None else _broker_of(obj))
     rates = (sampler.rates.get(obj) if sampler is not None else None) or {}
@@ -207,9 +191,8 @@ def _details(obj, counts: dict, fields, broker=None) -> dict:
 
 def _with_deliver_get(stats: dict, rates: dict) -> dict:
     """RabbitMQ's deliver_get: deliver + deliver_no_ack + get + get_no_ack."""
-    parts = ("deliver", "deliver_no_ack", "get", "get_no_ack")
-    stats["deliver_get"] = sum(stats.get(p, 0) for p in parts)
-    stats["deliver_get_details"] = {"rate": round(sum(rates.get(p, 0.0) for p in parts), 1)}
+    stats["deliver_get"] = sum(stats.get(p, 0) for p in DELIVER_GET)
+    stats["deliver_get_details"] = {"rate": round(sum(rates.get(p, 0.0) for p in DELIVER_GET), 1)}
     return stats
 
 

@@ -5,6 +5,7 @@ import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
 
+from .scheduler import LoopScheduler
 from .transport import AMQPProtocol
 
 log = logging.getLogger("warren.server")
@@ -26,6 +27,7 @@ class Server:
     async def start(self):
         self.loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
+        self.broker.scheduler = LoopScheduler(self.loop)
         if self.broker.persister is not None:
             self._fsync_thread = ThreadPoolExecutor(1, thread_name_prefix="warren-fsync")
             self.broker.persister.run_in_thread = self._run_in_thread

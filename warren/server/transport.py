@@ -12,13 +12,17 @@ READ_HIGH_WATER = 4 << 20
 
 
 class AMQPProtocol(asyncio.Protocol):
-    """Moves bytes between a socket and a session Connection, and runs its heartbeats."""
+    """Moves bytes between a socket and a session Connection, and runs its heartbeats: the
+    session's Transport port (warren.broker.ports)."""
 
     def __init__(self, server):
         self.server = server
         self.loop = server.loop
         self.transport = None
         self.conn = None
+        self.peer: tuple[str, int] = ("?", 0)
+        self.local: tuple[str, int] = ("?", 0)
+        self.reading = True
         self.last_recv = self.last_send = time.monotonic()
         self.heartbeat_timer = None
         self.close_timer = None
@@ -30,7 +34,9 @@ class AMQPProtocol(asyncio.Protocol):
         self.transport = transport
         transport.set_write_buffer_limits(high=READ_HIGH_WATER)
         peer = transport.get_extra_info("peername") or ("?", 0)
-        self.conn = Connection(self.server.broker, self, (peer[0], peer[1]))
+        local = transport.get_extra_info("sockname") or ("?", 0)
+        self.peer, self.local = (peer[0], peer[1]), (local[0], local[1])
+        self.conn = Connection(self.server.broker, self)
         self.server.protocols.add(self)
         self.handshake_timer = self.loop.call_later(
             self.server.broker.limits.handshake_timeout, self._handshake_timeout)
@@ -68,8 +74,19 @@ class AMQPProtocol(asyncio.Protocol):
         if self.close_timer is None:
             self.close_timer = self.loop.call_later(seconds, self.close)
 
-    def schedule_flush(self, conn) -> None:
-        self.loop.call_soon(conn.flush)
+    def schedule_flush(self, flush) -> None:
+        self.loop.call_soon(flush)
+
+    def pause_reading(self) -> None:
+        if not self.closed and self.reading:
+            self.reading = False
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if not self.closed and not self.reading:
+            self.reading = True
+            self.last_recv = time.monotonic()  # silence while we did not read is not the peer's
+            self.transport.resume_reading()
 
     def heartbeat_negotiated(self, seconds: int) -> None:
         if self.handshake_timer is not None:
@@ -83,7 +100,8 @@ class AMQPProtocol(asyncio.Protocol):
         if self.closed:
             return
         now = time.monotonic()
-        if now - self.last_recv > 2 * seconds:
+        # Heartbeat monitoring is suspended while the connection is not read, as RabbitMQ.
+        if self.reading and now - self.last_recv > 2 * seconds:
             log.warning("missed heartbeats from client %s, timeout: %ss", self.conn.name, seconds)
             self.conn.connection_lost()
             self.close()

@@ -1,24 +1,36 @@
-"""One AMQP channel: assembles published content, runs the channel's methods against the
-broker model, and tracks deliveries, acks, transactions and publisher confirms."""
+"""One AMQP channel: assembles published content, turns the channel's methods into calls of
+the operations layer (warren.broker.ops) and their results into frames, and tracks
+deliveries, acks, transactions and publisher confirms."""
 
+from __future__ import annotations
+
+import enum
 import logging
 import struct
 from collections import deque
+from typing import TYPE_CHECKING, Callable
 
 from ..amqp import spec
 from ..amqp.codec import DecodeError, read_shortstr
 from ..amqp.constants import BASIC, BASIC_ACK, BASIC_PUBLISH, FRAME_HEADER, FRAME_METHOD, NO_ROUTE
 from ..amqp.frames import ack_frame, content_frames, deliver_frame, deliver_prefix, get_ok_frame, nack_frame
-from ..amqp.properties import FLAG_EXPIRATION, FLAG_USER_ID, decode_properties, parse_header
+from ..amqp.properties import parse_header
+from ..broker import ops
 from ..broker.consumer import Consumer
 from ..broker.errors import (
-    AMQPError, access_refused, channel_error, command_invalid, not_allowed, not_found,
-    not_implemented, precondition_failed, rs, unexpected_frame,
+    AMQPError, access_refused, channel_error, command_invalid, not_allowed, not_found, not_implemented,
+    precondition_failed, unexpected_frame,
 )
-from ..broker.exchanges import TYPES
-from ..broker.message import Message, check_properties
+from ..broker.stats import new_channel_counters
 from ..broker.vhost import server_named
 from . import frame_errors
+from .transaction import Transaction, TxPublish
+
+if TYPE_CHECKING:
+    from ..amqp.message import Message
+    from ..store.queued_message import QueuedMessage
+    from .connection import Connection
+    from .transaction import Unacked
 
 log = logging.getLogger("warren.channel")
 
@@ -27,24 +39,50 @@ _QB = struct.Struct(">QB")
 _I = struct.Struct(">I")
 _CHANNEL_CLOSE, _CHANNEL_CLOSE_OK = (20 << 16) | 40, (20 << 16) | 41
 _CHANNEL_OPEN = (20 << 16) | 10
-_CHECKED_PROPS = FLAG_USER_ID | FLAG_EXPIRATION  # properties a publish is refused for
+_PUBLISH_IDS = (60, 40)
+_route, _enqueue = ops.route, ops.enqueue
 
-OPEN, CLOSING = 0, 1
+
+class ChannelState(enum.IntEnum):
+    OPEN = 0
+    CLOSING = 1  # we sent channel.close (or released it): waiting for close-ok
+
+
+OPEN, CLOSING = ChannelState.OPEN, ChannelState.CLOSING
+
+
+class PublishMethod:
+    """A basic.publish waiting for its content. Publishers mostly repeat the exchange and
+    routing key, so a channel reuses the last one (the decoded names and the route bytes,
+    which every queued copy shares and deliveries send verbatim)."""
+
+    __slots__ = ("exchange", "routing_key", "route", "mandatory")
+
+    def __init__(self, exchange: str, routing_key: str, route: bytes, mandatory: bool):
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.route = route  # the exchange and routing-key shortstrs as received
+        self.mandatory = mandatory
 
 
 class Channel:
-    def __init__(self, connection, channel_id: int):
+    def __init__(self, connection: Connection, channel_id: int):
         self.conn = connection
         self.id = channel_id
         self.state = OPEN
         self.vhost = connection.vhost
         self.user = connection.user.name
-        self.flow_active = True
-        self.blocked = not connection.writable
-        # content being assembled: [exchange, routing_key, route, mandatory, header, parts, remaining]
-        self.publishing = None
-        self.consumers: dict = {}
-        self.unacked: dict = {}   # delivery tag -> (QueuedMessage, Queue, Consumer | None)
+        self.actor = ops.Actor(connection.broker, connection.user, connection.vhost, connection)
+        self.durability = connection.broker.durability
+        # The content being assembled: the publish method, then its header and body parts.
+        self.publishing: PublishMethod | None = None
+        self.content_header: bytes | None = None
+        self.body_parts: list[bytes] | None = None  # only for bodies split over several frames
+        self.body_remaining = 0
+        self._last_publish: PublishMethod | None = None
+        self._last_header = b""
+        self.consumers: dict[str, Consumer] = {}
+        self.unacked: dict = {}   # delivery tag -> (QueuedMessage, queue, Consumer | None)
         self.unacked_count = 0     # unacked consumer deliveries (basic.get ones do not count)
         self.delivery_tag = 0
         self.prefetch = 0          # basic.qos global=false: limit for consumers created next
@@ -52,17 +90,12 @@ class Channel:
         self.confirm = False
         self.publish_seq = 0       # last publish sequence number handed out in confirm mode
         self.confirmed = 0         # last sequence number acked to the publisher
-        self.sync_waits = deque()  # (sequence number, persister batch) not yet fsynced
-        self._last_route = (None, "", "")
-        self._last_header = b""
-        self.tx = None             # list of deferred actions while in tx mode
+        self.sync_waits: deque[tuple[int, int]] = deque()  # (sequence number, store batch) not yet on disk
+        self.tx: Transaction | None = None  # while in tx mode
         self.last_queue = ""       # for the empty-queue-name shortcut
-        self.writable_exchanges: set = set()
         # Message counters (warren.mgmt.stats: RabbitMQ's channel message_stats); folded into
         # broker.message_totals when the channel closes.
-        self.stats = {"publish": 0, "confirm": 0, "return_unroutable": 0, "drop_unroutable": 0,
-                      "deliver": 0, "deliver_no_ack": 0, "get": 0, "get_no_ack": 0, "get_empty": 0,
-                      "ack": 0, "redeliver": 0}
+        self.stats = new_channel_counters()
 
     # ----------------------------------------------------------------- frames
     def method_frame(self, payload) -> None:
@@ -72,7 +105,7 @@ class Channel:
             self._closing_frame(payload)
             return
         if self.publishing is not None:
-            raise _content_expected(self.publishing, "header" if self.publishing[4] is None else "body")
+            raise _content_expected("header" if self.content_header is None else "body")
         method_id = _I.unpack_from(payload, 0)[0]
         try:
             if method_id == BASIC_PUBLISH:
@@ -92,31 +125,29 @@ class Channel:
     def header_frame(self, payload) -> None:
         if self.state == CLOSING:
             return
-        pub = self.publishing
-        if pub is None:
+        if self.publishing is None:
             raise unexpected_frame("expected method frame, got non method frame instead")
-        if pub[4] is not None:
-            raise _content_expected(pub, "body")
+        if self.content_header is not None:
+            raise _content_expected("body")
         try:
             class_id, body_size, flags = parse_header(payload)
         except DecodeError:
             raise frame_errors.unknown_frame(FRAME_HEADER, payload) from None
         if class_id != BASIC:
-            err = unexpected_frame(f"expected content header for class 60, got one for class {class_id} instead")
-            err.method_ids = (60, 40)
-            raise err
+            raise unexpected_frame(f"expected content header for class 60, got one for class {class_id} instead",
+                                   _PUBLISH_IDS)
         header = bytes(payload)
         if header == self._last_header:
             header = self._last_header  # one shared copy for a run of alike messages
         else:
             self._last_header = header
-        pub[4] = header
-        pub[6] = body_size
-        max_size = self.conn.broker.limits.max_message_size
-        if body_size > max_size:
+        self.content_header = header
+        self.body_remaining = body_size
+        try:
+            ops.check_message_size(self.conn.broker, body_size)
+        except AMQPError as err:
             self.publishing = None
-            self.error(precondition_failed(
-                f"message size {body_size} is larger than configured max size {max_size}"), 60, 40)
+            self.error(err, *_PUBLISH_IDS)
             return
         if body_size == 0:
             self._publish_complete(b"")
@@ -124,26 +155,26 @@ class Channel:
     def body_frame(self, payload) -> None:
         if self.state == CLOSING:
             return
-        pub = self.publishing
-        if pub is None:
+        if self.publishing is None:
             raise unexpected_frame("expected method frame, got non method frame instead")
-        if pub[4] is None:
-            raise _content_expected(pub, "header")
-        remaining = pub[6] - len(payload)
+        if self.content_header is None:
+            raise _content_expected("header")
+        remaining = self.body_remaining - len(payload)
         if remaining < 0:
             # RabbitMQ 3.10 silently waits for more (the next method frame then fails): Warren
             # says what is wrong at once.
-            err = unexpected_frame(f"content body of {len(payload)} bytes exceeds the {pub[6]} bytes "
-                                   "left of the size in the content header")
-            err.method_ids = (60, 40)
-            raise err
-        if remaining == 0 and not pub[5]:
+            raise unexpected_frame(f"content body of {len(payload)} bytes exceeds the {self.body_remaining} "
+                                   "bytes left of the size in the content header", _PUBLISH_IDS)
+        parts = self.body_parts
+        if remaining == 0 and parts is None:
             self._publish_complete(bytes(payload))
             return
-        pub[5].append(bytes(payload))
-        pub[6] = remaining
+        if parts is None:
+            parts = self.body_parts = []
+        parts.append(bytes(payload))
+        self.body_remaining = remaining
         if remaining == 0:
-            self._publish_complete(b"".join(pub[5]))
+            self._publish_complete(b"".join(parts))
 
     def _closing_frame(self, payload) -> None:
         # After we sent channel.close, everything but close/close-ok is dropped.
@@ -155,22 +186,19 @@ class Channel:
             self.send(spec.ChannelCloseOk())
         elif method_id == _CHANNEL_OPEN:
             # Reopened without our close-ok (rabbitpy does this): RabbitMQ's connection error.
-            err = channel_error("second 'channel.open' seen")
-            err.method_ids = (20, 10)
-            raise err
+            raise channel_error("second 'channel.open' seen", (20, 10))
 
     # ---------------------------------------------------------------- helpers
-    def send(self, method) -> None:
+    def send(self, method: spec.Method) -> None:
         self.conn.send_method(self.id, method)
 
     def error(self, err: AMQPError, class_id: int = 0, method_id: int = 0) -> None:
         """Close the channel (soft error) or the connection (hard error) with RabbitMQ's code."""
         if err.closes_connection:
-            self.conn.connection_error(err, *getattr(err, "method_ids", (class_id, method_id)))
+            self.conn.connection_error(err, *(err.method_ids or (class_id, method_id)))
             return
         log.info("channel %s:%d error: %s", self.conn.name, self.id, err.reply_text)
         self.release()
-        self.state = CLOSING
         self.send(spec.ChannelClose(reply_code=err.code, reply_text=err.reply_text,
                                     class_id=class_id, method_id=method_id))
 
@@ -181,13 +209,7 @@ class Channel:
             return self.last_queue
         return name
 
-    def _queue(self, name: str):
-        return self.vhost.queue(self._queue_name(name))
-
-    def _check(self, what, kind, name):
-        self.conn.broker.check(self.user, self.vhost.name, what, kind, name)
-
-    def _dispatch(self, method) -> None:
+    def _dispatch(self, method: spec.Method) -> None:
         handler = _HANDLERS.get(type(method))
         if handler is None:
             raise command_invalid("unimplemented method")  # RabbitMQ's words, e.g. for a client's cancel-ok
@@ -209,148 +231,61 @@ class Channel:
 
     # -------------------------------------------------------------- exchange
     def _exchange_declare(self, m):
-        vhost = self.vhost
-        name = m.exchange
-        if not m.passive and m.type not in TYPES:
-            # RabbitMQ checks the type first (before the name); "" is a known Erlang atom
-            # but no exchange type, hence its different text.
-            raise command_invalid(f"{'invalid' if m.type == '' else 'unknown'} exchange type '{m.type}'")
-        if name == "":
-            raise access_refused("operation not permitted on the default exchange")
-        if m.passive:
-            vhost.exchange(name)
-        else:
-            self._check("configure", "exchange", name)
-            ae = (m.arguments or {}).get("alternate-exchange")
-            if name not in vhost.exchanges and isinstance(ae, str) and not name.startswith("amq."):
-                # RabbitMQ: an AE needs read on the exchange and write on the AE (checked
-                # after the amq.* name rule, which declare_exchange applies).
-                self._check("read", "exchange", name)
-                self._check("write", "exchange", ae)
-            vhost.declare_exchange(name, m.type, m.durable, m.auto_delete, m.internal, m.arguments)
+        ops.declare_exchange(self.actor, m.exchange, m.type, m.passive, m.durable, m.auto_delete, m.internal,
+                             m.arguments)
         if not m.nowait:
             self.send(spec.ExchangeDeclareOk())
 
     def _exchange_delete(self, m):
-        name = m.exchange
-        if name == "":
-            raise access_refused("operation not permitted on the default exchange")
-        if name.startswith("amq."):  # RabbitMQ refuses this even for a missing amq.* name
-            raise access_refused(f"deletion of system {rs('exchange', name, self.vhost.name)} not allowed")
-        self._check("configure", "exchange", name)
-        self.vhost.delete_exchange(name, m.if_unused)
+        ops.delete_exchange(self.actor, m.exchange, m.if_unused)
         if not m.nowait:
             self.send(spec.ExchangeDeleteOk())
 
-    def _exchange_bind(self, m, unbind=False):
-        vhost = self.vhost
-        # RabbitMQ's order: write on the destination, the default-exchange rule, read on the source.
-        self._check("write", "exchange", m.destination)
-        if m.destination == "" or m.source == "":
-            raise access_refused("operation not permitted on the default exchange")
-        self._check("read", "exchange", m.source)
-        if unbind:
-            # RabbitMQ 3.10: unbinding is idempotent, even when an exchange is missing.
-            source = vhost.exchanges.get(m.source)
-            dest = vhost.exchanges.get(m.destination)
-            if source is not None and dest is not None:
-                vhost.unbind(source, dest, m.routing_key, m.arguments)
-            if not m.nowait:
-                self.send(spec.ExchangeUnbindOk())
-            return
-        source = vhost.exchange(m.source)
-        dest = vhost.exchange(m.destination)
-        vhost.bind(source, dest, m.routing_key, m.arguments)
+    def _exchange_bind(self, m):
+        ops.bind(self.actor, m.source, "exchange", m.destination, m.routing_key, m.arguments)
         if not m.nowait:
             self.send(spec.ExchangeBindOk())
 
     def _exchange_unbind(self, m):
-        self._exchange_bind(m, unbind=True)
+        ops.unbind(self.actor, m.source, "exchange", m.destination, m.routing_key, m.arguments)
+        if not m.nowait:
+            self.send(spec.ExchangeUnbindOk())
 
     # ----------------------------------------------------------------- queue
     def _queue_declare(self, m):
-        vhost = self.vhost
-        conn = self.conn
-        if m.passive:
-            q = vhost.queue(m.queue)  # no empty-name shortcut for a passive declare (as RabbitMQ)
-            vhost.check_exclusive(q, conn)
-        else:
-            name = m.queue
-            if name == "":
-                name = server_named("amq.gen-")
-            elif name.startswith("amq."):
-                raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
-            self._check("configure", "queue", name)
-            args = m.arguments or {}
-            dlx = args.get("x-dead-letter-exchange")
-            if name not in vhost.queues and dlx is not None:
-                if not isinstance(dlx, (str, bytes)):
-                    from ..amqp.codec import table_type_name
-                    raise precondition_failed(f"invalid type '{table_type_name(dlx)}' for arg "
-                                              f"'x-dead-letter-exchange' in {rs('queue', name, vhost.name)}")
-                self._check("read", "queue", name)
-                self._check("write", "exchange", dlx)
-            owner = conn if m.exclusive else None
-            durable = m.durable and not m.exclusive
-            q, created = vhost.declare_queue(name, durable, owner, m.auto_delete, args)
-            if created and owner is not None:
-                conn.exclusive_queues.append(q)
+        # No empty-name shortcut for a passive declare (as RabbitMQ).
+        q, created = ops.declare_queue(self.actor, m.queue, m.passive, m.durable, m.exclusive, m.auto_delete,
+                                       m.arguments)
+        if created and q.owner is not None:
+            self.conn.exclusive_queues.append(q)
         self.last_queue = q.name
         if not m.nowait:
             self.send(spec.QueueDeclareOk(queue=q.name, message_count=q.message_count,
                                           consumer_count=q.consumer_count))
 
-    def _queue_bind(self, m, unbind=False):
-        vhost = self.vhost
+    def _queue_binding(self, m) -> tuple[str, str]:
         qname = self._queue_name(m.queue)
-        routing_key = m.routing_key
-        if m.queue == "" and routing_key == "":
-            routing_key = qname  # RabbitMQ's shortcut: empty key on the last queue uses its name
-        self._check("write", "queue", qname)  # before the default-exchange rule, as RabbitMQ
-        if m.exchange == "":
-            raise access_refused("operation not permitted on the default exchange")
-        self._check("read", "exchange", m.exchange)
-        if unbind:
-            # RabbitMQ 3.10: unbinding is idempotent, even when the queue or exchange is missing.
-            q = vhost.queues.get(qname)
-            x = vhost.exchanges.get(m.exchange)
-            if q is not None and x is not None:
-                vhost.check_exclusive(q, self.conn)
-                vhost.unbind(x, q, routing_key, m.arguments)
-            self.send(spec.QueueUnbindOk())
-            return
-        x = vhost.exchange(m.exchange)  # like RabbitMQ, a missing source is reported first
-        q = vhost.queue(qname)
-        vhost.check_exclusive(q, self.conn)
-        vhost.bind(x, q, routing_key, m.arguments)
+        # RabbitMQ's shortcut: an empty key on the last queue uses its name.
+        return qname, (qname if m.queue == "" and m.routing_key == "" else m.routing_key)
+
+    def _queue_bind(self, m):
+        qname, routing_key = self._queue_binding(m)
+        ops.bind(self.actor, m.exchange, "queue", qname, routing_key, m.arguments)
         if not m.nowait:
             self.send(spec.QueueBindOk())
 
     def _queue_unbind(self, m):
-        self._queue_bind(m, unbind=True)
+        qname, routing_key = self._queue_binding(m)
+        ops.unbind(self.actor, m.exchange, "queue", qname, routing_key, m.arguments)
+        self.send(spec.QueueUnbindOk())
 
     def _queue_purge(self, m):
-        name = self._queue_name(m.queue)
-        self._check("read", "queue", name)  # permission first: a missing queue is a 403 too
-        q = self.vhost.queue(name)
-        self.vhost.check_exclusive(q, self.conn)
-        count = q.purge()
+        count = ops.purge_queue(self.actor, self._queue_name(m.queue))
         if not m.nowait:
             self.send(spec.QueuePurgeOk(message_count=count))
 
     def _queue_delete(self, m):
-        vhost = self.vhost
-        name = self._queue_name(m.queue)
-        self._check("configure", "queue", name)
-        q = vhost.queues.get(name)
-        count = 0
-        if q is not None:
-            vhost.check_exclusive(q, self.conn)
-            if m.if_unused and q.consumers:
-                raise precondition_failed(f"{q.describe()} in use")
-            if m.if_empty and q.message_count:
-                raise precondition_failed(f"{q.describe()} not empty")
-            count = vhost.delete_queue(q)
+        count = ops.delete_queue(self.actor, self._queue_name(m.queue), m.if_unused, m.if_empty)
         if not m.nowait:
             self.send(spec.QueueDeleteOk(message_count=count))
 
@@ -371,17 +306,14 @@ class Channel:
         self.kick_queues()
 
     def _basic_consume(self, m):
-        name = self._queue_name(m.queue)
-        self._check("read", "queue", name)  # permission first: a missing queue is a 403 too
-        q = self.vhost.queue(name)
-        self.vhost.check_exclusive(q, self.conn)
+        q = ops.readable_queue(self.actor, self._queue_name(m.queue))
         tag = m.consumer_tag or server_named("amq.ctag-")
         if tag in self.consumers:
             raise not_allowed(f"attempt to reuse consumer tag '{tag}'")
         if q.has_exclusive_consumer() or (m.exclusive and q.consumers):
             raise access_refused(f"{q.describe()} in exclusive use")
         consumer = Consumer(tag, self, q, m.no_ack, m.exclusive, m.arguments, self.prefetch,
-                            deliver_prefix(tag))
+                            deliver_prefix(tag), self.conn.throttle)
         self.consumers[tag] = consumer
         q.add_consumer(consumer)
         if not m.nowait:
@@ -395,13 +327,13 @@ class Channel:
         if not m.nowait:
             self.send(spec.BasicCancelOk(consumer_tag=m.consumer_tag))
 
-    def _drop_consumer(self, consumer) -> None:
+    def _drop_consumer(self, consumer: Consumer) -> None:
         q = consumer.queue
         q.remove_consumer(consumer)
         if q.unused_auto_delete and not q.deleted:
             q.vhost.delete_queue(q)
 
-    def consumer_cancelled_by_broker(self, consumer) -> None:
+    def consumer_cancelled(self, consumer: Consumer) -> None:
         """The queue went away: tell clients that asked for consumer_cancel_notify."""
         if self.consumers.pop(consumer.tag, None) is None:
             return
@@ -409,10 +341,7 @@ class Channel:
             self.send(spec.BasicCancel(consumer_tag=consumer.tag, nowait=True))
 
     def _basic_get(self, m):
-        name = self._queue_name(m.queue)
-        self._check("read", "queue", name)  # permission first: a missing queue is a 403 too
-        q = self.vhost.queue(name)
-        self.vhost.check_exclusive(q, self.conn)
+        q = ops.readable_queue(self.actor, self._queue_name(m.queue))
         qm = q.get()
         if qm is None:
             self.stats["get_empty"] += 1
@@ -438,29 +367,33 @@ class Channel:
         self._ack(m.delivery_tag, m.multiple)
 
     def _basic_reject(self, m):
-        self._settle(self._take_unacked(m.delivery_tag, False), requeue=m.requeue, ack=False)
+        self._settle_or_hold(self._take_unacked(m.delivery_tag, False), ack=False, requeue=m.requeue)
 
     def _basic_nack(self, m):
-        self._settle(self._take_unacked(m.delivery_tag, m.multiple), requeue=m.requeue, ack=False)
+        self._settle_or_hold(self._take_unacked(m.delivery_tag, m.multiple), ack=False, requeue=m.requeue)
 
     def _basic_recover(self, m):
         if not m.requeue:
             raise not_implemented("requeue=false")
-        self.requeue_unacked()
         if isinstance(m, spec.BasicRecover):
+            # Before the redeliveries, as RabbitMQ (its queues redeliver after the reply).
             self.send(spec.BasicRecoverOk())
+        self.requeue_unacked()
 
     # ------------------------------------------------------------- publish
     def _start_publish(self, payload) -> None:
-        # Publishers mostly repeat the exchange and routing key: reuse the decoded strings
-        # and the route bytes (also shared by every queued copy) when they do.
+        self.content_header = None
+        self.body_parts = None
         route = bytes(payload[6:-1])
-        cached = self._last_route
-        if cached[0] == route and len(payload) > 6:
+        cached = self._last_publish
+        if cached is not None and cached.route == route and len(payload) > 6:
             bits = payload[-1]
             if bits & 2:
                 raise not_implemented("immediate=true")
-            self.publishing = [cached[1], cached[2], cached[0], bool(bits & 1), None, [], 0]
+            if cached.mandatory != bool(bits & 1):
+                cached = self._last_publish = PublishMethod(cached.exchange, cached.routing_key, cached.route,
+                                                            bool(bits & 1))
+            self.publishing = cached
             return
         pos = 6
         try:
@@ -474,46 +407,26 @@ class Channel:
             return
         if bits & 2:
             raise not_implemented("immediate=true")
-        # The exchange and routing key shortstrs, reused verbatim in deliver/get-ok/return.
-        self._last_route = (route, exchange, routing_key)
-        self.publishing = [exchange, routing_key, route, bool(bits & 1), None, [], 0]
+        self.publishing = self._last_publish = PublishMethod(exchange, routing_key, route, bool(bits & 1))
 
     def _publish_complete(self, body: bytes) -> None:
-        exchange_name, routing_key, route, mandatory, header, _, _ = self.publishing
+        pub = self.publishing
         self.publishing = None
         try:
-            self.publish(exchange_name, routing_key, route, mandatory, header, body)
+            self.publish(pub.exchange, pub.routing_key, pub.route, pub.mandatory, self.content_header, body)
         except AMQPError as err:
-            self.error(err, 60, 40)
+            self.error(err, *_PUBLISH_IDS)
 
-    def publish(self, exchange_name, routing_key, route, mandatory, header, body) -> None:
-        vhost = self.vhost
-        x = vhost.exchanges.get(exchange_name)
-        # The cache is by name: an exchange redeclared internal under that name must still refuse.
-        if x is None or exchange_name not in self.writable_exchanges or x.internal:
-            self._check("write", "exchange", exchange_name)  # before the lookup, as RabbitMQ
-            if x is None:
-                raise not_found(f"no {rs('exchange', exchange_name, vhost.name)}")
-            if x.internal:
-                raise access_refused(f"cannot publish to internal {x.describe()}")
-            self.writable_exchanges.add(exchange_name)
-        if (header[12] << 8 | header[13]) & _CHECKED_PROPS:
-            self._check_properties(header)
-        message = Message(exchange_name, routing_key, route, header, body)
-        queues = vhost.route(x, routing_key, message)
+    def publish(self, exchange_name: str, routing_key: str, route: bytes, mandatory: bool, header: bytes,
+                body: bytes) -> None:
+        message, queues = _route(self.actor, exchange_name, routing_key, route, header, body)
         self.stats["publish"] += 1
-        xstats = x.stats
-        xstats["publish_in"] += 1
-        xstats["publish_out"] += len(queues)
         if self.tx is not None:
-            self.tx.append(("publish", queues, message, mandatory))
+            self.tx.publish(queues, message, mandatory)
             return
         batch = 0
         if queues:
-            for q in queues:
-                b = q.publish(message)
-                if b > batch:
-                    batch = b
+            batch = _enqueue(message, queues)
         elif mandatory:
             self._return(message, NO_ROUTE, "NO_ROUTE")
         else:
@@ -521,17 +434,13 @@ class Channel:
         if self.confirm:
             self.publish_seq += 1
             if batch:
-                # Persistent message in a durable queue: confirmed once its batch is fsynced.
+                # Persistent message in a durable queue: confirmed once its batch is on disk.
                 self.sync_waits.append((self.publish_seq, batch))
-                self.conn.broker.persister.wait_for(self)
+                self.durability.wait(self)
             else:
                 self.conn.confirming.add(self)
 
-    def _check_properties(self, header) -> None:
-        """user_id and expiration, checked after the exchange as RabbitMQ does."""
-        check_properties(decode_properties(header), self.conn.user)
-
-    def _return(self, message, code, text) -> None:
+    def _return(self, message: Message, code: int, text: str) -> None:
         self.stats["return_unroutable"] += 1
         conn = self.conn
         payload = _HH.pack(60, 50) + struct.pack(">H", code) + bytes((len(text),)) + text.encode() + message.route
@@ -548,16 +457,19 @@ class Channel:
         upto = self.publish_seq
         waits = self.sync_waits
         if waits:
-            persister = self.conn.broker.persister
-            while waits and waits[0][1] <= persister.synced:
-                seq, batch = waits.popleft()
-                if batch in persister.failed:
+            status = self.durability.status
+            while waits:
+                safe = status(waits[0][1])
+                if safe is None:
+                    break
+                seq, _batch = waits.popleft()
+                if not safe:
                     self._send_ack(seq - 1)
                     self.conn.out.append(nack_frame(self.id, seq, False))
                     self.confirmed = seq
             if waits:
                 upto = waits[0][0] - 1
-                persister.wait_for(self)
+                self.durability.wait(self)
         self._send_ack(upto)
 
     def _send_ack(self, upto: int) -> None:
@@ -567,7 +479,7 @@ class Channel:
             self.confirmed = upto
 
     def store_synced(self) -> None:
-        """The persister finished an fsync: some waiting confirms may be due."""
+        """The store finished an fsync: some waiting confirms may be due (a SyncWaiter)."""
         if self.state == OPEN:
             self.conn.confirming.add(self)
             self.conn.schedule_flush()
@@ -580,8 +492,8 @@ class Channel:
             self.send(spec.ConfirmSelectOk())
 
     # --------------------------------------------------------------- deliver
-    def deliver(self, consumer, qm) -> None:
-        """Send one message to a consumer on this channel (called by the queue)."""
+    def deliver(self, consumer: Consumer, qm: QueuedMessage) -> None:
+        """Send one message to a consumer on this channel (the queue calls this: a DeliverySink)."""
         self.delivery_tag += 1
         tag = self.delivery_tag
         msg = qm.message
@@ -603,16 +515,13 @@ class Channel:
             self.stats["redeliver"] += 1
         conn.note_output(len(msg.body) + 64)
 
-    def update_blocked(self) -> None:
-        self.blocked = not (self.flow_active and self.conn.writable)
-
     def kick_queues(self) -> None:
         """Credit may have been freed: let the queues we consume from deliver again."""
         for queue in {c.queue for c in self.consumers.values()}:
             queue.deliver_ready()
 
     # ------------------------------------------------------------------ acks
-    def _take_unacked(self, tag: int, multiple: bool) -> list:
+    def _take_unacked(self, tag: int, multiple: bool) -> list[Unacked]:
         unacked = self.unacked
         if multiple:
             if tag == 0:
@@ -621,28 +530,28 @@ class Channel:
                 return taken
             if tag not in unacked:
                 raise precondition_failed(f"unknown delivery tag {tag}")
-            taken = []
+            tags = []
             for t in unacked:
                 if t > tag:
                     break
-                taken.append(t)
-            return [(t, unacked.pop(t)) for t in taken]
+                tags.append(t)
+            return [(t, unacked.pop(t)) for t in tags]
         entry = unacked.pop(tag, None)
         if entry is None:
             raise precondition_failed(f"unknown delivery tag {tag}")
         return [(tag, entry)]
 
     def _ack(self, tag: int, multiple: bool) -> None:
-        taken = self._take_unacked(tag, multiple)
-        if self.tx is not None:
-            self.tx.append(("ack", taken))
-            return
-        self._settle(taken, requeue=False, ack=True)
+        self._settle_or_hold(self._take_unacked(tag, multiple), ack=True)
 
-    def _settle(self, taken, requeue: bool, ack: bool) -> None:
-        if not ack and self.tx is not None:
-            self.tx.append(("reject", taken, requeue))
-            return
+    def _settle_or_hold(self, taken: list[Unacked], ack: bool, requeue: bool = False) -> None:
+        """Settle now, or at tx.commit inside a transaction."""
+        if self.tx is not None:
+            self.tx.settle(taken, ack, requeue)
+        else:
+            self._settle(taken, ack, requeue)
+
+    def _settle(self, taken: list[Unacked], ack: bool, requeue: bool) -> None:
         queues = set()
         for _tag, (qm, queue, consumer) in taken:
             if consumer is not None:
@@ -663,45 +572,31 @@ class Channel:
     def requeue_unacked(self) -> None:
         taken = list(self.unacked.items())
         self.unacked.clear()
-        self._settle_now(taken, requeue=True)
-
-    def _settle_now(self, taken, requeue):
-        tx, self.tx = self.tx, None
-        try:
-            self._settle(taken, requeue=requeue, ack=False)
-        finally:
-            self.tx = tx
+        self._settle(taken, ack=False, requeue=True)
 
     # -------------------------------------------------------------------- tx
     def _tx_select(self, m):
         if self.confirm:
             raise precondition_failed("cannot switch from confirm to tx mode")
         if self.tx is None:
-            self.tx = []
+            self.tx = Transaction()
         self.send(spec.TxSelectOk())
 
     def _tx_commit(self, m):
-        if self.tx is None:
+        tx = self.tx
+        if tx is None:
             raise precondition_failed("channel is not transactional")
-        actions, self.tx = self.tx, None
         durable_writes = False
-        try:
-            for action in actions:
-                if action[0] == "publish":
-                    _, queues, message, mandatory = action
-                    live = [q for q in queues if not q.deleted]
-                    if live:
-                        for q in live:
-                            durable_writes |= bool(q.publish(message))
-                    elif mandatory:
-                        self._return(message, NO_ROUTE, "NO_ROUTE")
-                elif action[0] == "ack":
-                    self._settle(action[1], requeue=False, ack=True)
-                else:
-                    self._settle(action[1], requeue=action[2], ack=False)
-        finally:
-            self.tx = []
-        if durable_writes and not self.conn.broker.persister.sync_now():
+        for action in tx.take():
+            if isinstance(action, TxPublish):
+                live = [q for q in action.queues if not q.deleted]
+                if live:
+                    durable_writes |= bool(_enqueue(action.message, live))
+                elif action.mandatory:
+                    self._return(action.message, NO_ROUTE, "NO_ROUTE")
+            else:
+                self._settle(action.taken, action.ack, action.requeue)
+        if durable_writes and not self.durability.sync_now():
             # RabbitMQ has no tx nack: a failed write is an internal error.
             raise AMQPError(541, "cannot write the committed messages to disk")
         self.send(spec.TxCommitOk())
@@ -710,18 +605,15 @@ class Channel:
         if self.tx is None:
             raise precondition_failed("channel is not transactional")
         self._tx_restore_unacked()
-        self.tx = []
+        self.tx = Transaction()
         self.send(spec.TxRollbackOk())
 
     def _tx_restore_unacked(self) -> None:
         """Acks and rejects taken in the open transaction become outstanding again."""
-        restored = False
-        for action in self.tx:
-            if action[0] in ("ack", "reject"):
-                for tag, entry in action[1]:
-                    self.unacked[tag] = entry
-                    restored = True
-        if restored:
+        settled = self.tx.settled() if self.tx is not None else []
+        for tag, entry in settled:
+            self.unacked[tag] = entry
+        if settled:
             self.unacked = dict(sorted(self.unacked.items()))
 
     # --------------------------------------------------------------- release
@@ -736,8 +628,7 @@ class Channel:
         self.consumers.clear()
         for consumer in consumers:
             self._drop_consumer(consumer)
-        if self.tx:
-            self._tx_restore_unacked()  # uncommitted acks did not happen: requeue those too
+        self._tx_restore_unacked()  # uncommitted acks did not happen: requeue those too
         self.tx = None
         self.publishing = None
         if self.unacked:
@@ -746,7 +637,7 @@ class Channel:
         self.conn.confirming.discard(self)
 
 
-_HANDLERS = {
+_HANDLERS: dict[type, Callable[[Channel, spec.Method], None]] = {
     spec.ChannelOpen: Channel._channel_open,
     spec.ChannelFlow: Channel._channel_flow,
     spec.ChannelClose: Channel._channel_close,
@@ -775,11 +666,9 @@ _HANDLERS = {
 }
 
 
-def _content_expected(publishing, what: str) -> AMQPError:
+def _content_expected(what: str) -> AMQPError:
     """505 for a frame other than the content a basic.publish still waits for."""
     if what == "header":
-        err = unexpected_frame("expected content header for class 60, got non content header frame instead")
-    else:
-        err = unexpected_frame("expected content body, got non content body frame instead")
-    err.method_ids = (60, 40)
-    return err
+        return unexpected_frame("expected content header for class 60, got non content header frame instead",
+                                _PUBLISH_IDS)
+    return unexpected_frame("expected content body, got non content body frame instead", _PUBLISH_IDS)

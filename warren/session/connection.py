@@ -1,15 +1,18 @@
 """One AMQP connection: handshake, frame parsing, channel dispatch and output batching.
 
 The server feeds received bytes to `data_received`; everything the connection wants to send
-is gathered in `out` and written to the transport in one piece per loop tick (`flush`).
-The transport is the server's object with write(bytes), close(), schedule_flush(conn),
-close_later(seconds) and peer/local addresses.
+is gathered in `out` and written to the transport (warren.broker.ports.Transport) in one
+piece per loop tick (`flush`), after the durable state the replies promise is written.
 """
 
+from __future__ import annotations
+
+import enum
 import logging
 import platform
 import struct
 import time
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..amqp import spec
@@ -26,6 +29,12 @@ from ..broker.errors import (
 from . import frame_errors
 from .channel import Channel
 from .sasl import MECHANISMS, credentials
+from .throttle import Reason, Throttle
+
+if TYPE_CHECKING:
+    from ..broker.auth import User
+    from ..broker.ports import Transport
+    from ..broker.vhost import VHost
 
 log = logging.getLogger("warren.connection")
 
@@ -35,8 +44,17 @@ _HH = struct.Struct(">HH")
 _I = struct.Struct(">I")
 _CONNECTION_CLOSE, _CONNECTION_CLOSE_OK = (10 << 16) | 50, (10 << 16) | 51
 
-# Connection states.
-AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = range(7)
+class ConnectionState(enum.IntEnum):
+    AWAIT_HEADER = 0
+    AWAIT_START_OK = 1
+    AWAIT_TUNE_OK = 2
+    AWAIT_OPEN = 3
+    OPEN = 4
+    CLOSING = 5  # we sent connection.close: waiting for close-ok
+    CLOSED = 6
+
+
+AWAIT_HEADER, AWAIT_START_OK, AWAIT_TUNE_OK, AWAIT_OPEN, OPEN, CLOSING, CLOSED = ConnectionState
 # RabbitMQ's names for them, as its error texts say them.
 _STATE_NAMES = {AWAIT_START_OK: "starting", AWAIT_TUNE_OK: "tuning", AWAIT_OPEN: "opening", OPEN: "running"}
 
@@ -70,29 +88,28 @@ def server_properties(cluster_name: str) -> dict:
 
 
 class Connection:
-    def __init__(self, broker, transport, peer=("127.0.0.1", 0)):
+    def __init__(self, broker, transport: Transport):
         self.broker = broker
         self.transport = transport
-        self.peer = peer
+        self.peer = transport.peer
         self.state = AWAIT_HEADER
         self.buf = bytearray()
-        self.out: list = []
+        self.out: list[bytes] = []
         self.out_bytes = 0
         self.flush_scheduled = False
-        self.write_paused = False      # the transport's buffer is full
-        self.writable = True           # consumers may be sent to
-        self.confirming: set = set()   # channels with confirms waiting to go out
-        self.channels: dict = {}
+        self.throttle = Throttle(transport, self._resume_delivering)
+        self.confirming: set[Channel] = set()  # channels with confirms waiting to go out
+        self.channels: dict[int, Channel] = {}
         limits = broker.limits
         self.frame_max = FRAME_MIN_SIZE  # until tune-ok, as RabbitMQ
         self.channel_max = limits.channel_max
         self.heartbeat = 0
-        self.user = None
-        self.vhost = None
+        self.user: User | None = None
+        self.vhost: VHost | None = None
         self.client_properties: dict = {}
         self.capabilities: dict = {}
         self.exclusive_queues: list = []
-        self.name = f"{peer[0]}:{peer[1]}"
+        self.name = f"{self.peer[0]}:{self.peer[1]}"
         self.connected_at = int(time.time() * 1000)
         # Traffic counters (warren.mgmt.stats): bytes and reads in, bytes and writes out.
         self.recv_oct = self.recv_cnt = self.send_oct = self.send_cnt = 0
@@ -111,7 +128,7 @@ class Connection:
             if self.state != AWAIT_HEADER or self._read_protocol_header():
                 self._read_frames()
         except AMQPError as err:
-            self.connection_error(err, *getattr(err, "method_ids", (0, 0)))
+            self.connection_error(err, *(err.method_ids or (0, 0)))
         except DecodeError as err:
             self.connection_error(syntax_error(str(err)))
         self.flush()
@@ -218,14 +235,11 @@ class Connection:
         if method is None:
             return
         if not isinstance(method, spec.ChannelOpen):
-            err = channel_error("expected 'channel.open'")
-            err.method_ids = (method.CLASS_ID, method.METHOD_ID)
-            raise err
+            raise channel_error("expected 'channel.open'", (method.CLASS_ID, method.METHOD_ID))
         if self.channel_max and ch > self.channel_max:
             # The spec's rule (RabbitMQ 3.10 only limits how many channels are open).
-            err = not_allowed(f"channel number {ch} is higher than the negotiated channel_max ({self.channel_max})")
-            err.method_ids = (20, 10)
-            raise err
+            raise not_allowed(f"channel number {ch} is higher than the negotiated channel_max ({self.channel_max})",
+                              (20, 10))
         channel = Channel(self, ch)
         self.channels[ch] = channel
         self.send_method(ch, spec.ChannelOpenOk(channel_id=b""))
@@ -267,9 +281,8 @@ class Connection:
             self.send_method(0, spec.ConnectionUpdateSecretOk())
         else:
             # Anything else on channel 0, including a close before the connection is open.
-            err = channel_error(f"unexpected method in connection state {_STATE_NAMES[state]}")
-            err.method_ids = (method.CLASS_ID, method.METHOD_ID)
-            raise err
+            raise channel_error(f"unexpected method in connection state {_STATE_NAMES[state]}",
+                                (method.CLASS_ID, method.METHOD_ID))
 
     def _start_ok(self, method) -> None:
         self.client_properties = method.client_properties or {}
@@ -314,9 +327,7 @@ class Connection:
             else:
                 continue
             # RabbitMQ (3.11 on; 3.10 closes silently) answers this one with connection.close.
-            err.method_ids = (10, 30)
-            err.handshake_reply = True
-            raise err
+            raise AMQPError(err.code, err.text, (10, 30), handshake_reply=True)
         self.frame_max = method.frame_max or 0xFFFFFFFF  # 0: no limit
         self.channel_max = method.channel_max
         self.heartbeat = method.heartbeat
@@ -333,8 +344,7 @@ class Connection:
         else:
             err = None
         if err is not None:
-            err.method_ids = (10, 40)
-            raise err
+            raise AMQPError(err.code, err.text, (10, 40))
         self.vhost = vhost
         self.state = OPEN
         self.broker.connections.add(self)
@@ -348,15 +358,12 @@ class Connection:
     def schedule_flush(self) -> None:
         if not self.flush_scheduled:
             self.flush_scheduled = True
-            self.transport.schedule_flush(self)
+            self.transport.schedule_flush(self.flush)
 
     def flush(self) -> None:
         """Write everything gathered since the last flush in one call."""
-        broker = self.broker
-        broker.flush_definitions()
-        if broker.persister is not None:
-            # Message records and delivery marks reach the files before any reply leaves.
-            broker.persister.flush()
+        # Definitions, message records and delivery marks reach the files before any reply leaves.
+        self.broker.durability.flush()
         self.flush_scheduled = False
         if self.confirming:
             for channel in self.confirming:
@@ -369,32 +376,29 @@ class Connection:
             self.send_oct += len(data)
             self.send_cnt += 1
             self.transport.write(data)
-        if not self.writable and not self.write_paused and self.state == OPEN:
-            self.set_writable(True)
+        if self.state == OPEN:
+            self.throttle.discard(Reason.TICK_OUTPUT)
 
     def note_output(self, size: int) -> None:
         """Called for each delivery: pause this connection's consumers past the high-water mark."""
         self.out_bytes += size
-        if self.out_bytes > OUTPUT_HIGH_WATER and self.writable:
-            self.set_writable(False)
+        if self.out_bytes > OUTPUT_HIGH_WATER:
+            self.throttle.add(Reason.TICK_OUTPUT)
         self.schedule_flush()
 
-    def set_writable(self, writable: bool) -> None:
-        self.writable = writable
-        for channel in self.channels.values():
-            channel.update_blocked()
-        if writable:
-            for channel in list(self.channels.values()):
-                channel.kick_queues()
+    def _resume_delivering(self) -> None:
+        for channel in list(self.channels.values()):
+            channel.kick_queues()
 
     def pause_writing(self) -> None:
-        self.write_paused = True
-        self.set_writable(False)
+        """The transport's buffer is full (asyncio's flow control)."""
+        self.throttle.add(Reason.WRITE_BUFFER)
 
     def resume_writing(self) -> None:
-        self.write_paused = False
+        if self.state in (CLOSING, CLOSED):
+            return
+        self.throttle.discard(Reason.WRITE_BUFFER)
         if self.state == OPEN:
-            self.set_writable(True)
             self.flush()
 
     def send_heartbeat(self) -> None:
@@ -405,7 +409,7 @@ class Connection:
     def connection_error(self, err: AMQPError, class_id: int = 0, method_id: int = 0) -> None:
         if self.state in (CLOSING, CLOSED):
             return
-        if self.state in (AWAIT_START_OK, AWAIT_TUNE_OK) and not getattr(err, "handshake_reply", False):
+        if self.state in (AWAIT_START_OK, AWAIT_TUNE_OK) and not err.handshake_reply:
             # Before tune-ok RabbitMQ answers (almost) nothing: it waits, then drops the socket.
             log.warning("handshake error from %s: %s", self.name, err.reply_text)
             self._release()
@@ -457,7 +461,7 @@ class Connection:
         self.exclusive_queues.clear()
         self.broker.connections.discard(self)
 
-    def channel_closed(self, channel) -> None:
+    def channel_closed(self, channel: Channel) -> None:
         if self.channels.get(channel.id) is channel:
             del self.channels[channel.id]
         self.confirming.discard(channel)

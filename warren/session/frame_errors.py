@@ -5,42 +5,8 @@ way `~p` prints a binary (`<<"text">>` or `<<1,2,3>>`, wrapped at 80 columns) an
 arguments the way `~w` does (`<<0,0,5>>`). Only the error paths come here.
 """
 
+from ..amqp.erlang import erl_binary, erl_binary_w, erl_tuple
 from ..broker.errors import AMQPError
-
-_LINE = 80
-# Escapes Erlang uses inside a printable binary; other printable bytes are 32..126, 160..255.
-_ESCAPES = {0x22: '\\"', 0x5C: "\\\\", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x0B: "\\v",
-            0x08: "\\b", 0x0C: "\\f", 0x1B: "\\e"}
-
-
-def _printable(raw: bytes) -> bool:
-    return all(32 <= b < 127 or b >= 160 or b in _ESCAPES for b in raw)
-
-
-def erl_p_binary(raw: bytes, col: int) -> str:
-    """Erlang's ~p of a binary printed at column `col` (0-based), with its line filling."""
-    if not raw:
-        return "<<>>"
-    if _printable(raw):
-        return '<<"' + "".join(_ESCAPES.get(b) or chr(b) for b in raw) + '">>'
-    items = [str(b) for b in raw]
-    out = ["<<", items[0]]
-    end = col + 2 + len(items[0])
-    indent = " " * (col + 2)
-    for item in items[1:]:
-        if end + 1 + len(item) <= _LINE - 2:
-            out.append("," + item)
-            end += 1 + len(item)
-        else:
-            out.append(",\n" + indent + item)
-            end = col + 2 + len(item)
-    out.append(">>")
-    return "".join(out)
-
-
-def erl_w_binary(raw: bytes) -> str:
-    """Erlang's ~w of a binary: always the byte values."""
-    return "<<" + ",".join(str(b) for b in raw) + ">>"
 
 
 def _column(text: str) -> int:
@@ -55,13 +21,12 @@ def _snippet(ftype: int, payload) -> str:
     else:
         prefix = f"type {ftype}, first 16 octets = "
         raw = raw[:16]
-    return prefix + erl_p_binary(raw, len(prefix))
+    # io_lib gives one byte per character: a connection.close text takes them as Latin-1.
+    return prefix + erl_binary(raw, len(prefix)).decode("latin-1")
 
 
 def _error(code: int, text: str) -> AMQPError:
-    err = AMQPError(code, text)
-    err.method_ids = (0, 0)
-    return err
+    return AMQPError(code, text, (0, 0))
 
 
 def unknown_frame(ftype: int, payload) -> AMQPError:
@@ -76,11 +41,7 @@ def unexpected_frame(ftype: int, payload) -> AMQPError:
 
 def bad_frame_end(ftype: int, payload, end_byte: int) -> AMQPError:
     text = _snippet(ftype, payload) + ": "
-    term = f"{{invalid_frame_end_marker,{end_byte}}}"
-    col = _column(text)
-    if col + len(term) > _LINE - 2:
-        term = "{invalid_frame_end_marker,\n" + " " * (col + 1) + f"{end_byte}}}"
-    return _error(501, text + term)
+    return _error(501, text + erl_tuple(["invalid_frame_end_marker", str(end_byte)], _column(text)))
 
 
 def frame_too_large(ftype: int, size: int, frame_max: int) -> AMQPError:
@@ -91,9 +52,7 @@ def frame_too_large(ftype: int, size: int, frame_max: int) -> AMQPError:
 
 def cannot_decode(payload, class_id: int, method_id: int) -> AMQPError:
     """501 for method arguments that do not parse (truncated, or with bytes left over)."""
-    err = AMQPError(501, f"cannot decode {erl_w_binary(bytes(payload[4:]))}")
-    err.method_ids = (class_id, method_id)
-    return err
+    return AMQPError(501, f"cannot decode {erl_binary_w(bytes(payload[4:]))}", (class_id, method_id))
 
 
 def malformed_utf8() -> AMQPError:

@@ -8,23 +8,25 @@ touch the disk only when the window is full (paging). Acks and deliveries leave 
 each segment's .ack file; a segment whose records are all settled is deleted.
 """
 
-import heapq
 import logging
 import os
 import shutil
-import struct
 import time
 from collections import deque
+from typing import TYPE_CHECKING
 
 from ..amqp.codec import read_shortstr
-from ..broker.message import Message, QueuedMessage
+from ..amqp.message import Message
 from . import segments as sg
+from .queued_message import QueuedMessage
+from .requeued import RequeuedMessages
+
+if TYPE_CHECKING:
+    from .persister import Persister
 
 log = logging.getLogger("warren.store")
 
 WINDOW = 32768          # fresh messages kept in memory before paging starts
-_RECORD_HEAD = struct.Struct(">IIBQH")  # length, crc, flags, seq, route length
-_U32 = struct.Struct(">I")
 FLAG_DURABLE = sg.FLAG_DURABLE
 READ_CHUNK = 1 << 20
 
@@ -35,17 +37,17 @@ class Segment:
     __slots__ = ("id", "path", "fd", "ack_fd", "size", "flushed", "count", "acked", "acked_set",
                  "delivered", "wbuf", "marks", "persister")
 
-    def __init__(self, persister, directory: str, seg_id: int, create: bool):
+    def __init__(self, persister: "Persister", directory: str, seg_id: int, create: bool):
         self.persister = persister
         self.id = seg_id
         self.path = os.path.join(directory, sg.segment_name(seg_id))
         flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        self.fd = os.open(self.path, flags, 0o644)
-        self.ack_fd = None
+        self.fd: int | None = os.open(self.path, flags, 0o644)  # None once removed
+        self.ack_fd: int | None = None
         self.size = self.flushed = 0
         self.count = self.acked = 0
-        self.acked_set: set = set()
-        self.delivered: dict = {}
+        self.acked_set: set[int] = set()        # offsets of settled records
+        self.delivered: dict[int, int] = {}     # offset -> deliveries before a restart
         self.wbuf = bytearray()
         self.marks = bytearray()
         if create:
@@ -70,8 +72,10 @@ class Segment:
 
     def write_out(self) -> None:
         # pwrite at the flushed offset: a retry after a failed (partial) write overwrites it.
+        fd = self.fd
+        assert fd is not None, "write to a removed segment"
         while self.wbuf:
-            n = os.pwrite(self.fd, self.wbuf, self.flushed)
+            n = os.pwrite(fd, self.wbuf, self.flushed)
             self.flushed += n
             del self.wbuf[:n]
         if self.marks:
@@ -87,6 +91,7 @@ class Segment:
         if offset >= self.flushed:
             start = offset - self.flushed
             return bytes(self.wbuf[start:start + length])
+        assert self.fd is not None, "read from a removed segment"
         data = os.pread(self.fd, min(length, self.flushed - offset), offset)
         if offset + length > self.flushed and self.wbuf:
             data += bytes(self.wbuf[:offset + length - self.flushed])
@@ -106,7 +111,7 @@ class Segment:
                 pass
 
 
-def _route_parts(route: bytes):
+def _route_parts(route: bytes) -> tuple[str, str]:
     exchange, pos = read_shortstr(route, 0)
     routing_key, _ = read_shortstr(route, pos)
     return exchange, routing_key
@@ -115,47 +120,46 @@ def _route_parts(route: bytes):
 class DiskQueueStore:
     """The QueueStore of a queue when the broker has a data directory."""
 
-    def __init__(self, persister, directory: str, durable: bool, window: int = WINDOW):
+    def __init__(self, persister: "Persister", directory: str, durable: bool, window: int = WINDOW):
         self.persister = persister
         self.directory = directory
         self.durable = durable
         self.window = window
-        self._fresh = deque()
-        self._requeued: list = []
+        self._fresh: deque[QueuedMessage] = deque()
+        self._requeued = RequeuedMessages()
         self.ready_bytes = 0
         self.disk_count = 0       # ready messages that live only in the segments
-        self.cursor = None        # (segment, offset) of the first of them
-        self.segments: dict = {}  # id -> Segment, in id order
-        self.write_seg = None
+        self.cursor: tuple[Segment, int] | None = None  # (segment, offset) of the first of them
+        self.segments: dict[int, Segment] = {}  # id -> Segment, in id order
+        self.write_seg: Segment | None = None
         self.max_seq = 0          # highest sequence number recovered
         if durable and os.path.isdir(directory):
             self._recover()
 
     # --------------------------------------------------------------- QueueStore
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._fresh) + len(self._requeued) + self.disk_count
 
-    def accept(self, qm) -> int:
+    def accept(self, qm: QueuedMessage) -> int:
         """Write a persistent message of a durable queue now; returns the batch to wait for."""
         if self.durable and qm.message.persistent:
             self._append(qm, sg.FLAG_DURABLE)
             return self.persister.durable_append(qm.seg)
         return 0
 
-    def push(self, qm) -> None:
+    def push(self, qm: QueuedMessage) -> None:
         self.ready_bytes += len(qm.message.body)
         if self.disk_count or len(self._fresh) >= self.window:
-            if qm.seg is None:
-                self._append(qm, sg.FLAG_PAGED)
+            seg = qm.seg if qm.seg is not None else self._append(qm, sg.FLAG_PAGED)
             if not self.disk_count:
-                self.cursor = (qm.seg, qm.off)
+                self.cursor = (seg, qm.off)
             self.disk_count += 1
             return
         self._fresh.append(qm)
 
-    def pop(self):
+    def pop(self) -> QueuedMessage | None:
         if self._requeued:
-            qm = heapq.heappop(self._requeued)
+            qm = self._requeued.take()
         else:
             if len(self._fresh) <= self.window // 2 and self.disk_count:
                 self._load(self.window // 2 + 1)
@@ -165,17 +169,30 @@ class DiskQueueStore:
         self.ready_bytes -= len(qm.message.body)
         return qm
 
-    def requeue(self, qm) -> None:
-        heapq.heappush(self._requeued, qm)
+    def peek(self) -> QueuedMessage | None:
+        if self._requeued:
+            return self._requeued.first()
+        if not self._fresh and self.disk_count:
+            self._load(self.window // 2 + 1)  # as pop() would
+        return self._fresh[0] if self._fresh else None
+
+    def drop_head(self, n: int) -> list[QueuedMessage]:
+        dropped: list[QueuedMessage] = []
+        while len(dropped) < n and (qm := self.pop()) is not None:
+            dropped.append(qm)
+        return dropped
+
+    def requeue(self, qm: QueuedMessage) -> None:
+        self._requeued.push(qm)
         self.ready_bytes += len(qm.message.body)
 
-    def delivered(self, qm) -> None:
+    def delivered(self, qm: QueuedMessage) -> None:
         """Handed to a consumer that must ack: leave a mark so a restart sets redelivered."""
         seg = qm.seg
         if seg is not None and qm.durable:
             seg.mark(sg.MARK_DELIVERED, qm.off)
 
-    def settle(self, qm) -> None:
+    def settle(self, qm: QueuedMessage) -> None:
         seg = qm.seg
         if seg is None:
             return
@@ -188,16 +205,17 @@ class DiskQueueStore:
 
     def purge(self) -> int:
         count = len(self)
-        while self._requeued or self._fresh:
-            qm = self._requeued.pop() if self._requeued else self._fresh.popleft()
+        for qm in self._requeued.take_all():
             self.settle(qm)
+        while self._fresh:
+            self.settle(self._fresh.popleft())
         if self.disk_count:
             self._purge_disk_tail()
         self.ready_bytes = 0
         return count
 
-    def peek_all(self) -> list:
-        return sorted(self._requeued) + list(self._fresh)
+    def peek_all(self) -> list[QueuedMessage]:
+        return self._requeued.in_order() + list(self._fresh)
 
     def destroy(self) -> None:
         for seg in list(self.segments.values()):
@@ -207,7 +225,7 @@ class DiskQueueStore:
         shutil.rmtree(self.directory, ignore_errors=True)
 
     # ---------------------------------------------------------------- writing
-    def _append(self, qm, flags: int) -> None:
+    def _append(self, qm: QueuedMessage, flags: int) -> Segment:
         seg = self.write_seg
         if seg is None or seg.size >= sg.SEGMENT_SIZE:
             seg = self._roll()
@@ -215,8 +233,9 @@ class DiskQueueStore:
         qm.off = seg.append(sg.encode_record(flags, qm.seq, msg.route, msg.header, msg.body))
         qm.seg = seg
         qm.durable = flags == sg.FLAG_DURABLE
+        return seg
 
-    def _roll(self):
+    def _roll(self) -> Segment:
         if not self.segments:
             os.makedirs(self.directory, exist_ok=True)
         old = self.write_seg
@@ -228,7 +247,7 @@ class DiskQueueStore:
             self._drop(old)
         return seg
 
-    def _drop(self, seg) -> None:
+    def _drop(self, seg: Segment) -> None:
         if self.cursor is not None and self.cursor[0] is seg:
             return  # still being read from (possible only for skipped records)
         self.segments.pop(seg.id, None)
@@ -237,11 +256,15 @@ class DiskQueueStore:
     # ---------------------------------------------------------------- reading
     def _load(self, want: int) -> None:
         """Move up to `want` messages from the disk tail into the in-memory window."""
+        assert self.cursor is not None  # there is a disk tail
         seg, offset = self.cursor
         fresh = self._fresh
         ids = None
-        unpack_head, unpack_u32 = _RECORD_HEAD.unpack_from, _U32.unpack_from
-        last_route = last_header = None
+        # The record layout of segments.py, bound to locals: this loop stays inline because a
+        # call per record (sg.read_record) costs measurably here.
+        unpack_head, unpack_header_len = sg.RECORD_HEAD.unpack_from, sg.HEADER_LEN.unpack_from
+        head_size, prefix_size, header_len_size = sg.HEAD_SIZE, sg.PREFIX_SIZE, sg.HEADER_LEN_SIZE
+        last_route = last_header = b""  # never a record's (a route holds two shortstrs)
         last_parts = ("", "")
         while want > 0 and self.disk_count:
             if offset >= seg.size:
@@ -263,24 +286,24 @@ class DiskQueueStore:
             acked, delivered = seg.acked_set, seg.delivered
             # The hottest loop of a draining deep queue: unpack by hand, and share the route
             # and header of consecutive alike records (as the publishing channel did).
-            while want and pos + 19 <= size:
+            while want and pos + head_size <= size:
                 length, _crc, flags, seq, route_len = unpack_head(chunk, pos)
-                end = pos + 8 + length
+                end = pos + prefix_size + length
                 if end > size:
                     if pos == 0:  # a record larger than the chunk
-                        chunk = seg.read(offset, 8 + length)
-                        size = end = 8 + length
+                        size = end = sg.record_size(length)
+                        chunk = seg.read(offset, size)
                     else:
                         break
                 record_offset = offset + pos
-                p = pos + 19
+                p = pos + head_size
                 pos = end
                 if acked and record_offset in acked:
                     continue
                 route = chunk[p:p + route_len]
                 p += route_len
-                header_end = p + 4 + unpack_u32(chunk, p)[0]
-                header = chunk[p + 4:header_end]
+                header_end = p + header_len_size + unpack_header_len(chunk, p)[0]
+                header = chunk[p + header_len_size:header_end]
                 if route != last_route:
                     last_route = route
                     last_parts = _route_parts(route)
@@ -305,6 +328,7 @@ class DiskQueueStore:
         self.cursor = (seg, offset) if self.disk_count else None
 
     def _purge_disk_tail(self) -> None:
+        assert self.cursor is not None  # there is a disk tail
         seg, offset = self.cursor
         self.cursor = None
         self.disk_count = 0
@@ -370,6 +394,7 @@ class DiskQueueStore:
                         self._quarantine(seg, problem)
                     log.warning("queue store %s: torn tail in %s (%s): truncated to %d bytes",
                                 self.directory, name, problem, good_end)
+                    assert seg.fd is not None  # just opened
                     os.ftruncate(seg.fd, good_end)
                 else:
                     self._quarantine(seg, problem)
@@ -385,9 +410,7 @@ class DiskQueueStore:
                 if self.cursor is None:
                     self.cursor = (seg, offset)
                 live += 1
-                length, _crc, _flags, _seq, route_len = _RECORD_HEAD.unpack_from(data, offset)
-                header_len = _U32.unpack_from(data, offset + 19 + route_len)[0]
-                self.ready_bytes += length - 15 - route_len - 4 - header_len  # the body
+                self.ready_bytes += sg.record_body_length(data, offset)
             seg.acked = seg.count - live
             if live == 0:
                 seg.remove()
@@ -399,7 +422,7 @@ class DiskQueueStore:
             log.info("queue store %s: recovered %d messages from %d segments in %.2fs", self.directory, total,
                      len(names), time.monotonic() - started)
 
-    def _quarantine(self, seg, problem: str) -> None:
+    def _quarantine(self, seg: Segment, problem: str) -> None:
         target_dir = os.path.join(self.persister.root, "quarantine")
         os.makedirs(target_dir, exist_ok=True)
         target = os.path.join(target_dir, f"{os.path.basename(self.directory)}-{os.path.basename(seg.path)}")

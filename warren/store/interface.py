@@ -8,41 +8,65 @@ backs the same interface with segment files.
 
 from typing import Protocol
 
-from ..broker.message import QueuedMessage
+from .queued_message import QueuedMessage
 
 
 class QueueStore(Protocol):
     def accept(self, qm: QueuedMessage) -> int:
         """A message arrives: write it now if it must survive a restart. Returns the
         persister batch whose fsync its confirm must wait for (0: nothing to wait for)."""
+        ...
 
     def push(self, qm: QueuedMessage) -> None:
         """Append a newly enqueued message at the tail."""
+        ...
 
     def pop(self) -> QueuedMessage | None:
         """Remove and return the next ready message (requeued ones first, by position)."""
+        ...
+
+    def peek(self) -> QueuedMessage | None:
+        """The message pop() would return next, left in place (TTL expiry looks at the head).
+        A disk store may read it back from its segments to answer."""
+        ...
+
+    def drop_head(self, n: int) -> list[QueuedMessage]:
+        """Remove up to n ready messages from the head, in delivery order, and return them
+        (max-length drop-head, TTL expiry). Like pop(), this does not settle them: the caller
+        settles or dead-letters each one."""
+        ...
 
     def requeue(self, qm: QueuedMessage) -> None:
         """Put a delivered message back at its original position."""
+        ...
 
     def delivered(self, qm: QueuedMessage) -> None:
         """Handed to a consumer that must ack (recorded so a restart sets redelivered)."""
+        ...
 
     def destroy(self) -> None:
         """The queue is deleted: drop everything, including files."""
+        ...
 
     def settle(self, qm: QueuedMessage) -> None:
         """A delivered message is gone for good (acked, rejected, or delivered no-ack)."""
+        ...
 
     def purge(self) -> int:
         """Drop every ready message, returning how many there were."""
+        ...
 
-    def peek_all(self) -> list:
+    def peek_all(self) -> list[QueuedMessage]:
         """The ready messages in delivery order (management views; not the hot path)."""
+        ...
 
     def __len__(self) -> int:
-        """Number of ready messages."""
+        """Number of ready messages: requeued, in memory and (disk store) only on disk."""
+        ...
 
     @property
     def ready_bytes(self) -> int:
-        """Total body size of the ready messages."""
+        """Total body size of the ready messages, the same set __len__ counts (not the
+        unacked ones): kept up to date on every push, pop, requeue and purge, so
+        x-max-length-bytes and the management API read it without a scan."""
+        ...

@@ -1,38 +1,38 @@
 """An in-memory queue store: a deque of new messages plus a heap of requeued ones."""
 
-import heapq
 from collections import deque
+
+from .queued_message import QueuedMessage
+from .requeued import RequeuedMessages
 
 
 class MemoryQueueStore:
     __slots__ = ("_fresh", "_requeued", "ready_bytes")
 
-    def __init__(self):
-        self._fresh = deque()
-        # Requeued messages always precede every fresh one (they were taken from the head
-        # earlier), so ordering them by sequence number restores their original places.
-        self._requeued: list = []
+    def __init__(self) -> None:
+        self._fresh: deque[QueuedMessage] = deque()
+        self._requeued = RequeuedMessages()
         self.ready_bytes = 0
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._fresh) + len(self._requeued)
 
-    def accept(self, qm):
+    def accept(self, qm: QueuedMessage) -> int:
         return 0  # nothing to wait for: memory only
 
-    def delivered(self, qm):
+    def delivered(self, qm: QueuedMessage) -> None:
         pass
 
-    def destroy(self):
+    def destroy(self) -> None:
         self.purge()
 
-    def push(self, qm):
+    def push(self, qm: QueuedMessage) -> None:
         self._fresh.append(qm)
         self.ready_bytes += len(qm.message.body)
 
-    def pop(self):
+    def pop(self) -> QueuedMessage | None:
         if self._requeued:
-            qm = heapq.heappop(self._requeued)
+            qm = self._requeued.take()
         elif self._fresh:
             qm = self._fresh.popleft()
         else:
@@ -40,19 +40,30 @@ class MemoryQueueStore:
         self.ready_bytes -= len(qm.message.body)
         return qm
 
-    def requeue(self, qm):
-        heapq.heappush(self._requeued, qm)
+    def peek(self) -> QueuedMessage | None:
+        if self._requeued:
+            return self._requeued.first()
+        return self._fresh[0] if self._fresh else None
+
+    def drop_head(self, n: int) -> list[QueuedMessage]:
+        dropped: list[QueuedMessage] = []
+        while len(dropped) < n and (qm := self.pop()) is not None:
+            dropped.append(qm)
+        return dropped
+
+    def requeue(self, qm: QueuedMessage) -> None:
+        self._requeued.push(qm)
         self.ready_bytes += len(qm.message.body)
 
-    def settle(self, qm):
+    def settle(self, qm: QueuedMessage) -> None:
         pass
 
-    def purge(self):
+    def purge(self) -> int:
         count = len(self)
         self._fresh.clear()
         self._requeued.clear()
         self.ready_bytes = 0
         return count
 
-    def peek_all(self):
-        return sorted(self._requeued) + list(self._fresh)
+    def peek_all(self) -> list[QueuedMessage]:
+        return self._requeued.in_order() + list(self._fresh)

@@ -10,11 +10,19 @@ so the content header and body are stored exactly as the publisher sent them. Be
 segment an `.ack` file collects 8-byte marks -- a message was acked (or dropped) or was
 delivered -- each with its own check bits. A torn or corrupt tail is detected by the
 checksums when a segment is scanned at start-up.
+
+This module is the only place that knows the layout: scan() checks records, read_record()
+reads one back without a store (stream queues, offline readers), and DiskQueueStore's drain
+loop takes its structs and offsets from here (it inlines them, a call per record being
+measurably slower there).
 """
 
 import os
 import struct
 import zlib
+from typing import NamedTuple
+
+Buffer = bytes | bytearray | memoryview
 
 MAGIC = b"WRNSEG1\n"
 SEGMENT_SIZE = 8 << 20
@@ -22,15 +30,38 @@ SEGMENT_SIZE = 8 << 20
 FLAG_DURABLE = 1   # a persistent message in a durable queue: survives restarts
 FLAG_PAGED = 2     # a transient message paged out of memory: discarded at start-up
 
-_REC_HEAD = struct.Struct(">II")      # length, crc
-_REC_FIXED = struct.Struct(">BQH")    # flags, seq, route length
-_U32 = struct.Struct(">I")
-REC_OVERHEAD = _REC_HEAD.size + _REC_FIXED.size + _U32.size
+# The record layout, declared here only. A record starts with RECORD_HEAD (its `length`
+# counts every byte after the length and crc), then the route, HEADER_LEN, header, body.
+RECORD_PREFIX = struct.Struct(">II")      # length, crc
+RECORD_HEAD = struct.Struct(">IIBQH")     # length, crc, flags, seq, route length
+PREFIX_SIZE = RECORD_PREFIX.size          # 8: bytes of a record not counted in its length
+HEAD_SIZE = RECORD_HEAD.size              # 19: the route starts this far into a record
+FIXED_SIZE = HEAD_SIZE - PREFIX_SIZE      # 11: flags, seq, route length
+HEADER_LEN = struct.Struct(">I")          # content header length, right after the route
+HEADER_LEN_SIZE = HEADER_LEN.size         # 4
+REC_OVERHEAD = HEAD_SIZE + HEADER_LEN_SIZE  # 23: a record's bytes besides route, header, body
+# The smallest `length` a record can announce (empty route, header and body).
+MIN_LENGTH = FIXED_SIZE + HEADER_LEN_SIZE
+
+_FIXED = struct.Struct(">BQH")            # the head after the prefix (what encode_record packs)
+
+
+class Record(NamedTuple):
+    """One record as read back; route, header and body are the only copies made."""
+
+    flags: int
+    seq: int
+    route: bytes
+    header: bytes
+    body: bytes
+    end: int  # the position just after the record: where the next one starts
+
 
 MARK_ACK = 0x41        # 'A': settled for good
 MARK_DELIVERED = 0x44  # 'D': handed to a consumer (drives the redelivered flag)
 _MARK = struct.Struct(">BIxH")  # kind, record offset, pad, check
 MARK_SIZE = _MARK.size
+_U32 = struct.Struct(">I")      # a mark's check bits cover its kind and its offset as a u32
 
 
 def segment_name(seg_id: int) -> str:
@@ -42,50 +73,57 @@ def ack_name(seg_id: int) -> str:
 
 
 def encode_record(flags: int, seq: int, route: bytes, header: bytes, body: bytes) -> bytes:
-    rest = b"".join((_REC_FIXED.pack(flags, seq, len(route)), route, _U32.pack(len(header)), header, body))
-    return _REC_HEAD.pack(len(rest), zlib.crc32(rest)) + rest
+    rest = b"".join((_FIXED.pack(flags, seq, len(route)), route, HEADER_LEN.pack(len(header)), header, body))
+    return RECORD_PREFIX.pack(len(rest), zlib.crc32(rest)) + rest
 
 
-def decode_record(data, pos: int):
-    """(flags, seq, route, header, body, next position) of the record at `pos` (already checked)."""
-    length, _crc = _REC_HEAD.unpack_from(data, pos)
-    start = pos + 8
-    end = start + length
-    flags, seq, route_len = _REC_FIXED.unpack_from(data, start)
-    p = start + _REC_FIXED.size
-    route = bytes(data[p:p + route_len])
-    p += route_len
-    (header_len,) = _U32.unpack_from(data, p)
-    p += 4
-    header = bytes(data[p:p + header_len])
-    body = bytes(data[p + header_len:end])
-    return flags, seq, route, header, body, end
+def record_size(length: int) -> int:
+    """Bytes a record takes in its segment, from the `length` its head announces."""
+    return PREFIX_SIZE + length
 
 
-def scan(data, start: int = len(MAGIC)):
+def record_body_length(data: Buffer, pos: int) -> int:
+    """Size of the body of the (complete) record at `pos`, reading only its lengths."""
+    length, _crc, _flags, _seq, route_len = RECORD_HEAD.unpack_from(data, pos)
+    (header_len,) = HEADER_LEN.unpack_from(data, pos + HEAD_SIZE + route_len)
+    return length - FIXED_SIZE - route_len - HEADER_LEN_SIZE - header_len
+
+
+def read_record(data: bytes, pos: int) -> Record:
+    """The record at `pos`, which must lie whole in `data` (checksum not checked: see scan).
+    Route, header and body are each copied once, by slicing `data`."""
+    length, _crc, flags, seq, route_len = RECORD_HEAD.unpack_from(data, pos)
+    end = pos + PREFIX_SIZE + length
+    p = pos + HEAD_SIZE + route_len
+    header_end = p + HEADER_LEN_SIZE + HEADER_LEN.unpack_from(data, p)[0]
+    return Record(flags, seq, data[pos + HEAD_SIZE:p], data[p + HEADER_LEN_SIZE:header_end],
+                  data[header_end:end], end)
+
+
+def scan(data: Buffer, start: int = len(MAGIC)) -> tuple[list[tuple[int, int, int]], int, str | None]:
     """Walk the records of a segment's bytes, checking each checksum.
 
     Returns (records, good_end, problem): records is a list of (offset, flags, seq) for every
     intact record, good_end the offset just after the last intact one, and problem None, or a
     description of why the scan stopped early (torn or corrupt record).
     """
-    records = []
+    records: list[tuple[int, int, int]] = []
     pos = start
     n = len(data)
-    unpack_head = _REC_HEAD.unpack_from
-    unpack_fixed = _REC_FIXED.unpack_from
+    unpack_prefix = RECORD_PREFIX.unpack_from
+    unpack_fixed = _FIXED.unpack_from
     crc32 = zlib.crc32
     view = memoryview(data)
     while pos < n:
-        if n - pos < 8:
+        if n - pos < PREFIX_SIZE:
             return records, pos, f"truncated record header at offset {pos}"
-        length, crc = unpack_head(data, pos)
-        end = pos + 8 + length
-        if length < _REC_FIXED.size + 4 or end > n:
+        length, crc = unpack_prefix(data, pos)
+        end = pos + PREFIX_SIZE + length
+        if length < MIN_LENGTH or end > n:
             return records, pos, f"truncated record at offset {pos} ({length} bytes announced)"
-        if crc32(view[pos + 8:end]) != crc:
+        if crc32(view[pos + PREFIX_SIZE:end]) != crc:
             return records, pos, f"checksum mismatch at offset {pos}"
-        flags, seq, _ = unpack_fixed(data, pos + 8)
+        flags, seq, _ = unpack_fixed(data, pos + PREFIX_SIZE)
         records.append((pos, flags, seq))
         pos = end
     return records, pos, None
@@ -95,12 +133,12 @@ def encode_mark(kind: int, offset: int) -> bytes:
     return _MARK.pack(kind, offset, (zlib.crc32(bytes((kind,)) + _U32.pack(offset)) & 0xFFFF))
 
 
-def read_marks(data):
+def read_marks(data: bytes) -> tuple[set[int], dict[int, int], str | None]:
     """(acked offsets, delivery counts by offset, problem) from an .ack file's bytes."""
-    acked = set()
-    delivered: dict = {}
+    acked: set[int] = set()
+    delivered: dict[int, int] = {}
     usable = len(data) - len(data) % MARK_SIZE
-    bad = []
+    bad: list[int] = []
     for pos in range(0, usable, MARK_SIZE):
         kind, offset, check = _MARK.unpack_from(data, pos)
         if check != zlib.crc32(bytes((kind,)) + _U32.pack(offset)) & 0xFFFF or kind not in (MARK_ACK, MARK_DELIVERED):
@@ -112,7 +150,7 @@ def read_marks(data):
             acked.add(offset)
         else:
             delivered[offset] = delivered.get(offset, 0) + 1
-    problems = []
+    problems: list[str] = []
     if bad:
         problems.append(f"bad mark at offset {bad[0]}" + (f" and {len(bad) - 1} more" if len(bad) > 1 else ""))
     if usable != len(data):

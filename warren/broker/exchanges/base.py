@@ -1,7 +1,9 @@
 """What every exchange type shares: identity, flags and the binding set."""
 
 from ...amqp.codec import table_type_name
-from ..errors import erl_s, inequivalent, precondition_failed, rs
+from ...amqp.erlang import erl_s
+from ..errors import inequivalent, precondition_failed, rs
+from ..stats import new_exchange_counters
 
 
 def _erl_value(value):
@@ -47,7 +49,7 @@ class Exchange:
         self.internal = internal
         self.arguments = arguments or {}
         self.bindings: dict = {}  # Binding.key -> Binding, where this exchange is the source
-        self.stats = {"publish_in": 0, "publish_out": 0}  # publish_out: one per queue routed to
+        self.stats = new_exchange_counters()  # publish_out: one per queue routed to
         self.policy = None
 
     @property

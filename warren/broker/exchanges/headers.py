@@ -4,7 +4,8 @@ import datetime
 import decimal
 
 from ...amqp.codec import table_type_name
-from ..errors import erl_term, precondition_failed
+from ...amqp.erlang import erl_term
+from ..errors import precondition_failed
 from .base import Exchange
 
 MATCH_KINDS = ("all", "any", "all-with-x", "any-with-x")

@@ -7,11 +7,13 @@ one, and "~" plus a hash of the arguments when it has any.
 
 from aiohttp import web
 
-from ...broker.errors import AMQPError, access_refused
+from ...broker import ops
+from ...broker.errors import AMQPError
 from ..app import bad_request, json_response, not_found
-from ..resources import (args_hash, binding_json, check_permission, check_vhost_access, direct_error,
+from ..resources import (actor, args_hash, check_vhost_access, direct_error,
                          exchange_name, flush, json_to_table, list_response, properties_key, quote_plus,
-                         read_body, unpack_properties_key, vhost_bindings, vhost_for_change, vhost_or_404)
+                         read_body, unpack_properties_key, vhost_for_change, vhost_or_404)
+from ..shapes import binding_json, vhost_bindings
 
 routes = web.RouteTableDef()
 
@@ -53,15 +55,6 @@ async def list_pair(request):
     return json_response(vhost_bindings(vhost, source=source, destination=dest))
 
 
-def _check_bind(request, vhost, source_name, dest_kind, dest_name):
-    """RabbitMQ's order: write on the destination, the default-exchange rule, read on the source."""
-    check_vhost_access(request, vhost)
-    check_permission(request, vhost, "write", dest_kind, dest_name)
-    if source_name == "" or (dest_kind == "exchange" and dest_name == ""):
-        raise access_refused("operation not permitted on the default exchange")
-    check_permission(request, vhost, "read", "exchange", source_name)
-
-
 @routes.post(_PAIR)
 async def create_binding(request):
     vhost = vhost_for_change(request)
@@ -72,12 +65,8 @@ async def create_binding(request):
         raise bad_request("routing_key must be a string")
     arguments = json_to_table(body.get("arguments"))
     try:
-        _check_bind(request, vhost, source_name, dest_kind, dest_name)
-        source = vhost.exchange(source_name)  # like RabbitMQ, a missing source is reported first
-        dest = vhost.queue(dest_name) if dest_kind == "queue" else vhost.exchange(dest_name)
-        if dest_kind == "queue":
-            vhost.check_exclusive(dest, None)
-        vhost.bind(source, dest, routing_key, arguments)
+        check_vhost_access(request, vhost)
+        ops.bind(actor(request, vhost), source_name, dest_kind, dest_name, routing_key, arguments)
     except AMQPError as err:
         raise direct_error(err) from None
     flush(request)
@@ -134,11 +123,11 @@ async def get_binding(request):
 async def delete_binding(request):
     vhost = vhost_or_404(request)
     source, dest, b = _find(request, vhost)
+    # b is None for the default exchange's implicit binding, which the operation refuses.
+    routing_key, arguments = (b.routing_key, b.arguments) if b is not None else (dest.name, {})
     try:
-        _check_bind(request, vhost, source.name, dest.kind, dest.name)
-        if dest.kind == "queue":
-            vhost.check_exclusive(dest, None)
-        vhost.unbind(source, dest, b.routing_key, b.arguments)
+        check_vhost_access(request, vhost)
+        ops.unbind(actor(request, vhost), source.name, dest.kind, dest.name, routing_key, arguments)
     except AMQPError as err:
         raise direct_error(err) from None
     flush(request)

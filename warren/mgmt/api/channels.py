@@ -5,7 +5,8 @@ from aiohttp import web
 
 from ..resources import item_response, list_response
 from ..app import not_found
-from .connections import channel_info, channel_name, open_connections, vhost_or_404
+from ..shapes import channel_json, channel_name
+from .connections import open_connections, vhost_or_404
 
 routes = web.RouteTableDef()
 
@@ -18,14 +19,14 @@ def _channels(broker, vhost=None) -> list:
 @routes.get("/api/channels")
 async def list_channels(request):
     broker = request.app["broker"]
-    return list_response(request, [channel_info(ch) for ch in _channels(broker)])
+    return list_response(request, [channel_json(ch) for ch in _channels(broker)])
 
 
 @routes.get("/api/vhosts/{vhost}/channels")
 async def list_vhost_channels(request):
     broker = request.app["broker"]
     vhost = vhost_or_404(broker, request.match_info["vhost"])
-    return list_response(request, [channel_info(ch) for ch in _channels(broker, vhost)])
+    return list_response(request, [channel_json(ch) for ch in _channels(broker, vhost)])
 
 
 @routes.get("/api/channels/{name}")
@@ -33,5 +34,5 @@ async def get_channel(request):
     name = request.match_info["name"]
     for ch in _channels(request.app["broker"]):
         if channel_name(ch) == name:
-            return item_response(request, channel_info(ch, details=True))
+            return item_response(request, channel_json(ch, details=True))
     raise not_found()

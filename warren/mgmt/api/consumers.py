@@ -3,13 +3,14 @@
 from aiohttp import web
 
 from ..resources import list_response
-from .connections import consumer_info, open_connections, vhost_or_404
+from ..shapes import consumer_json
+from .connections import open_connections, vhost_or_404
 
 routes = web.RouteTableDef()
 
 
 def _consumers(broker, vhost=None) -> list:
-    return [consumer_info(c) for conn in open_connections(broker) if vhost is None or conn.vhost is vhost
+    return [consumer_json(c) for conn in open_connections(broker) if vhost is None or conn.vhost is vhost
             for ch in list(conn.channels.values()) for c in list(ch.consumers.values())]
 
 

@@ -8,14 +8,13 @@ from aiohttp import web
 
 from ...amqp.codec import shortstr
 from ...amqp.properties import encode_header
-from ...broker.errors import AMQPError, access_refused, command_invalid, not_found as amqp_not_found, \
-    precondition_failed, rs
-from ...broker.exchanges import TYPES
-from ...broker.message import Message, check_properties
+from ...broker import ops
+from ...broker.errors import AMQPError
 from ..app import ApiError, bad_request, json_response, not_found
-from ..resources import (ACCESS_REFUSED, channel_error_text, check_permission, check_vhost_access, direct_error,
-                         exchange_json, exchange_name, flush, json_to_table, list_response, parse_bool, query_bool,
-                         read_body, require, vhost_bindings, vhost_for_change, vhost_or_404)
+from ..resources import (actor, channel_error_text, check_vhost_access, direct_error, exchange_name,
+                         flush, json_to_table, list_response, parse_bool, query_bool, read_body, require,
+                         vhost_for_change, vhost_or_404)
+from ..shapes import exchange_json, vhost_bindings
 
 routes = web.RouteTableDef()
 
@@ -60,17 +59,9 @@ async def put_exchange(request):
     if not isinstance(type_name, str):
         raise bad_request(f"unknown exchange type '{type_name}'")
     try:
-        if type_name not in TYPES:
-            raise command_invalid(f"{'invalid' if type_name == '' else 'unknown'} exchange type '{type_name}'")
-        if name == "":
-            raise access_refused("operation not permitted on the default exchange")
         check_vhost_access(request, vhost)
-        check_permission(request, vhost, "configure", "exchange", name)
-        ae = arguments.get("alternate-exchange")
-        if name not in vhost.exchanges and isinstance(ae, str) and not name.startswith("amq."):
-            check_permission(request, vhost, "read", "exchange", name)
-            check_permission(request, vhost, "write", "exchange", ae)
-        _, created = vhost.declare_exchange(name, type_name, durable, auto_delete, internal, arguments)
+        _, created = ops.declare_exchange(actor(request, vhost), name, type_name, durable=durable,
+                                          auto_delete=auto_delete, internal=internal, arguments=arguments)
     except AMQPError as err:
         raise direct_error(err) from None
     flush(request)
@@ -84,12 +75,9 @@ async def delete_exchange(request):
     x = vhost.exchanges.get(name)
     if x is None:
         raise not_found()
-    if name == "" or name.startswith("amq."):
-        raise ApiError(401, "not_authorised", ACCESS_REFUSED)
     try:
         check_vhost_access(request, vhost)
-        check_permission(request, vhost, "configure", "exchange", name)
-        vhost.delete_exchange(name, query_bool(request, "if-unused"))
+        ops.delete_exchange(actor(request, vhost), name, query_bool(request, "if-unused"))
     except AMQPError as err:
         raise direct_error(err) from None
     flush(request)
@@ -143,62 +131,44 @@ def basic_properties(props) -> dict:
     return out
 
 
-class _SyncWaiter:
-    """Stands in for a channel waiting on the persister: resolves once `batch` is fsynced."""
+class _StoreSync:
+    """Waits, as a channel's confirm does, until a store batch is on disk (a SyncWaiter)."""
 
-    def __init__(self, persister, batch):
-        self.persister = persister
+    def __init__(self, durability, batch: int):
+        self.durability = durability
         self.batch = batch
-        self.future = asyncio.get_running_loop().create_future()
+        self.future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
     def store_synced(self) -> None:
         if self.future.done():
             return
-        if self.persister.synced >= self.batch:
-            self.future.set_result(self.batch not in self.persister.failed)
+        safe = self.durability.status(self.batch)
+        if safe is None:
+            self.durability.wait(self)
         else:
-            self.persister.wait_for(self)
+            self.future.set_result(safe)
 
 
-async def _wait_synced(broker, batch: int) -> bool:
-    persister = broker.persister
-    if persister is None or not batch:
-        return True
-    waiter = _SyncWaiter(persister, batch)
-    persister.wait_for(waiter)
-    persister.flush()
+async def _confirmed(broker, batch: int) -> bool:
+    """Whether the published message is safe: on disk if it had to be written."""
+    durability = broker.durability
+    durability.flush()
+    waiter = _StoreSync(durability, batch)
     waiter.store_synced()
     return await waiter.future
 
 
 def publish(request, vhost, name: str, routing_key: str, properties: dict, body: bytes):
-    """Route and enqueue one message as basic.publish on a channel of the API's user would.
-    Returns (routed, persister batch to wait for)."""
-    broker = request.app["broker"]
-    check_permission(request, vhost, "write", "exchange", name)
-    x = vhost.exchanges.get(name)
-    if x is None:
-        raise amqp_not_found(f"no {rs('exchange', name, vhost.name)}")
-    if x.internal:
-        raise access_refused(f"cannot publish to internal {x.describe()}")
-    max_size = broker.limits.max_message_size
-    if max_size and len(body) > max_size:
-        raise precondition_failed(f"message size {len(body)} is larger than configured max size {max_size}")
-    check_properties(properties, request["user"])
+    """basic.publish on a channel of the API's user, through the same operations. Returns
+    (routed, store batch to wait for)."""
+    ops.check_message_size(request.app["broker"], len(body))  # first, as rabbit_channel does
     try:
         route = shortstr(name) + shortstr(routing_key)
     except ValueError:
         raise bad_request("routing_key is longer than 255 bytes") from None
-    message = Message(name, routing_key, route, encode_header(len(body), properties), body)
-    queues = vhost.route(x, routing_key, message)
-    stats = getattr(x, "stats", None)
-    if stats is not None:
-        stats["publish_in"] = stats.get("publish_in", 0) + 1
-        stats["publish_out"] = stats.get("publish_out", 0) + len(queues)
-    batch = 0
-    for q in queues:
-        batch = max(batch, q.publish(message) or 0)
-    return bool(queues), batch
+    message, queues = ops.route(actor(request, vhost), name, routing_key, route,
+                                encode_header(len(body), properties), body)
+    return bool(queues), ops.enqueue(message, queues)
 
 
 @routes.post("/api/exchanges/{vhost}/{name}/publish")
@@ -227,6 +197,6 @@ async def publish_message(request):
         routed, batch = publish(request, vhost, name, routing_key, properties, data)
     except AMQPError as err:
         raise bad_request(channel_error_text(err)) from None
-    if not await _wait_synced(request.app["broker"], batch):
+    if not await _confirmed(request.app["broker"], batch):
         raise ApiError(500, "internal_error", "the message could not be written to disk")
     return json_response({"routed": routed})

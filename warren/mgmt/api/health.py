@@ -6,9 +6,9 @@ uses; RabbitMQ 3.10 only has the latter)."""
 
 from aiohttp import web
 
+from ...amqp.message import Message
 from ...amqp.properties import encode_header
 from ...broker.errors import AMQPError
-from ...broker.message import Message
 from .. import stats
 from ..app import ApiError, bad_request, json_response, not_found
 

@@ -4,11 +4,13 @@ import base64
 
 from aiohttp import web
 
-from ...broker.errors import AMQPError, access_refused, not_found as amqp_not_found, precondition_failed, rs
+from ...broker import ops
+from ...broker.errors import AMQPError
 from ..app import ApiError, bad_request, json_response, not_found
-from ..resources import (channel_error_text, check_permission, check_vhost_access, direct_error, flush,
-                         json_to_table, list_response, parse_bool, parse_int, query_bool, queue_json, queues_json,
-                         read_body, require, table_json, vhost_bindings, vhost_for_change, vhost_or_404)
+from ..resources import (actor, channel_error_text, check_vhost_access, direct_error, flush,
+                         json_to_table, list_response, parse_bool, parse_int, query_bool,
+                         read_body, require, table_json, vhost_for_change, vhost_or_404)
+from ..shapes import queue_json, queues_json, vhost_bindings
 
 routes = web.RouteTableDef()
 
@@ -52,19 +54,9 @@ async def put_queue(request):
     auto_delete = parse_bool(body, "auto_delete")
     arguments = json_to_table(body.get("arguments"))
     try:
-        if name.startswith("amq."):
-            raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
         check_vhost_access(request, vhost)
-        check_permission(request, vhost, "configure", "queue", name)
-        dlx = arguments.get("x-dead-letter-exchange")
-        if name not in vhost.queues and dlx is not None:
-            if not isinstance(dlx, (str, bytes)):
-                from ...amqp.codec import table_type_name
-                raise precondition_failed(f"invalid type '{table_type_name(dlx)}' for arg "
-                                          f"'x-dead-letter-exchange' in {rs('queue', name, vhost.name)}")
-            check_permission(request, vhost, "read", "queue", name)
-            check_permission(request, vhost, "write", "exchange", dlx)
-        _, created = vhost.declare_queue(name, durable, None, auto_delete, arguments)
+        _, created = ops.declare_queue(actor(request, vhost), name, durable=durable, auto_delete=auto_delete,
+                                       arguments=arguments)
     except AMQPError as err:
         raise direct_error(err) from None
     flush(request)
@@ -76,13 +68,8 @@ async def delete_queue(request):
     vhost, q = _queue_or_404(request)
     try:
         check_vhost_access(request, vhost)
-        check_permission(request, vhost, "configure", "queue", q.name)
-        vhost.check_exclusive(q, None)
-        if query_bool(request, "if-unused") and q.consumers:
-            raise precondition_failed(f"{q.describe()} in use")
-        if query_bool(request, "if-empty") and q.message_count:
-            raise precondition_failed(f"{q.describe()} not empty")
-        vhost.delete_queue(q)
+        ops.delete_queue(actor(request, vhost), q.name, query_bool(request, "if-unused"),
+                         query_bool(request, "if-empty"))
     except AMQPError as err:
         raise direct_error(err) from None
     flush(request)
@@ -94,11 +81,10 @@ async def purge_queue(request):
     vhost, q = _queue_or_404(request)
     try:
         check_vhost_access(request, vhost)
-        check_permission(request, vhost, "read", "queue", q.name)
-        vhost.check_exclusive(q, None)
-        q.purge()
+        ops.purge_queue(actor(request, vhost), q.name)
     except AMQPError as err:
         raise direct_error(err) from None
+    flush(request)
     return web.Response(status=204)
 
 
@@ -152,11 +138,7 @@ async def get_messages(request):
     truncate = body.get("truncate")
     truncate = parse_int(truncate) if truncate not in (None, "") else None
     try:
-        check_permission(request, vhost, "read", "queue", name)
-        q = vhost.queues.get(name)
-        if q is None:
-            raise amqp_not_found(f"no {rs('queue', name, vhost.name)}")
-        vhost.check_exclusive(q, None)
+        q = ops.readable_queue(actor(request, vhost), name)
     except AMQPError as err:
         if err.code == 404:
             raise ApiError(404, "not_found", err.reply_text) from None
@@ -180,4 +162,5 @@ async def get_messages(request):
             q.reject(qm, requeue)
     if requeue and taken:
         q.deliver_ready()
+    flush(request)
     return json_response(result)

@@ -5,7 +5,8 @@ from aiohttp import web
 
 from ...amqp.constants import CONNECTION_FORCED
 from ..app import bad_request, json_response, not_found
-from ..resources import flush, list_response, node_name, read_body
+from ..resources import flush, list_response, read_body
+from ..stats import node_name
 
 routes = web.RouteTableDef()
 

@@ -1,0 +1,51 @@
+"""One owner for "what a reply promises is on disk before the reply leaves".
+
+A declare-ok, a delete-ok or an HTTP 201 follows the journal write of the definitions it
+changed; a delivery follows the write of its delivered-mark; a publisher confirm follows the
+fsync of the group commit its message joined. The AMQP session and the HTTP API both go
+through this object instead of reaching into the definitions file and the persister.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from ..store.interface import SyncWaiter
+
+
+class Durability:
+    def __init__(self, broker: Broker):
+        self.broker = broker
+
+    def flush(self) -> None:
+        """Write what changed since the last flush: definitions (journal, fsynced) and the
+        buffered message records and marks (an fsync of those starts if one is due). Called
+        before any reply leaves."""
+        broker = self.broker
+        broker.flush_definitions()
+        persister = broker.persister
+        if persister is not None:
+            persister.flush()
+
+    def status(self, batch: int) -> bool | None:
+        """Whether a store batch is safely on disk: True, False (its write or fsync failed:
+        nack), or None (not yet)."""
+        persister = self.broker.persister
+        if persister is None or not batch:
+            return True
+        if persister.synced < batch:
+            return None
+        return batch not in persister.failed
+
+    def wait(self, waiter: SyncWaiter) -> None:
+        """Call waiter.store_synced() after the next fsync finishes."""
+        persister = self.broker.persister
+        if persister is not None:
+            persister.wait_for(waiter)
+
+    def sync_now(self) -> bool:
+        """Write and fsync everything now (tx.commit). True if all of it is safe."""
+        persister = self.broker.persister
+        return persister is None or persister.sync_now()

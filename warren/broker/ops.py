@@ -1,0 +1,225 @@
+"""The operations layer: declare, bind, delete, purge and publish for every way in.
+
+The AMQP channel, the management HTTP API and internal publishers (dead-lettering next) all
+call these functions, so the rules - permissions, the `amq.` prefix, the default-exchange
+rule, AE and DLX argument checks, exclusivity, routing - exist once, in RabbitMQ's order
+(as its management API declares through the channel's code path, rabbit_mgmt_wm_queue.erl).
+Each function raises an AMQPError with RabbitMQ's code and text, or returns a result that
+the caller turns into its own reply (a method frame, an HTTP status).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ..amqp.codec import table_type_name
+from ..amqp.message import Message
+from ..amqp.properties import FLAG_EXPIRATION, FLAG_USER_ID, decode_properties
+from .errors import access_refused, command_invalid, not_found, precondition_failed, rs
+from .exchanges import TYPES
+from .publish_checks import check_properties
+from .vhost import server_named
+
+if TYPE_CHECKING:
+    from .auth import User
+    from .broker import Broker
+    from .exchanges.base import Exchange
+    from .queues.classic import ClassicQueue
+    from .vhost import VHost
+
+# Properties a publish is refused for when they are wrong (checked only if present).
+_CHECKED_PROPS = FLAG_USER_ID | FLAG_EXPIRATION
+
+
+@dataclass(eq=False)
+class Actor:
+    """Who performs an operation: a user in a vhost, and the connection that owns the
+    exclusive queues it may use (None over HTTP: exclusive queues are never its own)."""
+
+    broker: Broker
+    user: User
+    vhost: VHost
+    connection: object | None = None
+    # Exchanges this actor has been allowed to write to (RabbitMQ caches this per channel).
+    writable: set[str] = field(default_factory=set)
+
+    def check(self, what: str, kind: str, name: str) -> None:
+        """403 unless the user may configure/write/read the named resource."""
+        self.broker.check(self.user.name, self.vhost.name, what, kind, name)
+
+
+def _check_exclusive(actor: Actor, queue: ClassicQueue) -> None:
+    actor.vhost.check_exclusive(queue, actor.connection)
+
+
+# ------------------------------------------------------------------ exchanges
+def declare_exchange(actor: Actor, name: str, type_name: str, passive: bool = False, durable: bool = False,
+                     auto_delete: bool = False, internal: bool = False,
+                     arguments: dict | None = None) -> tuple[Exchange, bool]:
+    """exchange.declare: (exchange, created)."""
+    vhost = actor.vhost
+    if not passive and type_name not in TYPES:
+        # RabbitMQ checks the type first (before the name); "" is a known Erlang atom but no
+        # exchange type, hence its different text.
+        raise command_invalid(f"{'invalid' if type_name == '' else 'unknown'} exchange type '{type_name}'")
+    if name == "":
+        raise access_refused("operation not permitted on the default exchange")
+    if passive:
+        return vhost.exchange(name), False
+    actor.check("configure", "exchange", name)
+    ae = (arguments or {}).get("alternate-exchange")
+    if name not in vhost.exchanges and isinstance(ae, str) and not name.startswith("amq."):
+        # An AE needs read on the exchange and write on the AE (checked after the amq.* name
+        # rule, which the vhost applies).
+        actor.check("read", "exchange", name)
+        actor.check("write", "exchange", ae)
+    return vhost.declare_exchange(name, type_name, durable, auto_delete, internal, arguments)
+
+
+def delete_exchange(actor: Actor, name: str, if_unused: bool = False) -> bool:
+    """exchange.delete: whether it existed (deleting a missing exchange is no error)."""
+    if name == "":
+        raise access_refused("operation not permitted on the default exchange")
+    if name.startswith("amq."):  # refused even for a missing amq.* name, as RabbitMQ
+        raise access_refused(f"deletion of system {rs('exchange', name, actor.vhost.name)} not allowed")
+    actor.check("configure", "exchange", name)
+    return actor.vhost.delete_exchange(name, if_unused)
+
+
+# ------------------------------------------------------------------- bindings
+def _check_binding(actor: Actor, source: str, dest_kind: str, destination: str) -> None:
+    # RabbitMQ's order: write on the destination, the default-exchange rule, read on the source.
+    actor.check("write", dest_kind, destination)
+    if source == "" or (dest_kind == "exchange" and destination == ""):
+        raise access_refused("operation not permitted on the default exchange")
+    actor.check("read", "exchange", source)
+
+
+def bind(actor: Actor, source: str, dest_kind: str, destination: str, routing_key: str,
+         arguments: dict | None) -> None:
+    """queue.bind (dest_kind "queue") or exchange.bind ("exchange")."""
+    vhost = actor.vhost
+    _check_binding(actor, source, dest_kind, destination)
+    x = vhost.exchange(source)  # a missing source is reported first
+    if dest_kind == "queue":
+        dest = vhost.queue(destination)
+        _check_exclusive(actor, dest)
+    else:
+        dest = vhost.exchange(destination)
+    vhost.bind(x, dest, routing_key, arguments or {})
+
+
+def unbind(actor: Actor, source: str, dest_kind: str, destination: str, routing_key: str,
+           arguments: dict | None) -> None:
+    """queue.unbind / exchange.unbind: idempotent, even when either end is missing (3.10)."""
+    vhost = actor.vhost
+    _check_binding(actor, source, dest_kind, destination)
+    x = vhost.exchanges.get(source)
+    dest = (vhost.queues if dest_kind == "queue" else vhost.exchanges).get(destination)
+    if x is None or dest is None:
+        return
+    if dest_kind == "queue":
+        _check_exclusive(actor, dest)
+    vhost.unbind(x, dest, routing_key, arguments or {})
+
+
+# --------------------------------------------------------------------- queues
+def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool = False, exclusive: bool = False,
+                  auto_delete: bool = False, arguments: dict | None = None) -> tuple[ClassicQueue, bool]:
+    """queue.declare: (queue, created). An empty name gets a server-named queue."""
+    vhost = actor.vhost
+    if passive:
+        q = vhost.queue(name)
+        _check_exclusive(actor, q)
+        return q, False
+    if name == "":
+        name = server_named("amq.gen-")
+    elif name.startswith("amq."):
+        raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+    actor.check("configure", "queue", name)
+    args = arguments or {}
+    dlx = args.get("x-dead-letter-exchange")
+    if name not in vhost.queues and dlx is not None:
+        if not isinstance(dlx, (str, bytes)):
+            raise precondition_failed(f"invalid type '{table_type_name(dlx)}' for arg "
+                                      f"'x-dead-letter-exchange' in {rs('queue', name, vhost.name)}")
+        actor.check("read", "queue", name)
+        actor.check("write", "exchange", dlx if isinstance(dlx, str) else dlx.decode(errors="replace"))
+    owner = actor.connection if exclusive else None
+    return vhost.declare_queue(name, durable and not exclusive, owner, auto_delete, args)
+
+
+def delete_queue(actor: Actor, name: str, if_unused: bool = False, if_empty: bool = False) -> int:
+    """queue.delete: the number of ready messages it had (0 for a missing queue)."""
+    vhost = actor.vhost
+    actor.check("configure", "queue", name)
+    q = vhost.queues.get(name)
+    if q is None:
+        return 0
+    _check_exclusive(actor, q)
+    if if_unused and q.consumers:
+        raise precondition_failed(f"{q.describe()} in use")
+    if if_empty and q.message_count:
+        raise precondition_failed(f"{q.describe()} not empty")
+    return vhost.delete_queue(q)
+
+
+def readable_queue(actor: Actor, name: str) -> ClassicQueue:
+    """The queue for basic.consume, basic.get and purge: read permission first (a missing
+    queue is a 403 too), then the lookup, then exclusivity."""
+    actor.check("read", "queue", name)
+    q = actor.vhost.queue(name)
+    _check_exclusive(actor, q)
+    return q
+
+
+def purge_queue(actor: Actor, name: str) -> int:
+    """queue.purge: the number of ready messages dropped."""
+    return readable_queue(actor, name).purge()
+
+
+# -------------------------------------------------------------------- publish
+def check_message_size(broker: Broker, size: int) -> None:
+    max_size = broker.limits.max_message_size
+    if max_size and size > max_size:
+        raise precondition_failed(f"message size {size} is larger than configured max size {max_size}")
+
+
+def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes, header: bytes,
+          body: bytes) -> tuple[Message, list]:
+    """The checks and routing of one publish: (message, queues it goes to). The caller then
+    enqueues (now, or at tx.commit) and answers an unroutable mandatory message.
+
+    `route_bytes` are the exchange and routing-key shortstrs as basic.publish carried them,
+    reused verbatim in deliveries; `header` is the content header payload as received."""
+    vhost = actor.vhost
+    x = vhost.exchanges.get(exchange_name)
+    # The cache is by name: an exchange redeclared internal under that name must still refuse.
+    if x is None or exchange_name not in actor.writable or x.internal:
+        actor.check("write", "exchange", exchange_name)  # before the lookup, as RabbitMQ
+        if x is None:
+            raise not_found(f"no {rs('exchange', exchange_name, vhost.name)}")
+        if x.internal:
+            raise access_refused(f"cannot publish to internal {x.describe()}")
+        actor.writable.add(exchange_name)
+    if (header[12] << 8 | header[13]) & _CHECKED_PROPS:
+        # user_id and expiration, checked after the exchange as RabbitMQ does.
+        check_properties(decode_properties(header), actor.user)
+    message = Message(exchange_name, routing_key, route_bytes, header, body)
+    queues = vhost.route(x, routing_key, message)
+    xstats = x.stats
+    xstats["publish_in"] += 1
+    xstats["publish_out"] += len(queues)
+    return message, queues
+
+
+def enqueue(message: Message, queues: list) -> int:
+    """Hand a routed message to its queues. Returns the store batch whose fsync a confirm of
+    it must wait for (0: none)."""
+    batch = 0
+    for q in queues:
+        b = q.publish(message)
+        if b > batch:
+            batch = b
+    return batch

@@ -1,0 +1,68 @@
+"""The ports between the broker model and the layers above it.
+
+The model (queues, vhosts, the store's persister) never imports the session or the server:
+it talks to them through these Protocols, as RabbitMQ's queues return actions to the channel
+instead of calling into it. The session layer implements the delivery sink (a channel) and
+the store's sync waiter (warren.store.interface.SyncWaiter); the server implements the
+transport and the scheduler.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Protocol
+
+if TYPE_CHECKING:
+    from ..store.queued_message import QueuedMessage
+    from .consumer import Consumer
+
+
+class Transport(Protocol):
+    """The byte pipe under one AMQP connection (the server's asyncio protocol)."""
+
+    peer: tuple[str, int]   # the client's address
+    local: tuple[str, int]  # the address the client connected to
+
+    def write(self, data: bytes) -> None: ...
+
+    def close(self) -> None: ...
+
+    def close_later(self, seconds: float) -> None:
+        """Close after a delay unless the peer closes first (RabbitMQ's silent close)."""
+
+    def schedule_flush(self, flush: Callable[[], None]) -> None:
+        """Call `flush` once the current batch of events has been handled (once per tick)."""
+
+    def heartbeat_negotiated(self, seconds: int) -> None:
+        """The handshake finished tuning: start heartbeats (0: none), stop the handshake timer."""
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+
+class DeliverySink(Protocol):
+    """Where a consumer's messages go: the channel that consumes. Read on every delivery, so
+    the credit state is plain attributes."""
+
+    global_prefetch: int  # basic.qos global=true limit (0: none)
+    unacked_count: int    # unacked consumer deliveries on the channel
+
+    def deliver(self, consumer: Consumer, qm: QueuedMessage) -> None:
+        """Send one message to `consumer` (the queue has taken it off its ready list)."""
+
+    def consumer_cancelled(self, consumer: Consumer) -> None:
+        """The queue went away: forget the consumer and tell the client if it asked to be told."""
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+class Scheduler(Protocol):
+    """Timers for the model (TTL expiry, x-expires, consumer timeouts), injected by the server
+    so the model stays testable without an event loop."""
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer: ...
+
+    def now(self) -> float:
+        """Monotonic seconds."""

@@ -1,0 +1,255 @@
+"""The JSON shapes of the broker's objects, as RabbitMQ's management API shows them:
+queues, exchanges, bindings, consumers, connections and channels.
+
+Handlers answer with these and warrenctl reads them, so one function per object keeps every
+path that shows an object showing it alike. Request and response handling (parsing, list
+options, errors, field tables <-> JSON) is warren.mgmt.resources'; counters and rates are
+warren.mgmt.stats'.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, cast
+
+from .resources import properties_key, table_json
+from .stats import (channel_stats, connection_stats, exchange_stats, node_name, queue_stats,
+                    unacked_bytes_by_queue)
+
+if TYPE_CHECKING:
+    from ..broker.broker import Broker
+    from ..broker.consumer import Consumer
+    from ..broker.exchanges.base import Binding, Exchange
+    from ..broker.queues.classic import ClassicQueue
+    from ..broker.vhost import VHost
+    from ..session.channel import Channel
+    from ..session.connection import Connection
+
+PROTOCOL = "AMQP 0-9-1"
+
+
+# ----------------------------------------------------------------- bindings
+def binding_json(vhost_name: str, source: str, destination: str, dest_type: str, routing_key: str,
+                 arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"source": source, "vhost": vhost_name, "destination": destination, "destination_type": dest_type,
+            "routing_key": routing_key, "arguments": table_json(arguments),
+            "properties_key": properties_key(routing_key, arguments)}
+
+
+def binding_of(b: Binding) -> dict[str, Any]:
+    return binding_json(b.source.vhost.name, b.source.name, b.destination.name, b.destination.kind,
+                        b.routing_key, b.arguments)
+
+
+def default_binding(queue: ClassicQueue) -> dict[str, Any]:
+    """The implicit binding of every queue to the default exchange (RabbitMQ lists it)."""
+    return binding_json(queue.vhost.name, "", queue.name, "queue", queue.name, {})
+
+
+def _binding_sort_key(b: dict[str, Any]) -> tuple[str, ...]:
+    return (b["vhost"], b["source"], b["destination"], b["destination_type"], b["routing_key"],
+            b["properties_key"])
+
+
+def vhost_bindings(vhost: VHost, source: Exchange | None = None,
+                   destination: ClassicQueue | Exchange | None = None) -> list[dict[str, Any]]:
+    """The bindings of a vhost (optionally from one source / to one destination), the
+    default exchange's implicit ones included, in RabbitMQ's order."""
+    out = []
+    if source is None or source.is_default:
+        for q in sorted(vhost.queues.values(), key=lambda q: q.name):
+            if destination is None or destination is q:
+                out.append(default_binding(q))
+    explicit = []
+    for x in vhost.exchanges.values():
+        if x.is_default or (source is not None and x is not source):
+            continue
+        for b in x.bindings.values():
+            if destination is None or b.destination is destination:
+                explicit.append(binding_of(b))
+    explicit.sort(key=_binding_sort_key)
+    return out + explicit
+
+
+# ---------------------------------------------------------------- exchanges
+def exchange_json(x: Exchange) -> dict[str, Any]:
+    d = {"name": x.name, "vhost": x.vhost.name, "type": x.type_name, "durable": x.durable,
+         "auto_delete": x.auto_delete, "internal": x.internal, "arguments": table_json(x.arguments)}
+    if x.policy is not None:
+        d["policy"] = x.policy.name
+    d.update(exchange_stats(x))
+    return d
+
+
+# ------------------------------------------------------------------- queues
+def _effective_definition(q: ClassicQueue) -> dict[str, Any]:
+    merged = dict(q.policy.definition) if q.policy is not None else {}
+    op = getattr(q, "operator_policy", None)
+    if op is not None:
+        for key, value in op.definition.items():
+            # RabbitMQ keeps the stricter (smaller) of two numeric limits.
+            if key in merged and isinstance(value, (int, float)) and isinstance(merged[key], (int, float)):
+                merged[key] = min(merged[key], value)
+            else:
+                merged[key] = value
+    return merged
+
+
+def _conn_details(conn: Connection) -> dict[str, Any]:
+    peer = getattr(conn, "peer", ("", 0))
+    return {"name": connection_name(conn), "peer_host": peer[0], "peer_port": peer[1]}
+
+
+def queue_json(q: ClassicQueue, unacked_bytes: int | None = None, details: bool = False) -> dict[str, Any]:
+    broker = q.vhost.broker
+    op = getattr(q, "operator_policy", None)
+    d = {"name": q.name, "vhost": q.vhost.name, "durable": q.durable, "auto_delete": q.auto_delete,
+         "exclusive": q.exclusive, "arguments": table_json(q.arguments), "type": q.queue_type,
+         "node": node_name(broker) if broker is not None else "",
+         "policy": q.policy.name if q.policy is not None else None,
+         "operator_policy": op.name if op is not None else None,
+         "effective_policy_definition": _effective_definition(q),
+         "single_active_consumer_tag": None}
+    ready, unacked = len(q.store), q.unacked_count
+    d.update({"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
+              "message_bytes": q.store.ready_bytes, "message_bytes_ready": q.store.ready_bytes,
+              "consumers": q.consumer_count, "state": "running",
+              "exclusive_consumer_tag": next((c.tag for c in q.consumers if c.exclusive), None)})
+    d.update(queue_stats(q, unacked_bytes))
+    if q.owner is not None:
+        d["owner_pid_details"] = _conn_details(cast("Connection", q.owner))
+    if details:
+        d["consumer_details"] = [consumer_json(c) for c in q.consumers]
+        d["incoming"] = []
+        d["deliveries"] = []
+    return d
+
+
+def queues_json(broker: Broker, queues: list[ClassicQueue]) -> list[dict[str, Any]]:
+    unacked = unacked_bytes_by_queue(broker)
+    return [queue_json(q, unacked.get(q, 0)) for q in queues]
+
+
+# ------------------------------------------------------ connections, channels
+def addresses(conn: Connection) -> tuple[tuple[str, int], tuple[str, int]]:
+    """((peer host, peer port), (local host, local port)) of a connection."""
+    peer, local = conn.peer, conn.transport.local
+    return (peer[0], peer[1]), (local[0], local[1])
+
+
+def connection_name(conn: Connection) -> str:
+    """RabbitMQ's name of a connection: "127.0.0.1:PEERPORT -> 127.0.0.1:PORT"."""
+    (peer_host, peer_port), (host, port) = addresses(conn)
+    return f"{peer_host}:{peer_port} -> {host}:{port}"
+
+
+def _blocked_age(conn: Connection) -> float | str:
+    at = getattr(conn, "last_blocked_at", None)
+    return "infinity" if at is None else round(time.monotonic() - at, 1)
+
+
+def connection_json(conn: Connection) -> dict[str, Any]:
+    broker = conn.broker
+    user, vhost = conn.user, conn.vhost
+    assert user is not None and vhost is not None  # only open connections are shown
+    (peer_host, peer_port), (host, port) = addresses(conn)
+    info = {
+        "auth_mechanism": getattr(conn, "auth_mechanism", None) or "PLAIN",
+        "channel_max": conn.channel_max,
+        "channels": len(conn.channels),
+        "client_properties": conn.client_properties,
+        "connected_at": conn.connected_at,
+        "frame_max": conn.frame_max,
+        "host": host,
+        "name": f"{peer_host}:{peer_port} -> {host}:{port}",
+        "node": node_name(broker),
+        "peer_cert_issuer": None,
+        "peer_cert_subject": None,
+        "peer_cert_validity": None,
+        "peer_host": peer_host,
+        "peer_port": peer_port,
+        "port": port,
+        "protocol": PROTOCOL,
+        "ssl": False,
+        "ssl_cipher": None,
+        "ssl_hash": None,
+        "ssl_key_exchange": None,
+        "ssl_protocol": None,
+        # running, or flow / blocking / blocked once resource alarms exist (they set these).
+        "state": getattr(conn, "blocked_state", None) or "running",
+        "last_blocked_by": getattr(conn, "last_blocked_by", None) or "none",
+        "last_blocked_age": _blocked_age(conn),
+        "timeout": conn.heartbeat,
+        "type": "network",
+        "user": user.name,
+        "user_who_performed_action": user.name,
+        "vhost": vhost.name,
+    }
+    user_name = conn.client_properties.get("connection_name")
+    if isinstance(user_name, (str, bytes)):
+        info["user_provided_name"] = user_name.decode(errors="replace") if isinstance(user_name, bytes) else user_name
+    info.update(connection_stats(conn))
+    return info
+
+
+def channel_name(channel: Channel) -> str:
+    return f"{connection_name(channel.conn)} ({channel.id})"
+
+
+def channel_json(channel: Channel, details: bool = False) -> dict[str, Any]:
+    conn = channel.conn
+    vhost = channel.vhost
+    assert vhost is not None  # only channels of open connections are shown
+    (peer_host, peer_port), _ = addresses(conn)
+    tx = channel.tx
+    info = {
+        "acks_uncommitted": tx.acks_uncommitted if tx is not None else 0,
+        "confirm": channel.confirm,
+        "connection_details": {"name": connection_name(conn), "peer_host": peer_host, "peer_port": peer_port},
+        "consumer_count": len(channel.consumers),
+        "global_prefetch_count": channel.global_prefetch,
+        "messages_unacknowledged": len(channel.unacked),
+        "messages_uncommitted": tx.messages_uncommitted if tx is not None else 0,
+        "messages_unconfirmed": channel.publish_seq - channel.confirmed if channel.confirm else 0,
+        "name": channel_name(channel),
+        "node": node_name(conn.broker),
+        "number": channel.id,
+        "pending_raft_commands": 0,
+        "prefetch_count": channel.prefetch,
+        "state": "running" if channel.state == 0 else "closing",
+        "transactional": channel.tx is not None,
+        "user": channel.user,
+        "user_who_performed_action": channel.user,
+        "vhost": vhost.name,
+    }
+    info.update(channel_stats(channel))
+    if details:
+        info["consumer_details"] = [consumer_json(c) for c in channel.consumers.values()]
+        info["deliveries"] = []
+        info["publishes"] = []
+    return info
+
+
+def consumer_json(consumer: Consumer) -> dict[str, Any]:
+    channel = cast("Channel", consumer.channel)  # the consumers shown are AMQP channels'
+    conn = channel.conn
+    (peer_host, peer_port), _ = addresses(conn)
+    return {
+        "ack_required": not consumer.no_ack,
+        "active": True,
+        "activity_status": "up",
+        "arguments": consumer.arguments,
+        "channel_details": {
+            "connection_name": connection_name(conn),
+            "name": channel_name(channel),
+            "node": node_name(conn.broker),
+            "number": channel.id,
+            "peer_host": peer_host,
+            "peer_port": peer_port,
+            "user": channel.user,
+        },
+        "consumer_tag": consumer.tag,
+        "exclusive": consumer.exclusive,
+        "prefetch_count": consumer.prefetch,
+        "queue": {"name": consumer.queue.name, "vhost": consumer.queue.vhost.name},
+    }

@@ -1,0 +1,69 @@
+"""One throttle decision per connection, in the shape of rabbit_reader's control_throttle.
+
+A connection is held back for a set of reasons. From that set one function decides whether
+its socket is read and whether its consumers are sent to; the resource alarms (memory, disk,
+and connection.blocked / unblocked) and per-connection credit flow add their reasons here.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Callable
+
+from ..broker.ports import Transport
+
+
+class Reason(enum.Enum):
+    # The transport's write buffer is full: deliver nothing more and stop reading the socket
+    # (a client that does not read its deliveries must not make the broker buffer without
+    # bound) until it drains.
+    WRITE_BUFFER = "write_buffer"
+    # This loop tick's output passed the high-water mark: consumers wait for the next flush,
+    # so one busy queue cannot make one tick's write grow without bound.
+    TICK_OUTPUT = "tick_output"
+
+
+# Reasons that stop the socket being read, and those that stop deliveries to consumers.
+_STOP_READING = frozenset({Reason.WRITE_BUFFER})
+_STOP_DELIVERING = frozenset({Reason.WRITE_BUFFER, Reason.TICK_OUTPUT})
+
+
+class Throttle:
+    """The set of reasons a connection is held back, and what follows from it.
+
+    `delivering` is read on every delivery (the model's consumers hold this object as their
+    gate), so it is a plain attribute kept in step with the reasons."""
+
+    __slots__ = ("reasons", "delivering", "reading", "_transport", "_on_resume")
+
+    def __init__(self, transport: Transport, on_resume: Callable[[], None]):
+        self.reasons: set[Reason] = set()
+        self.delivering = True
+        self.reading = True
+        self._transport = transport
+        self._on_resume = on_resume  # consumers may be sent to again
+
+    def add(self, reason: Reason) -> None:
+        if reason not in self.reasons:
+            self.reasons.add(reason)
+            self._control()
+
+    def discard(self, reason: Reason) -> None:
+        if reason in self.reasons:
+            self.reasons.discard(reason)
+            self._control()
+
+    def _control(self) -> None:
+        reasons = self.reasons
+        reading = not (reasons & _STOP_READING)
+        if reading != self.reading:
+            self.reading = reading
+            if reading:
+                self._transport.resume_reading()
+            else:
+                self._transport.pause_reading()
+        delivering = not (reasons & _STOP_DELIVERING)
+        if delivering != self.delivering:
+            self.delivering = delivering
+            if delivering:
+                self._on_resume()

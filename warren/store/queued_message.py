@@ -1,0 +1,37 @@
+"""A message's place in one queue. It belongs to the store: the store creates it when it
+reads a queue back from its segments, and records where it wrote it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..amqp.message import Message
+
+if TYPE_CHECKING:
+    from .disk import Segment
+
+
+class QueuedMessage:
+    """A message's place in one queue: its sequence number and delivery state there."""
+
+    # seg/off: where the store wrote it (None if only in memory); durable: that record
+    # survives restarts; deliveries: how often it was handed out (kept across restarts).
+    __slots__ = ("seq", "message", "redelivered", "seg", "off", "durable", "deliveries")
+
+    seq: int
+    message: Message
+    redelivered: bool
+    seg: Segment | None
+    off: int      # set together with seg
+    durable: bool  # set together with seg
+    deliveries: int
+
+    def __init__(self, seq: int, message: Message, redelivered: bool = False):
+        self.seq = seq
+        self.message = message
+        self.redelivered = redelivered
+        self.seg = None
+        self.deliveries = 0
+
+    def __lt__(self, other: QueuedMessage) -> bool:  # requeued messages are ordered by their original position
+        return self.seq < other.seq
