@@ -181,7 +181,11 @@ def main(argv=None) -> int:
     gc.set_threshold(50_000, 50, 100)
     management_port = args.management_port if args.management_port is not None else config.get(
         "management_port", 15672)
-    server = Server(broker, host, port, management_port or None, config.get("management_host", "127.0.0.1"))
+    services = []
+    if management_port:
+        from ..mgmt.app import ManagementService  # aiohttp is loaded only when the API is on
+        services.append(ManagementService(config.get("management_host", "127.0.0.1"), management_port))
+    server = Server(broker, host, port, services)
     try:
         asyncio.run(_serve(server, broker))
     except OSError as err:

@@ -83,10 +83,11 @@ async def error_middleware(request, handler):
         return web.json_response({"error": "Method Not Allowed", "reason": "Method Not Allowed"}, status=405)
 
 
-def make_app(broker, server=None) -> web.Application:
+def make_app(broker, server=None, service: "ManagementService | None" = None) -> web.Application:
     app = web.Application(middlewares=[error_middleware, auth_middleware])
     app["broker"] = broker
     app["server"] = server
+    app["management"] = service
     # Message rates: the counters are sampled every few seconds while the API runs.
     from . import stats
     app.on_startup.append(stats.start_sampler)
@@ -98,10 +99,20 @@ def make_app(broker, server=None) -> web.Application:
     return app
 
 
-async def start(broker, server, host: str, port: int) -> web.AppRunner:
-    """Serve the API on host:port; returns the runner to clean up at shutdown."""
-    runner = web.AppRunner(make_app(broker, server), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port, reuse_address=True).start()
-    log.info("management API listening on http://%s:%d/api/", host, port)
-    return runner
+class ManagementService:
+    """The API on host:port, as one of the server's services (warren.server.listener.Service)."""
+
+    def __init__(self, host: str, port: int):
+        self.host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    async def start(self, server) -> None:
+        runner = self._runner = web.AppRunner(make_app(server.broker, server, self), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, self.host, self.port, reuse_address=True).start()
+        log.info("management API listening on http://%s:%d/api/", self.host, self.port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()

@@ -4,6 +4,7 @@ import asyncio
 import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol, Sequence
 
 from .scheduler import LoopScheduler
 from .transport import AMQPProtocol
@@ -11,14 +12,21 @@ from .transport import AMQPProtocol
 log = logging.getLogger("warren.server")
 
 
+class Service(Protocol):
+    """Something served beside AMQP (the management API): started before the AMQP listener,
+    so once that port answers the service does too, and stopped first."""
+
+    async def start(self, server: "Server") -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 class Server:
-    def __init__(self, broker, host="127.0.0.1", port=5672, management_port=None, management_host="127.0.0.1"):
+    def __init__(self, broker, host="127.0.0.1", port=5672, services: Sequence[Service] = ()):
         self.broker = broker
         self.host = host
         self.port = port
-        self.management_port = management_port  # None: no management API
-        self.management_host = management_host
-        self._management = None
+        self.services = list(services)
         self.loop = None
         self.protocols: set = set()
         self._server = None
@@ -31,10 +39,8 @@ class Server:
         if self.broker.persister is not None:
             self._fsync_thread = ThreadPoolExecutor(1, thread_name_prefix="warren-fsync")
             self.broker.persister.run_in_thread = self._run_in_thread
-        if self.management_port is not None:
-            # Before the AMQP listener: once that port answers, the API does too.
-            from ..mgmt import app as mgmt
-            self._management = await mgmt.start(self.broker, self, self.management_host, self.management_port)
+        for service in self.services:
+            await service.start(self)
         self._server = await self.loop.create_server(
             lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True, backlog=1024)
         for sock in self._server.sockets:
@@ -59,8 +65,8 @@ class Server:
     async def stop(self):
         log.info("shutting down: closing %d connections", len(self.protocols))
         self._server.close()
-        if self._management is not None:
-            await self._management.cleanup()
+        for service in self.services:
+            await service.stop()
         for proto in list(self.protocols):
             proto.conn.close()
         # Give clients a moment to answer close-ok.

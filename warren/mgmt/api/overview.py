@@ -43,7 +43,7 @@ def listeners(request) -> list:
                     "socket_opts": {}})
         port = _management_port(request)
         if port:
-            out.append({"ip_address": getattr(server, "management_host", "127.0.0.1"), "node": node,
+            out.append({"ip_address": _management_host(request), "node": node,
                         "port": port, "protocol": "http", "socket_opts": {}})
     return out
 
@@ -52,13 +52,17 @@ def _management_port(request):
     sockname = request.transport.get_extra_info("sockname") if request.transport else None
     if sockname:
         return sockname[1]
-    server = request.app["server"]
-    return getattr(server, "management_port", None)
+    service = request.app["management"]
+    return service.port if service is not None else None
+
+
+def _management_host(request) -> str:
+    service = request.app["management"]
+    return service.host if service is not None else "127.0.0.1"
 
 
 def contexts(request) -> list:
-    server = request.app["server"]
-    return [{"description": "RabbitMQ Management", "ip": getattr(server, "management_host", "127.0.0.1"),
+    return [{"description": "RabbitMQ Management", "ip": _management_host(request),
              "node": stats.node_name(request.app["broker"]), "path": "/",
              "port": str(_management_port(request)), "ssl_opts": []}]
 

@@ -1,0 +1,96 @@
+"""The package's layers import downward only, and no modules import each other in a cycle
+(README, Design). Imports under `if TYPE_CHECKING:` must point downward too, but as they
+never run they cannot make a cycle."""
+
+import ast
+import pathlib
+
+import warren
+
+ROOT = pathlib.Path(warren.__file__).parent
+# Lowest first: a module may import from its own layer and from the layers before it.
+LAYERS = ["amqp", "store", "broker", "session", "server", "mgmt", "cli"]
+
+
+def modules():
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        yield "warren." + ".".join(parts) if parts else "warren", path
+
+
+def _type_only(tree) -> set:
+    """The import nodes inside `if TYPE_CHECKING:` blocks."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            found.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return found
+
+
+def imports(name: str, path: pathlib.Path, runtime_only: bool = False):
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text())
+    skip = _type_only(tree) if runtime_only else set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rsplit(".", 1)[0]
+            mod = node.module or ""
+            if node.level:
+                mod = f"{base}.{mod}" if mod else base
+            targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+        else:
+            continue
+        for target in targets:
+            if target.startswith("warren.") or target == "warren":
+                yield target
+
+
+def layer(name: str):
+    parts = name.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_imports_point_downward():
+    wrong = []
+    for name, path in modules():
+        own = layer(name)
+        if own is None:
+            continue
+        for target in imports(name, path):
+            other = layer(target)
+            if other is not None and other > own:
+                wrong.append(f"{name} imports {target}")
+    assert not wrong
+
+
+def test_no_import_cycles():
+    known = {name for name, _ in modules()}
+    graph = {}
+    for name, path in modules():
+        graph[name] = {t for t in imports(name, path, runtime_only=True) if t in known and t != name}
+    cycles = []
+    state = {}
+
+    def visit(node, stack):
+        state[node] = "open"
+        stack.append(node)
+        for nxt in graph[node]:
+            if state.get(nxt) == "open":
+                cycles.append(stack[stack.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, stack)
+        stack.pop()
+        state[node] = "done"
+
+    for node in graph:
+        if node not in state:
+            visit(node, [])
+    assert not cycles
