@@ -229,6 +229,8 @@ def _encode_value(value) -> bytes:
         return b"d" + _d.pack(value)
     if isinstance(value, decimal.Decimal):
         sign, digits, exponent = value.as_tuple()
+        if not isinstance(exponent, int):  # "n", "N", "F": NaN and infinities have no AMQP decimal
+            raise TypeError(f"cannot encode decimal {value} in a field table")
         scale = max(0, -exponent)
         unscaled = int(value.scaleb(scale))
         return b"D" + bytes((scale,)) + _i.pack(unscaled)

@@ -6,6 +6,7 @@ here; the hot path (publish, deliver, ack) has hand-written codecs in `fastpath`
 """
 
 import struct
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from .codec import (
     DecodeError,
@@ -23,7 +24,7 @@ _Q = struct.Struct(">Q")
 _HH = struct.Struct(">HH")
 
 # (class_id, method_id, ClassName, has_content, [(field, type), ...])
-_SPEC = [
+_SPEC: list[tuple[int, int, str, bool, list[tuple[str, str]]]] = [
     (10, 10, "ConnectionStart", False, [("version_major", "octet"), ("version_minor", "octet"),
      ("server_properties", "table"), ("mechanisms", "longstr"), ("locales", "longstr")]),
     (10, 11, "ConnectionStartOk", False, [("client_properties", "table"), ("mechanism", "shortstr"),
@@ -108,21 +109,21 @@ _SPEC = [
     (90, 31, "TxRollbackOk", False, []),
 ]
 
-_DEFAULTS = {"octet": 0, "short": 0, "long": 0, "longlong": 0, "shortstr": "", "longstr": b"",
-             "bit": False, "table": None}
+_DEFAULTS: dict[str, Any] = {"octet": 0, "short": 0, "long": 0, "longlong": 0, "shortstr": "",
+                             "longstr": b"", "bit": False, "table": None}
 
 
 class Method:
     """Base of the generated method classes."""
 
     __slots__ = ()
-    CLASS_ID = 0
-    METHOD_ID = 0
-    NAME = ""
-    FIELDS = ()
-    HAS_CONTENT = False
+    CLASS_ID: ClassVar[int] = 0
+    METHOD_ID: ClassVar[int] = 0
+    NAME: ClassVar[str] = ""
+    FIELDS: ClassVar[tuple[tuple[str, str], ...]] = ()
+    HAS_CONTENT: ClassVar[bool] = False
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         for field, kind in self.FIELDS:
             setattr(self, field, kwargs.pop(field, _DEFAULTS[kind]))
         if kwargs:
@@ -137,7 +138,7 @@ class Method:
             getattr(self, f) == getattr(other, f) for f, _ in self.FIELDS)
 
 
-BY_ID = {}
+BY_ID: dict[int, type[Method]] = {}
 
 
 def _dotted(class_name: str) -> str:
@@ -148,18 +149,20 @@ def _dotted(class_name: str) -> str:
 
 
 for _cid, _mid, _cls_name, _content, _fields in _SPEC:
-    _cls = type(_cls_name, (Method,), {
+    _cls = cast("type[Method]", type(_cls_name, (Method,), {
         "__slots__": tuple(f for f, _ in _fields),
         "CLASS_ID": _cid, "METHOD_ID": _mid, "NAME": _dotted(_cls_name),
         "FIELDS": tuple(_fields), "HAS_CONTENT": _content,
-    })
+    }))
     globals()[_cls_name] = _cls
     BY_ID[(_cid << 16) | _mid] = _cls
 
-
-def method_name(class_id: int, method_id: int) -> str:
-    cls = BY_ID.get((class_id << 16) | method_id)
-    return cls.NAME if cls else f"{class_id}.{method_id}"
+if TYPE_CHECKING:
+    # The method classes (ConnectionStart, ..., TxRollbackOk) are made from _SPEC above, the
+    # one place that lists them: to mypy, every name this module does not define otherwise is
+    # one of them. (Their fields are set from keyword arguments, so a call type-checks as
+    # Method(**kwargs) does; a misspelt name is not caught by mypy but fails when it runs.)
+    def __getattr__(name: str) -> type[Method]: ...
 
 
 class UnknownMethod(DecodeError):

@@ -2,12 +2,18 @@
 
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from .auth import Permission, User, check
 from .definitions import changes, export
 from .durability import Durability
 from .ports import Scheduler
 from .vhost import VHost
+
+if TYPE_CHECKING:
+    from ..store.definitions import DefinitionsFile
+    from ..store.interface import QueueStore
+    from ..store.persister import Persister
 
 log = logging.getLogger("warren.definitions")
 
@@ -38,14 +44,14 @@ class Broker:
     # without a data dir. The model only records what changed (definitions_changes, or
     # definitions_all_changed); the session layer calls flush_definitions() before it sends
     # any reply, so a declare-ok follows the write.
-    definitions_store: object = None
+    definitions_store: "DefinitionsFile | None" = None
     definitions_dirty: bool = False
     definitions_changes: dict = field(default_factory=dict)  # (kind, key) -> Binding or None
     definitions_all_changed: bool = False
     definitions_save_failing: bool = False
     # The message store's writer (a warren.store.persister.Persister), or None: queues then
     # keep their messages in memory only.
-    persister: object = None
+    persister: "Persister | None" = None
     # Timers for the model, injected by the server (None: no timers, e.g. in unit tests).
     scheduler: Scheduler | None = None
     # Writes what a reply promises before the reply leaves (definitions, message records).
@@ -68,7 +74,7 @@ class Broker:
         self.add_user(User.with_password(user, password, tags=list(tags)))
         self.set_permissions(user, vhost, *permissions)
 
-    def make_store(self, vhost: str, queue: str, durable: bool):
+    def make_store(self, vhost: str, queue: str, durable: bool) -> "QueueStore | None":
         """The store for a new queue (None: the queue's in-memory default)."""
         return self.persister.queue_store(vhost, queue, durable) if self.persister is not None else None
 

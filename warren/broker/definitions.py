@@ -225,7 +225,12 @@ def export(broker, durable_only: bool = True) -> dict:
     predeclared amq.* exchanges are left out, and so are exclusive queues. With durable_only
     (what survives a restart) only durable exchanges and queues, and the bindings between
     two durable objects."""
-    vhosts, exchanges, queues, bindings, policies, parameters = [], [], [], [], [], []
+    vhosts: list[dict] = []
+    exchanges: list[dict] = []
+    queues: list[dict] = []
+    bindings: list[dict] = []
+    policies: list[dict] = []
+    parameters: list[dict] = []
     for vhost in broker.vhosts.values():
         policies.extend(p.to_json() for p in vhost.policies.values())
         parameters.extend(p.to_parameter() for p in vhost.operator_policies.values())

@@ -3,12 +3,16 @@
 import base64
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from .errors import access_refused, not_found, precondition_failed, resource_locked, rs
-from .exchanges import TYPES, Binding, DefaultExchange
+from .exchanges import TYPES, Binding, DefaultExchange, Exchange
 from .policy import apply_to_exchange, apply_to_queue
 from .queue_arguments import validate_arguments
 from .queue_factory import make_queue
+
+if TYPE_CHECKING:
+    from .queues import ClassicQueue
 
 log = logging.getLogger("warren.routing")
 
@@ -124,7 +128,7 @@ class VHost:
             "declared on another connection or the exclusive property value does not match that "
             "of the original declaration.")
 
-    def delete_queue(self, queue) -> int:
+    def delete_queue(self, queue: "ClassicQueue") -> int:
         """Remove a queue; its consumers are cancelled. Returns the ready count it had."""
         if self.queues.get(queue.name) is not queue:
             return 0
@@ -158,7 +162,7 @@ class VHost:
         if key in source.bindings:
             self._remove_binding(source, key)
 
-    def _remove_binding(self, source, key) -> None:
+    def _remove_binding(self, source: Exchange, key) -> None:
         binding = source.remove_binding(key)
         if binding is not None and source.durable and binding.destination.durable:
             self._definitions_changed("binding", (self.name, source.name, key), binding)

@@ -76,15 +76,12 @@ def parse_information_unit(value) -> int:
         return value
     m = re.fullmatch(r"([0-9]+)([A-Za-z]*)", value)
     unit = m.group(2).lower() if m else None
-    if unit not in _INFORMATION_UNITS:
+    if m is None or unit not in _INFORMATION_UNITS:
         if unit in ("t", "p"):
             raise ValueError(f"ambiguous unit in '{value}': write {unit.upper()}B "
                              f"(powers of 1000) or {unit.upper()}iB (powers of 1024)")
         raise ValueError(f"expected {_SIZE_FORMATS}, got '{value}'")
     return int(m.group(1)) * _INFORMATION_UNITS[unit]
-
-
-parse_size = parse_information_unit
 
 
 def parse_bytesize(text: str) -> int:
@@ -511,6 +508,7 @@ def _escape(text: str, pos: int, line: int):
     ch = text[pos]
     if ch in "01234567":
         m = re.compile(r"[0-7]{1,3}").match(text, pos)
+        assert m is not None  # text[pos] is an octal digit
         return chr(int(m.group(), 8)), m.end()
     if ch == "x":
         m = re.compile(r"x(?:\{([0-9A-Fa-f]+)\}|([0-9A-Fa-f]{2}))").match(text, pos)
@@ -526,6 +524,7 @@ def _escape(text: str, pos: int, line: int):
 
 def _quoted(text: str, pos: int, line: int):
     """A "string" or 'atom' starting at pos: (value, next position, newlines inside)."""
+    out: list[str]
     quote, out, i, newlines = text[pos], [], pos + 1, 0
     while True:
         if i >= len(text):
@@ -876,7 +875,7 @@ def _parse_erlang(text: str, settings: _Settings) -> None:
     except ErlangSyntaxError as err:
         settings.error(err.line, None, f"syntax error: {err}")
         return
-    if not isinstance(term, list):
+    if not isinstance(term, ErlList):  # the parser makes every list an ErlList
         settings.error(1, None, f"expected a list of {{application, [{{key, value}}]}} tuples such as "
                                 f"[{{rabbit, [{{heartbeat, 30}}]}}], got {format_term(term)}")
         return

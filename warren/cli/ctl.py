@@ -22,6 +22,7 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import Any
 
 from ..amqp.erlang import erl_ctl
 
@@ -169,7 +170,7 @@ class Output:
         self.quiet = quiet or silent or self.json
         self.headers = headers and not silent
 
-        self.pending = []
+        self.pending: list[str] = []
 
     def info(self, line: str) -> None:
         """An informational line. It waits for the broker's first answer, so that an
@@ -296,7 +297,7 @@ def cell(column: str, value) -> str:
 
 # --- the verbs ------------------------------------------------------------------------------
 
-VERBS = {}
+VERBS: dict[str, dict[str, Any]] = {}  # name -> fn, usage, args, options, columns, help (see verb())
 
 
 def verb(name, usage, args=(0, 0), options=(), columns=None, help=""):
@@ -984,7 +985,13 @@ def _is_negative_number(arg) -> bool:
 
 
 class Context:
-    pass
+    """What a verb runs with (run() sets it up)."""
+
+    vhost: str
+    timeout: float
+    options: dict[str, str | bool]  # the verb's own options: --name=value, or True for a flag
+    out: Output
+    api: Api
 
 
 def run(argv) -> int:

@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     # A write past a file-size limit must fail with EFBIG (and nack its publishes), not kill us.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    warnings = []
+    warnings: list[str] = []
     try:
         config = load_config(args.config, warnings) if args.config else {}
     except ConfigError as err:

@@ -10,6 +10,7 @@ import importlib
 import json
 import logging
 import pkgutil
+from typing import Any
 
 from aiohttp import web
 
@@ -20,9 +21,10 @@ log = logging.getLogger("warren.mgmt")
 
 
 class ApiError(Exception):
-    """An error answered the way RabbitMQ's API does: {"error": ..., "reason": ...}."""
+    """An error answered the way RabbitMQ's API does: {"error": ..., "reason": ...}. The reason
+    is a text, or a list (an Erlang term as RabbitMQ's JSON shows it, e.g. ["not_integer", "x"])."""
 
-    def __init__(self, status: int, error: str, reason: str):
+    def __init__(self, status: int, error: str, reason: str | list[Any]):
         super().__init__(reason)
         self.status = status
         self.error = error

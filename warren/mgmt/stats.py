@@ -57,6 +57,7 @@ import asyncio
 import os
 import time
 import weakref
+from typing import Any
 
 from ..broker.stats import CHANNEL_COUNTERS, CONNECTION_COUNTERS, DELIVER_GET, EXCHANGE_COUNTERS, QUEUE_COUNTERS
 
@@ -93,11 +94,13 @@ class Sampler:
     def __init__(self, broker, period: float):
         self.broker = broker
         self.period = period
-        self.last = weakref.WeakKeyDictionary()   # object -> (monotonic time, counts tuple)
-        self.rates = weakref.WeakKeyDictionary()  # object -> {field: rate}
-        self.overview_last = None
-        self.overview_rates: dict = {}
-        self.task = None
+        # object -> (monotonic time, counts tuple)
+        self.last: weakref.WeakKeyDictionary[Any, tuple[float, tuple]] = weakref.WeakKeyDictionary()
+        # object -> {field: rate}
+        self.rates: weakref.WeakKeyDictionary[Any, dict[str, float]] = weakref.WeakKeyDictionary()
+        self.overview_last: tuple[float, tuple] | None = None
+        self.overview_rates: dict[str, float] = {}
+        self.task: asyncio.Task[None] | None = None
 
     def _sample(self, obj, fields, counts, now) -> None:
         prev = self.last.get(obj)
@@ -306,7 +309,8 @@ def queue_totals(broker, with_rates: bool = True) -> dict:
         for q in vhost.queues.values():
             ready += len(q.store)
             unacked += q.unacked_count
-    out = {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
+    out: dict[str, Any] = {"messages": ready + unacked, "messages_ready": ready,
+                           "messages_unacknowledged": unacked}
     if with_rates:
         sampler = sampler_for(broker)
         rates = sampler.overview_rates if sampler is not None else {}

@@ -4,7 +4,7 @@ import asyncio
 import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 from .scheduler import LoopScheduler
 from .transport import AMQPProtocol
@@ -27,7 +27,7 @@ class Server:
         self.host = host
         self.port = port
         self.services = list(services)
-        self.loop = None
+        self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self.protocols: set = set()
         self._server = None
         self._stopped = None
@@ -54,13 +54,15 @@ class Server:
         await self._stopped.wait()
         await self.stop()
 
-    def _run_in_thread(self, job, done) -> None:
+    def _run_in_thread(self, job: Callable[[], None], done: Callable[[str | None], None]) -> None:
         """Run a blocking job (fsync) off the loop; `done(error or None)` runs on the loop."""
         def finished(future):
             error = future.exception()
             done(str(error) if error is not None else None)
 
-        self.loop.run_in_executor(self._fsync_thread, job).add_done_callback(finished)
+        loop = self.loop
+        assert loop is not None, "the persister runs jobs in threads only once start() set the loop"
+        loop.run_in_executor(self._fsync_thread, job).add_done_callback(finished)
 
     async def stop(self):
         log.info("shutting down: closing %d connections", len(self.protocols))

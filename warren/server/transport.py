@@ -15,13 +15,16 @@ class AMQPProtocol(asyncio.Protocol):
     """Moves bytes between a socket and a session Connection, and runs its heartbeats: the
     session's Transport port (warren.broker.ports)."""
 
+    peer: tuple[str, int]
+    local: tuple[str, int]
+
     def __init__(self, server):
         self.server = server
         self.loop = server.loop
         self.transport = None
         self.conn = None
-        self.peer: tuple[str, int] = ("?", 0)
-        self.local: tuple[str, int] = ("?", 0)
+        self.peer = ("?", 0)
+        self.local = ("?", 0)
         self.reading = True
         self.last_recv = self.last_send = time.monotonic()
         self.heartbeat_timer = None
@@ -30,7 +33,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.closed = False
 
     # asyncio callbacks ------------------------------------------------------
-    def connection_made(self, transport):
+    def connection_made(self, transport) -> None:  # typed, so mypy checks this is a Transport port
         self.transport = transport
         transport.set_write_buffer_limits(high=READ_HIGH_WATER)
         peer = transport.get_extra_info("peername") or ("?", 0)

@@ -70,9 +70,11 @@ class Channel:
         self.conn = connection
         self.id = channel_id
         self.state = OPEN
-        self.vhost = connection.vhost
-        self.user = connection.user.name
-        self.actor = ops.Actor(connection.broker, connection.user, connection.vhost, connection)
+        user, vhost = connection.user, connection.vhost
+        assert user is not None and vhost is not None, "a channel opens only on an open connection"
+        self.vhost = vhost
+        self.user = user.name
+        self.actor = ops.Actor(connection.broker, user, vhost, connection)
         self.durability = connection.broker.durability
         # The content being assembled: the publish method, then its header and body parts.
         self.publishing: PublishMethod | None = None
@@ -150,7 +152,7 @@ class Channel:
             self.error(err, *_PUBLISH_IDS)
             return
         if body_size == 0:
-            self._publish_complete(b"")
+            self._publish_complete(self.publishing, header, b"")
 
     def body_frame(self, payload) -> None:
         if self.state == CLOSING:
@@ -167,14 +169,14 @@ class Channel:
                                    "bytes left of the size in the content header", _PUBLISH_IDS)
         parts = self.body_parts
         if remaining == 0 and parts is None:
-            self._publish_complete(bytes(payload))
+            self._publish_complete(self.publishing, self.content_header, bytes(payload))
             return
         if parts is None:
             parts = self.body_parts = []
         parts.append(bytes(payload))
         self.body_remaining = remaining
         if remaining == 0:
-            self._publish_complete(b"".join(parts))
+            self._publish_complete(self.publishing, self.content_header, b"".join(parts))
 
     def _closing_frame(self, payload) -> None:
         # After we sent channel.close, everything but close/close-ok is dropped.
@@ -305,7 +307,7 @@ class Channel:
         self.send(spec.BasicQosOk())
         self.kick_queues()
 
-    def _basic_consume(self, m):
+    def _basic_consume(self, m) -> None:  # typed, so mypy checks a Channel is a DeliverySink
         q = ops.readable_queue(self.actor, self._queue_name(m.queue))
         tag = m.consumer_tag or server_named("amq.ctag-")
         if tag in self.consumers:
@@ -409,11 +411,12 @@ class Channel:
             raise not_implemented("immediate=true")
         self.publishing = self._last_publish = PublishMethod(exchange, routing_key, route, bool(bits & 1))
 
-    def _publish_complete(self, body: bytes) -> None:
-        pub = self.publishing
+    def _publish_complete(self, pub: PublishMethod, header: bytes, body: bytes) -> None:
+        """The content of `pub` is complete (the callers pass self.publishing and
+        self.content_header, which they checked are set)."""
         self.publishing = None
         try:
-            self.publish(pub.exchange, pub.routing_key, pub.route, pub.mandatory, self.content_header, body)
+            self.publish(pub.exchange, pub.routing_key, pub.route, pub.mandatory, header, body)
         except AMQPError as err:
             self.error(err, *_PUBLISH_IDS)
 

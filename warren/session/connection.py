@@ -33,6 +33,7 @@ from .throttle import Reason, Throttle
 
 if TYPE_CHECKING:
     from ..broker.auth import User
+    from ..broker.broker import Broker
     from ..broker.ports import Transport
     from ..broker.vhost import VHost
 
@@ -88,7 +89,7 @@ def server_properties(cluster_name: str) -> dict:
 
 
 class Connection:
-    def __init__(self, broker, transport: Transport):
+    def __init__(self, broker: Broker, transport: Transport):
         self.broker = broker
         self.transport = transport
         self.peer = transport.peer
@@ -336,11 +337,13 @@ class Connection:
 
     def _open(self, method) -> None:
         name = method.virtual_host
+        user = self.user
+        assert user is not None, "connection.open is accepted only after start-ok logged in"
         vhost = self.broker.vhosts.get(name)
         if vhost is None:
             err = not_allowed(f"vhost {name} not found")
-        elif (self.user.name, name) not in self.broker.permissions:
-            err = not_allowed(f"access to vhost '{name}' refused for user '{self.user.name}'")
+        elif (user.name, name) not in self.broker.permissions:
+            err = not_allowed(f"access to vhost '{name}' refused for user '{user.name}'")
         else:
             err = None
         if err is not None:

@@ -7,6 +7,8 @@ MECHANISMS = "PLAIN AMQPLAIN"
 
 def credentials(mechanism: str, response: bytes):
     """(username, password) from a start-ok response, or None if it cannot be parsed."""
+    user: object  # bytes (PLAIN), or whatever field value an AMQPLAIN table holds
+    password: object
     if mechanism == "PLAIN":
         parts = response.split(b"\x00")
         if len(parts) != 3:

@@ -107,7 +107,7 @@ def replay(data: dict, records) -> dict:
     """The definitions `data` with the journal records applied in order."""
     if not records:
         return data
-    index = {}
+    index: dict[str, dict] = {}  # kind -> identity -> object
     for kind in KINDS:
         table = index[kind] = {}
         items = data.get(kind)
@@ -140,7 +140,7 @@ class DefinitionsFile:
         self.seq = 0  # the last journal sequence number used
         self.journal_lines = 0  # lines in the journal
         self.snapshot_size = 0  # objects in the snapshot
-        self._fd = None  # the journal, open for appending
+        self._fd: int | None = None  # the journal, open for appending
         self._size = 0  # its length after the last good append
         self._broken = False  # it may end in a torn line: append refuses until a save empties it
 

@@ -19,6 +19,7 @@ from ..amqp.codec import read_shortstr
 from ..amqp.message import Message
 from . import segments as sg
 from .queued_message import QueuedMessage
+from .interface import take_head
 from .requeued import RequeuedMessages
 
 if TYPE_CHECKING:
@@ -143,8 +144,7 @@ class DiskQueueStore:
     def accept(self, qm: QueuedMessage) -> int:
         """Write a persistent message of a durable queue now; returns the batch to wait for."""
         if self.durable and qm.message.persistent:
-            self._append(qm, sg.FLAG_DURABLE)
-            return self.persister.durable_append(qm.seg)
+            return self.persister.durable_append(self._append(qm, sg.FLAG_DURABLE))  # the seg it set in qm
         return 0
 
     def push(self, qm: QueuedMessage) -> None:
@@ -177,10 +177,7 @@ class DiskQueueStore:
         return self._fresh[0] if self._fresh else None
 
     def drop_head(self, n: int) -> list[QueuedMessage]:
-        dropped: list[QueuedMessage] = []
-        while len(dropped) < n and (qm := self.pop()) is not None:
-            dropped.append(qm)
-        return dropped
+        return take_head(self, n)
 
     def requeue(self, qm: QueuedMessage) -> None:
         self._requeued.push(qm)

@@ -11,6 +11,15 @@ from typing import Protocol
 from .queued_message import QueuedMessage
 
 
+class SyncWaiter(Protocol):
+    """Waits for the persister's next fsync (warren.store.persister.Persister.wait_for): a
+    channel with publisher confirms due, or the management API's publish."""
+
+    def store_synced(self) -> None:
+        """An fsync finished: the batches the waiter waits for may be on disk (or failed)."""
+        ...
+
+
 class QueueStore(Protocol):
     def accept(self, qm: QueuedMessage) -> int:
         """A message arrives: write it now if it must survive a restart. Returns the
@@ -70,3 +79,12 @@ class QueueStore(Protocol):
         unacked ones): kept up to date on every push, pop, requeue and purge, so
         x-max-length-bytes and the management API read it without a scan."""
         ...
+
+
+def take_head(store: QueueStore, n: int) -> list[QueuedMessage]:
+    """Up to n ready messages popped from the head, in delivery order (drop_head of a store
+    whose pop() is all it takes)."""
+    taken: list[QueuedMessage] = []
+    while len(taken) < n and (qm := store.pop()) is not None:
+        taken.append(qm)
+    return taken

@@ -3,6 +3,7 @@
 from collections import deque
 
 from .queued_message import QueuedMessage
+from .interface import take_head
 from .requeued import RequeuedMessages
 
 
@@ -46,10 +47,7 @@ class MemoryQueueStore:
         return self._fresh[0] if self._fresh else None
 
     def drop_head(self, n: int) -> list[QueuedMessage]:
-        dropped: list[QueuedMessage] = []
-        while len(dropped) < n and (qm := self.pop()) is not None:
-            dropped.append(qm)
-        return dropped
+        return take_head(self, n)
 
     def requeue(self, qm: QueuedMessage) -> None:
         self._requeued.push(qm)

@@ -9,36 +9,45 @@ one basic.ack per channel. There is no timer: a lone publish is confirmed after 
 and under load one fsync covers everything that arrived while the previous one ran.
 """
 
+from __future__ import annotations
+
 import hashlib
 import itertools
 import logging
 import os
 import shutil
+from typing import TYPE_CHECKING, Callable, Iterable
+
+if TYPE_CHECKING:
+    from .disk import DiskQueueStore, Segment
+    from .interface import SyncWaiter
+
+    RunInThread = Callable[[Callable[[], None], Callable[[str | None], None]], None]
 
 log = logging.getLogger("warren.store")
 
 
-def _fsync_all(fds):
+def _fsync_all(fds: Iterable[int]) -> None:
     for fd in fds:
         os.fsync(fd)
 
 
 class Persister:
-    def __init__(self, root: str, run_in_thread=None, window: int | None = None):
+    def __init__(self, root: str, run_in_thread: RunInThread | None = None, window: int | None = None):
         self.root = root
         self.window = window  # fresh messages a queue keeps in memory (None: the store's default)
         # run_in_thread(fn, done): run fn() off the event loop and call done(error) on it.
         # Without one (unit tests), fsyncs run inline.
         self.run_in_thread = run_in_thread
-        self.dirty: set = set()        # segments with buffered bytes or marks
-        self.batch = 1                 # the batch new durable appends join
-        self.synced = 0                # every batch up to this one is on disk (or failed)
-        self.failed: dict = {}         # batch -> error text, for nacks
+        self.dirty: set[Segment] = set()       # segments with buffered bytes or marks
+        self.batch = 1                         # the batch new durable appends join
+        self.synced = 0                        # every batch up to this one is on disk (or failed)
+        self.failed: dict[int, str] = {}       # batch -> error text, for nacks
         self.syncing = False
-        self.to_sync: set = set()      # segments with durable data in the open batch
-        self.waiting: set = set()      # channels with confirms waiting for a batch
-        self.close_after_sync: list = []
-        self.syncing_fds: list = []    # what the running fsync covers
+        self.to_sync: set[Segment] = set()     # segments with durable data in the open batch
+        self.waiting: set[SyncWaiter] = set()  # channels with confirms waiting for a batch
+        self.close_after_sync: list[int] = []
+        self.syncing_fds: list[int] = []       # what the running fsync covers
 
     # queue stores ---------------------------------------------------------------
     _paging_ids = itertools.count(1)
@@ -47,7 +56,7 @@ class Persister:
         digest = hashlib.sha1(f"{vhost}\0{queue}".encode()).hexdigest()[:24]
         return os.path.join(self.root, "queues", digest)
 
-    def queue_store(self, vhost: str, queue: str, durable: bool):
+    def queue_store(self, vhost: str, queue: str, durable: bool) -> DiskQueueStore:
         from .disk import DiskQueueStore
 
         kwargs = {"window": self.window} if self.window else {}
@@ -57,7 +66,7 @@ class Persister:
         return DiskQueueStore(self, os.path.join(self.root, "paging", str(next(self._paging_ids))),
                               durable=False, **kwargs)
 
-    def clean_start(self, durable_queues) -> None:
+    def clean_start(self, durable_queues: Iterable[tuple[str, str]]) -> None:
         """At start-up: forget paged transient messages and message dirs of queues that no
         longer exist (deleted while the broker was down, or just before a crash)."""
         shutil.rmtree(os.path.join(self.root, "paging"), ignore_errors=True)
@@ -71,11 +80,11 @@ class Persister:
                     shutil.rmtree(path, ignore_errors=True)
 
     # called by stores ---------------------------------------------------------
-    def durable_append(self, segment) -> int:
+    def durable_append(self, segment: Segment) -> int:
         self.to_sync.add(segment)
         return self.batch
 
-    def close_fd(self, fd) -> None:
+    def close_fd(self, fd: int) -> None:
         """Close a file descriptor, but not under a running fsync."""
         if self.syncing:
             self.close_after_sync.append(fd)
@@ -98,7 +107,7 @@ class Persister:
         if self.to_sync and not self.syncing:
             self._start_sync()
 
-    def wait_for(self, channel) -> None:
+    def wait_for(self, channel: SyncWaiter) -> None:
         self.waiting.add(channel)
 
     def sync_now(self) -> bool:
@@ -134,7 +143,7 @@ class Persister:
             return
         self.run_in_thread(lambda: _fsync_all(fds), lambda error: self._sync_done(batch, error))
 
-    def _sync_done(self, batch: int, error) -> None:
+    def _sync_done(self, batch: int, error: str | None) -> None:
         self.syncing = False
         self.syncing_fds = []
         for fd in self.close_after_sync:
@@ -144,7 +153,7 @@ class Persister:
         # Whatever arrived meanwhile forms the next batch.
         self.flush()
 
-    def _synced(self, batch: int, error) -> None:
+    def _synced(self, batch: int, error: str | None) -> None:
         if error:
             log.error("fsync failed: %s", error)
             self.failed[batch] = error

@@ -6,11 +6,11 @@ from .base import Exchange
 class DirectExchange(Exchange):
     type_name = "direct"
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._by_key: dict = {}
 
-    def _bindings_changed(self):
+    def _bindings_changed(self) -> None:
         index: dict = {}
         for b in self.bindings.values():
             dests = index.setdefault(b.routing_key, [])

@@ -6,7 +6,7 @@ from .base import Exchange
 class FanoutExchange(Exchange):
     type_name = "fanout"
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._dests: tuple = ()
 

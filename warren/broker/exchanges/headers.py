@@ -82,7 +82,7 @@ def headers_match(args: dict, headers: dict, compiled=None) -> bool:
 class HeadersExchange(Exchange):
     type_name = "headers"
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._compiled: list = []
 

@@ -39,7 +39,7 @@ def topic_matches(pattern: tuple, words: tuple) -> bool:
 class TopicExchange(Exchange):
     type_name = "topic"
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._patterns: list = []
         self._cache: dict = {}

@@ -4,6 +4,7 @@ the whole broker or one vhost. Unlike the data dir's copy, the export includes t
 exchanges and queues (not exclusive ones), as RabbitMQ's does."""
 
 import json
+from typing import Any
 
 from aiohttp import web
 
@@ -35,7 +36,7 @@ def export_vhost(broker, name: str) -> dict:
     """One vhost's part, as RabbitMQ exports it: no users or vhosts, and no "vhost" keys on
     queues, exchanges and bindings."""
     data = definitions.export(broker, durable_only=False)
-    out = {"rabbit_version": __version__}
+    out: dict[str, Any] = {"rabbit_version": __version__}
     for kind in _VHOST_KINDS:
         items = [item for item in data.get(kind, []) if item.get("vhost") == name]
         if kind in ("queues", "exchanges", "bindings"):

@@ -3,6 +3,7 @@
 import asyncio
 import base64
 import binascii
+from typing import Any
 
 from aiohttp import web
 
@@ -111,7 +112,7 @@ def basic_properties(props) -> dict:
     """The "properties" object of a publish as AMQP basic properties (unknown keys ignored)."""
     if not isinstance(props, dict):
         raise bad_request("properties must be a JSON object")
-    out = {}
+    out: dict[str, Any] = {}
     for key in _STRING_PROPS:
         value = props.get(key)
         if value is None:
