@@ -23,7 +23,7 @@ from ..amqp.constants import (
 )
 from ..amqp.frames import HEARTBEAT, method_frame
 from ..broker.errors import (
-    AMQPError, access_refused, channel_error, command_invalid, not_allowed,
+    AMQPError, channel_error, command_invalid, not_allowed,
     syntax_error, unexpected_frame,
 )
 from . import frame_errors
@@ -302,11 +302,10 @@ class Connection:
             user = None
         if user is None:
             log.warning("authentication failed for %s from %s", creds[0], self.name)
-            err = access_refused(f"Login was refused using authentication mechanism {mechanism}. "
-                                 "For details see the broker logfile.")
             # Clients that do not announce the capability just see the socket close (AMQP 0-9-1).
-            err.handshake_reply = bool(self.capabilities.get("authentication_failure_close"))
-            raise err
+            raise AMQPError(403, f"Login was refused using authentication mechanism {mechanism}. "
+                                 "For details see the broker logfile.",
+                            handshake_reply=bool(self.capabilities.get("authentication_failure_close")))
         self.user = user
         self.auth_mechanism = mechanism
         limits = self.broker.limits
