@@ -84,7 +84,7 @@ def exchange_json(x: Exchange) -> dict[str, Any]:
 # ------------------------------------------------------------------- queues
 def _effective_definition(q: ClassicQueue) -> dict[str, Any]:
     merged = dict(q.policy.definition) if q.policy is not None else {}
-    op = getattr(q, "operator_policy", None)
+    op = q.operator_policy
     if op is not None:
         for key, value in op.definition.items():
             # RabbitMQ keeps the stricter (smaller) of two numeric limits.
@@ -96,13 +96,13 @@ def _effective_definition(q: ClassicQueue) -> dict[str, Any]:
 
 
 def _conn_details(conn: Connection) -> dict[str, Any]:
-    peer = getattr(conn, "peer", ("", 0))
+    peer = conn.peer
     return {"name": connection_name(conn), "peer_host": peer[0], "peer_port": peer[1]}
 
 
 def queue_json(q: ClassicQueue, unacked_bytes: int | None = None, details: bool = False) -> dict[str, Any]:
     broker = q.vhost.broker
-    op = getattr(q, "operator_policy", None)
+    op = q.operator_policy
     d = {"name": q.name, "vhost": q.vhost.name, "durable": q.durable, "auto_delete": q.auto_delete,
          "exclusive": q.exclusive, "arguments": table_json(q.arguments), "type": q.queue_type,
          "node": node_name(broker) if broker is not None else "",
