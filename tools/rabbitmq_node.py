@@ -8,8 +8,12 @@ node, /var/lib/rabbitmq or ~/.erlang.cookie, and several can run side by side:
   rabbitmq-server and rabbitmqctl agree on the cookie (also when run as root);
 - its own epmd on a free port (ERL_EPMD_PORT), run in the foreground as our child;
 - free ports for AMQP (on 127.0.0.1) and Erlang distribution;
-- mnesia, log, pid file, plugins file (no plugins) and config paths in the temp dir;
-  the broker runs with its default configuration (user guest/guest).
+- mnesia, log, pid file, plugins file (no plugins unless asked for) and config paths
+  in the temp dir; the broker runs with its default configuration (user guest/guest).
+
+With plugins=["rabbitmq_management"] (command line: --plugins rabbitmq_management) the
+management plugin also runs, on a free port of 127.0.0.1: node.mgmt_port, node.mgmt_api
+("http://127.0.0.1:PORT/api"); `run` then also sets WARREN_TEST_MGMT to that URL.
 
 Every process is started in its own process group and is killed at the end, also on
 errors; if the Python process itself is SIGKILLed, a small watchdog process kills
@@ -27,7 +31,8 @@ As a command, to run the tests against RabbitMQ:
 
 starts a node, runs the command with WARREN_TEST_BROKER=host:port and
 WARREN_TEST_RABBITMQCTL (a rabbitmqctl command line for that node) set, stops the
-node and exits with the command's status.
+node and exits with the command's status. With --plugins rabbitmq_management also
+WARREN_TEST_MGMT=http://127.0.0.1:PORT/api (the management API of that node).
 """
 
 from __future__ import annotations
@@ -264,7 +269,7 @@ class RabbitMQNode:
     def __init__(self, nodename: str | None = None, *, server: str | None = None,
                  rabbitmqctl: str | None = None, start_timeout: float = 60.0,
                  keep_tmp: bool = False, tmp_prefix: str = "rabbitmq-node-",
-                 log=_log):
+                 plugins: list[str] | tuple[str, ...] = (), log=_log):
         self.nodename = nodename or f"warren-test-{os.getpid()}@localhost"
         self.server = server or default_rabbitmq_bin("rabbitmq-server")
         self.rabbitmqctl = rabbitmqctl or default_rabbitmq_bin("rabbitmqctl")
@@ -272,7 +277,9 @@ class RabbitMQNode:
         self.keep_tmp = keep_tmp
         self.tmp_prefix = tmp_prefix
         self.log = log
+        self.plugins = list(plugins)
         self.port = 0
+        self.mgmt_port = 0  # the management plugin's HTTP port, if it is enabled
         self.dist_port = 0
         self.epmd_port = 0
         self.version = "?"
@@ -288,6 +295,11 @@ class RabbitMQNode:
     def pid(self) -> int | None:
         """pid (and process group id) of the rabbitmq-server process."""
         return self.proc.pid if self.proc else None
+
+    @property
+    def mgmt_api(self) -> str | None:
+        """Base URL of the management HTTP API, if the management plugin runs."""
+        return f"http://{self.host}:{self.mgmt_port}/api" if self.mgmt_port else None
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -361,7 +373,9 @@ class RabbitMQNode:
         t = self.tmp = tempfile.mkdtemp(prefix=self.tmp_prefix)
         if not self.keep_tmp:
             watchdog_send(f"d+{t}")
-        self.port, self.dist_port, self.epmd_port = free_ports(3)
+        mgmt = "rabbitmq_management" in self.plugins
+        self.port, self.dist_port, self.epmd_port, mgmt_port = free_ports(4)
+        self.mgmt_port = mgmt_port if mgmt else 0
         self.logfile = os.path.join(t, "rabbitmq-server.out")
         # Own cookie in our own HOME: rabbitmq-server and rabbitmqctl both read
         # $HOME/.erlang.cookie, so they agree even when run as root, and
@@ -372,7 +386,10 @@ class RabbitMQNode:
             f.write(cookie)
         os.chmod(cookie_path, 0o400)
         with open(os.path.join(t, "enabled_plugins"), "w") as f:
-            f.write("[].\n")
+            f.write(f"[{','.join(self.plugins)}].\n")
+        if self.mgmt_port:
+            with open(os.path.join(t, "rabbitmq.conf"), "w") as f:
+                f.write(f"management.tcp.ip = {self.host}\nmanagement.tcp.port = {self.mgmt_port}\n")
         open(os.path.join(t, "rabbitmq-env.conf"), "w").close()
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("RABBITMQ_", "ERL_"))}
@@ -407,7 +424,8 @@ class RabbitMQNode:
                 raise RabbitMQNodeError(f"could not start epmd on port {self.epmd_port}")
             time.sleep(0.05)
         self.log(f"rabbitmq: starting node {self.nodename} on {self.host}:{self.port} "
-                 f"(dist {self.dist_port}, epmd {self.epmd_port}, dir {t})")
+                 f"(dist {self.dist_port}, epmd {self.epmd_port}, dir {t}"
+                 + (f", management {self.mgmt_port}" if self.mgmt_port else "") + ")")
         try:
             with open(self.logfile, "ab") as lf:
                 self.proc = spawn([self.server], env=env, cwd=t, stdout=lf, stderr=lf)
@@ -436,6 +454,12 @@ class RabbitMQNode:
         # Also proves that rabbitmqctl reaches the node (cookie, epmd).
         self.ctl("await_startup", "--timeout", str(max(5, int(deadline - time.monotonic()))),
                  timeout=max(10.0, deadline - time.monotonic() + 10))
+        while self.mgmt_port and not port_open(self.mgmt_port, self.host):
+            if time.monotonic() > deadline:
+                raise RabbitMQNodeError(
+                    f"the management plugin did not listen on port {self.mgmt_port} within "
+                    f"{self.start_timeout:.0f} s; last log lines:\n{self.log_tail()}")
+            time.sleep(0.2)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -492,7 +516,7 @@ def _run(args) -> int:
     atexit.register(kill_all_children)
     node = RabbitMQNode(args.nodename, server=args.rabbitmq_server,
                         rabbitmqctl=args.rabbitmqctl, start_timeout=args.start_timeout,
-                        keep_tmp=args.keep_tmp)
+                        keep_tmp=args.keep_tmp, plugins=args.plugins)
     proc = None
     try:
         try:
@@ -507,6 +531,9 @@ def _run(args) -> int:
              f"{shlex.join(cmd)}")
         _log(f"  WARREN_TEST_BROKER={env['WARREN_TEST_BROKER']}")
         _log(f"  WARREN_TEST_RABBITMQCTL={env['WARREN_TEST_RABBITMQCTL']}")
+        if node.mgmt_api:
+            env["WARREN_TEST_MGMT"] = node.mgmt_api
+            _log(f"  WARREN_TEST_MGMT={env['WARREN_TEST_MGMT']}")
         try:
             proc = subprocess.Popen(cmd, env=env)
         except OSError as e:
@@ -550,6 +577,9 @@ def main(argv=None) -> int:
                      help="seconds to wait for the node to start (default 60)")
     run.add_argument("--keep-tmp", action="store_true",
                      help="keep the node's temporary directory (data, logs)")
+    run.add_argument("--plugins", default=[], type=lambda v: [p for p in v.split(",") if p],
+                     help="comma-separated plugins to enable, e.g. rabbitmq_management "
+                          "(default none); with it, WARREN_TEST_MGMT is set too")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run")
     args = ap.parse_args(argv)
     return _run(args)

@@ -255,11 +255,12 @@ def test_default_user_vhost_tags_and_permissions_on_first_boot(make_broker, tmp_
                       "refused for user 'alice'")
     finally:
         conn.close()
-    # Tagged monitoring (not administrator): the management API lets alice read, not write.
-    api = f"http://127.0.0.1:{b.mgmt_port}/api/config-test-{uid}/x"
-    r = requests.get(api, auth=("alice", "wonder land"), timeout=5)
-    assert (r.status_code, r.json()) == (404, {"error": "Object Not Found", "reason": "Not Found"})
-    r = requests.delete(api, auth=("alice", "wonder land"), timeout=5)
+    # Tagged monitoring (not administrator): the management API lets alice read, not manage users.
+    api = f"http://127.0.0.1:{b.mgmt_port}/api"
+    r = requests.get(f"{api}/whoami", auth=("alice", "wonder land"), timeout=5)
+    assert (r.status_code, r.json()) == (200, {"name": "alice", "tags": ["monitoring"]})
+    r = requests.put(f"{api}/users/config-test-{uid}", json={"password": "x", "tags": ""},
+                     auth=("alice", "wonder land"), timeout=5)
     assert (r.status_code, r.json()) == (401, {"error": "not_authorised", "reason": "Not administrator user"})
     # The defaults are created on the first boot only: a restart with other ones keeps alice.
     b.stop()

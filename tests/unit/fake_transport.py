@@ -43,6 +43,7 @@ class FakeTransport:
         self.closed = False
         self.close_later_calls: list = []  # the delays asked for
         self.heartbeat = None            # from heartbeat_negotiated
+        self.handshake_completed = False  # handshake_done called (connection.open accepted)
         self.reading_paused = False
         self.pause_reading_calls = 0
         self.resume_reading_calls = 0
@@ -53,6 +54,9 @@ class FakeTransport:
         if not self.closed:  # as the server's transport: nothing goes out after close
             self.data += data
             self.write_count += 1
+
+    def writelines(self, chunks) -> None:
+        self.write(b"".join(chunks))
 
     def close(self) -> None:
         self.closed = True
@@ -67,6 +71,9 @@ class FakeTransport:
 
     def heartbeat_negotiated(self, seconds) -> None:
         self.heartbeat = seconds
+
+    def handshake_done(self) -> None:
+        self.handshake_completed = True
 
     def pause_reading(self) -> None:
         self.reading_paused = True
@@ -119,6 +126,7 @@ def open_connection(broker=None, heartbeat=0, peer=PEER):
     [(_, open_ok)] = transport.frames()
     assert isinstance(open_ok, commands.Connection.OpenOk)
     assert transport.heartbeat == heartbeat
+    assert transport.handshake_completed
     return conn, transport
 
 

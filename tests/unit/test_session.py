@@ -23,9 +23,22 @@ def test_handshake_and_capabilities():
 def test_wrong_protocol_header_gets_ours_back():
     transport = FakeTransport()
     conn = make_connection(Broker.with_defaults(), transport)
-    conn.data_received(b"AMQP\x01\x01\x00\x09")
+    conn.data_received(b"AMQP\x01\x01\x00\x0a")  # 0-10
     assert bytes(transport.data) == b"AMQP\x00\x00\x09\x01"
     assert transport.closed
+
+
+def test_the_legacy_0_9_header_is_spoken_to_in_0_9_1():
+    """AMQP\\x01\\x01\\x00\\x09 (0-9 as old clients announce it): RabbitMQ answers with its
+    0-9-1 connection.start, and so does Warren."""
+    transport = FakeTransport()
+    conn = make_connection(Broker.with_defaults(), transport)
+    conn.data_received(b"AMQP\x01\x01")
+    assert not transport.closed and not transport.data
+    conn.data_received(b"\x00\x09")
+    [(_, start)] = transport.frames()
+    assert isinstance(start, commands.Connection.Start) and (start.version_major, start.version_minor) == (0, 9)
+    assert not transport.closed
 
 
 def test_publish_and_get_in_one_chunk():

@@ -6,7 +6,7 @@ channel.flow as RabbitMQ 3.10 answers it."""
 import pytest
 from pamqp import commands
 
-from .fake_transport import Client, ConnectionClose, ConsumeOk, Deliver, Method
+from .fake_transport import Client, ConnectionClose, ConsumeOk, Deliver, GetOk, Method
 
 
 @pytest.fixture
@@ -78,6 +78,38 @@ def test_output_past_the_high_water_mark_waits_for_the_next_flush(pub):
     assert len(con.transport.scheduled) == 1
     assert con.tick() == [Deliver(1, "c", 3, big[2])]
     assert con.transport.scheduled == []
+
+
+def _three_big_gets_in_one_read(pub) -> list:
+    big = [bytes([65 + i]) * 600_000 for i in range(3)]  # two of them pass 1 MiB
+    pub.fill(1, "q", big)
+    with pub.batch():
+        for _ in range(3):
+            pub.get(1, no_ack=True)
+    return big
+
+
+def test_gets_past_the_high_water_mark_hold_the_rest_of_the_read(pub):
+    """Pipelined basic.gets whose answers pass the high-water mark: the rest of the read
+    waits, and the socket is not read, until the output has been written; then it is
+    handled in order (also if nothing more arrives)."""
+    big = _three_big_gets_in_one_read(pub)
+    assert pub.receive() == [GetOk(1, 1, big[0], 2), GetOk(1, 2, big[1], 1)]
+    t = pub.transport
+    assert t.reading_paused and bytes(pub.conn.buf)  # one get waits, unread input too
+    assert pub.tick() == [GetOk(1, 3, big[2], 0)]
+    assert not t.reading_paused and not pub.conn.buf
+
+
+def test_held_input_waits_for_a_full_write_buffer_to_drain(pub):
+    big = _three_big_gets_in_one_read(pub)
+    pub.conn.pause_writing()  # the transport's buffer filled with the first two
+    assert pub.receive() == [GetOk(1, 1, big[0], 2), GetOk(1, 2, big[1], 1)]
+    t = pub.transport
+    assert pub.tick() == [] and t.reading_paused
+    pub.conn.resume_writing()
+    assert pub.receive() == [GetOk(1, 3, big[2], 0)]
+    assert not t.reading_paused
 
 
 def test_channel_flow_active_is_acknowledged(pub):

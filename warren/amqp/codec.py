@@ -6,9 +6,27 @@ valid UTF-8 and bytes otherwise, so binary headers survive a round trip.
 
 import datetime
 import decimal
+import math
 import struct
+import sys
 
 from .constants import SYNTAX_ERROR
+
+
+# How deep field tables and arrays may nest. Every walk of a decoded table (encoding it again,
+# printing it for rabbitmqctl, the management API's JSON, the definitions file) recurses, so
+# the depth the wire accepts is bounded here, once, below what those walks can take (the
+# server raises the interpreter's recursion limit to match). RabbitMQ has no such bound.
+MAX_NESTING = 1000
+# Those walks take at most a few Python frames per level (deepcopy three, the printers two);
+# the entry points (warren server, warrenctl) raise the interpreter's limit to this.
+RECURSION_LIMIT = 10 * MAX_NESTING
+
+
+def allow_nesting() -> None:
+    """Let every walk of a table nested MAX_NESTING deep run (see RECURSION_LIMIT)."""
+    if sys.getrecursionlimit() < RECURSION_LIMIT:
+        sys.setrecursionlimit(RECURSION_LIMIT)
 
 
 class DecodeError(Exception):
@@ -19,6 +37,10 @@ class DecodeError(Exception):
 
 class MalformedUTF8(DecodeError):
     """A shortstr that is not UTF-8 (RabbitMQ: 501 "Malformed UTF-8 in shortstr")."""
+
+
+class TooDeep(DecodeError):
+    """A field table or array nested deeper than MAX_NESTING."""
 
 
 _B = struct.Struct(">B")
@@ -72,7 +94,7 @@ class _LongstrBytes(bytes):
 
 def shortstr(value) -> bytes:
     if isinstance(value, str):
-        value = value.encode()
+        value = value.encode("utf-8", "surrogateescape")  # names read by read_shortstr
     if len(value) > 255:
         raise ValueError("shortstr longer than 255 bytes")
     return bytes((len(value),)) + value
@@ -80,11 +102,11 @@ def shortstr(value) -> bytes:
 
 def longstr(value) -> bytes:
     if isinstance(value, str):
-        value = value.encode()
+        value = value.encode("utf-8", "surrogateescape")
     return _I.pack(len(value)) + value
 
 
-def read_shortstr(buf, pos: int):
+def _shortstr_bytes(buf, pos: int):
     try:
         n = buf[pos]
     except IndexError:
@@ -92,7 +114,20 @@ def read_shortstr(buf, pos: int):
     end = pos + 1 + n
     if end > len(buf):
         raise DecodeError("truncated shortstr")
-    raw = bytes(buf[pos + 1:end])
+    return bytes(buf[pos + 1:end]), end
+
+
+def read_shortstr(buf, pos: int):
+    """A shortstr where RabbitMQ takes any bytes (basic.publish's exchange and routing key,
+    content properties, field-table keys in content): bytes that are not UTF-8 become lone
+    surrogates ('surrogateescape'), which shortstr() turns back into the same bytes."""
+    raw, end = _shortstr_bytes(buf, pos)
+    return raw.decode("utf-8", "surrogateescape"), end
+
+
+def read_shortstr_utf8(buf, pos: int):
+    """A shortstr of a method argument: RabbitMQ refuses one that is not UTF-8."""
+    raw, end = _shortstr_bytes(buf, pos)
     try:
         return raw.decode(), end
     except UnicodeDecodeError:
@@ -116,81 +151,177 @@ def _text(raw: bytes):
         return _LongstrBytes(raw)
 
 
-def read_table(buf, pos: int):
+def read_table(buf, pos: int, strict: bool = False):
     raw, end = read_longstr_raw(buf, pos)
-    return decode_table(raw), end
+    return decode_table(raw, strict), end
 
 
-def decode_table(raw) -> dict:
-    table = {}
-    pos, n = 0, len(raw)
-    while pos < n:
-        key, pos = read_shortstr(raw, pos)
-        value, pos = _read_value(raw, pos)
-        table[key] = value
-    return table
+# Field types and the bytes of their values, as RabbitMQ's rabbit_binary_parser reads them.
+_FIXED_SIZE = {0x74: 1, 0x62: 1, 0x42: 1, 0x73: 2, 0x75: 2, 0x49: 4, 0x69: 4, 0x66: 4,  # t b B s u I i f
+               0x6C: 8, 0x4C: 8, 0x64: 8, 0x54: 8, 0x44: 5, 0x56: 0}                   # l L d T D V
+_TABLE, _ARRAY, _LONGSTR, _BYTES, _FLOAT, _DOUBLE = 0x46, 0x41, 0x53, 0x78, 0x66, 0x64
 
 
-def _read_array(buf, pos):
-    raw, end = read_longstr_raw(buf, pos)
-    items, p = [], 0
-    while p < len(raw):
-        value, p = _read_value(raw, p)
-        items.append(value)
-    return items, end
+def _finite(value: float) -> float:
+    # Erlang has no NaN or infinity: RabbitMQ's parser does not match them (its reader
+    # crashes), so a table a peer sends holding one is malformed.
+    if value != value or value in (math.inf, -math.inf):
+        raise DecodeError("a float that is not a finite number")
+    return value
 
 
-def _read_value(buf, pos):
+def _timestamp_value(ts: int):
     try:
-        kind = buf[pos]
-        pos += 1
-        if kind == 0x53:  # S
-            raw, pos = read_longstr_raw(buf, pos)
-            return _text(raw), pos
-        if kind == 0x49:  # I
-            return _signedint(_i.unpack_from(buf, pos)[0]), pos + 4
-        if kind == 0x6C:  # l
-            return _long(_q.unpack_from(buf, pos)[0]), pos + 8
-        if kind == 0x74:  # t
-            return bool(buf[pos]), pos + 1
-        if kind == 0x46:  # F
-            return read_table(buf, pos)
-        if kind == 0x41:  # A
-            return _read_array(buf, pos)
-        if kind == 0x62:  # b
-            return _byte(_b.unpack_from(buf, pos)[0]), pos + 1
-        if kind == 0x42:  # B
-            return _unsignedbyte(buf[pos]), pos + 1
-        if kind == 0x73:  # s
-            return _short(_h.unpack_from(buf, pos)[0]), pos + 2
-        if kind == 0x75:  # u
-            return _unsignedshort(_H.unpack_from(buf, pos)[0]), pos + 2
-        if kind == 0x69:  # i
-            return _unsignedint(_I.unpack_from(buf, pos)[0]), pos + 4
-        if kind == 0x4C:  # L (unsigned 64, rarely sent)
-            return _unsignedlong(_Q.unpack_from(buf, pos)[0]), pos + 8
-        if kind == 0x66:  # f
-            return _float(_f.unpack_from(buf, pos)[0]), pos + 4
-        if kind == 0x64:  # d
-            return _double(_d.unpack_from(buf, pos)[0]), pos + 8
-        if kind == 0x44:  # D
-            scale = buf[pos]
-            (value,) = _i.unpack_from(buf, pos + 1)
-            return decimal.Decimal(value).scaleb(-scale), pos + 5
-        if kind == 0x54:  # T
-            (ts,) = _Q.unpack_from(buf, pos)
-            try:
-                return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc), pos + 8
-            except (OverflowError, ValueError, OSError):  # past year 9999 (e.g. milliseconds)
-                return _timestamp(ts), pos + 8
-        if kind == 0x78:  # x
-            raw, pos = read_longstr_raw(buf, pos)
-            return raw, pos
-        if kind == 0x56:  # V
-            return None, pos
+        return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc)
+    except (OverflowError, ValueError, OSError):  # past year 9999 (e.g. milliseconds)
+        return _timestamp(ts)
+
+
+def _decimal(buf, pos):
+    return decimal.Decimal(_i.unpack_from(buf, pos + 1)[0]).scaleb(-buf[pos])
+
+
+# Readers of the fixed-size values: (buf, pos) -> value.
+_SCALAR = {
+    0x49: lambda b, p: _signedint(_i.unpack_from(b, p)[0]),
+    0x6C: lambda b, p: _long(_q.unpack_from(b, p)[0]),
+    0x74: lambda b, p: bool(b[p]),
+    0x62: lambda b, p: _byte(_b.unpack_from(b, p)[0]),
+    0x42: lambda b, p: _unsignedbyte(b[p]),
+    0x73: lambda b, p: _short(_h.unpack_from(b, p)[0]),
+    0x75: lambda b, p: _unsignedshort(_H.unpack_from(b, p)[0]),
+    0x69: lambda b, p: _unsignedint(_I.unpack_from(b, p)[0]),
+    0x4C: lambda b, p: _unsignedlong(_Q.unpack_from(b, p)[0]),  # L (unsigned 64, rarely sent)
+    0x66: lambda b, p: _float(_f.unpack_from(b, p)[0]),
+    0x64: lambda b, p: _double(_d.unpack_from(b, p)[0]),
+    0x44: _decimal,
+    0x54: lambda b, p: _timestamp_value(_Q.unpack_from(b, p)[0]),
+    0x56: lambda b, p: None,
+}
+_SCALAR_STRICT = {**_SCALAR,
+                  0x66: lambda b, p: _float(_finite(_f.unpack_from(b, p)[0])),
+                  0x64: lambda b, p: _double(_finite(_d.unpack_from(b, p)[0]))}
+
+
+def decode_table(raw, strict: bool = False) -> dict:
+    """A field table's content (without its length prefix) as a dict.
+
+    Without recursion, so no depth a peer sends reaches Python's recursion limit; nesting
+    beyond MAX_NESTING (the table itself is level 1) is refused. `strict` is for the tables
+    of methods: their floats must be finite, as RabbitMQ's parser requires, and their keys
+    UTF-8 (RabbitMQ takes any bytes, but these keys become names in the definitions file
+    and the management API). Otherwise keys are read as read_shortstr reads them."""
+    read_key = read_shortstr_utf8 if strict else read_shortstr
+    scalar = _SCALAR_STRICT if strict else _SCALAR
+    buf = raw if isinstance(raw, memoryview) else memoryview(raw)
+    table: dict = {}
+    items: dict | list = table   # the table or array being filled
+    pos, end = 0, len(buf)
+    outer: list = []             # (items, buf, pos after it) of the enclosing containers
+    try:
+        while True:
+            if pos >= end:
+                if pos > end:
+                    raise DecodeError("truncated field value")
+                if not outer:
+                    return table
+                items, buf, pos = outer.pop()
+                end = len(buf)
+                continue
+            key = None
+            if items.__class__ is dict:
+                key, pos = read_key(buf, pos)
+            kind = buf[pos]
+            pos += 1
+            size = _FIXED_SIZE.get(kind)
+            if size is not None:
+                if pos + size > end:
+                    raise DecodeError("truncated field value")
+                value = scalar[kind](buf, pos)
+                pos += size
+            elif kind in (_LONGSTR, _BYTES, _TABLE, _ARRAY):
+                if pos + 4 > end:
+                    raise DecodeError("truncated field value")
+                (n,) = _I.unpack_from(buf, pos)
+                start, stop = pos + 4, pos + 4 + n
+                if stop > end:
+                    raise DecodeError("truncated field value")
+                if kind == _LONGSTR:
+                    value = _text(bytes(buf[start:stop]))
+                elif kind == _BYTES:
+                    value = bytes(buf[start:stop])
+                else:
+                    if len(outer) + 2 > MAX_NESTING:
+                        raise TooDeep(f"field table nested deeper than {MAX_NESTING} levels")
+                    value = {} if kind == _TABLE else []
+                    _store(items, key, value)
+                    outer.append((items, buf, stop))
+                    items, buf, pos, end = value, buf[start:stop], 0, n
+                    continue
+                pos = stop
+            else:
+                raise DecodeError(f"unknown field type {chr(kind)!r}")
+            _store(items, key, value)
     except (struct.error, IndexError):
         raise DecodeError("truncated field value") from None
-    raise DecodeError(f"unknown field type {chr(kind)!r}")
+
+
+def _store(items, key, value) -> None:
+    if key is None:
+        items.append(value)
+    else:
+        items[key] = value
+
+
+def table_error(buf, pos: int, end: int) -> str | None:
+    """Why the field table in buf[pos:end] (its content, after the length) is malformed, or
+    None: the checks of decode_table (RabbitMQ's parser: known types, every value inside
+    its table, finite floats, and MAX_NESTING), without building anything. Keys may be any
+    bytes, as in RabbitMQ."""
+    in_array = False
+    outer: list = []  # (end, in_array) of the enclosing containers
+    fixed = _FIXED_SIZE
+    try:
+        while True:
+            if pos >= end:
+                if pos > end:
+                    return "truncated field value"
+                if not outer:
+                    return None
+                end, in_array = outer.pop()
+                continue
+            if not in_array:
+                pos += 1 + buf[pos]  # the key
+                if pos >= end:
+                    return "truncated field table"
+            kind = buf[pos]
+            pos += 1
+            size = fixed.get(kind)
+            if size is not None:
+                if kind == _DOUBLE or kind == _FLOAT:
+                    if pos + size > end:
+                        return "truncated field value"
+                    value = (_d if kind == _DOUBLE else _f).unpack_from(buf, pos)[0]
+                    if value != value or value in (math.inf, -math.inf):
+                        return "a float that is not a finite number"
+                pos += size
+            elif kind in (_LONGSTR, _BYTES, _TABLE, _ARRAY):
+                if pos + 4 > end:
+                    return "truncated field value"
+                stop = pos + 4 + _I.unpack_from(buf, pos)[0]
+                if stop > end:
+                    return "truncated field value"
+                if kind == _TABLE or kind == _ARRAY:
+                    if len(outer) + 2 > MAX_NESTING:
+                        return f"field table nested deeper than {MAX_NESTING} levels"
+                    outer.append((end, in_array))
+                    pos, end, in_array = pos + 4, stop, kind == _ARRAY
+                else:
+                    pos = stop
+            else:
+                return f"unknown field type {chr(kind)!r}"
+    except (struct.error, IndexError):
+        return "truncated field value"
 
 
 def encode_table(table) -> bytes:

@@ -121,7 +121,8 @@ def erl_term(value: object) -> str:
     if value is None:
         return "undefined"
     if isinstance(value, (str, bytes)):
-        raw = value.encode() if isinstance(value, str) else bytes(value)
+        # A name read off the wire keeps bytes that are not UTF-8 as lone surrogates.
+        raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
         return erl_binary(raw).decode(errors="replace")
     if isinstance(value, int):
         return str(value)
@@ -160,7 +161,7 @@ def erl_json(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, str):
-        return erl_binary(value.encode(), printable="ascii").decode()
+        return erl_binary(value.encode("utf-8", "surrogatepass"), printable="ascii").decode()  # JSON may escape a lone surrogate
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):

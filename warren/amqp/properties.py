@@ -6,7 +6,7 @@ helpers read the few properties routing needs without decoding the rest.
 
 import struct
 
-from .codec import DecodeError, encode_table, read_shortstr, read_table, shortstr
+from .codec import DecodeError, encode_table, read_shortstr, read_table, shortstr, table_error
 
 _HHQH = struct.Struct(">HHQH")
 _Q = struct.Struct(">Q")
@@ -45,13 +45,11 @@ def parse_header(payload):
 
 
 def decode_properties(payload) -> dict:
-    """All properties present in a content header payload, by name."""
+    """All properties present in a content header payload, by name. As RabbitMQ, the two
+    lowest flag bits (bit 1 is no property of basic; bit 0 would announce another flags
+    word, which basic never needs) are ignored: the properties start after the first word."""
     _, _, flags = parse_header(payload)
     pos = HEADER_PREFIX
-    word = flags
-    while word & 1:  # continuation flag words (never used by basic, but legal)
-        (word,) = struct.unpack_from(">H", payload, pos)
-        pos += 2
     props = {}
     try:
         for name, bit, kind in PROPERTIES:
@@ -70,6 +68,93 @@ def decode_properties(payload) -> dict:
     except (struct.error, IndexError):
         raise DecodeError("truncated content header") from None
     return props
+
+
+def header_fields(payload):
+    """(class_id, weight, body_size, flags) of a content header payload of 14 octets or more."""
+    return _HHQH.unpack_from(payload, 0)
+
+
+# Where a header with only these properties ends: 14 + their fixed sizes (the publishers'
+# common cases, checked by length alone).
+_FIXED_ONLY = {0: 14, FLAG_DELIVERY_MODE: 15, FLAG_DELIVERY_MODE | (1 << 11): 16}
+# Headers tables already found well formed (their bytes): publishers mostly repeat their
+# headers while message ids and timestamps change. Bounded; cleared when full.
+_GOOD_TABLES: dict[bytes, None] = {}
+_GOOD_TABLES_MAX = 256
+
+
+def properties_error(payload: bytes, flags: int) -> str | None:
+    """Why RabbitMQ could not decode the properties of this basic content header (it closes
+    the connection with 541 when the publish is handled), or None if it can: every property
+    the flags announce is there and whole (the headers table as table_error checks it), and
+    nothing follows them. `flags` is the first flags word; its two low bits are ignored, as
+    RabbitMQ ignores them. Shortstrs may be any bytes, as RabbitMQ takes them.
+
+    This runs for every published header that differs from its channel's previous one, so
+    it walks the bytes without building anything, unrolled for speed."""
+    n = len(payload)
+    if n < HEADER_PREFIX:
+        return "no property flags"
+    flags &= 0xFFFC
+    end = _FIXED_ONLY.get(flags)
+    if end is not None:
+        return None if n == end else _leftover(n, end)
+    if flags == 0x9000 and n > HEADER_PREFIX and n == HEADER_PREFIX + 2 + payload[HEADER_PREFIX]:
+        return None  # content_type and delivery_mode, as pika sends them
+    pos = HEADER_PREFIX
+    try:
+        if flags & 0xC000:
+            if flags & 0x8000:  # content_type
+                pos += 1 + payload[pos]
+            if flags & 0x4000:  # content_encoding
+                pos += 1 + payload[pos]
+        if flags & 0x2000:  # headers
+            if pos + 4 > n:
+                return "truncated headers table"
+            start = pos + 4
+            pos = start + _I.unpack_from(payload, pos)[0]
+            if pos > n:
+                return "truncated headers table"
+            raw = payload[start:pos]
+            if raw not in _GOOD_TABLES:
+                err = table_error(raw, 0, len(raw))
+                if err is not None:
+                    return "headers: " + err
+                if len(_GOOD_TABLES) >= _GOOD_TABLES_MAX:
+                    _GOOD_TABLES.clear()
+                _GOOD_TABLES[raw] = None
+        if flags & 0x1800:  # delivery_mode, priority: an octet each
+            pos += ((flags >> 12) & 1) + ((flags >> 11) & 1)
+        if flags & 0x0780:
+            if flags & 0x0400:  # correlation_id
+                pos += 1 + payload[pos]
+            if flags & 0x0200:  # reply_to
+                pos += 1 + payload[pos]
+            if flags & 0x0100:  # expiration
+                pos += 1 + payload[pos]
+            if flags & 0x0080:  # message_id
+                pos += 1 + payload[pos]
+        if flags & 0x0040:  # timestamp
+            pos += 8
+        if flags & 0x003C:
+            if flags & 0x0020:  # type
+                pos += 1 + payload[pos]
+            if flags & 0x0010:  # user_id
+                pos += 1 + payload[pos]
+            if flags & 0x0008:  # app_id
+                pos += 1 + payload[pos]
+            if flags & 0x0004:  # cluster_id
+                pos += 1 + payload[pos]
+    except IndexError:
+        return "truncated properties"
+    return None if pos == n else _leftover(n, pos)
+
+
+def _leftover(n: int, end: int) -> str:
+    if n < end:
+        return "truncated properties"
+    return f"{n - end} bytes after the properties"
 
 
 def delivery_mode(payload) -> int:

@@ -13,6 +13,7 @@ from .codec import (
     decode_table,
     encode_table,
     longstr,
+    MalformedUTF8,
     read_longstr_raw,
     read_shortstr,
     shortstr,
@@ -172,6 +173,11 @@ class UnknownMethod(DecodeError):
 class BadTable(DecodeError):
     """A field table whose content does not parse (the arguments around it do)."""
 
+    def __init__(self, method_name: str, reason: str):
+        super().__init__(f"{method_name}: {reason}")
+        self.method_name = method_name
+        self.reason = reason
+
 
 def decode_method(payload) -> Method:
     """Decode a method frame payload (class id, method id, fields)."""
@@ -185,6 +191,9 @@ def decode_method(payload) -> Method:
     pos = 4
     bit_byte = bit_pos = 0
     in_bits = False
+    # As RabbitMQ: the arguments' layout is checked first (501 "cannot decode"), then, in
+    # argument order, shortstrs for UTF-8 and field tables for their content.
+    invalid: DecodeError | None = None
     try:
         for field, kind in cls.FIELDS:
             if kind == "bit":
@@ -199,6 +208,8 @@ def decode_method(payload) -> Method:
             in_bits = False
             if kind == "shortstr":
                 value, pos = read_shortstr(payload, pos)
+                if invalid is None and not value.isascii() and not _is_utf8(value):
+                    invalid = MalformedUTF8("shortstr is not valid UTF-8")
             elif kind == "short":
                 (value,) = _H.unpack_from(payload, pos)
                 pos += 2
@@ -213,10 +224,14 @@ def decode_method(payload) -> Method:
                 pos += 1
             elif kind == "table":
                 raw, pos = read_longstr_raw(payload, pos)
-                try:
-                    value = decode_table(raw)
-                except DecodeError as err:
-                    raise BadTable(f"{cls.NAME}: {err}") from None
+                value = None
+                if invalid is None:
+                    try:
+                        value = decode_table(raw, strict=True)
+                    except MalformedUTF8 as err:
+                        invalid = err
+                    except DecodeError as err:
+                        invalid = BadTable(cls.NAME, str(err))
             else:  # longstr
                 value, pos = read_longstr_raw(payload, pos)
             setattr(method, field, value)
@@ -224,7 +239,18 @@ def decode_method(payload) -> Method:
         raise DecodeError(f"truncated {cls.NAME} fields") from None
     if pos != len(payload):
         raise DecodeError(f"{len(payload) - pos} bytes after the {cls.NAME} fields")
+    if invalid is not None:
+        raise invalid
     return method
+
+
+def _is_utf8(text: str) -> bool:
+    """False for a shortstr read_shortstr decoded with lone surrogates (bytes not UTF-8)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def encode_method(method: Method) -> bytes:

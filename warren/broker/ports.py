@@ -24,6 +24,9 @@ class Transport(Protocol):
 
     def write(self, data: bytes) -> None: ...
 
+    def writelines(self, chunks: list) -> None:
+        """Write the chunks in order, keeping references rather than copies where it can."""
+
     def close(self) -> None: ...
 
     def close_later(self, seconds: float) -> None:
@@ -33,7 +36,11 @@ class Transport(Protocol):
         """Call `flush` once the current batch of events has been handled (once per tick)."""
 
     def heartbeat_negotiated(self, seconds: int) -> None:
-        """The handshake finished tuning: start heartbeats (0: none), stop the handshake timer."""
+        """The handshake finished tuning: start heartbeats (0: none)."""
+
+    def handshake_done(self) -> None:
+        """connection.open succeeded: stop the handshake timeout, which covers the whole
+        handshake (a client that stops after tune-ok is closed too, as in RabbitMQ)."""
 
     def pause_reading(self) -> None: ...
 

@@ -24,6 +24,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
+from ..amqp.codec import allow_nesting
 from ..amqp.erlang import erl_ctl
 
 EX_OK, EX_USAGE, EX_DATAERR, EX_NOUSER, EX_UNAVAILABLE, EX_SOFTWARE, EX_NOPERM = 0, 64, 65, 67, 69, 70, 77
@@ -1052,6 +1053,7 @@ def run(argv) -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    allow_nesting()  # arguments and client properties as deep as the broker accepts print too
     try:
         code = run(argv)
     except CtlError as err:

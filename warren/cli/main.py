@@ -10,6 +10,7 @@ import resource
 import signal
 import sys
 
+from ..amqp import codec
 from ..broker import definitions
 from ..broker.broker import Broker, Limits
 from ..server.listener import Server
@@ -118,6 +119,7 @@ def _raise_open_files_limit() -> None:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    codec.allow_nesting()  # field tables as deep as the wire accepts survive every later walk
     # A write past a file-size limit must fail with EFBIG (and nack its publishes), not kill us.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     warnings: list[str] = []

@@ -14,7 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
-from . import api
+from ..amqp import codec
+from . import access, api
 
 log = logging.getLogger("warren.mgmt")
 
@@ -44,14 +45,20 @@ def json_response(data, status: int = 200) -> web.Response:
 
 
 def _unauthorised(reason: str, error: str = "not_authorised") -> web.Response:
-    return web.json_response({"error": error, "reason": reason}, status=401,
-                             headers={"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'})
+    # As RabbitMQ: only a failed login asks for credentials again (WWW-Authenticate); a user
+    # who is not allowed this route gets the reason alone.
+    headers = {"WWW-Authenticate": 'Basic realm="RabbitMQ Management"'} if error == "not_authorized" else None
+    return web.json_response({"error": error, "reason": reason}, status=401, headers=headers)
 
 
 @web.middleware
 async def auth_middleware(request, handler):
-    """HTTP basic auth with the broker's users: administrators may do everything,
-    monitoring users may read."""
+    """HTTP basic auth with the broker's users, then the route's access rule (warren.mgmt.access:
+    RabbitMQ 3.10's rules per user tag)."""
+    if request.match_info.http_exception is not None:
+        # As RabbitMQ (cowboy): an unknown path (404) or method (405) is answered before
+        # authentication.
+        return await handler(request)
     header = request.headers.get("Authorization", "")
     if not header.startswith("Basic "):
         # RabbitMQ answers a request without credentials with an empty 401.
@@ -63,12 +70,9 @@ async def auth_middleware(request, handler):
     user = request.app["broker"].authenticate(username, password)
     if user is None:
         return _unauthorised("Login failed", "not_authorized")  # RabbitMQ spells this one so
-    tags = set(user.tags)
-    if not tags & {"administrator", "monitoring", "management", "policymaker"}:
-        return _unauthorised("Not management user")  # RabbitMQ's words for a user without those tags
-    if "administrator" not in tags:
-        if not ("monitoring" in tags and request.method in ("GET", "HEAD")):
-            return _unauthorised("Not administrator user")
+    refused = access.check(request, user)
+    if refused is not None:
+        return _unauthorised(refused)
     request["user"] = user
     return await handler(request)
 
@@ -90,6 +94,8 @@ def make_app(broker, server=None, service: "ManagementService | None" = None) ->
     app["broker"] = broker
     app["server"] = server
     app["management"] = service
+    # Arguments may nest codec.MAX_NESTING levels; converting and showing them recurses.
+    codec.allow_nesting()
     # Message rates: the counters are sampled every few seconds while the API runs.
     from . import stats
     app.on_startup.append(stats.start_sampler)

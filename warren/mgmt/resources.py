@@ -16,6 +16,7 @@ from ..amqp.constants import REPLY_NAMES
 from ..amqp.erlang import erl_list
 from ..broker.errors import AMQPError
 from ..broker.ops import Actor
+from . import access
 from .app import ApiError, bad_request, json_response, not_found
 from .erlhash import Atom, phash2
 
@@ -79,15 +80,53 @@ def channel_error_text(err: AMQPError) -> str:
     return f"{err.code} {REPLY_NAMES.get(err.code, 'ERROR')} - {err.text}"
 
 
+# How deeply arguments (queue, exchange, binding, policy, headers) may nest: as deeply as an
+# AMQP field table may (RabbitMQ takes any depth over HTTP; Warren refuses what no client
+# could be sent or send). make_app lets the interpreter recurse that deep (codec.allow_nesting).
+MAX_NESTING = codec.MAX_NESTING
+TOO_DEEP = "JSON nested too deeply"
+ARGUMENTS_TOO_DEEP = f"arguments nested deeper than {MAX_NESTING} levels"
+
+
+def check_nesting(value) -> None:
+    """400 if arguments (a JSON value) nest deeper than MAX_NESTING."""
+    if nesting(value) > MAX_NESTING:
+        raise bad_request(ARGUMENTS_TOO_DEEP)
+
+
+def parse_json(text: str, malformed: str = "not_json"):
+    """Every JSON body of the API is parsed here: malformed JSON is a 400 with RabbitMQ's
+    reason (`malformed`), and so is JSON nested too deeply for the parser (RabbitMQ parses
+    any depth; Python's parser recurses, so a deep body is refused rather than crashing the
+    request with a RecursionError)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise bad_request(TOO_DEEP) from None
+    except ValueError:
+        raise bad_request(malformed) from None
+
+
+def nesting(value) -> int:
+    """How deeply a JSON value nests objects and arrays (a scalar is 0), without recursing."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 async def read_body(request) -> dict:
     """The request body as a JSON object; 400 not_json as RabbitMQ otherwise."""
     text = await request.text()
     if not text.strip():
         return {}
-    try:
-        data = json.loads(text)
-    except ValueError:
-        raise bad_request("not_json") from None
+    data = parse_json(text)
     if not isinstance(data, dict):
         raise bad_request("not_json")
     return data
@@ -149,12 +188,17 @@ def json_to_value(value):
 
 
 def json_to_table(obj) -> dict:
-    """A JSON object as a field table, keys in order (as RabbitMQ's decoded JSON maps)."""
+    """A JSON object as a field table, keys in order (as RabbitMQ's decoded JSON maps); 400
+    if it nests deeper than MAX_NESTING."""
     if obj is None:
         return {}
     if not isinstance(obj, dict):
         raise bad_request("arguments must be a JSON object")
-    return {k: json_to_value(obj[k]) for k in sorted(obj)}
+    check_nesting(obj)
+    try:
+        return {k: json_to_value(obj[k]) for k in sorted(obj)}
+    except RecursionError:  # within MAX_NESTING, but deeper than this stack allows
+        raise bad_request(ARGUMENTS_TOO_DEEP) from None
 
 
 def _binary_json(raw: bytes) -> str:
@@ -310,8 +354,10 @@ def _sort_value(value):
 
 
 def list_response(request, items: list, default_sort=("vhost", "name")):
-    """A list as RabbitMQ answers it: sorted (?sort=a.b&sort_reverse=true), paged
+    """A list as RabbitMQ answers it: only the items the user may see (the route's
+    access.ListFilter), sorted (?sort=a.b&sort_reverse=true), paged
     (?page=&page_size=, filtered by ?name=&use_regex=) and pruned to ?columns=a,b.c."""
+    items = access.visible(request, items)
     q = request.query
     sort = q.get("sort")
     keys = [sort.split(".")] if sort else [[k] for k in default_sort]

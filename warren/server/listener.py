@@ -6,6 +6,7 @@ import signal
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Protocol, Sequence
 
+from .memory import MemoryReclaimer
 from .scheduler import LoopScheduler
 from .transport import AMQPProtocol
 
@@ -36,6 +37,8 @@ class Server:
         self.loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         self.broker.scheduler = LoopScheduler(self.loop)
+        self.reclaimer = MemoryReclaimer(self.loop)
+        self.reclaimer.start()
         if self.broker.persister is not None:
             self._fsync_thread = ThreadPoolExecutor(1, thread_name_prefix="warren-fsync")
             self.broker.persister.run_in_thread = self._run_in_thread
@@ -67,6 +70,7 @@ class Server:
     async def stop(self):
         log.info("shutting down: closing %d connections", len(self.protocols))
         self._server.close()
+        self.reclaimer.stop()
         for service in self.services:
             await service.stop()
         for proto in list(self.protocols):

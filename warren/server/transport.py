@@ -4,9 +4,13 @@ import asyncio
 import logging
 import time
 
-from ..session.connection import Connection
+from ..amqp.constants import INTERNAL_ERROR
+from ..session.connection import Connection, ConnectionState
+from .error_log import ErrorLog
 
 log = logging.getLogger("warren.server")
+# Bugs reached from the network: one line per connection, a traceback per place per minute.
+internal_errors = ErrorLog(log)
 
 READ_HIGH_WATER = 4 << 20
 
@@ -46,14 +50,21 @@ class AMQPProtocol(asyncio.Protocol):
 
     def data_received(self, data):
         self.last_recv = time.monotonic()
-        self.conn.data_received(data)
+        try:
+            self.conn.data_received(data)
+        except Exception as exc:  # a bug: it costs this connection, never the log or the broker
+            self._internal_error(exc)
 
     def connection_lost(self, exc):
         self.closed = True
         for timer in (self.heartbeat_timer, self.close_timer, self.handshake_timer):
             if timer is not None:
                 timer.cancel()
-        self.conn.connection_lost()
+        try:
+            self.conn.connection_lost()
+        except Exception as err:
+            internal_errors.report(f"releasing connection {self.conn.name}", err)
+            self.server.broker.connections.discard(self.conn)
         self.server.protocols.discard(self)
 
     def pause_writing(self):
@@ -68,6 +79,12 @@ class AMQPProtocol(asyncio.Protocol):
             self.transport.write(data)
             self.last_send = time.monotonic()
 
+    def writelines(self, chunks: list) -> None:
+        # uvloop queues the objects themselves and writes them with writev: no copy.
+        if not self.closed:
+            self.transport.writelines(chunks)
+            self.last_send = time.monotonic()
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
@@ -78,7 +95,7 @@ class AMQPProtocol(asyncio.Protocol):
             self.close_timer = self.loop.call_later(seconds, self.close)
 
     def schedule_flush(self, flush) -> None:
-        self.loop.call_soon(flush)
+        self.loop.call_soon(self._guarded, flush)
 
     def pause_reading(self) -> None:
         if not self.closed and self.reading:
@@ -92,14 +109,52 @@ class AMQPProtocol(asyncio.Protocol):
             self.transport.resume_reading()
 
     def heartbeat_negotiated(self, seconds: int) -> None:
-        if self.handshake_timer is not None:
-            self.handshake_timer.cancel()
-            self.handshake_timer = None
         if seconds > 0:
             self.heartbeat_timer = self.loop.call_later(seconds / 2, self._heartbeat_tick, seconds)
 
+    def handshake_done(self) -> None:
+        # The handshake timer runs from accept to connection.open, as RabbitMQ's.
+        if self.handshake_timer is not None:
+            self.handshake_timer.cancel()
+            self.handshake_timer = None
+
+    # internal errors ------------------------------------------------------------
+    def _guarded(self, callback, *args) -> None:
+        """Run a loop callback into the session, closing the connection if it raises."""
+        try:
+            callback(*args)
+        except Exception as exc:
+            self._internal_error(exc)
+
+    def _internal_error(self, exc: Exception) -> None:
+        """An exception the session did not expect: close this connection as RabbitMQ does when
+        a channel process crashes (connection.close 541 INTERNAL_ERROR once the connection is
+        open; before, its reader dies and the socket just closes) and log it boundedly."""
+        conn = self.conn
+        internal_errors.report(f"closing connection {conn.name} on an internal error", exc)
+        if self.closed:
+            return
+        try:
+            if conn.state == ConnectionState.OPEN:
+                conn.close(INTERNAL_ERROR, "INTERNAL_ERROR")
+                return
+            if conn.state not in (ConnectionState.CLOSING, ConnectionState.CLOSED):
+                conn.abort()
+                return
+        except Exception as again:  # its state is broken: drop the socket and what we can
+            internal_errors.report(f"closing connection {conn.name} after an internal error", again)
+            conn.state = ConnectionState.CLOSED
+            self.server.broker.connections.discard(conn)
+        self.close()
+
     # timers -------------------------------------------------------------------
     def _heartbeat_tick(self, seconds):
+        try:
+            self._heartbeat(seconds)
+        except Exception as exc:
+            self._internal_error(exc)
+
+    def _heartbeat(self, seconds):
         if self.closed:
             return
         now = time.monotonic()
@@ -116,7 +171,8 @@ class AMQPProtocol(asyncio.Protocol):
         self.heartbeat_timer = self.loop.call_later(seconds / 2, self._heartbeat_tick, seconds)
 
     def _handshake_timeout(self):
+        # RabbitMQ closes the socket without a word in every handshake state, tune-ok included.
         self.handshake_timer = None
-        if self.conn.vhost is None and not self.closed:
+        if self.conn.state < ConnectionState.OPEN and not self.closed:
             log.warning("handshake timeout from %s", self.conn.name)
             self.close()

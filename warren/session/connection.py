@@ -45,6 +45,11 @@ _HH = struct.Struct(">HH")
 _I = struct.Struct(">I")
 _CONNECTION_CLOSE, _CONNECTION_CLOSE_OK = (10 << 16) | 50, (10 << 16) | 51
 
+# The header of AMQP 0-9 as some old clients send it (class 1, instance 1, version 0-9):
+# RabbitMQ speaks 0-9-1 to them, and so does Warren.
+_LEGACY_0_9_HEADER = b"AMQP\x01\x01\x00\x09"
+
+
 class ConnectionState(enum.IntEnum):
     AWAIT_HEADER = 0
     AWAIT_START_OK = 1
@@ -63,8 +68,13 @@ _STATE_NAMES = {AWAIT_START_OK: "starting", AWAIT_TUNE_OK: "tuning", AWAIT_OPEN:
 # connection.close, the socket just closes after this delay (its SILENT_CLOSE_DELAY).
 SILENT_CLOSE_DELAY = 3.0
 
-# How much output may pile up in one tick before consumers of this connection are paused.
+# How much output may pile up in one tick before consumers of this connection are paused
+# and its input is held back.
 OUTPUT_HIGH_WATER = 1 << 20
+# Output of a tick below this size is joined into one write; above it, big pieces are
+# passed by reference (joining small frames is cheaper than writev of many pieces).
+_JOIN_LIMIT = 256 << 10
+_BIG_PIECE = 64 << 10
 
 CAPABILITIES = {
     "publisher_confirms": True,
@@ -119,10 +129,16 @@ class Connection:
     def data_received(self, data) -> None:
         if self.state == CLOSED:
             return
-        buf = self.buf
-        buf += data
+        self.buf += data
         self.recv_oct += len(data)
         self.recv_cnt += 1
+        self._process_input()
+
+    def _process_input(self) -> None:
+        """Handle the complete frames in `buf`, then write the replies. Processing stops early
+        once this tick's output passes the high-water mark (a client pipelining basic.gets of
+        big messages must not make one tick's output unbounded): the rest of `buf` waits, and
+        the socket is not read, until the output has been written (`_continue_input`)."""
         # We flush at the end anyway: don't let output made meanwhile schedule another flush.
         self.flush_scheduled = True
         try:
@@ -132,15 +148,30 @@ class Connection:
             self.connection_error(err, *(err.method_ids or (0, 0)))
         except DecodeError as err:
             self.connection_error(syntax_error(str(err)))
+        held = self.out_bytes > OUTPUT_HIGH_WATER and bool(self.buf) and self.state != CLOSED
         self.flush()
+        if held:
+            self.throttle.add(Reason.INPUT_HELD)
+            if Reason.WRITE_BUFFER not in self.throttle.reasons:
+                self.transport.schedule_flush(self._continue_input)
+        else:
+            self.throttle.discard(Reason.INPUT_HELD)
+
+    def _continue_input(self) -> None:
+        if Reason.INPUT_HELD in self.throttle.reasons and Reason.WRITE_BUFFER not in self.throttle.reasons:
+            if self.state == CLOSED:
+                self.throttle.discard(Reason.INPUT_HELD)
+            else:
+                self._process_input()
 
     def _read_protocol_header(self) -> bool:
         buf = self.buf
         if len(buf) < 8:
-            if not PROTOCOL_HEADER.startswith(bytes(buf)):
+            head = bytes(buf)
+            if not (PROTOCOL_HEADER.startswith(head) or _LEGACY_0_9_HEADER.startswith(head)):
                 self._refuse_protocol()
             return False
-        if bytes(buf[:8]) != PROTOCOL_HEADER:
+        if bytes(buf[:8]) not in (PROTOCOL_HEADER, _LEGACY_0_9_HEADER):
             self._refuse_protocol()
             return False
         del buf[:8]
@@ -189,7 +220,7 @@ class Connection:
                         raise frame_errors.unknown_frame(ftype, payload)
                 else:
                     self._other_frame(ftype, ch, payload)
-                if self.state == CLOSED:
+                if self.state == CLOSED or self.out_bytes > OUTPUT_HIGH_WATER:
                     return
         finally:
             del buf[:pos]
@@ -255,15 +286,16 @@ class Connection:
 
     def decode_failed(self, payload, err: DecodeError) -> None:
         """Arguments that do not parse: 501 "cannot decode", as RabbitMQ. An unknown method
-        id or an unparseable field table crash RabbitMQ 3.10's reader, so the client just
-        sees the socket close; Warren does the same."""
-        if isinstance(err, (spec.UnknownMethod, spec.BadTable)):
-            log.warning("closing connection %s: %s", self.name, err)
-            self.abort()
-            return
+        id or a field table that does not parse crash RabbitMQ 3.10's reader, so its client
+        just sees the socket close; Warren closes with a code that says what was wrong."""
+        class_id, method_id = _HH.unpack_from(payload, 0)
+        if isinstance(err, spec.UnknownMethod):
+            raise frame_errors.unknown_method(class_id, method_id) from None
+        if isinstance(err, spec.BadTable):
+            raise frame_errors.malformed_table(err.method_name, err.reason, class_id, method_id) from None
         if isinstance(err, MalformedUTF8):
             raise frame_errors.malformed_utf8() from None
-        raise frame_errors.cannot_decode(payload, *_HH.unpack_from(payload, 0)) from None
+        raise frame_errors.cannot_decode(payload, class_id, method_id) from None
 
     # ------------------------------------------------------- connection class
     def _connection_method(self, method) -> None:
@@ -349,6 +381,7 @@ class Connection:
             raise AMQPError(err.code, err.text, (10, 40))
         self.vhost = vhost
         self.state = OPEN
+        self.transport.handshake_done()
         self.broker.connections.add(self)
         self.send_method(0, spec.ConnectionOpenOk(known_hosts=""))
 
@@ -371,13 +404,21 @@ class Connection:
             for channel in self.confirming:
                 channel.emit_confirms()
             self.confirming.clear()
-        if self.out:
-            data = b"".join(self.out)
-            self.out.clear()
+        out = self.out
+        if out:
+            if self.out_bytes < _JOIN_LIMIT:
+                data = b"".join(out)
+                self.send_oct += len(data)
+                self.transport.write(data)
+            else:
+                # Message bodies go to the transport as they are, not copied into one buffer:
+                # a body delivered or fetched many times is held once, by reference.
+                chunks = _coalesce(out)
+                self.send_oct += sum(map(len, chunks))
+                self.transport.writelines(chunks)
+            out.clear()
             self.out_bytes = 0
-            self.send_oct += len(data)
             self.send_cnt += 1
-            self.transport.write(data)
         if self.state == OPEN:
             self.throttle.discard(Reason.TICK_OUTPUT)
 
@@ -402,6 +443,7 @@ class Connection:
         self.throttle.discard(Reason.WRITE_BUFFER)
         if self.state == OPEN:
             self.flush()
+        self._continue_input()
 
     def send_heartbeat(self) -> None:
         self.out.append(HEARTBEAT)
@@ -467,6 +509,23 @@ class Connection:
         if self.channels.get(channel.id) is channel:
             del self.channels[channel.id]
         self.confirming.discard(channel)
+
+
+def _coalesce(out: list) -> list:
+    """Join runs of small pieces; big ones (message bodies) stay the objects they are."""
+    chunks: list = []
+    small: list = []
+    for piece in out:
+        if len(piece) < _BIG_PIECE:
+            small.append(piece)
+        else:
+            if small:
+                chunks.append(b"".join(small))
+                small = []
+            chunks.append(piece)
+    if small:
+        chunks.append(b"".join(small))
+    return chunks
 
 
 def _is_loopback(host: str) -> bool:

@@ -57,3 +57,31 @@ def cannot_decode(payload, class_id: int, method_id: int) -> AMQPError:
 
 def malformed_utf8() -> AMQPError:
     return _error(501, "Malformed UTF-8 in shortstr")
+
+
+class _BareInternalError(AMQPError):
+    """541 whose reply text is the bare name, as RabbitMQ's reader sends it when a channel
+    process crashed."""
+
+    @property
+    def reply_text(self) -> str:
+        return "INTERNAL_ERROR"
+
+
+def malformed_content_header() -> AMQPError:
+    """A content header whose properties do not decode: RabbitMQ's channel crashes on it when
+    it handles the publish and its reader closes the connection with a bare 541 (Warren says
+    why in its log, and refuses the header as it arrives)."""
+    return _BareInternalError(541, "", (0, 0))
+
+
+def malformed_table(method_name: str, reason: str, class_id: int, method_id: int) -> AMQPError:
+    """501 for a method whose field table does not decode. RabbitMQ 3.10's reader crashes on
+    it and the socket just closes; Warren says what is wrong."""
+    return AMQPError(501, f"cannot decode the field table of {method_name}: {reason}", (class_id, method_id))
+
+
+def unknown_method(class_id: int, method_id: int) -> AMQPError:
+    """540 for a method id AMQP 0-9-1 does not have (RabbitMQ 3.10's reader crashes on it
+    and the socket just closes)."""
+    return AMQPError(540, f"unknown method {class_id}.{method_id}", (class_id, method_id))

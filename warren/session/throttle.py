@@ -21,10 +21,13 @@ class Reason(enum.Enum):
     # This loop tick's output passed the high-water mark: consumers wait for the next flush,
     # so one busy queue cannot make one tick's write grow without bound.
     TICK_OUTPUT = "tick_output"
+    # Frames already received wait unprocessed because one tick's output reached the high-
+    # water mark: read no more until they are handled.
+    INPUT_HELD = "input_held"
 
 
 # Reasons that stop the socket being read, and those that stop deliveries to consumers.
-_STOP_READING = frozenset({Reason.WRITE_BUFFER})
+_STOP_READING = frozenset({Reason.WRITE_BUFFER, Reason.INPUT_HELD})
 _STOP_DELIVERING = frozenset({Reason.WRITE_BUFFER, Reason.TICK_OUTPUT})
 
 

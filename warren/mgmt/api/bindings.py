@@ -9,6 +9,7 @@ from aiohttp import web
 
 from ...broker import ops
 from ...broker.errors import AMQPError
+from ..access import IN_LOGIN_VHOSTS, VHOST, access
 from ..app import bad_request, json_response, not_found
 from ..resources import (actor, args_hash, check_vhost_access, direct_error,
                          exchange_name, flush, json_to_table, list_response, properties_key, quote_plus,
@@ -21,6 +22,7 @@ _PAIR = "/api/bindings/{vhost}/e/{source}/{dtype:[qe]}/{dest}"
 
 
 @routes.get("/api/bindings")
+@access(VHOST, lists=IN_LOGIN_VHOSTS)
 async def list_all(request):
     broker = request.app["broker"]
     items = [b for v in broker.vhosts.values() for b in vhost_bindings(v)]
@@ -28,6 +30,7 @@ async def list_all(request):
 
 
 @routes.get("/api/bindings/{vhost}")
+@access(VHOST, lists=IN_LOGIN_VHOSTS)
 async def list_vhost(request):
     vhost = vhost_or_404(request)
     return list_response(request, vhost_bindings(vhost), default_sort=())
@@ -47,6 +50,7 @@ def _objects(vhost, source_name, dest_kind, dest_name):
 
 
 @routes.get(_PAIR)
+@access(VHOST)
 async def list_pair(request):
     vhost = vhost_or_404(request)
     source, dest = _objects(vhost, *_names(request))
@@ -56,6 +60,7 @@ async def list_pair(request):
 
 
 @routes.post(_PAIR)
+@access(VHOST)
 async def create_binding(request):
     vhost = vhost_for_change(request)
     source_name, dest_kind, dest_name = _names(request)
@@ -111,6 +116,7 @@ def _find(request, vhost):
 
 
 @routes.get(_PAIR + "/{props}")
+@access(VHOST)
 async def get_binding(request):
     vhost = vhost_or_404(request)
     source, dest, b = _find(request, vhost)
@@ -120,6 +126,7 @@ async def get_binding(request):
 
 
 @routes.delete(_PAIR + "/{props}")
+@access(VHOST)
 async def delete_binding(request):
     vhost = vhost_or_404(request)
     source, dest, b = _find(request, vhost)

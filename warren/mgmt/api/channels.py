@@ -3,6 +3,7 @@
 
 from aiohttp import web
 
+from ..access import ANY, VHOST, access, own, owner
 from ..resources import item_response, list_response
 from ..app import not_found
 from ..shapes import channel_json, channel_name
@@ -16,13 +17,28 @@ def _channels(broker, vhost=None) -> list:
             for ch in list(conn.channels.values())]
 
 
+def _lookup(broker, name: str):
+    for ch in _channels(broker):
+        if channel_name(ch) == name:
+            return ch
+    return None
+
+
+def channel_owner(request) -> str | None:
+    """The user of the channel named in the path (for access.owner)."""
+    ch = _lookup(request.app["broker"], request.match_info["name"])
+    return ch.user if ch is not None else None
+
+
 @routes.get("/api/channels")
+@access(ANY, lists=own())
 async def list_channels(request):
     broker = request.app["broker"]
     return list_response(request, [channel_json(ch) for ch in _channels(broker)])
 
 
 @routes.get("/api/vhosts/{vhost}/channels")
+@access(VHOST, lists=own())
 async def list_vhost_channels(request):
     broker = request.app["broker"]
     vhost = vhost_or_404(broker, request.match_info["vhost"])
@@ -30,9 +46,9 @@ async def list_vhost_channels(request):
 
 
 @routes.get("/api/channels/{name}")
+@access(owner(channel_owner))
 async def get_channel(request):
-    name = request.match_info["name"]
-    for ch in _channels(request.app["broker"]):
-        if channel_name(ch) == name:
-            return item_response(request, channel_json(ch, details=True))
-    raise not_found()
+    ch = _lookup(request.app["broker"], request.match_info["name"])
+    if ch is None:
+        raise not_found()
+    return item_response(request, channel_json(ch, details=True))

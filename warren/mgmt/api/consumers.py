@@ -2,6 +2,7 @@
 
 from aiohttp import web
 
+from ..access import ANY, access, own
 from ..resources import list_response
 from ..shapes import consumer_json
 from .connections import open_connections, vhost_or_404
@@ -15,11 +16,13 @@ def _consumers(broker, vhost=None) -> list:
 
 
 @routes.get("/api/consumers")
+@access(ANY, lists=own("channel_details", "user"))
 async def list_consumers(request):
     return list_response(request, _consumers(request.app["broker"]), default_sort=())
 
 
 @routes.get("/api/consumers/{vhost}")
+@access(ANY, lists=own("channel_details", "user"))
 async def list_vhost_consumers(request):
     broker = request.app["broker"]
     vhost = vhost_or_404(broker, request.match_info["vhost"])

@@ -3,15 +3,15 @@ permissions, policies, operator policies as "parameters", queues, exchanges, bin
 the whole broker or one vhost. Unlike the data dir's copy, the export includes transient
 exchanges and queues (not exclusive ones), as RabbitMQ's does."""
 
-import json
 from typing import Any
 
 from aiohttp import web
 
 from ... import __version__
 from ...broker import definitions
+from ..access import ADMIN, access
 from ..app import ApiError, bad_request, json_response
-from ..resources import flush
+from ..resources import check_nesting, flush, parse_json
 
 routes = web.RouteTableDef()
 
@@ -46,11 +46,13 @@ def export_vhost(broker, name: str) -> dict:
 
 
 @routes.get("/api/definitions")
+@access(ADMIN)
 async def get_definitions(request):
     return _respond(request, export_all(request.app["broker"]))
 
 
 @routes.get("/api/definitions/{vhost}")
+@access(ADMIN)
 async def get_vhost_definitions(request):
     broker = request.app["broker"]
     name = request.match_info["vhost"]
@@ -67,12 +69,15 @@ async def _read_definitions(request) -> dict:
         text = field.file.read().decode(errors="replace") if hasattr(field, "file") else (field or "")
     else:
         text = await request.text()
-    try:
-        data = json.loads(text)
-    except ValueError:
-        raise bad_request("failed_to_parse_json") from None
+    data = parse_json(text, "failed_to_parse_json")
     if not isinstance(data, dict):
         raise bad_request("failed_to_parse_json")
+    for kind, key in (("queues", "arguments"), ("exchanges", "arguments"), ("bindings", "arguments"),
+                      ("policies", "definition")):
+        items = data.get(kind)
+        for item in items if isinstance(items, list) else ():
+            if isinstance(item, dict):
+                check_nesting(item.get(key))
     return data
 
 
@@ -87,12 +92,14 @@ def _import(request, data: dict) -> None:
 
 
 @routes.post("/api/definitions")
+@access(ADMIN)
 async def post_definitions(request):
     _import(request, await _read_definitions(request))
     return web.Response(status=204)
 
 
 @routes.post("/api/definitions/{vhost}")
+@access(ADMIN)
 async def post_vhost_definitions(request):
     broker = request.app["broker"]
     name = request.match_info["vhost"]

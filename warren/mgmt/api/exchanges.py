@@ -11,6 +11,7 @@ from ...amqp.codec import shortstr
 from ...amqp.properties import encode_header
 from ...broker import ops
 from ...broker.errors import AMQPError
+from ..access import IN_LOGIN_VHOSTS, VHOST, access
 from ..app import ApiError, bad_request, json_response, not_found
 from ..resources import (actor, channel_error_text, check_vhost_access, direct_error, exchange_name,
                          flush, json_to_table, list_response, parse_bool, query_bool, read_body, require,
@@ -29,24 +30,28 @@ def _exchange_or_404(request):
 
 
 @routes.get("/api/exchanges")
+@access(VHOST, lists=IN_LOGIN_VHOSTS)
 async def list_all(request):
     broker = request.app["broker"]
     return list_response(request, [exchange_json(x) for v in broker.vhosts.values() for x in v.exchanges.values()])
 
 
 @routes.get("/api/exchanges/{vhost}")
+@access(VHOST, lists=IN_LOGIN_VHOSTS)
 async def list_vhost(request):
     vhost = vhost_or_404(request)
     return list_response(request, [exchange_json(x) for x in vhost.exchanges.values()])
 
 
 @routes.get("/api/exchanges/{vhost}/{name}")
+@access(VHOST)
 async def get_exchange(request):
     _, x = _exchange_or_404(request)
     return json_response({**exchange_json(x), "incoming": [], "outgoing": []})
 
 
 @routes.put("/api/exchanges/{vhost}/{name}")
+@access(VHOST)
 async def put_exchange(request):
     """Declare an exchange as exchange.declare does (RabbitMQ's defaults: direct, not durable)."""
     vhost = vhost_for_change(request)
@@ -70,6 +75,7 @@ async def put_exchange(request):
 
 
 @routes.delete("/api/exchanges/{vhost}/{name}")
+@access(VHOST)
 async def delete_exchange(request):
     vhost = vhost_or_404(request)
     name = exchange_name(request.match_info["name"])
@@ -86,6 +92,7 @@ async def delete_exchange(request):
 
 
 @routes.get("/api/exchanges/{vhost}/{name}/bindings/source")
+@access(VHOST)
 async def bindings_source(request):
     vhost = vhost_or_404(request)
     x = vhost.exchanges.get(exchange_name(request.match_info["name"]))
@@ -94,6 +101,7 @@ async def bindings_source(request):
 
 
 @routes.get("/api/exchanges/{vhost}/{name}/bindings/destination")
+@access(VHOST)
 async def bindings_destination(request):
     vhost = vhost_or_404(request)
     x = vhost.exchanges.get(exchange_name(request.match_info["name"]))
@@ -173,6 +181,7 @@ def publish(request, vhost, name: str, routing_key: str, properties: dict, body:
 
 
 @routes.post("/api/exchanges/{vhost}/{name}/publish")
+@access(VHOST)
 async def publish_message(request):
     vhost = vhost_for_change(request)
     name = exchange_name(request.match_info["name"])
@@ -194,6 +203,7 @@ async def publish_message(request):
     if not isinstance(routing_key, str):
         routing_key = str(routing_key)
     properties = basic_properties(body["properties"])
+    check_vhost_access(request, vhost)  # RabbitMQ's channel for the API's user must open
     try:
         routed, batch = publish(request, vhost, name, routing_key, properties, data)
     except AMQPError as err:

@@ -9,6 +9,7 @@ from aiohttp import web
 from ...amqp.message import Message
 from ...amqp.properties import encode_header
 from ...broker.errors import AMQPError
+from ..access import ANY, VHOST, access
 from .. import stats
 from ..app import ApiError, bad_request, json_response, not_found
 
@@ -35,16 +36,19 @@ def _alarms_check(request, where: str) -> web.Response:
 
 
 @routes.get("/api/health/checks/alarms")
+@access(ANY)
 async def alarms(request):
     return _alarms_check(request, "in the cluster")
 
 
 @routes.get("/api/healthchecks/alarms")
+@access(ANY)
 async def alarms_alias(request):
     return _alarms_check(request, "in the cluster")
 
 
 @routes.get("/api/health/checks/local-alarms")
+@access(ANY)
 async def local_alarms(request):
     return _alarms_check(request, "on the node")
 
@@ -60,11 +64,13 @@ def _node_check(request) -> web.Response:
 
 
 @routes.get("/api/healthchecks/node")
+@access(ANY)
 async def node_health(request):
     return _node_check(request)
 
 
 @routes.get("/api/healthchecks/node/{node}")
+@access(ANY)
 async def named_node_health(request):
     if request.match_info["node"] != stats.node_name(request.app["broker"]):
         raise not_found()
@@ -72,21 +78,25 @@ async def named_node_health(request):
 
 
 @routes.get("/api/health/checks/virtual-hosts")
+@access(ANY)
 async def virtual_hosts(request):
     return json_response(OK)
 
 
 @routes.get("/api/health/checks/node-is-quorum-critical")
+@access(ANY)
 async def quorum_critical(request):
     return json_response({"status": "ok", "reason": "single node cluster"})
 
 
 @routes.get("/api/health/checks/node-is-mirror-sync-critical")
+@access(ANY)
 async def mirror_sync_critical(request):
     return json_response({"status": "ok", "reason": "single node cluster"})
 
 
 @routes.get("/api/health/checks/certificate-expiration/{within}/{unit}")
+@access(ANY)
 async def certificate_expiration(request):
     if request.match_info["unit"] not in TIME_UNITS:
         raise bad_request("Time unit not recognised. Supported units: days, weeks, months, years.")
@@ -110,6 +120,7 @@ def _listeners(request) -> list:
 
 
 @routes.get("/api/health/checks/port-listener/{port}")
+@access(ANY)
 async def port_listener(request):
     try:
         port = int(request.match_info["port"])
@@ -122,6 +133,7 @@ async def port_listener(request):
 
 
 @routes.get("/api/health/checks/protocol-listener/{protocol}")
+@access(ANY)
 async def protocol_listener(request):
     protocol = request.match_info["protocol"]
     protocols = [p for p, _ in _listeners(request)]
@@ -133,6 +145,7 @@ async def protocol_listener(request):
 
 
 @routes.get("/api/aliveness-test/{vhost}")
+@access(VHOST)
 async def aliveness_test(request):
     """Declare the aliveness-test queue, publish a message to it and get it back, as RabbitMQ
     does over a channel of the API's user."""
@@ -142,7 +155,9 @@ async def aliveness_test(request):
         raise not_found()
     user = request["user"]
     if (user.name, vhost.name) not in broker.permissions:
-        raise ApiError(401, "not_authorised", "User not authorised to access virtual host")
+        # An administrator without permissions there (others are refused by the VHOST rule):
+        # RabbitMQ's channel cannot open.
+        raise ApiError(401, "not_authorised", "Access refused.")
     try:
         for what in ("configure", "write", "read"):
             kind = "exchange" if what == "write" else "queue"
@@ -159,6 +174,8 @@ async def aliveness_test(request):
             return _failed({"reason": "aliveness-test message not received"})
         queue.delivered(qm, True, True)
     except AMQPError as err:
+        if err.code == 403:  # as RabbitMQ's channel: refused, not failed
+            raise ApiError(401, "not_authorised", err.reply_text) from None
         return _failed({"reason": err.reply_text})
     broker.flush_definitions()
     return json_response(OK)

@@ -14,6 +14,7 @@ from aiohttp import web
 
 from ... import __version__
 from ...session.sasl import MECHANISMS
+from ..access import MONITOR, access
 from .. import stats
 from ..resources import item_response, list_response
 from ..app import not_found
@@ -107,11 +108,13 @@ def node_info(request) -> dict:
 
 
 @routes.get("/api/nodes")
+@access(MONITOR)
 async def list_nodes(request):
     return list_response(request, [node_info(request)], default_sort=("name",))
 
 
 @routes.get("/api/nodes/{name}")
+@access(MONITOR)
 async def get_node(request):
     if request.match_info["name"] != stats.node_name(request.app["broker"]):
         raise not_found()

@@ -12,9 +12,11 @@ from aiohttp import web
 
 from ... import __version__
 from ...broker.exchanges import TYPES
+from ..access import ANY, access, is_monitor, visible_vhosts
 from .. import stats
 from ..resources import item_response
 from ..app import json_response
+from .connections import open_connections
 
 routes = web.RouteTableDef()
 
@@ -67,8 +69,28 @@ def contexts(request) -> list:
              "port": str(_management_port(request)), "ssl_opts": []}]
 
 
+def _own_totals(request, user) -> dict:
+    """What a user without the monitoring tag sees of the totals, as RabbitMQ: queues and
+    exchanges of the vhosts they have permissions in, their own connections and channels,
+    no consumer count."""
+    broker = request.app["broker"]
+    vhosts = [broker.vhosts[name] for name in visible_vhosts(request, user)]
+    queues = [q for v in vhosts for q in v.queues.values()]
+    ready = sum(len(q.store) for q in queues)
+    unacked = sum(q.unacked_count for q in queues)
+    conns = [c for c in open_connections(broker) if c.user is not None and c.user.name == user.name]
+    return {
+        "queue_totals": {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked},
+        "object_totals": {"channels": sum(len(c.channels) for c in conns), "connections": len(conns),
+                          "exchanges": sum(len(v.exchanges) for v in vhosts), "queues": len(queues)},
+    }
+
+
 @routes.get("/api/overview")
+@access(ANY)
 async def overview(request):
+    """The whole node for monitoring users and administrators; the others (as RabbitMQ) see
+    no node, listeners or contexts, and totals of their own vhosts and connections only."""
     broker = request.app["broker"]
     data = {
         "cluster_name": broker.cluster_name,
@@ -92,16 +114,23 @@ async def overview(request):
         "warren_version": __version__,
         "python_version": platform.python_version(),
     }
+    user = request["user"]
+    if not is_monitor(user):
+        for key in ("contexts", "listeners", "node"):
+            del data[key]
+        data.update(_own_totals(request, user))
     return item_response(request, data)
 
 
 @routes.get("/api/whoami")
+@access(ANY)
 async def whoami(request):
     user = request["user"]
     return json_response({"name": user.name, "tags": list(user.tags)})
 
 
 @routes.get("/api/cluster-name")
+@access(ANY)
 async def get_cluster_name(request):
     return json_response({"name": request.app["broker"].cluster_name})
 

@@ -4,6 +4,7 @@ import re
 
 from aiohttp import web
 
+from ..access import ADMIN, access
 from ..app import ApiError, json_response, not_found
 from ..resources import flush, list_response, read_body, require
 from .vhosts import permission_json
@@ -12,6 +13,7 @@ routes = web.RouteTableDef()
 
 
 @routes.get("/api/permissions")
+@access(ADMIN)
 async def list_permissions(request):
     broker = request.app["broker"]
     items = [permission_json(u, v, p) for (u, v), p in broker.permissions.items()]
@@ -19,6 +21,7 @@ async def list_permissions(request):
 
 
 @routes.get("/api/permissions/{vhost}/{user}")
+@access(ADMIN)
 async def get_permission(request):
     broker = request.app["broker"]
     vhost, user = request.match_info["vhost"], request.match_info["user"]
@@ -29,6 +32,7 @@ async def get_permission(request):
 
 
 @routes.put("/api/permissions/{vhost}/{user}")
+@access(ADMIN)
 async def put_permission(request):
     broker = request.app["broker"]
     vhost, user = request.match_info["vhost"], request.match_info["user"]
@@ -51,6 +55,7 @@ async def put_permission(request):
 
 
 @routes.delete("/api/permissions/{vhost}/{user}")
+@access(ADMIN)
 async def delete_permission(request):
     broker = request.app["broker"]
     if not broker.clear_permissions(request.match_info["user"], request.match_info["vhost"]):

@@ -4,8 +4,9 @@ definitions; see warren.broker.policy for how they attach to exchanges and queue
 from aiohttp import web
 
 from ...broker.policy import Policy, PolicyError, clear_policy, set_policy
+from ..access import ADMIN, IN_LOGIN_VHOSTS, POLICIES, VHOST, access
 from ..app import bad_request, json_response, not_found
-from ..resources import flush, list_response, read_body, require, vhost_for_change, vhost_or_404
+from ..resources import check_nesting, flush, list_response, read_body, require, vhost_for_change, vhost_or_404
 
 routes = web.RouteTableDef()
 
@@ -42,6 +43,7 @@ def _handlers(operator: bool):
         vhost = vhost_for_change(request)
         body = await read_body(request)
         require(body, "pattern", "definition")
+        check_nesting(body["definition"])
         try:
             policy = Policy.validated(vhost.name, request.match_info["name"], body["pattern"], body["definition"],
                                       body.get("priority", 0), body.get("apply-to", "all"), operator)
@@ -63,8 +65,11 @@ def _handlers(operator: bool):
 
 for _path, _operator in KINDS:
     _list_all, _list_vhost, _get, _put, _delete = _handlers(_operator)
-    routes.get(f"/api/{_path}")(_list_all)
-    routes.get(f"/api/{_path}/{{vhost}}")(_list_vhost)
-    routes.get(f"/api/{_path}/{{vhost}}/{{name}}")(_get)
-    routes.put(f"/api/{_path}/{{vhost}}/{{name}}")(_put)
-    routes.delete(f"/api/{_path}/{{vhost}}/{{name}}")(_delete)
+    # As RabbitMQ: anyone may list the (operator) policies of their vhosts; a policy itself is
+    # for policymakers with permissions in its vhost, an operator policy for administrators.
+    _one = ADMIN if _operator else POLICIES
+    routes.get(f"/api/{_path}")(access(VHOST, lists=IN_LOGIN_VHOSTS)(_list_all))
+    routes.get(f"/api/{_path}/{{vhost}}")(access(VHOST, lists=IN_LOGIN_VHOSTS)(_list_vhost))
+    routes.get(f"/api/{_path}/{{vhost}}/{{name}}")(access(_one)(_get))
+    routes.put(f"/api/{_path}/{{vhost}}/{{name}}")(access(_one)(_put))
+    routes.delete(f"/api/{_path}/{{vhost}}/{{name}}")(access(_one)(_delete))

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from ...broker import ops
 from ...broker.errors import AMQPError
+from ..access import IN_LOGIN_VHOSTS, VHOST, access
 from ..app import ApiError, bad_request, json_response, not_found
 from ..resources import (actor, channel_error_text, check_vhost_access, direct_error, flush,
                          json_to_table, list_response, parse_bool, parse_int, query_bool,
@@ -27,24 +28,28 @@ def _queue_or_404(request):
 
 
 @routes.get("/api/queues")
+@access(VHOST, lists=IN_LOGIN_VHOSTS)
 async def list_all(request):
     broker = request.app["broker"]
     return list_response(request, queues_json(broker, [q for v in broker.vhosts.values() for q in v.queues.values()]))
 
 
 @routes.get("/api/queues/{vhost}")
+@access(VHOST, lists=IN_LOGIN_VHOSTS)
 async def list_vhost(request):
     vhost = vhost_or_404(request)
     return list_response(request, queues_json(request.app["broker"], list(vhost.queues.values())))
 
 
 @routes.get("/api/queues/{vhost}/{name}")
+@access(VHOST)
 async def get_queue(request):
     _, q = _queue_or_404(request)
     return json_response(queue_json(q, details=True))
 
 
 @routes.put("/api/queues/{vhost}/{name}")
+@access(VHOST)
 async def put_queue(request):
     """Declare a queue as queue.declare does (never exclusive; RabbitMQ's default: not durable)."""
     vhost = vhost_for_change(request)
@@ -64,6 +69,7 @@ async def put_queue(request):
 
 
 @routes.delete("/api/queues/{vhost}/{name}")
+@access(VHOST)
 async def delete_queue(request):
     vhost, q = _queue_or_404(request)
     try:
@@ -77,6 +83,7 @@ async def delete_queue(request):
 
 
 @routes.delete("/api/queues/{vhost}/{name}/contents")
+@access(VHOST)
 async def purge_queue(request):
     vhost, q = _queue_or_404(request)
     try:
@@ -89,6 +96,7 @@ async def purge_queue(request):
 
 
 @routes.get("/api/queues/{vhost}/{name}/bindings")
+@access(VHOST)
 async def queue_bindings(request):
     vhost = vhost_or_404(request)
     q = vhost.queues.get(request.match_info["name"])
@@ -120,6 +128,7 @@ def _message_json(qm, remaining: int, encoding: str, truncate) -> dict:
 
 
 @routes.post("/api/queues/{vhost}/{name}/get")
+@access(VHOST)
 async def get_messages(request):
     """Take up to `count` messages as basic.get does, then settle them all by `ackmode`
     (requeued ones go back to their places, marked redelivered)."""
@@ -137,6 +146,7 @@ async def get_messages(request):
                           "reject_requeue_true or reject_requeue_false.")
     truncate = body.get("truncate")
     truncate = parse_int(truncate) if truncate not in (None, "") else None
+    check_vhost_access(request, vhost)  # RabbitMQ's channel for the API's user must open
     try:
         q = ops.readable_queue(actor(request, vhost), name)
     except AMQPError as err:

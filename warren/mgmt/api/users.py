@@ -8,6 +8,7 @@ import os
 from aiohttp import web
 
 from ...broker.auth import MD5, SHA256, SHA512, User, hash_password
+from ..access import ADMIN, access
 from ..app import ApiError, bad_request, json_response, not_found
 from ..resources import flush, list_response, read_body, require
 from .vhosts import close_connections, permission_json
@@ -31,6 +32,7 @@ def parse_tags(value) -> list:
 
 
 @routes.get("/api/users")
+@access(ADMIN)
 async def list_users(request):
     broker = request.app["broker"]
     return list_response(request, [user_json(u) for u in broker.users.values()], default_sort=("name",))
@@ -38,6 +40,7 @@ async def list_users(request):
 
 # Before /api/users/{name}, which would match it too.
 @routes.get("/api/users/without-permissions")
+@access(ADMIN)
 async def without_permissions(request):
     broker = request.app["broker"]
     with_some = {user for user, _ in broker.permissions}
@@ -46,6 +49,7 @@ async def without_permissions(request):
 
 
 @routes.post("/api/users/bulk-delete")
+@access(ADMIN)
 async def bulk_delete(request):
     """Delete the users in order; an unknown one stops there (as RabbitMQ: those before it
     are gone)."""
@@ -65,6 +69,7 @@ async def bulk_delete(request):
 
 
 @routes.get("/api/users/{name}")
+@access(ADMIN)
 async def get_user(request):
     user = request.app["broker"].users.get(request.match_info["name"])
     if user is None:
@@ -73,6 +78,7 @@ async def get_user(request):
 
 
 @routes.put("/api/users/{name}")
+@access(ADMIN)
 async def put_user(request):
     """Create or replace a user. Without a password a new user gets a random one and an
     existing one loses its password (as RabbitMQ)."""
@@ -119,6 +125,7 @@ def _delete(broker, name: str) -> bool:
 
 
 @routes.delete("/api/users/{name}")
+@access(ADMIN)
 async def delete_user(request):
     broker = request.app["broker"]
     if not _delete(broker, request.match_info["name"]):
@@ -128,6 +135,7 @@ async def delete_user(request):
 
 
 @routes.get("/api/users/{name}/permissions")
+@access(ADMIN)
 async def user_permissions(request):
     broker = request.app["broker"]
     name = request.match_info["name"]

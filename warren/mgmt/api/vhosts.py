@@ -4,6 +4,7 @@ update description and tags, delete (closing the vhost's connections), permissio
 from aiohttp import web
 
 from ...amqp.constants import CONNECTION_FORCED
+from ..access import ADMIN, ANY, VISIBLE_VHOSTS, access
 from ..app import bad_request, json_response, not_found
 from ..resources import flush, list_response, read_body
 from ..stats import node_name
@@ -37,12 +38,14 @@ def permission_json(user: str, vhost: str, p) -> dict:
 
 
 @routes.get("/api/vhosts")
+@access(ANY, lists=VISIBLE_VHOSTS)
 async def list_vhosts(request):
     broker = request.app["broker"]
     return list_response(request, [vhost_json(v) for v in broker.vhosts.values()], default_sort=("name",))
 
 
 @routes.get("/api/vhosts/{name}")
+@access(ADMIN)
 async def get_vhost(request):
     vhost = request.app["broker"].vhosts.get(request.match_info["name"])
     if vhost is None:
@@ -51,6 +54,7 @@ async def get_vhost(request):
 
 
 @routes.put("/api/vhosts/{name}")
+@access(ADMIN)
 async def put_vhost(request):
     broker = request.app["broker"]
     name = request.match_info["name"]
@@ -83,6 +87,7 @@ def close_connections(broker, match, text: str) -> None:
 
 
 @routes.delete("/api/vhosts/{name}")
+@access(ADMIN)
 async def delete_vhost(request):
     broker = request.app["broker"]
     vhost = broker.vhosts.get(request.match_info["name"])
@@ -97,6 +102,7 @@ async def delete_vhost(request):
 
 
 @routes.get("/api/vhosts/{name}/permissions")
+@access(ADMIN)
 async def vhost_permissions(request):
     broker = request.app["broker"]
     name = request.match_info["name"]
