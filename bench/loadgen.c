@@ -8,6 +8,12 @@
  *   loadgen consume [opts]   consume messages, verify exactly-once, latency
  *   loadgen count   [opts]   passive queue.declare: message count, or wait
  *                            (reconnecting) until it reaches --count N
+ *   loadgen bulk    [opts]   N queue.declare/bind/unbind/delete, pipelined,
+ *                            each phase timed (topology scaling)
+ *
+ * Names, routing keys, message headers and binding arguments can be
+ * templates with a counter ({seq}, {seq%M}, {seq+C}; see render()), for a
+ * new routing key per message or many distinct bindings.
  *
  * Message body layout (little endian, body size >= 16):
  *   bytes 0..7   sequence number (0, 1, 2, ...)
@@ -71,6 +77,7 @@
 
 #define END_MARKER UINT64_MAX
 #define MAX_QUEUES 64
+#define MAX_TMPL 16 /* --key-template / --header / --bind-arg, each */
 
 /* ------------------------------------------------------------------ */
 /* utilities                                                           */
@@ -257,11 +264,23 @@ typedef struct {
   int do_purge;
   int do_bind;
   int quiet;
+
+  /* templated names (see render()): publish and bulk */
+  const char *key_tmpl[MAX_TMPL];
+  int nkey_tmpl;
+  const char *headers[MAX_TMPL];   /* publish: K=V message headers */
+  int nheaders;
+  const char *bind_args[MAX_TMPL]; /* bulk: K=V queue.bind arguments */
+  int nbind_args;
+  /* bulk */
+  const char *ops;
+  const char *queue_tmpl;
+  uint64_t start;
 } opts_t;
 
 static void usage(void) {
   fprintf(stderr,
-"usage: loadgen setup|publish|consume|count [options]\n"
+"usage: loadgen setup|publish|consume|count|bulk [options]\n"
 "common:  --host H (127.0.0.1) --port P (5672) --user U --pass P --vhost V\n"
 "         --frame-max N (131072) --connect-timeout S (10)\n"
 "setup:   --queue Q (repeatable) [--durable] [--exchange X --exchange-type T]\n"
@@ -273,6 +292,8 @@ static void usage(void) {
 "         --batch-bytes N (65536) --sndbuf BYTES (262144; 0=kernel default)\n"
 "         --lib-publish --no-marker\n"
 "         --confirm-timeout S (30)\n"
+"         --key-template T (a new routing key per message, see below)\n"
+"         --header K=V (repeatable; string message headers, V may be a template)\n"
 "consume: --queue Q --prefetch N (0) --auto-ack | --ack-every K (multiple=true)\n"
 "         --count N (stop after N unique messages) --seconds S (hard deadline)\n"
 "         --idle-timeout S (10; stop after S without deliveries, once started)\n"
@@ -280,7 +301,15 @@ static void usage(void) {
 "         --ready-file PATH (created once consuming) --lib-consume\n"
 "count:   --queue Q [--count N --seconds S]: passive queue.declare; with --count,\n"
 "         retry (reconnecting, every 10 ms) until message_count >= N or S seconds\n"
-"         pass; exit 0 when reached, 1 when not. Times are CLOCK_MONOTONIC ns\n");
+"         pass; exit 0 when reached, 1 when not. Times are CLOCK_MONOTONIC ns\n"
+"bulk:    --count N --ops declare,bind,unbind,delete (phases, in order, each timed)\n"
+"         --queue-template T | --queue Q  --exchange X (for bind/unbind)\n"
+"         [--key-template T ...] (binding i uses template i %% #T with {seq} = i / #T;\n"
+"         default: the queue name) [--bind-arg K=V ...] [--durable] [--start I (0)]\n"
+"         --window W (1000 requests in flight; 1 = one RPC at a time)\n"
+"         --seconds S (give up after S s: exit 4, phase marked timed_out)\n"
+"templates: {seq}, {seq%%M}, {seq+C}, {seq%%M+C} are replaced by the message's\n"
+"         sequence number (bulk: the binding/queue index) mod M plus C\n");
   exit(1);
 }
 
@@ -289,7 +318,8 @@ enum {
   O_EXCHANGE, O_RKEY, O_SIZE, O_COUNT, O_SECONDS, O_CONFIRM, O_WINDOW,
   O_PERSISTENT, O_RATE, O_BATCH, O_LIBPUB, O_NOMARKER, O_CONFIRM_TO,
   O_QUEUE, O_PREFETCH, O_AUTOACK, O_ACKEVERY, O_IDLE, O_GRACE, O_READY,
-  O_LIBCONS, O_SNDBUF, O_XTYPE, O_DURABLE, O_DELETE, O_PURGE, O_BIND, O_QUIET, O_HELP
+  O_LIBCONS, O_SNDBUF, O_XTYPE, O_DURABLE, O_DELETE, O_PURGE, O_BIND, O_QUIET, O_HELP,
+  O_KEY_TMPL, O_HEADER, O_BIND_ARG, O_OPS, O_QUEUE_TMPL, O_START
 };
 
 static struct option long_opts[] = {
@@ -329,6 +359,12 @@ static struct option long_opts[] = {
     {"bind", no_argument, 0, O_BIND},
     {"quiet", no_argument, 0, O_QUIET},
     {"help", no_argument, 0, O_HELP},
+    {"key-template", required_argument, 0, O_KEY_TMPL},
+    {"header", required_argument, 0, O_HEADER},
+    {"bind-arg", required_argument, 0, O_BIND_ARG},
+    {"ops", required_argument, 0, O_OPS},
+    {"queue-template", required_argument, 0, O_QUEUE_TMPL},
+    {"start", required_argument, 0, O_START},
     {0, 0, 0, 0}};
 
 static uint64_t parse_u64(const char *s, const char *what) {
@@ -406,10 +442,122 @@ static void parse_opts(opts_t *o, int argc, char **argv) {
       case O_PURGE: o->do_purge = 1; break;
       case O_BIND: o->do_bind = 1; break;
       case O_QUIET: o->quiet = 1; break;
+      case O_KEY_TMPL:
+        if (o->nkey_tmpl >= MAX_TMPL) die("too many --key-template");
+        o->key_tmpl[o->nkey_tmpl++] = optarg;
+        break;
+      case O_HEADER:
+        if (o->nheaders >= MAX_TMPL) die("too many --header");
+        if (!strchr(optarg, '=')) die("--header needs K=V: %s", optarg);
+        o->headers[o->nheaders++] = optarg;
+        break;
+      case O_BIND_ARG:
+        if (o->nbind_args >= MAX_TMPL) die("too many --bind-arg");
+        if (!strchr(optarg, '=')) die("--bind-arg needs K=V: %s", optarg);
+        o->bind_args[o->nbind_args++] = optarg;
+        break;
+      case O_OPS: o->ops = optarg; break;
+      case O_QUEUE_TMPL: o->queue_tmpl = optarg; break;
+      case O_START: o->start = parse_u64(optarg, "start"); break;
       default: usage();
     }
   }
   if (optind != argc) usage();
+}
+
+/* ------------------------------------------------------------------ */
+/* templates: names, routing keys and header values with a counter      */
+
+/* Copies template t to out, replacing {seq}, {seq%M}, {seq+C} and {seq%M+C}
+ * by (seq mod M) + C. Any other text, braces included, is copied as is.
+ * Returns the length; dies if the result does not fit in cap - 1 bytes. */
+static size_t render(const char *t, uint64_t seq, char *out, size_t cap) {
+  size_t n = 0;
+  const char *s = t;
+  while (*s) {
+    if (!strncmp(s, "{seq", 4) && (s[4] == '}' || s[4] == '%' || s[4] == '+')) {
+      const char *q = s + 4;
+      char *end;
+      uint64_t v = seq;
+      if (*q == '%') {
+        uint64_t m = strtoull(q + 1, &end, 10);
+        if (end == q + 1 || m == 0) die("bad modulus in template %s", t);
+        v %= m;
+        q = end;
+      }
+      if (*q == '+') {
+        uint64_t c = strtoull(q + 1, &end, 10);
+        if (end == q + 1) die("bad offset in template %s", t);
+        v += c;
+        q = end;
+      }
+      if (*q != '}') die("bad placeholder in template %s", t);
+      int k = snprintf(out + n, cap - n, "%" PRIu64, v);
+      if (k < 0 || (size_t)k >= cap - n) die("template result too long: %s", t);
+      n += (size_t)k;
+      s = q + 1;
+    } else {
+      if (n + 1 >= cap) die("template result too long: %s", t);
+      out[n++] = *s++;
+    }
+  }
+  out[n] = 0;
+  return n;
+}
+
+/* A field table of string values rendered from K=V templates. */
+typedef struct {
+  amqp_table_entry_t e[MAX_TMPL];
+  char val[MAX_TMPL][256];
+  amqp_table_t t;
+} kvtab_t;
+
+static void kv_render(kvtab_t *kv, const char *const *pairs, int n, uint64_t seq) {
+  for (int i = 0; i < n; i++) {
+    const char *eq = strchr(pairs[i], '=');
+    kv->e[i].key.bytes = (void *)pairs[i];
+    kv->e[i].key.len = (size_t)(eq - pairs[i]);
+    size_t len = render(eq + 1, seq, kv->val[i], sizeof(kv->val[i]));
+    kv->e[i].value.kind = AMQP_FIELD_KIND_UTF8; /* 'S', a long string */
+    kv->e[i].value.value.bytes.bytes = kv->val[i];
+    kv->e[i].value.value.bytes.len = len;
+  }
+  kv->t.num_entries = n;
+  kv->t.entries = kv->e;
+}
+
+/* Encodes a method frame on channel ch into dst; returns its length. */
+static size_t put_method_frame(uint8_t *dst, size_t cap, uint16_t ch,
+                               amqp_method_number_t id, void *m) {
+  if (cap < 64) die("frame buffer too small");
+  amqp_bytes_t enc = {cap - 12, dst + 11};
+  /* returns the encoded length (the header comment says 0; the code and
+   * librabbitmq's own callers use the length) */
+  int n = amqp_encode_method(id, m, enc);
+  if (n < 0) die("encoding %s: %s", amqp_method_name(id), amqp_error_string2(n));
+  dst[0] = AMQP_FRAME_METHOD;
+  put_u16be(dst + 1, ch);
+  put_u32be(dst + 3, (uint32_t)(4 + n));
+  put_u32be(dst + 7, id);
+  dst[11 + n] = AMQP_FRAME_END;
+  return 12 + (size_t)n;
+}
+
+/* Encodes a basic content header frame on channel ch into dst. */
+static size_t put_header_frame(uint8_t *dst, size_t cap, uint16_t ch, uint64_t body_size,
+                               amqp_basic_properties_t *props) {
+  if (cap < 64) die("frame buffer too small");
+  amqp_bytes_t enc = {cap - 20, dst + 19};
+  int n = amqp_encode_properties(AMQP_BASIC_CLASS, props, enc);
+  if (n < 0) die("encoding properties: %s", amqp_error_string2(n));
+  dst[0] = AMQP_FRAME_HEADER;
+  put_u16be(dst + 1, ch);
+  put_u32be(dst + 3, (uint32_t)(12 + n));
+  put_u16be(dst + 7, AMQP_BASIC_CLASS);
+  put_u16be(dst + 9, 0); /* weight */
+  put_u64be(dst + 11, body_size);
+  dst[19 + n] = AMQP_FRAME_END;
+  return 20 + (size_t)n;
 }
 
 /* ------------------------------------------------------------------ */
@@ -564,6 +712,10 @@ typedef struct {
   uint8_t *tmpl;
   size_t tmpl_len;
   size_t body_off; /* offset of the first body byte inside tmpl */
+  size_t hdr_end;  /* offset of the first body frame inside tmpl */
+  /* --key-template / --header: method and header frames built per message */
+  int dynamic;
+  kvtab_t hdrs;
   /* output batch buffer */
   uint8_t *buf;
   size_t buf_len, buf_cap;
@@ -595,6 +747,7 @@ static void build_template(pub_t *p) {
   size_t mpay = 2 + 2 + 2 + 1 + xlen + 1 + klen + 1;
   size_t hpay = 2 + 2 + 8 + 2 + (o->persistent ? 1 : 0);
   p->tmpl_len = (7 + mpay + 1) + (7 + hpay + 1) + nbody * 8 + o->size;
+  p->hdr_end = (7 + mpay + 1) + (7 + hpay + 1);
   p->tmpl = calloc(1, p->tmpl_len);
   uint8_t *q = p->tmpl;
   /* method frame: basic.publish */
@@ -776,6 +929,78 @@ static void pub_flush(pub_t *p) {
   p->buf_len = 0;
 }
 
+/* write len bytes at ptr now, bypassing (and after flushing) the batch buffer */
+static void pub_write_direct(pub_t *p, const uint8_t *ptr, size_t len) {
+  pub_flush(p);
+  uint8_t *save = p->buf;
+  size_t save_cap = p->buf_cap;
+  p->buf = (uint8_t *)ptr;
+  p->buf_len = len;
+  pub_flush(p);
+  p->buf = save;
+  p->buf_cap = save_cap;
+}
+
+/* --key-template / --header: the routing key and headers are rendered from
+ * kseq (the message's sequence number; the end marker's is the number of
+ * messages sent, so it is routed like one more message). */
+static void pub_one_dynamic(pub_t *p, uint64_t seq, uint64_t ts, uint64_t kseq) {
+  const opts_t *o = p->o;
+  char key[256];
+  const char *rk = o->routing_key;
+  if (o->nkey_tmpl) {
+    render(o->key_tmpl[0], kseq, key, sizeof(key));
+    rk = key;
+  }
+  amqp_basic_properties_t props = p->props;
+  if (o->nheaders) {
+    kv_render(&p->hdrs, o->headers, o->nheaders, kseq);
+    props._flags |= AMQP_BASIC_HEADERS_FLAG;
+    props.headers = p->hdrs.t;
+  }
+  if (o->lib_publish) {
+    if (o->size >= 16) {
+      put_u64le(p->body, seq);
+      put_u64le(p->body + 8, ts);
+    }
+    amqp_bytes_t b = {o->size, p->body};
+    int st = amqp_basic_publish(p->conn, 1, amqp_cstring_bytes(o->exchange),
+                                amqp_cstring_bytes(rk), 0, 0, &props, b);
+    check_status(st, "basic.publish");
+    p->writes++;
+    return;
+  }
+  uint8_t pre[16384];
+  amqp_basic_publish_t m;
+  memset(&m, 0, sizeof(m));
+  m.exchange = amqp_cstring_bytes(o->exchange);
+  m.routing_key = amqp_cstring_bytes(rk);
+  size_t n = put_method_frame(pre, sizeof(pre), 1, AMQP_BASIC_PUBLISH_METHOD, &m);
+  n += put_header_frame(pre + n, sizeof(pre) - n, 1, o->size, &props);
+  const uint8_t *body = p->tmpl + p->hdr_end;
+  size_t blen = p->tmpl_len - p->hdr_end;
+  size_t boff = p->body_off - p->hdr_end; /* seq/ts position inside body */
+  if (n + blen <= p->buf_cap) {
+    if (p->buf_len + n + blen > p->buf_cap) pub_flush(p);
+    uint8_t *dst = p->buf + p->buf_len;
+    memcpy(dst, pre, n);
+    memcpy(dst + n, body, blen);
+    if (o->size >= 16) {
+      put_u64le(dst + n + boff, seq);
+      put_u64le(dst + n + boff + 8, ts);
+    }
+    p->buf_len += n + blen;
+  } else {
+    /* big message: frames straight from the template, no copy */
+    pub_write_direct(p, pre, n);
+    if (o->size >= 16) {
+      put_u64le(p->tmpl + p->body_off, seq);
+      put_u64le(p->tmpl + p->body_off + 8, ts);
+    }
+    pub_write_direct(p, body, blen);
+  }
+}
+
 static void pub_one(pub_t *p, uint64_t seq, uint64_t ts, uint64_t ring_ts) {
   const opts_t *o = p->o;
   if (o->confirm) {
@@ -785,7 +1010,9 @@ static void pub_one(pub_t *p, uint64_t seq, uint64_t ts, uint64_t ring_ts) {
     p->outstanding++;
     p->next_tag++;
   }
-  if (o->lib_publish) {
+  if (p->dynamic) {
+    pub_one_dynamic(p, seq, ts, seq == END_MARKER ? ts : seq);
+  } else if (o->lib_publish) {
     if (o->size >= 16) {
       put_u64le(p->body, seq);
       put_u64le(p->body + 8, ts);
@@ -858,11 +1085,13 @@ static int cmd_publish(opts_t *o) {
   if (o->size < 16) note("--size < 16: no sequence/timestamp in body");
   if (o->window < 1) o->window = 1;
   if (o->batch_bytes < 4096) o->batch_bytes = 4096;
+  if (o->nkey_tmpl > 1) die("publish takes one --key-template");
 
   pub_t P;
   memset(&P, 0, sizeof(P));
   pub_t *p = &P;
   p->o = o;
+  p->dynamic = o->nkey_tmpl || o->nheaders;
   p->conn = connect_broker(o, &p->fd);
   if (o->sndbuf > 0) {
     /* keep the amount of data parked in socket buffers small, otherwise a
@@ -989,7 +1218,7 @@ static int cmd_publish(opts_t *o) {
          "\"size\":%zu,\"confirm\":%s,\"persistent\":%s,\"sent\":%" PRIu64
          ",\"elapsed_s\":%.4f,\"send_elapsed_s\":%.4f,\"rate\":%.1f,"
          "\"target_rate\":%.1f,\"writes\":%" PRIu64,
-         o->exchange, o->routing_key, o->size, o->confirm ? "true" : "false",
+         o->exchange, o->nkey_tmpl ? o->key_tmpl[0] : o->routing_key, o->size, o->confirm ? "true" : "false",
          o->persistent ? "true" : "false", sent, elapsed, send_elapsed,
          elapsed > 0 ? (double)sent / elapsed : 0.0, o->rate, p->writes);
   if (o->confirm) {
@@ -1384,6 +1613,216 @@ static int cmd_count(opts_t *o) {
 }
 
 /* ------------------------------------------------------------------ */
+/* bulk: many queue.declare / bind / unbind / delete, pipelined, timed   */
+
+/* Requests are encoded into a batch buffer and written with one send() per
+ * ~64 KiB, with up to --window of them waiting for their reply, so a fast
+ * broker is measured rather than the client's round trips. Replies on one
+ * channel come back in order; each phase ends with the last reply. */
+typedef struct {
+  const opts_t *o;
+  amqp_connection_state_t conn;
+  int fd;
+  uint8_t *buf;
+  size_t buf_len, buf_cap;
+  uint64_t sent, replied, writes;
+  amqp_method_number_t reply_id;
+} bulk_t;
+
+static void bulk_read(bulk_t *b) {
+  for (;;) {
+    amqp_frame_t f;
+    struct timeval tv = {0, 0};
+    int st = amqp_simple_wait_frame_noblock(b->conn, &f, &tv);
+    if (st == AMQP_STATUS_TIMEOUT) break;
+    check_status(st, "read frame");
+    if (f.frame_type == AMQP_FRAME_METHOD) {
+      if (f.payload.method.id == b->reply_id) {
+        b->replied++;
+      } else {
+        fatal_close(b->conn, &f);
+        note("ignoring method %s", amqp_method_name(f.payload.method.id));
+      }
+    }
+    if (!amqp_frames_enqueued(b->conn)) amqp_maybe_release_buffers(b->conn);
+  }
+}
+
+static void bulk_wait(bulk_t *b, uint64_t timeout_ns) {
+  if (amqp_frames_enqueued(b->conn) || amqp_data_in_buffer(b->conn)) {
+    uint64_t before = b->replied;
+    bulk_read(b);
+    if (b->replied != before) return;
+  }
+  struct pollfd pfd = {.fd = b->fd, .events = POLLIN};
+  struct timespec ts = {(time_t)(timeout_ns / 1000000000ull),
+                        (long)(timeout_ns % 1000000000ull)};
+  if (ppoll(&pfd, 1, &ts, NULL) > 0) bulk_read(b);
+}
+
+/* returns 0, or -1 at the deadline or on a signal */
+static int bulk_flush(bulk_t *b, uint64_t deadline) {
+  size_t off = 0;
+  while (off < b->buf_len) {
+    ssize_t n = send(b->fd, b->buf + off, b->buf_len - off, MSG_NOSIGNAL);
+    if (n > 0) {
+      off += (size_t)n;
+      b->writes++;
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      /* the broker may be blocked writing replies: keep reading them */
+      struct pollfd pfd = {.fd = b->fd, .events = POLLOUT | POLLIN};
+      int r = poll(&pfd, 1, 100);
+      if (r > 0 && (pfd.revents & POLLIN)) bulk_read(b);
+      if (r > 0 && (pfd.revents & (POLLERR | POLLHUP)) && !(pfd.revents & POLLOUT))
+        die("socket error while sending");
+      if (g_stop || now_ns() >= deadline) return -1;
+      continue;
+    }
+    die("send: %s", strerror(errno));
+  }
+  b->buf_len = 0;
+  return 0;
+}
+
+enum { OP_DECLARE, OP_BIND, OP_UNBIND, OP_DELETE };
+
+static void bulk_encode(bulk_t *b, int op, uint64_t i) {
+  const opts_t *o = b->o;
+  char qname[256], key[256];
+  kvtab_t args;
+  amqp_bytes_t q;
+  if (o->queue_tmpl)
+    q = (amqp_bytes_t){render(o->queue_tmpl, i, qname, sizeof(qname)), qname};
+  else
+    q = amqp_cstring_bytes(o->queue);
+  amqp_bytes_t k = q;
+  if ((op == OP_BIND || op == OP_UNBIND) && o->nkey_tmpl) {
+    int nt = o->nkey_tmpl;
+    k = (amqp_bytes_t){render(o->key_tmpl[i % (uint64_t)nt], i / (uint64_t)nt, key,
+                              sizeof(key)), key};
+  }
+  amqp_table_t targs = amqp_empty_table;
+  if (o->nbind_args) {
+    kv_render(&args, o->bind_args, o->nbind_args, i);
+    targs = args.t;
+  }
+  uint8_t *dst = b->buf + b->buf_len;
+  size_t cap = b->buf_cap - b->buf_len;
+  switch (op) {
+    case OP_DECLARE: {
+      amqp_queue_declare_t m = {.queue = q, .durable = (amqp_boolean_t)o->durable,
+                                .arguments = amqp_empty_table};
+      b->buf_len += put_method_frame(dst, cap, 1, AMQP_QUEUE_DECLARE_METHOD, &m);
+      break;
+    }
+    case OP_BIND: {
+      amqp_queue_bind_t m = {.queue = q, .exchange = amqp_cstring_bytes(o->exchange),
+                             .routing_key = k, .arguments = targs};
+      b->buf_len += put_method_frame(dst, cap, 1, AMQP_QUEUE_BIND_METHOD, &m);
+      break;
+    }
+    case OP_UNBIND: {
+      amqp_queue_unbind_t m = {.queue = q, .exchange = amqp_cstring_bytes(o->exchange),
+                               .routing_key = k, .arguments = targs};
+      b->buf_len += put_method_frame(dst, cap, 1, AMQP_QUEUE_UNBIND_METHOD, &m);
+      break;
+    }
+    default: {
+      amqp_queue_delete_t m = {.queue = q};
+      b->buf_len += put_method_frame(dst, cap, 1, AMQP_QUEUE_DELETE_METHOD, &m);
+    }
+  }
+  b->sent++;
+}
+
+static int cmd_bulk(opts_t *o) {
+  g_role = "loadgen bulk";
+  static const char *names[] = {"declare", "bind", "unbind", "delete"};
+  static const amqp_method_number_t replies[] = {
+      AMQP_QUEUE_DECLARE_OK_METHOD, AMQP_QUEUE_BIND_OK_METHOD,
+      AMQP_QUEUE_UNBIND_OK_METHOD, AMQP_QUEUE_DELETE_OK_METHOD};
+  int ops[16], nops = 0;
+  if (!o->ops) die("need --ops");
+  if (!o->queue_tmpl && !o->queue) die("need --queue-template or --queue");
+  if (!o->count) die("need --count");
+  {
+    char tmp[256];
+    snprintf(tmp, sizeof(tmp), "%s", o->ops);
+    for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+      int op = -1;
+      for (int j = 0; j < 4; j++)
+        if (!strcmp(t, names[j])) op = j;
+      if (op < 0 || nops >= 16) die("bad --ops: %s", o->ops);
+      if ((op == OP_BIND || op == OP_UNBIND) && !o->exchange[0]) die("%s needs --exchange", t);
+      ops[nops++] = op;
+    }
+  }
+  uint64_t window = o->window < 1 ? 1 : (uint64_t)o->window;
+  bulk_t B;
+  memset(&B, 0, sizeof(B));
+  bulk_t *b = &B;
+  b->o = o;
+  b->conn = connect_broker(o, &b->fd);
+  b->buf_cap = o->batch_bytes < 65536 ? 65536 : o->batch_bytes;
+  b->buf = malloc(b->buf_cap);
+  uint64_t t_start = now_ns();
+  uint64_t deadline = o->seconds ? t_start + (uint64_t)(o->seconds * 1e9) : UINT64_MAX;
+  double elapsed[16] = {0};
+  uint64_t done[16] = {0};
+  int timed_out = 0, ph;
+  for (ph = 0; ph < nops && !timed_out; ph++) {
+    b->sent = b->replied = 0;
+    b->reply_id = replies[ops[ph]];
+    uint64_t t0 = now_ns();
+    for (uint64_t i = o->start; i < o->start + o->count && !timed_out; i++) {
+      while (b->sent - b->replied >= window) {
+        if (bulk_flush(b, deadline) < 0) break;
+        bulk_wait(b, 100000000ull);
+        if (g_stop || now_ns() >= deadline) break;
+      }
+      if (g_stop || now_ns() >= deadline) {
+        timed_out = 1;
+        break;
+      }
+      if (b->buf_cap - b->buf_len < 4096 && bulk_flush(b, deadline) < 0) {
+        timed_out = 1;
+        break;
+      }
+      bulk_encode(b, ops[ph], i);
+      if (b->buf_len >= b->buf_cap - 4096) {
+        if (bulk_flush(b, deadline) < 0) timed_out = 1;
+        bulk_read(b);
+      }
+    }
+    if (!timed_out && bulk_flush(b, deadline) < 0) timed_out = 1;
+    while (!timed_out && b->replied < b->sent) {
+      bulk_wait(b, 100000000ull);
+      if (g_stop || now_ns() >= deadline) timed_out = b->replied < b->sent;
+    }
+    elapsed[ph] = (double)(now_ns() - t0) / 1e9;
+    done[ph] = b->replied;
+  }
+  if (timed_out)
+    amqp_destroy_connection(b->conn); /* the broker may be stuck: do not wait */
+  else
+    close_broker(b->conn);
+  printf("{\"role\":\"bulk\",\"count\":%" PRIu64 ",\"window\":%" PRIu64
+         ",\"durable\":%s,\"writes\":%" PRIu64 ",\"timed_out\":%s,\"phases\":[",
+         o->count, window, o->durable ? "true" : "false", b->writes,
+         timed_out ? "true" : "false");
+  for (int j = 0; j < ph; j++)
+    printf("%s{\"op\":\"%s\",\"done\":%" PRIu64 ",\"elapsed_s\":%.4f,\"timed_out\":%s}",
+           j ? "," : "", names[ops[j]], done[j], elapsed[j],
+           timed_out && j == ph - 1 ? "true" : "false");
+  printf("]}\n");
+  fflush(stdout);
+  return timed_out ? 4 : 0;
+}
+
+/* ------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
   if (argc < 2) usage();
@@ -1400,6 +1839,7 @@ int main(int argc, char **argv) {
   if (!strcmp(mode, "consume")) return cmd_consume(&o);
   if (!strcmp(mode, "setup")) return cmd_setup(&o);
   if (!strcmp(mode, "count")) return cmd_count(&o);
+  if (!strcmp(mode, "bulk")) return cmd_bulk(&o);
   usage();
   return 1;
 }

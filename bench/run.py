@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import json
+import math
 import os
 import shlex
 import shutil
@@ -421,7 +422,7 @@ class Scenario:
     rate: float = 0.0   # publish rate limit, msg/s (latency scenario)
     latency: bool = False
     default: bool = True
-    kind: str = "flow"  # flow (1-5), backlog (6), recovery (7)
+    kind: str = "flow"  # flow (1-5), backlog (6), recovery (7), or a scaling kind (8-11)
 
 
 SCENARIOS: list[Scenario] = [
@@ -457,9 +458,30 @@ SCENARIOS: list[Scenario] = [
              "reports every message. Then drain and check every message came back.",
              size=16, confirm=True, window=1000, prefetch=1000, ack_every=100,
              persistent=True, durable=True, kind="recovery"),
+    # Scaling (issue 17): not in the default set; `--scenario scaling` runs all four.
+    Scenario("8", "topology: {sizes} queues declared, bound to a direct exchange, deleted "
+                  "({window})",
+             "Queue declare, bind and delete bursts at growing sizes, pipelined: time per "
+             "phase and how it grows with the number of queues.",
+             kind="topology", default=False),
+    Scenario("9", "topic exchange, {sizes} bindings, 16 B, confirms (window 1000), "
+                  "a new routing key per message",
+             "Binding set-up time, and confirmed publish rate with a new id-carrying key per "
+             "message that matches 1 binding, one that matches none, and a repeated key.",
+             size=16, confirm=True, window=1000, kind="topic", default=False),
+    Scenario("10", "headers exchange, {sizes} bindings (x-match=all, 2 pairs), 16 B, "
+                   "confirms (window 1000)",
+             "Binding set-up time and confirmed publish rate with headers matching 1 binding.",
+             size=16, confirm=True, kind="headers", default=False),
+    Scenario("11", "{sizes} bodies, transient and persistent, confirms, manual ack",
+             "Big bodies: consume MB/s and the broker's peak RSS, transient and persistent.",
+             confirm=True, kind="bodies", default=False),
 ]
 SCENARIO_ALIASES = {"throughput": "1", "confirms": "2", "fanout": "3", "latency": "4",
-                    "persistent": "5", "backlog": "6", "recovery": "7"}
+                    "persistent": "5", "backlog": "6", "recovery": "7",
+                    "topology": "8", "topic": "9", "headers": "10", "bodies": "11",
+                    "bigbody": "11"}
+SCENARIO_GROUPS = {"scaling": ["8", "9", "10", "11"]}
 DEFAULT_BACKLOG = 1_000_000
 
 
@@ -476,7 +498,18 @@ def fmt_count(n: int) -> str:
 
 
 def scenario_title(sc: Scenario, args) -> str:
-    return sc.title.replace("{n}", fmt_count(backlog_count(args)))
+    title = sc.title.replace("{n}", fmt_count(backlog_count(args)))
+    sizes = {"topology": args.topology_sizes, "topic": args.topic_bindings,
+             "headers": args.headers_bindings}.get(sc.kind)
+    if sc.kind == "bodies":
+        title = title.replace("{sizes}", " / ".join(fmt_bytes(n) for n in args.body_sizes))
+    elif sizes:
+        title = title.replace("{sizes}", " / ".join(fmt_count(n) for n in sizes))
+    window = ("one request at a time" if args.bulk_window <= 1
+              else f"{args.bulk_window} requests in flight")
+    if args.topology_durable:
+        window = "durable, " + window
+    return title.replace("{window}", window)
 
 
 def run_scenario(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
@@ -812,7 +845,414 @@ def run_recovery(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
         cleanup_queue(broker, queue)
 
 
-RUNNERS = {"flow": run_scenario, "backlog": run_backlog, "recovery": run_recovery}
+# --------------------------------------------------------------------------
+# scaling scenarios (issue 17): topology (8), topic (9), headers (10), bodies (11)
+#
+# Each runs all its sizes on one broker. Every bulk phase is bounded by
+# --scaling-timeout; a phase that runs out is reported as "timeout", the broker
+# (which may still be busy with it) is restarted on a fresh data dir, and the
+# rest of that scenario (later phases, larger sizes) is reported as "skipped".
+# Publish phases are bounded by --seconds (plus the wait for the last confirms).
+
+TIMEOUT = "timeout"
+SKIPPED = "skipped"  # not run: a smaller size or an earlier phase timed out
+# labels of the per-size metrics: key -> (label, higher is better)
+DYN_METRICS: dict[str, tuple[str, bool]] = {}
+
+
+def _metric(m: dict, key: str, value, label: str, higher: bool) -> None:
+    DYN_METRICS.setdefault(key, (label, higher))
+    m[key] = value
+
+
+def fmt_bytes(n: int) -> str:
+    for unit, k in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= k and n % k == 0:
+            return f"{n // k} {unit}"
+    return f"{n} B"
+
+
+def parse_sizes(text: str) -> list[int]:
+    """'1k,10k,100000' or '64k,1m,16m' -> [1000, 10000, 100000]; k/m are 1000 for
+    counts, see parse_bytes for byte sizes."""
+    out = []
+    for part in text.split(","):
+        part = part.strip().lower()
+        if part:
+            mult = {"k": 1000, "m": 1000_000}.get(part[-1], 1)
+            out.append(int(float(part.rstrip("km")) * mult))
+    return out
+
+
+def parse_bytes(text: str) -> list[int]:
+    """'64k,1m,16m' -> binary sizes [65536, 1048576, 16777216]."""
+    out = []
+    for part in text.split(","):
+        part = part.strip().lower().removesuffix("ib").removesuffix("b")
+        if part:
+            mult = {"k": 1 << 10, "m": 1 << 20}.get(part[-1], 1)
+            out.append(int(float(part.rstrip("km")) * mult))
+    return out
+
+
+class PhaseTimeout(Exception):
+    pass
+
+
+def reset_broker(broker: Broker, why: str) -> None:
+    """Replace a broker that may still be busy (a timed-out phase) by a fresh one."""
+    log(f"{broker.name}: {why}; restarting it on a fresh data dir")
+    broker.stop()
+    broker.cleanup_tmp()
+    try:
+        broker.start()
+    except BrokerError as e:
+        raise RunError(f"restart failed: {e}") from e
+
+
+def run_bulk(ps: ProcSet, broker: Broker, args, name: str, *opts) -> dict:
+    """One `loadgen bulk` phase; returns its JSON. Raises PhaseTimeout."""
+    limit = args.scaling_timeout
+    h = ps.start(name, broker.port, "bulk", "--seconds", limit, "--window",
+                 args.bulk_window, *opts)
+    res, _ = ps.finish(h, limit + 30, f"{broker.name}: {name}", ok_codes=(0, 4))
+    if res["timed_out"]:
+        raise PhaseTimeout(name)
+    return res
+
+
+def _ratio_metrics(m: dict, sizes: list[int], what: str, key: str, higher: bool) -> None:
+    """`what` time (or rate) at each size divided by the one at the size before."""
+    for a, b in zip(sizes, sizes[1:]):
+        va, vb = m.get(f"{key}_{a}"), m.get(f"{key}_{b}")
+        rk = f"{key}_ratio_{b}_{a}"
+        v: float | str | None
+        if isinstance(va, (int, float)) and isinstance(vb, (int, float)) and va > 0:
+            v = vb / va
+        else:
+            v = next((x for x in (TIMEOUT, SKIPPED) if x in (va, vb)), None)
+        _metric(m, rk, v, f"{what}: {fmt_count(b)} / {fmt_count(a)}", higher)
+
+
+def run_topology(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
+    tag = f"bench.s{sc.key}.{os.getpid()}.{run_no}"
+    exchange = f"{tag}.direct"
+    ps = ProcSet(tempfile.mkdtemp(prefix=f"bench-s{sc.key}-", dir=broker.tmp))
+    result: dict = {"scenario": sc.key, "broker": broker.name, "run": run_no}
+    m: dict = {}
+    raw: dict = {}
+    sizes = args.topology_sizes
+    phases = [("declare", "declare {n} queues: s"), ("bind", "bind {n} queues: s"),
+              ("delete", "delete {n} queues (with their bindings): s")]
+    timed_out = False
+    t0 = time.monotonic()
+    try:
+        run_setup(broker.port, "--exchange", exchange, "--exchange-type", "direct",
+                  *(["--durable"] if args.topology_durable else []))
+        for n in sizes:
+            qt = f"{tag}.n{n}.q{{seq}}"
+            for op, label in phases:
+                key = f"topology_{op}_s_{n}"
+                lab = label.format(n=fmt_count(n))
+                if timed_out:
+                    _metric(m, key, SKIPPED, lab, False)
+                    continue
+                opts = ["--ops", op, "--queue-template", qt, "--count", n]
+                if op == "bind":
+                    opts += ["--exchange", exchange]
+                if args.topology_durable:
+                    opts.append("--durable")
+                try:
+                    res = run_bulk(ps, broker, args, f"{op}-{n}", *opts)
+                except PhaseTimeout:
+                    timed_out = True
+                    _metric(m, key, TIMEOUT, lab, False)
+                    reset_broker(broker, f"{op} of {n:,} queues took over "
+                                         f"{args.scaling_timeout:.0f} s")
+                    continue
+                raw[key] = res
+                _metric(m, key, res["phases"][0]["elapsed_s"], lab, False)
+                log(f"{broker.name}: {op} {n:,} queues: {m[key]:.3f} s")
+        for op, _ in phases:
+            _ratio_metrics(m, sizes, f"{op} time", f"topology_{op}_s", False)
+        result.update(metrics=m, bulk=raw, wall_s=time.monotonic() - t0)
+        return result
+    finally:
+        ps.close(args.keep_tmp)
+        if broker.alive() and not timed_out:
+            try:
+                run_setup(broker.port, "--delete", "--exchange", exchange, timeout=60)
+            except (RunError, subprocess.TimeoutExpired) as e:
+                log(f"{broker.name}: cleanup failed: {e}")
+
+
+def wait_consumer_ready(handle, ready: str) -> None:
+    """Wait (20 s at most) until a loadgen consumer has written its ready file."""
+    deadline = time.monotonic() + 20
+    while not os.path.exists(ready):
+        if handle[0].poll() is not None or time.monotonic() > deadline:
+            handle[2].seek(0)
+            raise RunError(f"consumer did not start: {handle[2].read().strip()}")
+        time.sleep(0.02)
+
+
+def publish_phase(ps: ProcSet, broker: Broker, args, name: str, popts: list,
+                  consume_queue: str | None) -> tuple[dict, dict | None]:
+    """Publish for --seconds with confirms (window 1000); with consume_queue, an
+    auto-ack consumer on it checks that every message arrives exactly once."""
+    est = args.seconds
+    cons_deadline = est * 3 + 30
+    handle = None
+    if consume_queue:
+        ready = os.path.join(ps.workdir, f"{name}.ready")
+        handle = ps.start(f"{name}-cons", broker.port, "consume", "--queue", consume_queue,
+                          "--auto-ack", "--seconds", f"{cons_deadline:.0f}",
+                          "--idle-timeout", max(args.idle_timeout, 60.0),
+                          "--ready-file", ready)
+        wait_consumer_ready(handle, ready)
+    pub, _ = ps.finish(ps.start(name, broker.port, "publish", "--seconds", est,
+                                "--confirm", "--window", 1000, "--confirm-timeout", 60,
+                                *popts),
+                       est * 3 + 120, f"{broker.name}: {name}", ok_codes=(0, 3))
+    cons = None
+    if handle:
+        cons, _ = ps.finish(handle, cons_deadline + 15, f"{broker.name}: {name} consumer")
+    return pub, cons
+
+
+def confirmed_rate(pub: dict) -> float:
+    """Confirmed messages per second, up to the last confirm."""
+    return pub.get("acked", 0) / pub["elapsed_s"] if pub["elapsed_s"] else 0.0
+
+
+class Integrity:
+    """Sums the exactly-once checks of the publish phases of one scenario run."""
+
+    def __init__(self):
+        self.d = {"missing": 0, "duplicates": 0, "nacked": 0, "unconfirmed": 0,
+                  "marker_missing": 0, "stop_reasons": [], "redelivered": 0}
+        self.any = False
+
+    def add(self, pub: dict, cons: dict | None) -> None:
+        self.any = True
+        self.d["nacked"] += pub.get("nacked", 0)
+        self.d["unconfirmed"] += pub.get("unconfirmed", 0)
+        if cons:
+            for k in ("missing", "duplicates", "redelivered"):
+                self.d[k] += cons.get(k, 0)
+            self.d["marker_missing"] += 0 if cons["marker_seen"] else 1
+            if cons["stop_reason"] not in self.d["stop_reasons"]:
+                self.d["stop_reasons"].append(cons["stop_reason"])
+
+    def misrouted(self, n: int) -> None:
+        """n messages arrived where none should have: counted as duplicates."""
+        self.d["duplicates"] += n
+
+
+def queue_depth(broker: Broker, queue: str) -> int:
+    r = subprocess.run(loadgen(broker.port, "count", "--queue", queue),
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise RunError(f"count {queue} failed: {r.stderr.strip()}")
+    return json.loads(r.stdout.strip().splitlines()[-1])["message_count"]
+
+
+def run_exchange_scaling(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
+    """Scenarios 9 (topic) and 10 (headers): for each binding count, bind them all
+    (to one queue), then publish with confirms."""
+    topic = sc.kind == "topic"
+    sizes = args.topic_bindings if topic else args.headers_bindings
+    tag = f"bench.s{sc.key}.{os.getpid()}.{run_no}"
+    ps = ProcSet(tempfile.mkdtemp(prefix=f"bench-s{sc.key}-", dir=broker.tmp))
+    result: dict = {"scenario": sc.key, "broker": broker.name, "run": run_no}
+    m: dict = {}
+    pubs: dict = {}
+    integ = Integrity()
+    timed_out = False
+    t0 = time.monotonic()
+    if topic:
+        phases = [("match1", "new key per message, 1 match"),
+                  ("nomatch", "new key per message, no match"),
+                  ("repeated", "same key every time, 1 match")]
+    else:
+        phases = [("match1", "new headers per message, 1 match")]
+    current: tuple[str, str] | None = None
+    try:
+        for n in sizes:
+            nl = fmt_count(n)
+            bind_key = f"{sc.kind}_bind_s_{n}"
+            bind_label = f"set up {nl} {'topic' if topic else 'headers'} bindings: s"
+            keys = [(f"{sc.kind}_{ph}_rate_{n}", f"{nl} bindings, {lab}: confirmed publish msg/s")
+                    for ph, lab in phases]
+            if timed_out:
+                _metric(m, bind_key, SKIPPED, bind_label, False)
+                for k, lab in keys:
+                    _metric(m, k, SKIPPED, lab, True)
+                continue
+            exchange, queue = f"{tag}.x{n}", f"{tag}.x{n}.q"
+            current = (exchange, queue)
+            run_setup(broker.port, "--exchange", exchange, "--exchange-type",
+                      "topic" if topic else "headers", "--queue", queue)
+            if topic:
+                # three shapes of pattern, n/3 of each; binding i uses shape i % 3
+                # with index i // 3, so a.b{k}.* exists for k < per_shape
+                bopts = ["--key-template", "a.b{seq}.*", "--key-template", "a.#.u{seq}",
+                         "--key-template", "*.c{seq}.#"]
+            else:
+                g = math.gcd(n, 100)  # 100 unless n is not a multiple of 100
+                bopts = ["--bind-arg", "x-match=all", "--bind-arg", f"h1=v{{seq%{g}}}",
+                         "--bind-arg", "h2=id{seq}"]
+            try:
+                res = run_bulk(ps, broker, args, f"bind-{n}", "--ops", "bind", "--queue",
+                               queue, "--exchange", exchange, "--count", n, *bopts)
+                _metric(m, bind_key, res["phases"][0]["elapsed_s"], bind_label, False)
+                log(f"{broker.name}: {n:,} bindings set up in {m[bind_key]:.3f} s")
+            except PhaseTimeout:
+                timed_out = True
+                _metric(m, bind_key, TIMEOUT, bind_label, False)
+                for k, lab in keys:
+                    _metric(m, k, SKIPPED, lab, True)
+                reset_broker(broker, f"setting up {n:,} bindings took over "
+                                     f"{args.scaling_timeout:.0f} s")
+                current = None
+                continue
+            per_shape = (n + 2) // 3
+            for (ph, _), (k, lab) in zip(phases, keys):
+                popts: list = ["--exchange", exchange]
+                cq: str | None = queue
+                if not topic:
+                    # binding j has h1=v{j%g}, h2=id{j}; message seq carries
+                    # h1=v{seq%g}, h2=id{seq%n} (and an extra msg-id): it matches
+                    # binding seq % n and no other, since g divides n
+                    g = math.gcd(n, 100)
+                    popts += ["--header", f"h1=v{{seq%{g}}}", "--header", f"h2=id{{seq%{n}}}",
+                              "--header", "msg-id={seq}"]
+                elif ph == "match1":
+                    # a.b{k}.* matches; u-ids from 10^7 up match no a.#.u{i}
+                    popts += ["--key-template", f"a.b{{seq%{per_shape}}}.u{{seq+10000000}}"]
+                elif ph == "nomatch":
+                    popts += ["--key-template", "a.b{seq+10000000}.u{seq+10000000}",
+                              "--no-marker"]
+                    cq = None
+                else:
+                    # the issue's example key; a.#.u123456 exists only past 370k bindings
+                    uid = 123456 if per_shape <= 123456 else 10_000_017
+                    popts += ["--routing-key", f"a.b{min(17, per_shape - 1)}.u{uid}"]
+                log(f"{broker.name}: {n:,} bindings, {ph}: publishing for {args.seconds:g} s")
+                pub, cons = publish_phase(ps, broker, args, f"{ph}-{n}", popts, cq)
+                integ.add(pub, cons)
+                if cq is None:
+                    stray = queue_depth(broker, queue)
+                    if stray:
+                        log(f"{broker.name}: {stray} messages routed that match no binding")
+                        integ.misrouted(stray)
+                pubs[k] = {"pub": pub, "cons": cons}
+                _metric(m, k, confirmed_rate(pub), lab, True)
+                log(f"{broker.name}: {ph}: {m[k]:,.0f} msg/s confirmed"
+                    + (f", {cons['received']:,} delivered" if cons else ""))
+            cleanup_exchange(broker, exchange, queue, args)
+            current = None
+        if len(sizes) > 1:
+            _ratio_metrics(m, sizes, "binding set-up time", f"{sc.kind}_bind_s", False)
+            for ph, lab in phases:
+                _ratio_metrics(m, sizes, f"{lab}: rate", f"{sc.kind}_{ph}_rate", True)
+        result.update(metrics=m, runs=pubs, wall_s=time.monotonic() - t0)
+        if integ.any:
+            result["integrity"] = integ.d
+        return result
+    finally:
+        ps.close(args.keep_tmp)
+        if current and broker.alive():
+            cleanup_exchange(broker, *current, args)
+
+
+def cleanup_exchange(broker: Broker, exchange: str, queue: str, args) -> None:
+    """Delete the queue and exchange with all their bindings; restart the broker if
+    that is not done within --scaling-timeout."""
+    try:
+        run_setup(broker.port, "--delete", "--queue", queue, "--exchange", exchange,
+                  timeout=args.scaling_timeout)
+    except (RunError, subprocess.TimeoutExpired) as e:
+        log(f"{broker.name}: cleanup failed: {e}")
+        reset_broker(broker, "cleanup did not finish")
+
+
+def body_flow(size: int) -> tuple[int, int, int]:
+    """(confirm window, prefetch, ack every) for a body size: about 64 MiB
+    unconfirmed and 32 MiB unacked at most, and scenario 2's 1000/200/50 for
+    small bodies."""
+    window = max(2, min(1000, (64 << 20) // size))
+    prefetch = max(2, min(200, (32 << 20) // size))
+    return window, prefetch, max(1, prefetch // 4)
+
+
+def run_bodies(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
+    tag = f"bench.s{sc.key}.{os.getpid()}.{run_no}"
+    ps = ProcSet(tempfile.mkdtemp(prefix=f"bench-s{sc.key}-", dir=broker.tmp))
+    sampler = RSSSampler(broker, args.rss_interval).start()
+    result: dict = {"scenario": sc.key, "broker": broker.name, "run": run_no}
+    m: dict = {}
+    runs: dict = {}
+    integ = Integrity()
+    t0 = time.monotonic()
+    queue = None
+    try:
+        for size in args.body_sizes:
+            for persistent in (False, True):
+                mode = "persistent" if persistent else "transient"
+                name = f"{fmt_bytes(size).replace(' ', '')}-{mode}"
+                queue = f"{tag}.{name}"
+                window, prefetch, ack_every = body_flow(size)
+                run_setup(broker.port, "--queue", queue,
+                          *(["--durable"] if persistent else []))
+                ready = os.path.join(ps.workdir, f"{name}.ready")
+                cons_deadline = args.seconds * 3 + 60
+                ch = ps.start(f"{name}-cons", broker.port, "consume", "--queue", queue,
+                              "--prefetch", prefetch, "--ack-every", ack_every,
+                              "--seconds", f"{cons_deadline:.0f}",
+                              "--idle-timeout", max(args.idle_timeout, 60.0),
+                              "--ready-file", ready)
+                wait_consumer_ready(ch, ready)
+                sampler.set_phase(name)
+                log(f"{broker.name}: {fmt_bytes(size)} {mode}: publishing for "
+                    f"{args.seconds:g} s (window {window}, prefetch {prefetch})")
+                popts = ["--routing-key", queue, "--size", size, "--seconds", args.seconds,
+                         "--confirm", "--window", window, "--confirm-timeout", 120]
+                if persistent:
+                    popts.append("--persistent")
+                pub, _ = ps.finish(ps.start(f"{name}-pub", broker.port, "publish", *popts),
+                                   args.seconds * 3 + 180, f"{broker.name}: {name} publisher",
+                                   ok_codes=(0, 3))
+                cons, _ = ps.finish(ch, cons_deadline + 15, f"{broker.name}: {name} consumer")
+                sampler.set_phase(None)
+                integ.add(pub, cons)
+                label = f"{fmt_bytes(size)} {mode}"
+                span = cons["span_s"]
+                _metric(m, f"consume_mbs_{name}", cons["bytes"] / span / 1e6 if span else None,
+                        f"{label}: consume MB/s", True)
+                _metric(m, f"publish_mbs_{name}",
+                        confirmed_rate(pub) * size / 1e6, f"{label}: confirmed publish MB/s",
+                        True)
+                _metric(m, f"rss_mb_{name}", sampler.peak_mb(name),
+                        f"{label}: broker peak RSS MB", False)
+                runs[name] = {"pub": pub, "cons": cons}
+                log(f"{broker.name}: {label}: consume {m[f'consume_mbs_{name}'] or 0:,.0f} MB/s, "
+                    f"peak RSS {m[f'rss_mb_{name}'] or 0:,.0f} MB")
+                cleanup_queue(broker, queue)
+                queue = None
+        result.update(metrics=m, runs=runs, integrity=integ.d, rss=sampler.as_dict(),
+                      wall_s=time.monotonic() - t0)
+        return result
+    finally:
+        sampler.stop()
+        ps.close(args.keep_tmp)
+        if queue:
+            cleanup_queue(broker, queue)
+
+
+RUNNERS = {"flow": run_scenario, "backlog": run_backlog, "recovery": run_recovery,
+           "topology": run_topology, "topic": run_exchange_scaling,
+           "headers": run_exchange_scaling, "bodies": run_bodies}
 
 
 # metric name, unit, higher-is-better
@@ -881,7 +1321,10 @@ def fmt_num(v) -> str:
 def median_metric(results: list[dict], key: str):
     vals = [r["metrics"][key] for r in results
             if "metrics" in r and r["metrics"].get(key) is not None]
-    return statistics.median(vals) if vals else None
+    nums = [v for v in vals if not isinstance(v, str)]
+    if nums:
+        return statistics.median(nums)
+    return vals[0] if vals else None  # e.g. "timeout"
 
 
 def integrity_text(results: list[dict]) -> str:
@@ -934,7 +1377,7 @@ def render_table(scenarios: list[Scenario], targets: list[str], results: list[di
         for k in list(METRICS) + [k for k in keys if k not in METRICS]:
             if k not in keys:
                 continue
-            label, higher = METRICS.get(k, (k, True))
+            label, higher = METRICS.get(k) or DYN_METRICS.get(k, (k, True))
             label += " (higher is better)" if higher else " (lower is better)"
             vals = {t: median_metric(per[t], k) for t in targets}
             cells = [f"{sc.key}. {scenario_title(sc, args)}" if first else "", label]
@@ -947,9 +1390,12 @@ def render_table(scenarios: list[Scenario], targets: list[str], results: list[di
                     cells.append("n/a")
             if both:
                 w, r = vals["warren"], vals["rabbitmq"]
-                cells.append(f"{w / r:.2f}" if w is not None and r else "n/a")
+                num = isinstance(w, (int, float)) and isinstance(r, (int, float))
+                cells.append(f"{w / r:.2f}" if num and r else "n/a")
             lines.append("| " + " | ".join(cells) + " |")
             first = False
+        if sc.kind == "topology":
+            continue  # no messages, nothing to check
         cells = [f"{sc.key}. {scenario_title(sc, args)}" if first else "",
                  "missing / duplicate msgs"]
         cells += [integrity_text(per[t]) for t in targets]
@@ -968,9 +1414,10 @@ def parse_args(argv=None):
         description="Benchmark Warren against RabbitMQ (same machine, same run).")
     ap.add_argument("--target", choices=["warren", "rabbitmq", "both"], default="both")
     ap.add_argument("--scenario", action="append", default=[],
-                    help="scenario(s) to run: 1-7 or throughput,confirms,fanout,"
-                         "latency,persistent,backlog,recovery, or 'all'; comma-separated "
-                         "or repeated (default: all)")
+                    help="scenario(s) to run: 1-11 or throughput,confirms,fanout,"
+                         "latency,persistent,backlog,recovery,topology,topic,headers,"
+                         "bodies, 'scaling' (8-11) or 'all'; comma-separated or repeated "
+                         "(default: 1-7)")
     ap.add_argument("--seconds", type=float, default=10.0,
                     help="publish duration per scenario and broker (default 10)")
     ap.add_argument("--count", type=int, default=0,
@@ -1005,6 +1452,24 @@ def parse_args(argv=None):
     ap.add_argument("--keep-tmp", action="store_true",
                     help="keep broker data dirs and logs")
     ap.add_argument("--no-build", action="store_true", help="do not run make first")
+    g = ap.add_argument_group("scaling scenarios 8-11 (--scenario scaling)")
+    g.add_argument("--topology-sizes", type=parse_sizes, default=parse_sizes("1k,10k,100k"),
+                   metavar="N,N", help="scenario 8: queue counts (default 1k,10k,100k)")
+    g.add_argument("--topology-durable", action="store_true",
+                   help="scenario 8: durable queues and exchange (default transient)")
+    g.add_argument("--bulk-window", type=int, default=1000,
+                   help="declare/bind/delete requests in flight in 8-10 (default 1000; "
+                        "1 = one RPC at a time)")
+    g.add_argument("--topic-bindings", type=parse_sizes, default=parse_sizes("10k,100k"),
+                   metavar="N,N", help="scenario 9: binding counts (default 10k,100k)")
+    g.add_argument("--headers-bindings", type=parse_sizes, default=parse_sizes("10k"),
+                   metavar="N,N", help="scenario 10: binding counts (default 10k)")
+    g.add_argument("--body-sizes", type=parse_bytes, default=parse_bytes("64k,1m,16m"),
+                   metavar="S,S", help="scenario 11: body sizes (default 64k,1m,16m = KiB/MiB)")
+    g.add_argument("--scaling-timeout", type=float, default=900.0,
+                   help="seconds allowed for each bulk phase (declare, bind, delete, "
+                        "binding set-up, clean-up) in 8-10; beyond it the phase is "
+                        "reported as timeout and the broker restarted (default 900)")
     return ap.parse_args(argv)
 
 
@@ -1019,6 +1484,9 @@ def select_scenarios(spec: list[str]) -> list[Scenario]:
                 continue
             if part == "all":
                 keys += [s.key for s in SCENARIOS]
+                continue
+            if part in SCENARIO_GROUPS:
+                keys += SCENARIO_GROUPS[part]
                 continue
             part = SCENARIO_ALIASES.get(part, part.lstrip("s"))
             if part not in {s.key for s in SCENARIOS}:
@@ -1120,8 +1588,8 @@ def main(argv=None) -> int:
     if exit_code == 130 and not results:
         return exit_code
     print()
-    backlog = (f", backlog {backlog_count(args):,} msgs" if any(s.kind != "flow" for s in scenarios)
-               else "")
+    backlog = (f", backlog {backlog_count(args):,} msgs"
+               if any(s.kind in ("backlog", "recovery") for s in scenarios) else "")
     print(f"Warren vs RabbitMQ — {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, "
           f"{'%g s' % args.seconds if not args.count else '%d msgs' % args.count} per run"
           f"{backlog}, "
@@ -1144,11 +1612,13 @@ def main(argv=None) -> int:
 
 def summary(res: dict) -> str:
     m = res["metrics"]
-    parts = [f"{METRICS.get(k, (k,))[0]}={fmt_num(v)}" for k, v in m.items()]
-    i = res["integrity"]
-    parts.append(f"missing={i['missing']} dup={i['duplicates']}")
-    if set(i["stop_reasons"]) - {"complete"}:
-        parts.append("consumer stop: " + "/".join(i["stop_reasons"]))
+    parts = [f"{(METRICS.get(k) or DYN_METRICS.get(k, (k, True)))[0]}={fmt_num(v)}"
+             for k, v in m.items()]
+    i = res.get("integrity")
+    if i:
+        parts.append(f"missing={i['missing']} dup={i['duplicates']}")
+        if set(i["stop_reasons"]) - {"complete"}:
+            parts.append("consumer stop: " + "/".join(i["stop_reasons"]))
     parts.append(f"loadgen cpu={res.get('loadgen_cpu_s', 0):.1f}s "
                  f"broker cpu={res.get('broker_cpu_s', 0):.1f}s wall={res.get('wall_s', 0):.1f}s")
     return ", ".join(parts)

@@ -442,3 +442,26 @@ def test_delete_removes_bindings(channel, names):
     channel.basic_publish(up, "", b"to-up")  # up -> x binding went with the old x
     channel.basic_publish(x, "", b"to-x")
     assert drain(channel, q) == [b"to-x"]
+
+
+def test_a_reply_text_past_255_bytes_is_cut_to_255_bytes(broker):
+    """A name of 127 two-byte characters makes a 404 text longer than a shortstr holds:
+    RabbitMQ cuts it to 255 bytes (mid-character if need be) and the channel closes as
+    usual; it must not become an internal error."""
+    import struct
+
+    import rawamqp
+    name = "é" * 127
+    with rawamqp.RawClient(broker.host, broker.port) as raw:
+        raw.handshake()
+        raw.open_channel(1)
+        # exchange.declare, passive, by hand: pamqp refuses names of over 127 characters
+        raw.send_frame(rawamqp.FRAME_METHOD, 1, struct.pack(">HHH", 40, 10, 0) + rawamqp.shortstr(name)
+                       + rawamqp.shortstr("direct") + b"\x01" + b"\x00\x00\x00\x00")
+        frame = raw.read_frame()
+        assert frame.channel == 1 and frame.payload[:4] == b"\x00\x14\x00\x28"  # channel.close
+        (code,) = struct.unpack_from(">H", frame.payload, 4)
+        text = frame.payload[7:7 + frame.payload[6]]
+        assert code == 404
+        assert len(text) == 255
+        assert text.startswith(b"NOT_FOUND - no exchange '" + "é".encode() * 100)

@@ -3,6 +3,7 @@ its management API's GET /api/definitions writes), also the format of Warren's d
 
 import datetime
 import decimal
+import gc
 
 from .. import __version__
 from .auth import MD5, SHA256, SHA512, User
@@ -32,6 +33,19 @@ def load(broker, data: dict, on_error=None) -> dict:
     each kind were applied."""
     if not isinstance(data, dict):
         raise DefinitionsError("definitions must be a JSON object")
+    # Everything a bulk load creates lives on: the cyclic collector would only walk the
+    # growing model again and again (a full collection per 25% of growth, each one slower
+    # as the heap outgrows the caches), which made 100,000 bindings ~18x the time of 10,000.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _load(broker, data, on_error)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _load(broker, data: dict, on_error) -> dict:
     counts = {}
     for kind, apply in (("vhosts", _load_vhost), ("users", _load_user), ("permissions", _load_permission),
                         ("policies", _load_policy), ("parameters", _load_parameter),

@@ -22,11 +22,18 @@ class AMQPError(Exception):
 
     @property
     def reply_text(self) -> str:
-        return f"{REPLY_NAMES.get(self.code, 'ERROR')} - {self.text}"[:255]
+        return shortstr_text(f"{REPLY_NAMES.get(self.code, 'ERROR')} - {self.text}")
 
     @property
     def closes_connection(self) -> bool:
         return self.code in CONNECTION_ERRORS
+
+
+def shortstr_text(text: str) -> str:
+    """`text` cut to the 255 bytes a shortstr holds, as RabbitMQ cuts its reply texts: by
+    bytes, mid-character if need be (names keep bytes that are not UTF-8 as surrogates)."""
+    raw = text.encode("utf-8", "surrogateescape")
+    return text if len(raw) <= 255 else raw[:255].decode("utf-8", "surrogateescape")
 
 
 def rs(kind: str, name: str, vhost: str) -> str:

@@ -33,6 +33,10 @@ class VHost:
         self.default_exchange = DefaultExchange(self, "", durable=True)
         self.exchanges: dict = {"": self.default_exchange}
         self.queues: dict = {}
+        # destination (queue or exchange) -> the bindings to it from any source, so deleting a
+        # queue or an exchange finds its bindings without a scan: the Binding itself while
+        # there is one (most queues have one binding), else {Binding: None}.
+        self._bindings_to: dict = {}
         # name -> warren.broker.policy.Policy; each exchange and queue points at its own.
         self.policies: dict = {}
         self.operator_policies: dict = {}
@@ -88,14 +92,13 @@ class VHost:
         del self.exchanges[name]
         if x.durable:
             self._definitions_changed("exchange", (self.name, name))
-        for binding in list(x.bindings.values()):
-            x.remove_binding(binding.key)
+        for binding in x.clear_bindings():
+            self._forget(binding)
             if x.durable and binding.destination.durable:
                 self._definitions_changed("binding", (self.name, name, binding.key), binding)
         # bindings where it is the destination
-        for other in list(self.exchanges.values()):
-            for key in [k for k, b in other.bindings.items() if b.destination is x]:
-                self._remove_binding(other, key)
+        for binding in self.bindings_to(x):
+            self._remove_binding(binding.source, binding.key)
         return True
 
     # queues ------------------------------------------------------------------
@@ -138,9 +141,8 @@ class VHost:
             self._definitions_changed("queue", (self.name, queue.name))
         count = queue.message_count
         queue.store.destroy()
-        for x in list(self.exchanges.values()):
-            for key in [k for k, b in x.bindings.items() if b.destination is queue]:
-                self._remove_binding(x, key)
+        for binding in self.bindings_to(queue):
+            self._remove_binding(binding.source, binding.key)
         for consumer in list(queue.consumers):
             consumer.channel.consumer_cancelled(consumer)
         queue.consumers.clear()
@@ -154,7 +156,16 @@ class VHost:
     def bind(self, source, destination, routing_key: str, arguments: dict) -> None:
         source.validate_binding(routing_key, arguments)
         binding = Binding(source, destination, routing_key, arguments)
-        if source.add_binding(binding) and source.durable and destination.durable:
+        if not source.add_binding(binding):
+            return
+        held = self._bindings_to.get(destination)
+        if held is None:
+            self._bindings_to[destination] = binding
+        elif type(held) is dict:
+            held[binding] = None
+        else:
+            self._bindings_to[destination] = {held: None, binding: None}
+        if source.durable and destination.durable:
             self._definitions_changed("binding", (self.name, source.name, binding.key), binding)
 
     def unbind(self, source, destination, routing_key: str, arguments: dict) -> None:
@@ -164,11 +175,29 @@ class VHost:
 
     def _remove_binding(self, source: Exchange, key) -> None:
         binding = source.remove_binding(key)
-        if binding is not None and source.durable and binding.destination.durable:
-            self._definitions_changed("binding", (self.name, source.name, key), binding)
+        if binding is not None:
+            self._forget(binding)
+            if source.durable and binding.destination.durable:
+                self._definitions_changed("binding", (self.name, source.name, key), binding)
         if source.auto_delete and not source.bindings and self.exchanges.get(source.name) is source:
             self.delete_exchange(source.name)
 
+    def _forget(self, binding: Binding) -> None:
+        """Drop a binding its source no longer has from the index by destination."""
+        held = self._bindings_to.get(binding.destination)
+        if held is binding:
+            del self._bindings_to[binding.destination]
+        elif type(held) is dict:
+            held.pop(binding, None)
+            if not held:
+                del self._bindings_to[binding.destination]
+
+    def bindings_to(self, destination) -> list:
+        """The bindings whose destination is this queue or exchange, oldest first."""
+        held = self._bindings_to.get(destination)
+        if held is None:
+            return []
+        return list(held) if type(held) is dict else [held]
 
     # routing -----------------------------------------------------------------
     def route(self, exchange, routing_key: str, message) -> list:

@@ -57,16 +57,17 @@ def vhost_bindings(vhost: VHost, source: Exchange | None = None,
     default exchange's implicit ones included, in RabbitMQ's order."""
     out = []
     if source is None or source.is_default:
-        for q in sorted(vhost.queues.values(), key=lambda q: q.name):
-            if destination is None or destination is q:
-                out.append(default_binding(q))
-    explicit = []
-    for x in vhost.exchanges.values():
-        if x.is_default or (source is not None and x is not source):
-            continue
-        for b in x.bindings.values():
-            if destination is None or b.destination is destination:
-                explicit.append(binding_of(b))
+        if destination is not None:
+            if destination.kind == "queue":
+                out.append(default_binding(cast("ClassicQueue", destination)))
+        else:
+            out.extend(default_binding(q) for q in sorted(vhost.queues.values(), key=lambda q: q.name))
+    if destination is not None:  # through the vhost's index by destination, not a scan
+        explicit = [binding_of(b) for b in vhost.bindings_to(destination)
+                    if source is None or b.source is source]
+    else:
+        explicit = [binding_of(b) for x in vhost.exchanges.values()
+                    if not x.is_default and (source is None or x is source) for b in x.bindings.values()]
     explicit.sort(key=_binding_sort_key)
     return out + explicit
 

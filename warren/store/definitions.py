@@ -19,6 +19,7 @@ line, which is reported and cut off with everything after it. A snapshot that ca
 or parsed is moved aside (with its journal) and reported; the broker starts without it.
 """
 
+import gc
 import glob
 import json
 import logging
@@ -58,6 +59,19 @@ def _format(data: dict) -> str:
             body = dumps(value)
         parts.append(f" {dumps(key)}: {body}")
     return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+def _parse(raw: bytes):
+    """json.loads without the cyclic collector: a big document is a tree of new containers
+    that all live on, and full collections over the growing heap made parsing 100,000
+    definitions ~18x the time of 10,000 (with it paused, ~10x)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return json.loads(raw)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def identity(kind: str, obj: dict):
@@ -167,7 +181,7 @@ class DefinitionsFile:
             self._quarantine()
             return None
         try:
-            data = json.loads(raw)
+            data = _parse(raw)
             if not isinstance(data, dict):
                 raise ValueError(f"expected a JSON object, got {type(data).__name__}")
         except ValueError as err:  # includes UnicodeDecodeError and json.JSONDecodeError

@@ -1,5 +1,7 @@
 """What every exchange type shares: identity, flags and the binding set."""
 
+import itertools
+
 from ...amqp.codec import table_type_name
 from ...amqp.erlang import erl_s
 from ..errors import inequivalent, precondition_failed, rs
@@ -16,6 +18,8 @@ def _erl_value(value):
 
 def freeze(value):
     """A hashable form of a decoded table value, for binding identity."""
+    if not value and isinstance(value, dict):
+        return ()  # most bindings have no arguments
     if isinstance(value, dict):
         return tuple(sorted((k, freeze(v)) for k, v in value.items()))
     if isinstance(value, list):
@@ -23,8 +27,13 @@ def freeze(value):
     return value
 
 
+# Creation order of bindings, across exchanges: routing results list destinations in the
+# order of their oldest matching binding, whatever index found them.
+_SEQ = itertools.count(1)
+
+
 class Binding:
-    __slots__ = ("source", "destination", "routing_key", "arguments", "key")
+    __slots__ = ("source", "destination", "routing_key", "arguments", "key", "seq")
 
     def __init__(self, source, destination, routing_key: str, arguments: dict):
         self.source = source
@@ -32,6 +41,19 @@ class Binding:
         self.routing_key = routing_key
         self.arguments = arguments or {}
         self.key = (destination, routing_key, freeze(self.arguments))
+        self.seq = 0  # set when the binding is added to its source
+
+
+def by_age(bindings) -> tuple:
+    """The distinct destinations of the bindings, in the order of each one's oldest binding."""
+    ordered = sorted(bindings, key=_seq_of)
+    if len(ordered) == 1:
+        return (ordered[0].destination,)
+    return tuple(dict.fromkeys(b.destination for b in ordered))
+
+
+def _seq_of(binding: Binding) -> int:
+    return binding.seq
 
 
 class Exchange:
@@ -70,21 +92,37 @@ class Exchange:
     def validate_binding(self, routing_key: str, arguments: dict) -> None:
         """Raise if this exchange type refuses the binding arguments."""
 
+    # Each change updates the type's index by one entry (no rebuild): the cost of a binding
+    # change does not depend on how many bindings the exchange has.
     def add_binding(self, binding: Binding) -> bool:
         if binding.key in self.bindings:
             return False
+        binding.seq = next(_SEQ)
         self.bindings[binding.key] = binding
-        self._bindings_changed()
+        self._index_add(binding)
         return True
 
     def remove_binding(self, key) -> Binding | None:
         binding = self.bindings.pop(key, None)
         if binding is not None:
-            self._bindings_changed()
+            self._index_remove(binding)
         return binding
 
-    def _bindings_changed(self) -> None:
-        """Rebuild whatever index the type keeps over its bindings."""
+    def clear_bindings(self) -> list:
+        """Drop every binding at once (the exchange is going away); returns them."""
+        gone = list(self.bindings.values())
+        self.bindings = {}
+        self._index_clear()
+        return gone
+
+    def _index_add(self, binding: Binding) -> None:
+        """Add one binding to the type's routing index."""
+
+    def _index_remove(self, binding: Binding) -> None:
+        """Remove one binding (as stored) from the type's routing index."""
+
+    def _index_clear(self) -> None:
+        """Empty the type's routing index."""
 
     def match(self, routing_key: str, message):
         """The destinations this exchange's own bindings select (no AE, no recursion)."""

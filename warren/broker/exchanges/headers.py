@@ -1,4 +1,11 @@
-"""Headers exchange: bindings match message headers by x-match all / any (/ -with-x)."""
+"""Headers exchange: bindings match message headers by x-match all / any (/ -with-x).
+
+So that a message does not test every binding, bindings are indexed by header: an `all`
+binding under one of its required (header, value) pairs (or a required header, for a
+presence-only test), so only bindings that pair can satisfy are tested; an `any` binding under
+each of its pairs, where a hit is a match; an `all` binding with no test matches everything;
+an `any` binding with no test matches nothing.
+"""
 
 import datetime
 import decimal
@@ -6,7 +13,7 @@ import decimal
 from ...amqp.codec import table_type_name
 from ...amqp.erlang import erl_term
 from ..errors import precondition_failed
-from .base import Exchange
+from .base import Binding, Exchange, by_age
 
 MATCH_KINDS = ("all", "any", "all-with-x", "any-with-x")
 
@@ -79,12 +86,23 @@ def headers_match(args: dict, headers: dict, compiled=None) -> bool:
     return want_all
 
 
+# The index entry of a presence test ("header exists, any value").
+_PRESENT = ("present",)
+
+
 class HeadersExchange(Exchange):
     type_name = "headers"
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._compiled: list = []
+        self._index_clear()
+
+    def _index_clear(self) -> None:
+        # header -> comparable value (or _PRESENT) -> {Binding.key: (Binding, compiled)}
+        self._all: dict = {}
+        self._any: dict = {}
+        self._always: dict = {}  # Binding.key -> Binding: `all` with no tests
+        self._all_slot: dict = {}  # Binding.key -> (header, value) it is filed under in _all
 
     def validate_binding(self, routing_key, arguments):
         kind = (arguments or {}).get("x-match", "all")
@@ -96,10 +114,80 @@ class HeadersExchange(Exchange):
             raise precondition_failed(
                 f"Invalid x-match field value {erl_term(kind)}; expected all, any, all-with-x, or any-with-x")
 
-    def _bindings_changed(self):
-        self._compiled = [(compile_binding(b.arguments), b.destination) for b in self.bindings.values()]
+    def _index_add(self, binding: Binding) -> None:
+        compiled = want_all, tests = compile_binding(binding.arguments)
+        if want_all:
+            if not tests:
+                self._always[binding.key] = binding
+                return
+            # File it under the pair whose bucket is smallest now (a value test before a
+            # presence test on a tie): a rough guess at the most selective pair.
+            best, best_size = None, -1
+            for header, expected in tests:
+                slot = (header, _PRESENT if expected is None else expected)
+                size = len(self._all.get(header, {}).get(slot[1], ())) + (expected is None)
+                if best is None or size < best_size:
+                    best, best_size = slot, size
+            assert best is not None
+            self._all_slot[binding.key] = best
+            _put(self._all, best, binding, compiled)
+        else:
+            for header, expected in tests:
+                _put(self._any, (header, _PRESENT if expected is None else expected), binding, compiled)
+
+    def _index_remove(self, binding: Binding) -> None:
+        if self._always.pop(binding.key, None) is not None:
+            return
+        slot = self._all_slot.pop(binding.key, None)
+        if slot is not None:
+            _drop(self._all, slot, binding)
+            return
+        for header, expected in compile_binding(binding.arguments)[1]:
+            _drop(self._any, (header, _PRESENT if expected is None else expected), binding)
 
     def match(self, routing_key, message):
         headers = message.headers or {}
-        return tuple(dict.fromkeys(
-            dest for compiled, dest in self._compiled if headers_match(None, headers, compiled)))
+        hits = list(self._always.values())
+        all_index, any_index = self._all, self._any
+        if headers and (all_index or any_index):
+            for header, value in headers.items():
+                in_all, in_any = all_index.get(header), any_index.get(header)
+                if in_all is None and in_any is None:
+                    continue
+                comparable = _top(value)
+                if in_all is not None:
+                    for table in (in_all.get(comparable), in_all.get(_PRESENT)):
+                        if table:
+                            hits.extend(b for b, compiled in table.values()
+                                        if headers_match(None, headers, compiled))
+                if in_any is not None:
+                    for table in (in_any.get(comparable), in_any.get(_PRESENT)):
+                        if table:
+                            hits.extend(b for b, _ in table.values())
+        if not hits:
+            return ()
+        return by_age(dict.fromkeys(hits))  # an `any` binding may be hit by several headers
+
+
+def _put(index: dict, slot: tuple, binding: Binding, compiled) -> None:
+    header, value = slot
+    values: dict | None = index.get(header)
+    if values is None:
+        values = index[header] = {}
+    table: dict | None = values.get(value)
+    if table is None:
+        table = values[value] = {}
+    table[binding.key] = (binding, compiled)
+
+
+def _drop(index: dict, slot: tuple, binding: Binding) -> None:
+    header, value = slot
+    values: dict | None = index.get(header)
+    table: dict | None = None if values is None else values.get(value)
+    if values is None or table is None:
+        return
+    table.pop(binding.key, None)
+    if not table:
+        del values[value]
+        if not values:
+            del index[header]

@@ -1,0 +1,164 @@
+"""Bodies of odd sizes around frame_max (frame_max - 8 fills a frame, frame_max - 7 is one
+octet over, 0 octets, several frames and one octet) arriving intact through publish,
+basic.get, consume and a restart, with pika and with raw frames sent in reads that cut
+frames anywhere."""
+
+import random
+import time
+
+import pika
+import pytest
+from pamqp import commands
+
+import rawamqp
+
+FRAME_MAX = 131072
+LIMIT = FRAME_MAX - 8  # the payload of a full body frame
+SIZES = [0, 1, LIMIT - 1, LIMIT, LIMIT + 1, 2 * LIMIT, 3 * LIMIT + 1, (3 << 20) + 1]
+PERSISTENT = pika.BasicProperties(delivery_mode=2)
+
+
+def body_of(size: int, seed: int) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+def bodies() -> list[bytes]:
+    return [body_of(size, i) for i, size in enumerate(SIZES)]
+
+
+def get_all(ch, queue) -> list[bytes]:
+    got = []
+    while True:
+        method, _props, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            return got
+        got.append(body)
+
+
+def consume_all(ch, queue, count) -> list[bytes]:
+    got = []
+    for method, _props, body in ch.consume(queue, inactivity_timeout=10):
+        assert method is not None, f"only {len(got)} of {count} delivered"
+        ch.basic_ack(method.delivery_tag)
+        got.append(body)
+        if len(got) == count:
+            break
+    ch.cancel()
+    return got
+
+
+@pytest.mark.parametrize("frame_max", [4096, FRAME_MAX])
+def test_pika_publish_get_and_consume(broker, uid, frame_max):
+    expected = bodies()
+    queue = f"big-{uid}"
+    with pika.BlockingConnection(broker.pika_params(frame_max=frame_max)) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(queue, durable=True)
+        for body in expected:
+            ch.basic_publish("", queue, body, PERSISTENT)
+        assert get_all(ch, queue) == expected
+        for body in expected:
+            ch.basic_publish("", queue, body, PERSISTENT)
+        assert consume_all(ch, queue, len(expected)) == expected
+        ch.queue_delete(queue)
+
+
+def test_persistent_bodies_survive_a_restart(make_broker, restart_broker, uid):
+    b = make_broker()
+    expected = bodies()
+    queue = f"big-{uid}"
+    with pika.BlockingConnection(b.pika_params()) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(queue, durable=True)
+        for body in expected:
+            ch.basic_publish("", queue, body, PERSISTENT)
+    b = restart_broker(b)
+    with pika.BlockingConnection(b.pika_params()) as conn:
+        ch = conn.channel()
+        assert get_all(ch, queue) == expected
+
+
+def test_bodies_paged_out_and_read_back(make_broker, uid):
+    """100 MiB of big bodies in one queue, transient and persistent alternately, all come
+    back intact and in order (whether a queue keeps them in memory or pages them out)."""
+    b = make_broker()
+    queue = f"paged-{uid}"
+    expected = [body_of((5 << 20) + i, i) for i in range(20)]
+    with pika.BlockingConnection(b.pika_params()) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(queue, durable=True)
+        for i, body in enumerate(expected):
+            ch.basic_publish("", queue, body, PERSISTENT if i % 2 else None)
+        assert consume_all(ch, queue, len(expected)) == expected
+
+
+def _raw_client(broker) -> rawamqp.RawClient:
+    raw = rawamqp.RawClient(broker.host, broker.port, timeout=20)
+    raw.handshake()
+    raw.open_channel(1)
+    return raw
+
+
+def _send_in_pieces(raw: rawamqp.RawClient, data: bytes, seed: int) -> None:
+    """Send `data` in writes of random sizes with pauses, so the broker's reads cut frames at
+    random places (the frame head, the payload, the frame end)."""
+    rng = random.Random(seed)
+    pos = 0
+    while pos < len(data):
+        n = rng.choice([1, 3, 7, 8, 100, 4096, 65536, 200_000])
+        raw.send(data[pos:pos + n])
+        pos += n
+        if rng.random() < 0.2:
+            time.sleep(0.002)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_raw_frames_cut_anywhere(broker, uid, seed):
+    expected = bodies()
+    queue = f"raw-{uid}-{seed}"
+    with _raw_client(broker) as raw:
+        raw.call(1, commands.Queue.Declare(queue=queue))
+        stream = b""
+        for body in expected:
+            raw_frames = pika_frames(queue, body)
+            stream += raw_frames
+        _send_in_pieces(raw, stream, seed)
+        got = []
+        for _ in expected:
+            raw.send_method(1, commands.Basic.Get(queue=queue, no_ack=True))
+            raw.expect(commands.Basic.GetOk, 1, timeout=20)
+            _header, body = raw.read_content(timeout=20)
+            got.append(body)
+        assert [len(b) for b in got] == [len(b) for b in expected]
+        assert got == expected
+        raw.call(1, commands.Queue.Delete(queue=queue))
+
+
+def pika_frames(queue: str, body: bytes, frame_size: int = LIMIT) -> bytes:
+    """basic.publish to `queue`, its header and body frames of frame_size, as bytes."""
+    from pamqp import frame as pframe, header as pheader
+    from pamqp.body import ContentBody
+    return b"".join([
+        pframe.marshal(commands.Basic.Publish(exchange="", routing_key=queue), 1),
+        pframe.marshal(pheader.ContentHeader(0, len(body), commands.Basic.Properties()), 1),
+        *(pframe.marshal(ContentBody(body[i:i + frame_size]), 1) for i in range(0, len(body), frame_size)),
+    ])
+
+
+def test_raw_body_in_frames_of_one_octet_and_of_the_maximum(broker, uid):
+    queue = f"raw-split-{uid}"
+    body = body_of(LIMIT + 1, 5)
+    with _raw_client(broker) as raw:
+        raw.call(1, commands.Queue.Declare(queue=queue))
+        raw.send(pika_frames(queue, body[:300], frame_size=1))
+        raw.send(pika_frames(queue, body, frame_size=LIMIT))
+        got = []
+        for _ in range(2):
+            raw.send_method(1, commands.Basic.Get(queue=queue, no_ack=True))
+            raw.expect(commands.Basic.GetOk, 1)
+            got.append(raw.read_content()[1])
+        assert got == [body[:300], body]
+        raw.call(1, commands.Queue.Delete(queue=queue))
