@@ -422,6 +422,8 @@ def _changes():
         ("delete queue, no vhost", [], ("DELETE", "/queues/no-such-vhost/{n}", None), [],
          "NM 404 404 404 404 404"),
         ("delete missing queue", [], ("DELETE", f"/queues/{vt}/{{n}}", None), [], "NM 404 404 404 404 NV"),
+        # Without a name (400 once allowed), so the node keeps its name; test_mgmt_gaps sets it.
+        ("set cluster name", [], ("PUT", "/cluster-name", {}), [], "NM NA NA NA 400 NA"),
     ]
 
 

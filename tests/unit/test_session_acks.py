@@ -245,7 +245,8 @@ def test_unacked_requeued_when_channel_closes(c):
 def test_unacked_requeued_when_connection_closes(c):
     c.get_tags(1, 2)
     assert c.call(0, commands.Connection.Close(200, "bye", 0, 0)) == [Method(0, "Connection.CloseOk")]
-    assert c.transport.closed
+    # The socket is left for the client to close (read and discarded until then, 30 s at most).
+    assert not c.transport.closed and c.transport.close_later_calls == [30.0]
     other = Client(c.broker)
     other.open_channel(1)
     assert other.drain(1) == [(b"1", True), (b"2", True), (b"3", False), (b"4", False), (b"5", False)]

@@ -40,6 +40,9 @@ class Broker:
     # Message counters of the channels that have closed (the overview's totals include them).
     message_totals: dict = field(default_factory=dict)
     cluster_name: str = "warren@localhost"
+    # Set over the API or by imported definitions (RabbitMQ's cluster_name global runtime
+    # parameter): only then is it exported, and so kept across a restart.
+    cluster_name_set: bool = False
     # Where durable definitions are saved (a warren.store.definitions.DefinitionsFile), or None
     # without a data dir. The model only records what changed (definitions_changes, or
     # definitions_all_changed); the session layer calls flush_definitions() before it sends
@@ -118,6 +121,13 @@ class Broker:
             return False
         self.mark_definitions_changed("permission", (user, vhost))
         return True
+
+    def set_cluster_name(self, name: str) -> None:
+        """New connections announce it (connection.start's server properties); a rare change,
+        so the next flush rewrites all definitions (their global_parameters hold it)."""
+        self.cluster_name = name
+        self.cluster_name_set = True
+        self.mark_definitions_changed()
 
     # durable definitions -------------------------------------------------------
     def mark_definitions_changed(self, kind: str | None = None, key=None, binding=None) -> None:

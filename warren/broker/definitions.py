@@ -49,6 +49,7 @@ def _load(broker, data: dict, on_error) -> dict:
     counts = {}
     for kind, apply in (("vhosts", _load_vhost), ("users", _load_user), ("permissions", _load_permission),
                         ("policies", _load_policy), ("parameters", _load_parameter),
+                        ("global_parameters", _load_global_parameter),
                         ("exchanges", _load_exchange), ("queues", _load_queue), ("bindings", _load_binding)):
         items = data.get(kind) or []
         if not isinstance(items, list):
@@ -120,6 +121,16 @@ def _load_parameter(broker, p):
     if not isinstance(value, dict):
         raise DefinitionsError(f"operator policy '{p.get('name')}' has no value object")
     _load_policy(broker, {**value, "vhost": p.get("vhost", "/"), "name": p["name"]}, operator=True)
+
+
+def _load_global_parameter(broker, p):
+    """Global runtime parameters: Warren knows cluster_name only (RabbitMQ's internal_cluster_id
+    and others are skipped)."""
+    if p["name"] != "cluster_name":
+        return
+    if not isinstance(p.get("value"), str):
+        raise DefinitionsError("global parameter 'cluster_name' must be a string")
+    broker.set_cluster_name(p["value"])
 
 
 def _load_exchange(broker, x):
@@ -263,8 +274,11 @@ def export(broker, durable_only: bool = True) -> dict:
                     bindings.append(_binding_json(vhost, x, b))
     users = [_user_json(u) for u in broker.users.values()]
     permissions = [_permission_json(user, vhost, p) for (user, vhost), p in broker.permissions.items()]
+    global_parameters = ([{"name": "cluster_name", "value": broker.cluster_name}]
+                         if broker.cluster_name_set else [])
     return {"warren_version": __version__, "users": users, "vhosts": vhosts, "permissions": permissions,
-            "topic_permissions": [], "parameters": parameters, "global_parameters": [], "policies": policies,
+            "topic_permissions": [], "parameters": parameters, "global_parameters": global_parameters,
+            "policies": policies,
             "queues": queues, "exchanges": exchanges, "bindings": bindings}
 
 

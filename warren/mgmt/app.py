@@ -86,7 +86,30 @@ async def error_middleware(request, handler):
     except web.HTTPNotFound:
         return web.json_response({"error": "Object Not Found", "reason": "Not Found"}, status=404)
     except web.HTTPMethodNotAllowed:
-        return web.json_response({"error": "Method Not Allowed", "reason": "Method Not Allowed"}, status=405)
+        return await _not_allowed(request)
+
+
+# RabbitMQ's resources list their methods in this order (then OPTIONS, which each one serves).
+_METHOD_ORDER = ("HEAD", "GET", "PUT", "POST", "DELETE")
+
+
+async def _not_allowed(request) -> web.Response:
+    """As RabbitMQ (cowboy_rest), before authentication: an empty 405 whose Allow header lists
+    the path's methods; OPTIONS is answered with that list (200). The methods are those of
+    the first path template that matches, as cowboy's first matching route serves the path
+    (aiohttp's own list joins every match: /api/users/bulk-delete and /api/users/{name})."""
+    allowed: set[str] = set()
+    first = None
+    for resource in request.app.router.resources():
+        if first is not None and resource.canonical != first:
+            continue  # (a template's methods may be spread over several resources)
+        _, found = await resource.resolve(request)
+        if found:
+            first = resource.canonical
+            allowed |= found
+    methods = allowed | ({"HEAD"} if "GET" in allowed else set())
+    header = ", ".join([m for m in _METHOD_ORDER if m in methods] + ["OPTIONS"])
+    return web.Response(status=200 if request.method == "OPTIONS" else 405, headers={"Allow": header})
 
 
 def make_app(broker, server=None, service: "ManagementService | None" = None) -> web.Application:
@@ -104,6 +127,10 @@ def make_app(broker, server=None, service: "ManagementService | None" = None) ->
     for info in sorted(pkgutil.iter_modules(api.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{api.__name__}.{info.name}")
         app.add_routes(module.routes)
+        # As RabbitMQ (cowboy's router), one trailing slash names the same resource:
+        # amqpstorm's healthchecks.get() asks for /api/healthchecks/node/.
+        app.add_routes([web.RouteDef(r.method, r.path + "/", r.handler, r.kwargs)
+                        for r in module.routes if isinstance(r, web.RouteDef)])
     return app
 
 

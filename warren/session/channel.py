@@ -95,6 +95,7 @@ class Channel:
         self.sync_waits: deque[tuple[int, int]] = deque()  # (sequence number, store batch) not yet on disk
         self.tx: Transaction | None = None  # while in tx mode
         self.last_queue = ""       # for the empty-queue-name shortcut
+        self.held_cancels: list[str] | None = None  # during our own queue.delete: see _queue_delete
         # Message counters (warren.mgmt.stats: RabbitMQ's channel message_stats); folded into
         # broker.message_totals when the channel closes.
         self.stats = new_channel_counters()
@@ -303,9 +304,18 @@ class Channel:
             self.send(spec.QueuePurgeOk(message_count=count))
 
     def _queue_delete(self, m):
-        count = ops.delete_queue(self.actor, self._queue_name(m.queue), m.if_unused, m.if_empty)
-        if not m.nowait:
-            self.send(spec.QueueDeleteOk(message_count=count))
+        # RabbitMQ answers delete-ok before it cancels this channel's own consumers of the
+        # queue (the channel hears of the deletion after the reply; other channels may hear
+        # before it): clients waiting for delete-ok (kombu on py-amqp) fail on an earlier cancel.
+        held = self.held_cancels = []
+        try:
+            count = ops.delete_queue(self.actor, self._queue_name(m.queue), m.if_unused, m.if_empty)
+            if not m.nowait:
+                self.send(spec.QueueDeleteOk(message_count=count))
+        finally:
+            self.held_cancels = None
+            for tag in held:
+                self.send(spec.BasicCancel(consumer_tag=tag, nowait=True))
 
     # ----------------------------------------------------------------- basic
     def _basic_qos(self, m):
@@ -356,7 +366,10 @@ class Channel:
         if self.consumers.pop(consumer.tag, None) is None:
             return
         if self.conn.capabilities.get("consumer_cancel_notify"):
-            self.send(spec.BasicCancel(consumer_tag=consumer.tag, nowait=True))
+            if self.held_cancels is not None:
+                self.held_cancels.append(consumer.tag)
+            else:
+                self.send(spec.BasicCancel(consumer_tag=consumer.tag, nowait=True))
 
     def _basic_get(self, m):
         q = ops.readable_queue(self.actor, self._queue_name(m.queue))

@@ -68,6 +68,10 @@ _STATE_NAMES = {AWAIT_START_OK: "starting", AWAIT_TUNE_OK: "tuning", AWAIT_OPEN:
 # connection.close, the socket just closes after this delay (its SILENT_CLOSE_DELAY).
 SILENT_CLOSE_DELAY = 3.0
 
+# After close-ok the socket is left for the client to close, for at most this long
+# (RabbitMQ's CLOSING_TIMEOUT).
+CLOSING_TIMEOUT = 30.0
+
 # How much output may pile up in one tick before consumers of this connection are paused
 # and its input is held back.
 OUTPUT_HIGH_WATER = 1 << 20
@@ -268,10 +272,8 @@ class Connection:
             return
         if not isinstance(method, spec.ChannelOpen):
             raise channel_error("expected 'channel.open'", (method.CLASS_ID, method.METHOD_ID))
-        if self.channel_max and ch > self.channel_max:
-            # The spec's rule (RabbitMQ 3.10 only limits how many channels are open).
-            raise not_allowed(f"channel number {ch} is higher than the negotiated channel_max ({self.channel_max})",
-                              (20, 10))
+        # Any channel number is accepted, as RabbitMQ 3.10 accepts it (clients rely on that):
+        # channel_max bounds how many are open, which is what protects memory.
         channel = Channel(self, ch)
         self.channels[ch] = channel
         self.send_method(ch, spec.ChannelOpenOk(channel_id=b""))
@@ -307,8 +309,14 @@ class Connection:
         elif isinstance(method, spec.ConnectionOpen) and state == AWAIT_OPEN:
             self._open(method)
         elif isinstance(method, spec.ConnectionClose) and state == OPEN:
+            # As RabbitMQ: close-ok, then read and discard until the client closes (bounded),
+            # so frames it queued before its close (amqplib's multiplexed channels) do not
+            # meet a reset socket.
             self.send_method(0, spec.ConnectionCloseOk())
-            self._closed()
+            self._release()
+            self.state = CLOSED
+            self.flush()
+            self.transport.close_later(CLOSING_TIMEOUT)
         elif isinstance(method, spec.ConnectionUpdateSecret) and state == OPEN:
             # Internal users carry no expiring secret: accept, as RabbitMQ's internal backend does.
             self.send_method(0, spec.ConnectionUpdateSecretOk())
@@ -446,6 +454,8 @@ class Connection:
         self._continue_input()
 
     def send_heartbeat(self) -> None:
+        if self.state == CLOSED:
+            return
         self.out.append(HEARTBEAT)
         self.flush()
 

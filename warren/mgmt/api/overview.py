@@ -1,6 +1,10 @@
 """/api/overview (with /api/whoami and /api/cluster-name): the broker at a glance, in the
 shape of RabbitMQ 3.10's management API.
 
+PUT /api/cluster-name renames the broker as RabbitMQ does (its cluster_name global runtime
+parameter): the overview and new connections' server properties show the name, and it is
+kept in the definitions, so across a restart.
+
 Versions: product_name "Warren" and product_version / warren_version are Warren's own;
 rabbitmq_version and management_version say "3.10.8", the RabbitMQ release whose API and
 behaviour Warren follows, so clients that check the broker's version keep working.
@@ -12,10 +16,10 @@ from aiohttp import web
 
 from ... import __version__
 from ...broker.exchanges import TYPES
-from ..access import ANY, access, is_monitor, visible_vhosts
+from ..access import ADMIN, ANY, access, is_monitor, visible_vhosts
 from .. import stats
-from ..resources import item_response
-from ..app import json_response
+from ..resources import flush, item_response, read_body, require
+from ..app import bad_request, json_response
 from .connections import open_connections
 
 routes = web.RouteTableDef()
@@ -134,3 +138,21 @@ async def whoami(request):
 async def get_cluster_name(request):
     return json_response({"name": request.app["broker"].cluster_name})
 
+
+@routes.put("/api/cluster-name")
+@access(ADMIN)
+async def put_cluster_name(request):
+    """204 whether or not the name changes, as RabbitMQ; any string, even empty. RabbitMQ
+    crashes (500) on a name that is not a string; Warren refuses it with a 400."""
+    body = await read_body(request)
+    require(body, "name")
+    name = body["name"]
+    if not isinstance(name, str):
+        raise bad_request("name must be a string")
+    try:
+        name.encode()
+    except UnicodeEncodeError:  # a lone surrogate (JSON allows "\ud800"): not a text to send
+        raise bad_request("name must be valid unicode") from None
+    request.app["broker"].set_cluster_name(name)
+    flush(request)
+    return web.Response(status=204)
