@@ -74,9 +74,11 @@ class BrokerProcess:
 
 
 def start_broker(*extra_args, data_dir=None, port=None, wait=True, preexec_fn=None,
-                 rlimit_fsize=None) -> BrokerProcess:
+                 rlimit_fsize=None, pass_host=True) -> BrokerProcess:
     """Start `python -m warren server` and wait until it accepts connections.
-    preexec_fn runs in the child before exec; rlimit_fsize sets its RLIMIT_FSIZE (bytes)."""
+    preexec_fn runs in the child before exec; rlimit_fsize sets its RLIMIT_FSIZE (bytes);
+    pass_host=False leaves out `--host 127.0.0.1` (the broker's default addresses apply), as
+    does a --host in extra_args (--host is repeatable: the test's own must not add to it)."""
     if rlimit_fsize is not None:
         inner = preexec_fn
 
@@ -93,8 +95,9 @@ def start_broker(*extra_args, data_dir=None, port=None, wait=True, preexec_fn=No
     if "--management-port" not in extra_args:
         mgmt_port = free_port()
         extra_args = (*extra_args, "--management-port", str(mgmt_port))
-    cmd = [sys.executable, "-m", "warren", "server", "--host", "127.0.0.1", "--port", str(port),
-           "--data-dir", data_dir, *extra_args]
+    pass_host = pass_host and "--host" not in extra_args
+    cmd = [sys.executable, "-m", "warren", "server", *(("--host", "127.0.0.1") if pass_host else ()),
+           "--port", str(port), "--data-dir", data_dir, *extra_args]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
     broker = BrokerProcess("127.0.0.1", port, proc, data_dir, log_path, mgmt_port)
     if wait:

@@ -242,11 +242,12 @@ def test_every_error_is_reported_with_its_line():
     ]
 
 
-def test_one_amqp_listener():
+def test_several_amqp_listeners():
     assert conf("listeners.tcp.default = 5673", "listeners.tcp.default = 5674") == {"port": 5674}
-    assert errors("listeners.tcp.default = 5673", "listeners.tcp.other = 127.0.0.1:5674") == [
-        "warren.conf:2: listeners.tcp.other: Warren listens on one AMQP address, and listeners.tcp.default "
-        "already sets it"]
+    assert conf("listeners.tcp.default = 5673", "listeners.tcp.other = 127.0.0.1:5674",
+                "listeners.tcp.v6 = ::1:5673") == {
+        "listeners": [(None, 5673), ("127.0.0.1", 5674), ("::1", 5673)]}
+    assert erl(rabbit('{tcp_listeners, [5672, {"::1", 5673}]}')) == {"listeners": [(None, 5672), ("::1", 5673)]}
 
 
 def test_default_user_tags_are_those_set_true():
@@ -384,7 +385,6 @@ def test_erlang_rabbit_keys(entry, expected):
 
 @pytest.mark.parametrize("entry, key, reason", [
     ("{tcp_listeners, []}", "tcp_listeners", "[] (no AMQP listener) is not supported: Warren always listens for AMQP"),
-    ("{tcp_listeners, [5672, 5673]}", "tcp_listeners", "Warren listens on one AMQP address, got [5672,5673]"),
     ("{tcp_listeners, 5672}", "tcp_listeners", 'expected a list of ports or {"IP", Port} tuples, got 5672'),
     ("{tcp_listeners, [70000]}", "tcp_listeners", "expected a port number from 1 to 65535, got 70000"),
     ('{tcp_listeners, [{"localhost", 5672}]}', "tcp_listeners", "expected an IPv4 or IPv6 address, got 'localhost'"),

@@ -15,7 +15,8 @@ tuple starts) and the key, and the server refuses to start.
 
 load_config() returns a dict with the settings present in the file (nothing for the others):
 
-  host, port                    the AMQP listener (listeners.tcp.*)
+  host, port                    the AMQP listener, when the file names one (listeners.tcp.*)
+  listeners                     [(host or None, port), ...] when it names several, in file order
   default_user, default_pass, default_vhost, default_user_tags (list),
   default_permissions           (configure, write, read): used on the first start only
   loopback_users                set of user names that may only connect from loopback
@@ -226,8 +227,9 @@ class _Settings:
     def result(self) -> dict:
         config = self.config
         if len(self.listeners) > 1:
-            (_, _, _, first), (_, _, line, key) = sorted(self.listeners.values(), key=lambda v: v[2])[:2]
-            self.error(line, key, f"Warren listens on one AMQP address, and {first} already sets it")
+            # In file order; a port alone stands for Warren's default (loopback) addresses.
+            config["listeners"] = [(host, port) for host, port, _, _ in
+                                   sorted(self.listeners.values(), key=lambda v: v[2])]
         elif self.listeners:
             (host, port, _, _), = self.listeners.values()
             config["port"] = port
@@ -750,19 +752,19 @@ def _erl_tcp_listeners(settings, value, line, key):
     items = _erl_list(value, "a list of ports or {\"IP\", Port} tuples")
     if not items:
         raise ValueError("[] (no AMQP listener) is not supported: Warren always listens for AMQP")
-    if len(items) > 1:
-        raise ValueError(f"Warren listens on one AMQP address, got {format_term(value)}")
-    item = items[0]
-    if isinstance(item, int):
-        host, port = None, _port(item)
-    elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], int):
-        ip = item[0]
-        if isinstance(ip, tuple) and len(ip) in (4, 8) and all(isinstance(p, int) for p in ip):
-            ip = ".".join(map(str, ip)) if len(ip) == 4 else ":".join(f"{p:x}" for p in ip)
-        host, port = _ip(_erl_text(ip)), _port(item[1])
-    else:
-        raise ValueError(f'expected a port or an {{"IP", Port}} tuple, got {format_term(item)}')
-    settings.listeners = {"tcp_listeners": (host, port, line, key)}
+    listeners = {}
+    for n, item in enumerate(items):
+        if isinstance(item, int):
+            host, port = None, _port(item)
+        elif isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], int):
+            ip = item[0]
+            if isinstance(ip, tuple) and len(ip) in (4, 8) and all(isinstance(p, int) for p in ip):
+                ip = ".".join(map(str, ip)) if len(ip) == 4 else ":".join(f"{p:x}" for p in ip)
+            host, port = _ip(_erl_text(ip)), _port(item[1])
+        else:
+            raise ValueError(f'expected a port or an {{"IP", Port}} tuple, got {format_term(item)}')
+        listeners[n] = (host, port, line, key)
+    settings.listeners = listeners
 
 
 def _erl_user_tags(settings, value, line, key):

@@ -13,7 +13,7 @@ import sys
 from ..amqp import codec
 from ..broker import definitions
 from ..broker.broker import Broker, Limits
-from ..server.listener import Server
+from ..server.listener import LOOPBACK, Listen, Server
 from ..store.definitions import DefinitionsFile
 from ..store.persister import Persister
 from .config import ConfigError, load_config
@@ -28,10 +28,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warren", description="Warren AMQP 0-9-1 broker")
     sub = parser.add_subparsers(dest="command", required=True)
     server = sub.add_parser("server", help="run the broker in the foreground")
-    server.add_argument("--host", default=None,
-                        help="address to listen on (default: the config file's listener address, else 127.0.0.1)")
+    server.add_argument("--host", action="append", default=None, metavar="ADDRESS",
+                        help="address to listen on for AMQP; repeat it or separate addresses with commas "
+                             "to listen on several (default: the config file's listeners.tcp.* addresses, "
+                             "else both loopbacks, 127.0.0.1 and ::1 when the machine has IPv6)")
     server.add_argument("--port", type=int, default=None,
-                        help="AMQP port (default: the config file's listeners.tcp.*, else 5672)")
+                        help="AMQP port, for every address (default: the config file's listeners.tcp.*, "
+                             "else 5672)")
     server.add_argument("--data-dir", default=os.environ.get("WARREN_DATA_DIR") or DEFAULT_DATA_DIR,
                         help="directory for definitions and messages (default $WARREN_DATA_DIR or "
                              f"{DEFAULT_DATA_DIR})")
@@ -107,6 +110,28 @@ async def _serve(server, broker) -> None:
         broker.flush_definitions()
 
 
+def _listen_addresses(hosts: list[str] | None, port: int | None, config: dict) -> list[Listen]:
+    """Where to listen for AMQP: --host and --port win over the config file's listeners; an
+    entry with a port but no address means the loopbacks, where ::1 is optional (a machine
+    without IPv6 still starts)."""
+    if "listeners" in config:
+        entries = list(config["listeners"])
+    else:
+        entries = [(config.get("host"), config.get("port", 5672))]
+    names = [h.strip() for arg in hosts or () for h in arg.split(",") if h.strip()]
+    if names:
+        entries = [(h, port if port is not None else entries[0][1]) for h in names]
+    elif port is not None:
+        entries = [(h, port) for h, _ in entries]
+    out: list[Listen] = []
+    for host, p in entries:
+        for listen in ([Listen(host, p)] if host is not None else
+                       [Listen(d.host, p, d.optional) for d in LOOPBACK]):
+            if all((listen.host, listen.port) != (o.host, o.port) for o in out):
+                out.append(listen)
+    return out
+
+
 def _raise_open_files_limit() -> None:
     """Each queue segment holds two file descriptors: allow as many as the system lets us."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -170,8 +195,7 @@ def main(argv=None) -> int:
             print(f"warren: cannot write definitions to {store.path}: {err}", file=sys.stderr)
             return 1
         broker.definitions_flushed()
-    host = args.host or config.get("host", "127.0.0.1")
-    port = args.port if args.port is not None else config.get("port", 5672)
+    listen = _listen_addresses(args.host, args.port, config)
     try:
         import uvloop
         uvloop.install()
@@ -187,11 +211,11 @@ def main(argv=None) -> int:
     if management_port:
         from ..mgmt.app import ManagementService  # aiohttp is loaded only when the API is on
         services.append(ManagementService(config.get("management_host", "127.0.0.1"), management_port))
-    server = Server(broker, host, port, services)
+    server = Server(broker, services=services, listen=listen)
     try:
         asyncio.run(_serve(server, broker))
     except OSError as err:
-        print(f"warren: cannot listen on {host}:{port}: {err}", file=sys.stderr)
+        print(f"warren: {err}", file=sys.stderr)
         return 1
     return 0
 

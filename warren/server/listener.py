@@ -2,9 +2,10 @@
 
 import asyncio
 import logging
+import os
 import signal
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Protocol, Sequence
+from typing import Callable, NamedTuple, Protocol, Sequence
 
 from .memory import MemoryReclaimer
 from .scheduler import LoopScheduler
@@ -22,15 +23,30 @@ class Service(Protocol):
     async def stop(self) -> None: ...
 
 
+class Listen(NamedTuple):
+    """One AMQP address to listen on. An optional one (the default ::1) is skipped with a
+    log line when the machine cannot bind it (no IPv6), instead of failing the start."""
+    host: str
+    port: int
+    optional: bool = False
+
+
+# Clients resolve "localhost" to ::1 first (Node >= 17 among them): listen on both loopbacks.
+LOOPBACK = (Listen("127.0.0.1", 5672), Listen("::1", 5672, optional=True))
+
+
 class Server:
-    def __init__(self, broker, host="127.0.0.1", port=5672, services: Sequence[Service] = ()):
+    def __init__(self, broker, host="127.0.0.1", port=5672, services: Sequence[Service] = (),
+                 listen: Sequence[Listen] = ()):
         self.broker = broker
-        self.host = host
-        self.port = port
+        self.listen = list(listen) or [Listen(host, port)]
+        self.host = self.listen[0].host  # the first address bound (what the API shows)
+        self.port = self.listen[0].port
+        self.addresses: list[tuple[str, int]] = []  # every (host, port) bound, set by start()
         self.services = list(services)
         self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self.protocols: set = set()
-        self._server = None
+        self._servers: list[asyncio.AbstractServer] = []
         self._stopped = None
 
     async def start(self):
@@ -44,11 +60,40 @@ class Server:
             self.broker.persister.run_in_thread = self._run_in_thread
         for service in self.services:
             await service.start(self)
-        self._server = await self.loop.create_server(
-            lambda: AMQPProtocol(self), self.host, self.port, reuse_address=True, backlog=1024)
-        for sock in self._server.sockets:
-            self.port = sock.getsockname()[1]
-        log.info("Warren listening for AMQP 0-9-1 on %s:%d", self.host, self.port)
+        await self._bind()
+
+    async def _bind(self) -> None:
+        """One server per address, bound in order. Port 0 takes the port the first such
+        address got, so every address of a listener shares one port."""
+        assert self.loop is not None
+        chosen: dict[int, int] = {}  # requested port 0 -> the port the kernel gave
+        try:
+            for listen in self.listen:
+                port = chosen.get(listen.port, listen.port)
+                try:
+                    server = await self.loop.create_server(
+                        lambda: AMQPProtocol(self), listen.host, port, reuse_address=True, backlog=1024)
+                except OSError as err:
+                    reason = os.strerror(err.errno) if err.errno and err.errno > 0 else str(err)
+                    if not listen.optional:
+                        raise OSError(err.errno, f"cannot listen on {_show(listen.host, port)}: {reason}") from err
+                    log.info("not listening on %s (this machine cannot bind it): %s",
+                             _show(listen.host, port), reason)
+                    continue
+                self._servers.append(server)
+                bound = server.sockets[0].getsockname()[1]
+                chosen.setdefault(listen.port, bound)
+                self.addresses.append((listen.host, bound))
+        except BaseException:
+            for bound_server in self._servers:
+                bound_server.close()
+            self._servers.clear()
+            raise
+        if not self.addresses:
+            raise OSError("no AMQP address could be bound")
+        self.host, self.port = self.addresses[0]
+        log.info("Warren listening for AMQP 0-9-1 on %s",
+                 ", ".join(_show(host, port) for host, port in self.addresses))
 
     async def serve(self):
         await self.start()
@@ -69,7 +114,8 @@ class Server:
 
     async def stop(self):
         log.info("shutting down: closing %d connections", len(self.protocols))
-        self._server.close()
+        for server in self._servers:
+            server.close()
         self.reclaimer.stop()
         for service in self.services:
             await service.stop()
@@ -82,10 +128,15 @@ class Server:
             await asyncio.sleep(0.05)
         for proto in list(self.protocols):
             proto.close()
-        await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
         persister = self.broker.persister
         if persister is not None:
             while persister.syncing:  # let a running group commit finish first
                 await asyncio.sleep(0.01)
             persister.run_in_thread = None
             persister.sync_now()
+
+
+def _show(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+"""Run the client libraries' own upstream integration suites against Warren.
+
+kombu's `t/integration/test_py_amqp.py` (py-amqp transport) and aiormq's `tests/` come
+from their PyPI sdists (by default the versions installed here; --kombu-version,
+--aiormq-version pick others), are extracted into a temp dir and run with pytest
+against a Warren broker this script starts (`python -m warren server` on free ports,
+temp data dir, management API on), or against --broker HOST:PORT. With --rabbitmq the
+same suites also run against a private RabbitMQ node (tools/rabbitmq_node.py) and the
+tests that fail on Warren but pass on RabbitMQ are listed.
+
+Missing test dependencies (pytest, aiomisc-pytest, ...) are pip-installed into the
+current environment, and the script says which. Standard library + pip only; not
+run in CI.
+
+How each suite finds the broker:
+- kombu: RABBITMQ_HOST and RABBITMQ_5672_TCP (see t/integration/test_py_amqp.py).
+- aiormq: AMQP_URL, read by the repository's root conftest.py, which the sdist does
+  not ship; we write an equivalent one (fixtures rabbitmq_container, amqp_direct_url).
+  Its amqps/TLS tests need the upstream docker image's TLS listener and client
+  certificates, so they are deselected on both brokers (listed as "not run").
+
+kombu's `flaky(reruns=5)` markers are disabled (-p no:rerunfailures) so that a
+difference shows instead of being retried away.
+
+    python3 tools/upstream_suites.py                 # both suites against Warren
+    python3 tools/upstream_suites.py --rabbitmq      # ... and RabbitMQ, compared
+    python3 tools/upstream_suites.py --suite aiormq --broker 127.0.0.1:5672
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from typing import Iterator
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# Distribution name -> requirement to install when it is missing.
+TEST_DEPS = {
+    "kombu": {"pytest": "pytest", "amqp": "amqp"},
+    "aiormq": {"pytest": "pytest", "aiomisc-pytest": "aiomisc-pytest>=2,<3",
+               "yarl": "yarl", "pamqp": "pamqp"},
+}
+
+# aiormq tests that need TLS on 5671 with tests/certs (the upstream docker image).
+AIORMQ_DESELECT_K = "not amqps and not test_ssl_ and not test_auth_external"
+
+# The root conftest.py of the aiormq repository is not in the sdist; this stands in
+# for it, with the broker taken from AMQP_URL only (no docker).
+AIORMQ_CONFTEST = '''\
+"""Written by warren tools/upstream_suites.py: the broker comes from AMQP_URL."""
+import os
+from dataclasses import dataclass, field
+
+import pytest
+from yarl import URL
+
+
+@dataclass
+class ContainerInfo:
+    id: str
+    host: str
+    ports: dict = field(default_factory=dict)
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_container():
+    url = URL(os.environ["AMQP_URL"])
+    return ContainerInfo(id="external", host=url.host or "localhost", ports={
+        "5672/tcp": url.port or 5672, "5671/tcp": 5671,
+        "15672/tcp": 15672, "15671/tcp": 15671})
+
+
+@pytest.fixture(scope="session")
+def amqp_direct_url(rabbitmq_container):
+    return URL.build(scheme="amqp", user="guest", password="guest", path="//",
+                     host=rabbitmq_container.host,
+                     port=rabbitmq_container.ports["5672/tcp"])
+'''
+
+
+def log(msg: str) -> None:
+    print(f"[upstream] {msg}", file=sys.stderr, flush=True)
+
+
+def installed_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(host: str, port: int, proc: subprocess.Popen | None, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"broker exited with status {proc.returncode}")
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on {host}:{port} after {timeout}s")
+
+
+# --- sources and dependencies ---------------------------------------------------
+
+def fetch_sdist(dist: str, version: str, dest: str) -> str:
+    """Download and extract the sdist; return the extracted source directory."""
+    # --no-binary for this project only: with :all: pip would also build the build
+    # backend's own dependencies from source (aiormq's needs maturin, i.e. cargo).
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                    "--no-binary", dist, f"{dist}=={version}", "-d", dest], check=True)
+    prefix = f"{dist.replace('-', '_')}-{version}".lower()
+    names = [n for n in os.listdir(dest) if n.lower().startswith(prefix.replace("_", "-"))
+             or n.lower().startswith(prefix)]
+    archive = next(os.path.join(dest, n) for n in names if n.endswith((".tar.gz", ".zip")))
+    with tarfile.open(archive) as tf:
+        top = tf.getnames()[0].split("/")[0]
+        if sys.version_info >= (3, 12):
+            tf.extractall(dest, filter="data")
+        else:
+            tf.extractall(dest)
+    return os.path.join(dest, top)
+
+
+def ensure_deps(suites: list[str]) -> None:
+    missing: dict[str, str] = {}
+    for suite in suites:
+        for dist, req in TEST_DEPS[suite].items():
+            if installed_version(dist) is None:
+                missing[dist] = req
+    if not missing:
+        log("test dependencies: all present")
+        return
+    log("installing missing test dependencies: " + ", ".join(missing.values()))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", *missing.values()], check=True)
+
+
+# --- brokers --------------------------------------------------------------------
+
+@contextlib.contextmanager
+def warren_broker(keep: bool) -> Iterator[tuple[str, int]]:
+    data_dir = tempfile.mkdtemp(prefix="warren-upstream-")
+    port, mgmt = free_port(), free_port()
+    log_path = os.path.join(data_dir, "broker.log")
+    with open(log_path, "ab") as logf:
+        # Run the tree this script belongs to, whatever the current directory is.
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "warren", "server", "--host", "127.0.0.1", "--port",
+             str(port), "--data-dir", data_dir, "--management-port", str(mgmt)],
+            stdout=logf, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        wait_port("127.0.0.1", port, proc)
+        log(f"Warren on 127.0.0.1:{port} (management {mgmt}, log {log_path})")
+        yield "127.0.0.1", port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if not keep:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def rabbitmq_broker() -> Iterator[tuple[str, int]]:
+    sys.path.insert(0, HERE)
+    from rabbitmq_node import RabbitMQNode
+    with RabbitMQNode() as node:
+        log(f"RabbitMQ {node.version} on {node.host}:{node.port}")
+        yield node.host, node.port
+
+
+@contextlib.contextmanager
+def external_broker(spec: str) -> Iterator[tuple[str, int]]:
+    host, _, port = spec.rpartition(":")
+    yield host or "127.0.0.1", int(port)
+
+
+# --- running and reporting -------------------------------------------------------
+
+@dataclass
+class Result:
+    suite: str
+    broker: str
+    status: int = 0
+    passed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def node_id(src: str, cls: str, name: str) -> str:
+    """pytest's node id (path::Class::test) from junit's dotted classname, to re-run it."""
+    parts = cls.split(".")
+    for i in range(len(parts), 0, -1):
+        path = "/".join(parts[:i]) + ".py"
+        if os.path.exists(os.path.join(src, path)):
+            return "::".join([path, *parts[i:], name])
+    return f"{cls}::{name}"
+
+
+def parse_junit(path: str, src: str, res: Result) -> None:
+    if not os.path.exists(path):
+        return
+    for case in ET.parse(path).getroot().iter("testcase"):
+        cls, name = case.get("classname", ""), case.get("name", "")
+        tid = node_id(src, cls, name)
+        if case.find("failure") is not None or case.find("error") is not None:
+            res.failed.append(tid)
+        elif case.find("skipped") is not None:
+            res.skipped.append(tid)
+        else:
+            res.passed.append(tid)
+    # a teardown error is reported as a second <testcase> of a test that passed
+    res.passed = [t for t in dict.fromkeys(res.passed) if t not in res.failed]
+    res.failed = list(dict.fromkeys(res.failed))
+
+
+def run_suite(suite: str, src: str, host: str, port: int, broker: str, args) -> Result:
+    res = Result(suite, broker)
+    junit = os.path.join(src, f"junit-{broker}.xml")
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+           "-p", "no:rerunfailures", f"--junitxml={junit}", "-o", "junit_family=xunit1"]
+    if installed_version("pytest-timeout"):
+        cmd += ["-p", "timeout", f"--timeout={args.test_timeout}"]
+    if suite == "kombu":
+        env.update(RABBITMQ_HOST=host, RABBITMQ_5672_TCP=str(port))
+        # the sdist's setup.cfg points testpaths at t/unit; name the file instead
+        paths = [t for t in args.select if t.startswith("t/")] or ["t/integration/test_py_amqp.py"]
+        cmd += [*paths, "-o", "testpaths="]
+    else:
+        env["AMQP_URL"] = f"amqp://guest:guest@{host}:{port}//"
+        with open(os.path.join(src, "conftest.py"), "w") as f:
+            f.write(AIORMQ_CONFTEST)
+        paths = [t for t in args.select if t.startswith("tests/")] or ["tests"]
+        cmd += [*paths, "-k", AIORMQ_DESELECT_K]
+    cmd += args.pytest_args
+    log(f"{suite} against {broker}: {' '.join(cmd[1:])}")
+    t0 = time.monotonic()
+    out = os.path.join(src, f"pytest-{broker}.log")
+    with open(out, "w") as f:
+        try:
+            res.status = subprocess.run(cmd, cwd=src, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                        timeout=args.suite_timeout).returncode
+        except subprocess.TimeoutExpired:
+            res.status = -1
+            log(f"{suite} against {broker}: timed out after {args.suite_timeout}s")
+    res.seconds = time.monotonic() - t0
+    parse_junit(junit, src, res)
+    log(f"pytest output: {out}")
+    return res
+
+
+def print_result(res: Result) -> None:
+    print(f"\n== {res.suite} on {res.broker}: {len(res.passed)} passed, {len(res.failed)} failed, "
+          f"{len(res.skipped)} skipped ({res.seconds:.0f}s, pytest status {res.status})")
+    for tid in res.failed:
+        print(f"   FAIL {tid}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--suite", choices=["kombu", "aiormq", "all"], default="all")
+    ap.add_argument("--kombu-version", default=installed_version("kombu"))
+    ap.add_argument("--aiormq-version", default=installed_version("aiormq"))
+    ap.add_argument("--broker", metavar="HOST:PORT",
+                    help="run against this broker instead of starting Warren")
+    ap.add_argument("--rabbitmq", action="store_true",
+                    help="also run against a private RabbitMQ node and compare")
+    ap.add_argument("--workdir", help="extract the sdists here and keep them (default: temp dir)")
+    ap.add_argument("--test-timeout", type=int, default=120, help="per test, seconds")
+    ap.add_argument("--suite-timeout", type=int, default=1800, help="per suite run, seconds")
+    ap.add_argument("--select", nargs="+", default=[], metavar="NODEID",
+                    help="run only these tests (t/... for kombu, tests/... for aiormq)")
+    ap.add_argument("--count", type=int, default=1, help="run each suite this many times")
+    ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
+    args = ap.parse_args(argv)
+    suites = ["kombu", "aiormq"] if args.suite == "all" else [args.suite]
+    for s in suites:
+        if not getattr(args, f"{s}_version"):
+            ap.error(f"{s} is not installed here: give --{s}-version")
+
+    ensure_deps(suites)
+    work = args.workdir or tempfile.mkdtemp(prefix="warren-upstream-src-")
+    os.makedirs(work, exist_ok=True)
+    try:
+        srcs = {s: fetch_sdist(s, getattr(args, f"{s}_version"), work) for s in suites}
+        for s, src in srcs.items():
+            log(f"{s} {getattr(args, f'{s}_version')} sources in {src}")
+
+        targets = [("warren" if not args.broker else "external",
+                    (lambda: external_broker(args.broker)) if args.broker
+                    else (lambda: warren_broker(bool(args.workdir))))]
+        if args.rabbitmq:
+            targets.append(("rabbitmq", rabbitmq_broker))
+        results: dict[tuple[str, str], Result] = {}
+        for name, make in targets:
+            with make() as (host, port):
+                for s in suites:
+                    for i in range(args.count):
+                        res = run_suite(s, srcs[s], host, port, name, args)
+                        if i == 0:
+                            results[(s, name)] = res
+                        else:  # a test counts as failed if it failed in any round
+                            merged = results[(s, name)]
+                            merged.failed += [t for t in res.failed if t not in merged.failed]
+                            merged.passed = [t for t in merged.passed if t not in merged.failed]
+                            merged.seconds += res.seconds
+                            merged.status = merged.status or res.status
+
+        if any(s == "aiormq" for s in suites):
+            print(f"\n(aiormq: not run on any broker, TLS only: -k '{AIORMQ_DESELECT_K}')")
+        for res in results.values():
+            print_result(res)
+        failed = False
+        for s in suites:
+            first = results[(s, targets[0][0])]
+            failed |= bool(first.failed) or first.status not in (0, 5)
+            if args.rabbitmq:
+                rmq = results[(s, "rabbitmq")]
+                ok_rmq = set(rmq.passed) | set(rmq.skipped)
+                diff = [t for t in first.failed if t in ok_rmq]
+                print(f"\n== {s}: fail on {targets[0][0]} but pass on RabbitMQ: {len(diff)}")
+                for tid in diff:
+                    print(f"   {tid}")
+                also = [t for t in first.failed if t in rmq.failed]
+                if also:
+                    print(f"   (fail on both: {', '.join(also)})")
+        return 1 if failed else 0
+    finally:
+        if not args.workdir:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
