@@ -83,14 +83,13 @@ def channel_error_text(err: AMQPError) -> str:
 # How deeply arguments (queue, exchange, binding, policy, headers) may nest: as deeply as an
 # AMQP field table may (RabbitMQ takes any depth over HTTP; Warren refuses what no client
 # could be sent or send). make_app lets the interpreter recurse that deep (codec.allow_nesting).
-MAX_NESTING = codec.MAX_NESTING
 TOO_DEEP = "JSON nested too deeply"
-ARGUMENTS_TOO_DEEP = f"arguments nested deeper than {MAX_NESTING} levels"
+ARGUMENTS_TOO_DEEP = f"arguments nested deeper than {codec.MAX_NESTING} levels"
 
 
 def check_nesting(value) -> None:
-    """400 if arguments (a JSON value) nest deeper than MAX_NESTING."""
-    if nesting(value) > MAX_NESTING:
+    """400 if arguments (a JSON value) nest deeper than codec.MAX_NESTING."""
+    if nesting(value) > codec.MAX_NESTING:
         raise bad_request(ARGUMENTS_TOO_DEEP)
 
 
@@ -189,7 +188,7 @@ def json_to_value(value):
 
 def json_to_table(obj) -> dict:
     """A JSON object as a field table, keys in order (as RabbitMQ's decoded JSON maps); 400
-    if it nests deeper than MAX_NESTING."""
+    if it nests deeper than codec.MAX_NESTING."""
     if obj is None:
         return {}
     if not isinstance(obj, dict):
@@ -197,7 +196,7 @@ def json_to_table(obj) -> dict:
     check_nesting(obj)
     try:
         return {k: json_to_value(obj[k]) for k in sorted(obj)}
-    except RecursionError:  # within MAX_NESTING, but deeper than this stack allows
+    except RecursionError:  # within codec.MAX_NESTING, but deeper than this stack allows
         raise bad_request(ARGUMENTS_TOO_DEEP) from None
 
 

@@ -68,10 +68,11 @@ class AMQPProtocol(asyncio.Protocol):
         self.server.protocols.discard(self)
 
     def pause_writing(self):
-        self.conn.pause_writing()
+        self._guarded(self.conn.pause_writing)
 
     def resume_writing(self):
-        self.conn.resume_writing()
+        # Resuming also handles input held back meanwhile: guarded like data_received.
+        self._guarded(self.conn.resume_writing)
 
     # the transport interface the session Connection uses ----------------------
     def write(self, data: bytes) -> None:
