@@ -4,7 +4,7 @@ starts again. It must always start, recover every intact record, say what it did
 and keep working (new publishes, acks) across further restarts.
 
 The segment layout is the documented one (warren/store/segments.py), parsed here on its own:
-an 8-byte magic, then records `u32 length | u32 crc32 | rest`; beside each segment an .ack
+an 8-byte magic, then records `u32 length | u32 checksum | rest`; beside each segment an .ack
 file of 8-byte marks `u8 kind | u32 record offset | pad | u16 check`.
 (A corrupt definitions.json is covered by tests/integration/test_restart_definitions.py.)
 """
@@ -19,7 +19,7 @@ import zlib
 import pika
 import pytest
 
-MAGIC = b"WRNSEG1\n"
+MAGIC = b"WRNSEG2\n"
 MARK_SIZE = 8
 SEGMENT_SIZE = 8 << 20
 

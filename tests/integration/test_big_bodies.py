@@ -81,8 +81,8 @@ def test_persistent_bodies_survive_a_restart(make_broker, restart_broker, uid):
 
 
 def test_bodies_paged_out_and_read_back(make_broker, uid):
-    """100 MiB of big bodies in one queue, transient and persistent alternately, all come
-    back intact and in order (whether a queue keeps them in memory or pages them out)."""
+    """More big bodies than the memory window holds (64 MiB), transient and persistent
+    alternately: those past the window are read back from the queue's segment files."""
     b = make_broker()
     queue = f"paged-{uid}"
     expected = [body_of((5 << 20) + i, i) for i in range(20)]

@@ -140,6 +140,25 @@ def test_large_records_in_the_disk_tail(tmp_path, small_segments):
     assert bodies(r.drain()) == [body_of(i) for i in range(3)]
 
 
+def test_big_bodies_page_past_the_byte_window(tmp_path, monkeypatch):
+    """Past WINDOW_BYTES of bodies in memory, big bodies page out whatever their number, are
+    read back in order, and the window refills by bytes, not by count."""
+    from warren.store import disk
+    monkeypatch.setattr(disk, "WINDOW_BYTES", 1 << 20)
+    s = Store(tmp_path, durable=False)
+    big = [bytes([i]) * ((256 << 10) + i) for i in range(12)]
+    for i, data in enumerate(big):
+        s.publish(data, persistent=i % 3 == 0)
+    s.persister.flush()
+    assert s.store.fresh_bytes <= (1 << 20) + (256 << 10) + 12
+    assert s.store.disk_count == len(big) - 4
+    got = []
+    while (qm := s.get()) is not None:
+        got.append(qm.message.body)
+        assert s.store.fresh_bytes <= (1 << 20) + (256 << 10) + 12
+    assert got == big
+
+
 def test_requeue_order(tmp_path, small_segments):
     s = Store(tmp_path, window=4)
     s.publish_many(range(40))
@@ -412,3 +431,43 @@ def test_segment_created_just_before_a_crash_is_not_corruption(tmp_path):
     assert not os.path.exists(empty)
     r.publish_many([3])
     assert bodies(r.drain()) == [body_of(i) for i in range(4)]
+
+
+def _rewrite_as_v1(path: str) -> None:
+    """Turn a segment into the first format (WRNSEG1, crc32 checksums), record by record."""
+    import zlib
+    with open(path, "rb") as f:
+        data = f.read()
+    records, end, problem = sg.scan(data)
+    assert problem is None and records
+    out = bytearray(sg.MAGIC_V1)
+    for offset, _flags, _seq in records:
+        length, _crc = sg.RECORD_PREFIX.unpack_from(data, offset)
+        rest = data[offset + sg.PREFIX_SIZE:offset + sg.PREFIX_SIZE + length]
+        out += sg.RECORD_PREFIX.pack(length, zlib.crc32(rest)) + rest
+    with open(path, "wb") as f:
+        f.write(out)
+
+
+def test_segments_of_the_first_format_are_recovered(tmp_path, small_segments):
+    """Segments written before the xxh3 checksum (WRNSEG1, crc32) are read after an upgrade,
+    and a corrupt one is still detected by its crc32."""
+    s = Store(tmp_path)
+    s.publish_many(range(30), size=3000)
+    files = s.seg_files()
+    assert len(files) > 1
+    for name in files:
+        _rewrite_as_v1(os.path.join(s.dir, name))
+    s2 = s.crash()
+    assert bodies(s2.drain()) == [body_of(i, 3000) for i in range(30)]
+
+    s3 = Store(tmp_path / "other")
+    s3.publish_many(range(5), size=3000)
+    path = os.path.join(s3.dir, s3.seg_files()[-1])
+    _rewrite_as_v1(path)
+    with open(path, "r+b") as f:  # one flipped byte in the last record's body
+        f.seek(-10, os.SEEK_END)
+        byte = f.read(1)
+        f.seek(-10, os.SEEK_END)
+        f.write(bytes((byte[0] ^ 0xFF,)))
+    assert bodies(s3.crash().drain()) == [body_of(i, 3000) for i in range(4)]

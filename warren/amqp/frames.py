@@ -28,7 +28,7 @@ def method_frame(channel: int, method: Method) -> bytes:
     return _pack_head(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
 
 
-def content_frames(out: list, channel: int, header: bytes, body: bytes, frame_max: int) -> None:
+def content_frames(out: list, channel: int, header: bytes, body: bytes | bytearray, frame_max: int) -> None:
     """Append the header frame and body frames of a message to `out`."""
     out.append(_pack_head(FRAME_HEADER, channel, len(header)))
     out.append(header)

@@ -8,6 +8,10 @@ from typing import Any
 
 from .properties import FLAG_HEADERS, decode_properties, delivery_mode
 
+# A body as received: bytes, or for a body that spanned frames the bytearray it was
+# assembled in (or read back into) -- never written to once it is a Message's.
+Body = bytes | bytearray
+
 
 class Message:
     """One published message, shared by every queue it is routed to.
@@ -18,7 +22,7 @@ class Message:
 
     __slots__ = ("exchange", "routing_key", "route", "header", "body", "_props")
 
-    def __init__(self, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes):
+    def __init__(self, exchange: str, routing_key: str, route: bytes, header: bytes, body: Body):
         self.exchange = exchange
         self.routing_key = routing_key
         self.route = route

@@ -187,7 +187,7 @@ def check_message_size(broker: Broker, size: int) -> None:
 
 
 def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes, header: bytes,
-          body: bytes) -> tuple[Message, list]:
+          body: bytes | bytearray) -> tuple[Message, list]:
     """The checks and routing of one publish: (message, queues it goes to). The caller then
     enqueues (now, or at tx.commit) and answers an unroutable mandatory message.
 

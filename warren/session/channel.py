@@ -27,7 +27,7 @@ from . import frame_errors
 from .transaction import Transaction, TxPublish
 
 if TYPE_CHECKING:
-    from ..amqp.message import Message
+    from ..amqp.message import Body, Message
     from ..store.queued_message import QueuedMessage
     from .connection import Connection
     from .transaction import Unacked
@@ -79,8 +79,9 @@ class Channel:
         # The content being assembled: the publish method, then its header and body parts.
         self.publishing: PublishMethod | None = None
         self.content_header: bytes | None = None
-        self.body_parts: list[bytes] | None = None  # only for bodies split over several frames
-        self.body_remaining = 0
+        self.body_size = self.body_remaining = 0
+        # A body split over several frames: views of the reads its frames came in.
+        self.body_parts: list[memoryview] | None = None
         self._last_publish: PublishMethod | None = None
         self._last_header = b""
         self.consumers: dict[str, Consumer] = {}
@@ -167,33 +168,58 @@ class Channel:
                 header = header[:13] + bytes((flags & 0xFC,)) + header[14:]
             self._last_header = header
         self.content_header = header
-        self.body_remaining = body_size
+        self.body_size = self.body_remaining = body_size
         if body_size == 0:
             self._publish_complete(self.publishing, header, b"")
 
-    def body_frame(self, payload) -> None:
+    def body_frame(self, buf: bytes, start: int, end: int) -> None:
+        """A body frame whose payload is buf[start:end] (a read of the connection)."""
         if self.state == CLOSING:
             return
         if self.publishing is None:
             raise unexpected_frame("expected method frame, got non method frame instead")
         if self.content_header is None:
             raise _content_expected("header")
-        remaining = self.body_remaining - len(payload)
+        size = end - start
+        remaining = self.body_remaining - size
         if remaining < 0:
             # RabbitMQ 3.10 silently waits for more (the next method frame then fails): Warren
             # says what is wrong at once.
-            raise unexpected_frame(f"content body of {len(payload)} bytes exceeds the {self.body_remaining} "
+            raise unexpected_frame(f"content body of {size} bytes exceeds the {self.body_remaining} "
                                    "bytes left of the size in the content header", _PUBLISH_IDS)
-        parts = self.body_parts
-        if remaining == 0 and parts is None:
-            self._publish_complete(self.publishing, self.content_header, bytes(payload))
+        if remaining == 0 and size == self.body_size:
+            # The whole body in one frame (the common case): its only copy, out of the read.
+            self._publish_complete(self.publishing, self.content_header, buf[start:end])
             return
+        # A part of a body that spans frames: a view of the read, copied once by the join.
+        self._body_part([memoryview(buf)[start:end]], size)
+
+    def accepts_body(self, size: int) -> bool:
+        """Whether a body frame of `size` octets is what this channel expects now: then the
+        connection may collect its payload as it arrives (body_received); else the frame is
+        read whole and body_frame says what is wrong with it."""
+        return (self.state == OPEN and self.publishing is not None
+                and self.content_header is not None and size <= self.body_remaining)
+
+    def body_received(self, parts: list[memoryview], size: int) -> None:
+        """A body frame that spanned reads has arrived whole: `parts` are views of them."""
+        if self.state != OPEN or self.publishing is None or self.content_header is None:
+            return  # the channel closed meanwhile
+        self._body_part(parts, size)
+
+    def _body_part(self, views: list[memoryview], size: int) -> None:
+        parts = self.body_parts
         if parts is None:
             parts = self.body_parts = []
-        parts.append(bytes(payload))
-        self.body_remaining = remaining
-        if remaining == 0:
-            self._publish_complete(self.publishing, self.content_header, b"".join(parts))
+        parts.extend(views)
+        self.body_remaining -= size
+        if self.body_remaining == 0:
+            # One copy, into the message's body: no zeroed buffer filled in place (zeroing
+            # fresh pages cost as much as the copy), and a header alone allocates nothing.
+            body = b"".join(parts)
+            self.body_parts = None
+            assert self.publishing is not None and self.content_header is not None
+            self._publish_complete(self.publishing, self.content_header, body)
 
     def _closing_frame(self, payload) -> None:
         # After we sent channel.close, everything but close/close-ok is dropped.
@@ -440,7 +466,7 @@ class Channel:
             raise not_implemented("immediate=true")
         self.publishing = self._last_publish = PublishMethod(exchange, routing_key, route, bool(bits & 1))
 
-    def _publish_complete(self, pub: PublishMethod, header: bytes, body: bytes) -> None:
+    def _publish_complete(self, pub: PublishMethod, header: bytes, body: Body) -> None:
         """The content of `pub` is complete (the callers pass self.publishing and
         self.content_header, which they checked are set)."""
         self.publishing = None
@@ -450,7 +476,7 @@ class Channel:
             self.error(err, *_PUBLISH_IDS)
 
     def publish(self, exchange_name: str, routing_key: str, route: bytes, mandatory: bool, header: bytes,
-                body: bytes) -> None:
+                body: Body) -> None:
         message, queues = _route(self.actor, exchange_name, routing_key, route, header, body)
         self.stats["publish"] += 1
         if self.tx is not None:
@@ -663,6 +689,7 @@ class Channel:
         self._tx_restore_unacked()  # uncommitted acks did not happen: requeue those too
         self.tx = None
         self.publishing = None
+        self.body_parts = None
         if self.unacked:
             self.requeue_unacked()
         self.state = CLOSING

@@ -12,6 +12,7 @@ import logging
 import platform
 import struct
 import time
+from collections import deque
 from typing import TYPE_CHECKING
 
 from .. import __version__
@@ -79,6 +80,9 @@ OUTPUT_HIGH_WATER = 1 << 20
 # passed by reference (joining small frames is cheaper than writev of many pieces).
 _JOIN_LIMIT = 256 << 10
 _BIG_PIECE = 64 << 10
+# A body frame at least this big that has not arrived whole is collected as views of the
+# reads it arrives in, and copied once with the rest of its body (Channel.body_received).
+_STREAM_MIN = 4096
 
 CAPABILITIES = {
     "publisher_confirms": True,
@@ -108,7 +112,17 @@ class Connection:
         self.transport = transport
         self.peer = transport.peer
         self.state = AWAIT_HEADER
-        self.buf = bytearray()
+        # Received bytes not handled yet: the reads themselves (immutable bytes, so frames are
+        # sliced out of them and no view can see them change), from head_pos of the first.
+        self.pending: deque[bytes] = deque()
+        self.pending_len = 0
+        self.head_pos = 0
+        self.read_pos = 0  # where _read_frames stopped (also when a frame raised)
+        # The body frame being collected as it arrives: its channel, views of its payload so
+        # far, and how many payload octets are still to come (then its frame end).
+        self.sink_channel: Channel | None = None
+        self.sink_parts: list[memoryview] | None = None
+        self.sink_left = self.sink_size = 0
         self.out: list[bytes] = []
         self.out_bytes = 0
         self.flush_scheduled = False
@@ -133,26 +147,36 @@ class Connection:
     def data_received(self, data) -> None:
         if self.state == CLOSED:
             return
-        self.buf += data
+        if type(data) is not bytes:
+            data = bytes(data)  # frames are sliced out of immutable reads (uvloop gives bytes)
         self.recv_oct += len(data)
         self.recv_cnt += 1
+        if data:
+            self.pending.append(data)
+            self.pending_len += len(data)
         self._process_input()
 
+    @property
+    def buf(self) -> bytes:
+        """The input received and not handled yet (for tests and debugging)."""
+        return self._peek(self.pending_len)
+
     def _process_input(self) -> None:
-        """Handle the complete frames in `buf`, then write the replies. Processing stops early
-        once this tick's output passes the high-water mark (a client pipelining basic.gets of
-        big messages must not make one tick's output unbounded): the rest of `buf` waits, and
-        the socket is not read, until the output has been written (`_continue_input`)."""
+        """Handle the complete frames of the pending input, then write the replies. Processing
+        stops early once this tick's output passes the high-water mark (a client pipelining
+        basic.gets of big messages must not make one tick's output unbounded): the rest of
+        the input waits, and the socket is not read, until the output has been written
+        (`_continue_input`)."""
         # We flush at the end anyway: don't let output made meanwhile schedule another flush.
         self.flush_scheduled = True
         try:
             if self.state != AWAIT_HEADER or self._read_protocol_header():
-                self._read_frames()
+                self._read_input()
         except AMQPError as err:
             self.connection_error(err, *(err.method_ids or (0, 0)))
         except DecodeError as err:
             self.connection_error(syntax_error(str(err)))
-        held = self.out_bytes > OUTPUT_HIGH_WATER and bool(self.buf) and self.state != CLOSED
+        held = self.out_bytes > OUTPUT_HIGH_WATER and self.pending_len > 0 and self.state != CLOSED
         self.flush()
         if held:
             self.throttle.add(Reason.INPUT_HELD)
@@ -169,16 +193,15 @@ class Connection:
                 self._process_input()
 
     def _read_protocol_header(self) -> bool:
-        buf = self.buf
-        if len(buf) < 8:
-            head = bytes(buf)
+        if self.pending_len < 8:
+            head = self._peek(self.pending_len)
             if not (PROTOCOL_HEADER.startswith(head) or _LEGACY_0_9_HEADER.startswith(head)):
                 self._refuse_protocol()
             return False
-        if bytes(buf[:8]) not in (PROTOCOL_HEADER, _LEGACY_0_9_HEADER):
+        if self._peek(8) not in (PROTOCOL_HEADER, _LEGACY_0_9_HEADER):
             self._refuse_protocol()
             return False
-        del buf[:8]
+        self._advance(8)
         self.state = AWAIT_START_OK
         self.send_method(0, spec.ConnectionStart(
             version_major=0, version_minor=9,
@@ -192,42 +215,134 @@ class Connection:
         self.transport.write(PROTOCOL_HEADER)
         self.transport.close()
 
-    def _read_frames(self) -> None:
-        buf = self.buf
+    # The pending reads: the frames that lie whole in one read are handled right where they
+    # are; a frame split over reads is joined (small ones) or, a big body frame, copied
+    # piece by piece into its message body as its bytes arrive.
+    def _advance(self, n: int) -> None:
+        """Drop the first n pending octets."""
+        pending = self.pending
+        self.pending_len -= n
+        pos = self.head_pos + n
+        while pending and pos >= len(pending[0]):
+            pos -= len(pending.popleft())
+        self.head_pos = pos
+
+    def _peek(self, n: int) -> bytes:
+        """The first n pending octets (n <= pending_len)."""
+        chunk = self.pending[0] if self.pending else b""
+        pos = self.head_pos
+        if len(chunk) - pos >= n:
+            return chunk[pos:pos + n]
+        parts = []
+        for chunk in self.pending:
+            parts.append(memoryview(chunk)[pos:pos + n])
+            n -= len(chunk) - pos
+            pos = 0
+            if n <= 0:
+                break
+        return b"".join(parts)
+
+    def _read_input(self) -> None:
+        pending = self.pending
+        while self.pending_len:
+            if self.state == CLOSED or self.out_bytes > OUTPUT_HIGH_WATER:
+                return
+            if self.sink_parts is not None:
+                if not self._fill_sink():
+                    return
+                continue
+            buf = pending[0]
+            pos = self.head_pos
+            avail = len(buf) - pos
+            if avail >= 7 and avail >= 8 + _unpack_head(buf, pos)[2]:
+                # The hot path: whole frames, handled in place in this read.
+                try:
+                    self._read_frames(buf, pos)
+                finally:
+                    self._advance(self.read_pos - pos)
+                continue
+            # The next frame is not whole in this read.
+            if self.pending_len < 7:
+                return
+            ftype, ch, size = _unpack_head(buf if avail >= 7 else self._peek(7), pos if avail >= 7 else 0)
+            if size > self.frame_max:
+                raise frame_errors.frame_too_large(ftype, size, self.frame_max)
+            if ftype == FRAME_BODY and size >= _STREAM_MIN and self.state == OPEN:
+                channel = self.channels.get(ch)
+                if channel is not None and channel.accepts_body(size):
+                    self._advance(7)
+                    self.sink_channel = channel
+                    self.sink_parts = []
+                    self.sink_left = self.sink_size = size
+                    continue
+            if self.pending_len < size + 8:
+                return
+            frame = self._peek(size + 8)  # a small frame split over reads: joined
+            try:
+                self._read_frames(frame, 0)
+            finally:
+                self._advance(self.read_pos)
+
+    def _fill_sink(self) -> bool:
+        """Take pending octets into the body frame being collected; True once it is whole
+        (and handed to its channel), False when it waits for more."""
+        pending = self.pending
+        parts = self.sink_parts
+        assert parts is not None
+        while self.sink_left and pending:
+            chunk = pending[0]
+            pos = self.head_pos
+            n = min(self.sink_left, len(chunk) - pos)
+            parts.append(memoryview(chunk)[pos:pos + n])
+            self.sink_left -= n
+            self._advance(n)
+        if self.sink_left or not pending:
+            return False
+        end = pending[0][self.head_pos]
+        self._advance(1)
+        channel, size = self.sink_channel, self.sink_size
+        self.sink_channel = self.sink_parts = None
+        if end != FRAME_END:
+            raise frame_errors.bad_frame_end(FRAME_BODY, bytes(parts[0][:16]), end)
+        assert channel is not None
+        channel.body_received(parts, size)
+        return True
+
+    def _read_frames(self, buf: bytes, pos: int) -> None:
+        """Handle the whole frames of `buf` from `pos` on; read_pos tells where it stopped."""
         n = len(buf)
-        pos = 0
         channels = self.channels
         try:
             while n - pos >= 7:
                 ftype, ch, size = _unpack_head(buf, pos)
                 if size > self.frame_max:  # RabbitMQ lets a payload reach frame_max (its "fudge")
                     raise frame_errors.frame_too_large(ftype, size, self.frame_max)
-                end = pos + 7 + size
+                start = pos + 7
+                end = start + size
                 if end >= n:
                     break
                 if buf[end] != FRAME_END:
-                    raise frame_errors.bad_frame_end(ftype, buf[pos + 7:end], buf[end])
-                payload = buf[pos + 7:end]
+                    raise frame_errors.bad_frame_end(ftype, buf[start:end], buf[end])
                 pos = end + 1
                 channel = channels.get(ch)
                 if channel is not None and self.state == OPEN:
                     # Hot path: frames for an open channel.
                     if ftype == FRAME_METHOD:
-                        channel.method_frame(payload)
+                        channel.method_frame(buf[start:end])
                     elif ftype == FRAME_BODY:
-                        channel.body_frame(payload)
+                        channel.body_frame(buf, start, end)
                     elif ftype == FRAME_HEADER:
-                        channel.header_frame(payload)
-                    elif ftype == FRAME_HEARTBEAT and not payload:
-                        raise frame_errors.unexpected_frame(ftype, payload)  # on a channel
+                        channel.header_frame(buf[start:end])
+                    elif ftype == FRAME_HEARTBEAT and not size:
+                        raise frame_errors.unexpected_frame(ftype, b"")  # on a channel
                     else:
-                        raise frame_errors.unknown_frame(ftype, payload)
+                        raise frame_errors.unknown_frame(ftype, buf[start:end])
                 else:
-                    self._other_frame(ftype, ch, payload)
+                    self._other_frame(ftype, ch, buf[start:end])
                 if self.state == CLOSED or self.out_bytes > OUTPUT_HIGH_WATER:
                     return
         finally:
-            del buf[:pos]
+            self.read_pos = pos
 
     def _other_frame(self, ftype, ch, payload) -> None:
         # RabbitMQ's order: the frame's shape (501 unknown_frame), then where it arrived.

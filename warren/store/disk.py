@@ -13,10 +13,11 @@ import os
 import shutil
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from itertools import chain
+from typing import TYPE_CHECKING, Callable
 
 from ..amqp.codec import read_shortstr
-from ..amqp.message import Message
+from ..amqp.message import Body, Message
 from . import segments as sg
 from .queued_message import QueuedMessage
 from .interface import take_head
@@ -28,15 +29,24 @@ if TYPE_CHECKING:
 log = logging.getLogger("warren.store")
 
 WINDOW = 32768          # fresh messages kept in memory before paging starts
+# ... and before big bodies page, whatever their number. A per-queue bound until memory-based
+# paging (the memory watermark) decides: paging a backlog that a consumer is draining costs
+# more than it saves (measured: half the rate of 64 KiB-1 MiB bodies with a 64 MiB bound).
+WINDOW_BYTES = 1 << 30
 FLAG_DURABLE = sg.FLAG_DURABLE
 READ_CHUNK = 1 << 20
+# After a record bigger than a read chunk, read this much first: the next record is likely
+# big too, and its body is read on its own.
+_PROBE = 16 << 10
+BIG_BODY = 64 << 10      # a body this big is written from the message, not copied first
+_IOV_MAX = 1024
 
 
 class Segment:
     """One segment file and its ack file, with what is known of their records."""
 
     __slots__ = ("id", "path", "fd", "ack_fd", "size", "flushed", "count", "acked", "acked_set",
-                 "delivered", "wbuf", "marks", "persister")
+                 "delivered", "pieces", "tail", "marks", "persister", "check")
 
     def __init__(self, persister: "Persister", directory: str, seg_id: int, create: bool):
         self.persister = persister
@@ -49,20 +59,32 @@ class Segment:
         self.count = self.acked = 0
         self.acked_set: set[int] = set()        # offsets of settled records
         self.delivered: dict[int, int] = {}     # offset -> deliveries before a restart
-        self.wbuf = bytearray()
+        # The bytes not written yet, in order: `pieces` (message bodies by reference, and
+        # finished runs of small records), then `tail`, where small records gather.
+        self.pieces: list[Body | memoryview] = []
+        self.tail = bytearray()
         self.marks = bytearray()
+        self.check: Callable[[sg.Buffer], int] = sg.checksum  # its records' checksum (a recovered segment: by its magic)
         if create:
-            self.wbuf += sg.MAGIC
+            self.tail += sg.MAGIC
             self.size = len(sg.MAGIC)
             try:  # an .ack file left by a crash while a settled segment of this id was removed
                 os.unlink(self.path[:-4] + ".ack")
             except FileNotFoundError:
                 pass
 
-    def append(self, record: bytes) -> int:
+    def append(self, record: bytes, body: Body | None = None) -> int:
+        """Add a record; with `body`, `record` is its head and the body is written from the
+        message's own buffer (no copy, and the message never changes: see Message)."""
         offset = self.size
-        self.wbuf += record
-        self.size += len(record)
+        self.tail += record
+        size = len(record)
+        if body is not None:
+            self.pieces.append(self.tail)
+            self.pieces.append(body)
+            self.tail = bytearray()
+            size += len(body)
+        self.size += size
         self.count += 1
         self.persister.dirty.add(self)
         return offset
@@ -75,10 +97,20 @@ class Segment:
         # pwrite at the flushed offset: a retry after a failed (partial) write overwrites it.
         fd = self.fd
         assert fd is not None, "write to a removed segment"
-        while self.wbuf:
-            n = os.pwrite(fd, self.wbuf, self.flushed)
+        pieces = self.pieces
+        if self.tail:
+            pieces.append(self.tail)
+            self.tail = bytearray()
+        while pieces:
+            n = os.pwritev(fd, pieces[:_IOV_MAX], self.flushed)
             self.flushed += n
-            del self.wbuf[:n]
+            done = 0
+            while done < len(pieces) and n >= len(pieces[done]):
+                n -= len(pieces[done])
+                done += 1
+            del pieces[:done]
+            if n:
+                pieces[0] = memoryview(pieces[0])[n:]
         if self.marks:
             if self.ack_fd is None:
                 self.ack_fd = os.open(self.path[:-4] + ".ack", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -88,15 +120,39 @@ class Segment:
                 raise OSError("short write of ack marks")
 
     def read(self, offset: int, length: int) -> bytes:
-        """Bytes of the segment, whether written yet or still buffered."""
-        if offset >= self.flushed:
-            start = offset - self.flushed
-            return bytes(self.wbuf[start:start + length])
-        assert self.fd is not None, "read from a removed segment"
-        data = os.pread(self.fd, min(length, self.flushed - offset), offset)
-        if offset + length > self.flushed and self.wbuf:
-            data += bytes(self.wbuf[:offset + length - self.flushed])
-        return data
+        """Bytes of the segment (up to `length`), whether written yet or still buffered."""
+        end = offset + length
+        parts: list[bytes | memoryview] = []
+        if offset < self.flushed:
+            assert self.fd is not None, "read from a removed segment"
+            data = os.pread(self.fd, min(end, self.flushed) - offset, offset)
+            if end <= self.flushed:
+                return data
+            parts.append(data)
+        pos = self.flushed
+        for piece in chain(self.pieces, (self.tail,)):
+            size = len(piece)
+            if pos + size > offset:
+                parts.append(memoryview(piece)[max(offset - pos, 0):end - pos])
+            pos += size
+            if pos >= end:
+                break
+        return b"".join(parts)
+
+    def read_body(self, offset: int, length: int) -> Body:
+        """A body of the segment, read into the object the message will keep: straight from
+        the file, or the message's own body while it is still waiting to be written."""
+        if offset + length <= self.flushed:
+            assert self.fd is not None, "read from a removed segment"
+            return os.pread(self.fd, length, offset)
+        pos = self.flushed
+        for piece in self.pieces:
+            if pos == offset and len(piece) == length and not isinstance(piece, memoryview):
+                return piece
+            pos += len(piece)
+            if pos > offset:
+                break
+        return self.read(offset, length)
 
     def remove(self) -> None:
         self.persister.dirty.discard(self)
@@ -121,12 +177,15 @@ def _route_parts(route: bytes) -> tuple[str, str]:
 class DiskQueueStore:
     """The QueueStore of a queue when the broker has a data directory."""
 
-    def __init__(self, persister: "Persister", directory: str, durable: bool, window: int = WINDOW):
+    def __init__(self, persister: "Persister", directory: str, durable: bool, window: int = WINDOW,
+                 window_bytes: int | None = None):
         self.persister = persister
         self.directory = directory
         self.durable = durable
         self.window = window
+        self.window_bytes = WINDOW_BYTES if window_bytes is None else window_bytes
         self._fresh: deque[QueuedMessage] = deque()
+        self.fresh_bytes = 0      # bodies in _fresh
         self._requeued = RequeuedMessages()
         self.ready_bytes = 0
         self.disk_count = 0       # ready messages that live only in the segments
@@ -148,24 +207,29 @@ class DiskQueueStore:
         return 0
 
     def push(self, qm: QueuedMessage) -> None:
-        self.ready_bytes += len(qm.message.body)
-        if self.disk_count or len(self._fresh) >= self.window:
+        size = len(qm.message.body)
+        self.ready_bytes += size
+        if (self.disk_count or len(self._fresh) >= self.window
+                or (size >= BIG_BODY and self.fresh_bytes >= self.window_bytes)):
             seg = qm.seg if qm.seg is not None else self._append(qm, sg.FLAG_PAGED)
             if not self.disk_count:
                 self.cursor = (seg, qm.off)
             self.disk_count += 1
             return
         self._fresh.append(qm)
+        self.fresh_bytes += size
 
     def pop(self) -> QueuedMessage | None:
         if self._requeued:
             qm = self._requeued.take()
         else:
-            if len(self._fresh) <= self.window // 2 and self.disk_count:
+            if (self.disk_count and len(self._fresh) <= self.window // 2
+                    and self.fresh_bytes <= self.window_bytes // 2):
                 self._load(self.window // 2 + 1)
             if not self._fresh:
                 return None
             qm = self._fresh.popleft()
+            self.fresh_bytes -= len(qm.message.body)
         self.ready_bytes -= len(qm.message.body)
         return qm
 
@@ -208,7 +272,7 @@ class DiskQueueStore:
             self.settle(self._fresh.popleft())
         if self.disk_count:
             self._purge_disk_tail()
-        self.ready_bytes = 0
+        self.ready_bytes = self.fresh_bytes = 0
         return count
 
     def peek_all(self) -> list[QueuedMessage]:
@@ -227,7 +291,11 @@ class DiskQueueStore:
         if seg is None or seg.size >= sg.SEGMENT_SIZE:
             seg = self._roll()
         msg = qm.message
-        qm.off = seg.append(sg.encode_record(flags, qm.seq, msg.route, msg.header, msg.body))
+        body = msg.body
+        if len(body) >= BIG_BODY:
+            qm.off = seg.append(sg.encode_record_head(flags, qm.seq, msg.route, msg.header, body), body)
+        else:
+            qm.off = seg.append(sg.encode_record(flags, qm.seq, msg.route, msg.header, body))
         qm.seg = seg
         qm.durable = flags == sg.FLAG_DURABLE
         return seg
@@ -252,7 +320,8 @@ class DiskQueueStore:
 
     # ---------------------------------------------------------------- reading
     def _load(self, want: int) -> None:
-        """Move up to `want` messages from the disk tail into the in-memory window."""
+        """Move up to `want` messages (and about window_bytes) from the disk tail into the
+        in-memory window."""
         assert self.cursor is not None  # there is a disk tail
         seg, offset = self.cursor
         fresh = self._fresh
@@ -263,7 +332,9 @@ class DiskQueueStore:
         head_size, prefix_size, header_len_size = sg.HEAD_SIZE, sg.PREFIX_SIZE, sg.HEADER_LEN_SIZE
         last_route = last_header = b""  # never a record's (a route holds two shortstrs)
         last_parts = ("", "")
-        while want > 0 and self.disk_count:
+        read_size = READ_CHUNK
+        room = self.window_bytes - self.fresh_bytes
+        while want > 0 and self.disk_count and (room > 0 or not fresh):
             if offset >= seg.size:
                 ids = ids or sorted(self.segments)
                 later = [i for i in ids if i > seg.id]
@@ -277,21 +348,33 @@ class DiskQueueStore:
                     self.cursor = (seg, offset)
                     self._drop(finished)
                 continue
-            chunk = seg.read(offset, READ_CHUNK)
+            chunk = seg.read(offset, read_size)
             size = len(chunk)
             pos = 0
             acked, delivered = seg.acked_set, seg.delivered
             # The hottest loop of a draining deep queue: unpack by hand, and share the route
             # and header of consecutive alike records (as the publishing channel did).
-            while want and pos + head_size <= size:
+            while want and pos + head_size <= size and (room > 0 or not fresh):
                 length, _crc, flags, seq, route_len = unpack_head(chunk, pos)
                 end = pos + prefix_size + length
+                body: Body | None = None
                 if end > size:
-                    if pos == 0:  # a record larger than the chunk
-                        size = end = sg.record_size(length)
-                        chunk = seg.read(offset, size)
-                    else:
+                    if pos:
                         break
+                    # A record larger than the chunk (a big body): the body is read on its
+                    # own, into the object the message keeps; the next read starts small.
+                    size = end
+                    read_size = _PROBE
+                    if not (acked and offset in acked):
+                        start = head_size + route_len + header_len_size
+                        if start > len(chunk):
+                            chunk = seg.read(offset, start)
+                        start += unpack_header_len(chunk, start - header_len_size)[0]
+                        if start > len(chunk):
+                            chunk = seg.read(offset, start)
+                        body = seg.read_body(offset + start, end - start)
+                else:
+                    read_size = READ_CHUNK
                 record_offset = offset + pos
                 p = pos + head_size
                 pos = end
@@ -301,13 +384,14 @@ class DiskQueueStore:
                 p += route_len
                 header_end = p + header_len_size + unpack_header_len(chunk, p)[0]
                 header = chunk[p + header_len_size:header_end]
+                if body is None:
+                    body = chunk[header_end:end]
                 if route != last_route:
                     last_route = route
                     last_parts = _route_parts(route)
                 if header != last_header:
                     last_header = header
-                qm = QueuedMessage(seq, Message(last_parts[0], last_parts[1], last_route, last_header,
-                                                chunk[header_end:end]))
+                qm = QueuedMessage(seq, Message(last_parts[0], last_parts[1], last_route, last_header, body))
                 qm.seg = seg
                 qm.off = record_offset
                 qm.durable = flags == FLAG_DURABLE
@@ -317,6 +401,8 @@ class DiskQueueStore:
                         qm.redelivered = True
                         qm.deliveries = deliveries
                 fresh.append(qm)
+                room -= len(body)
+                self.fresh_bytes += len(body)
                 want -= 1
                 self.disk_count -= 1
                 if not self.disk_count:
@@ -341,7 +427,7 @@ class DiskQueueStore:
                 continue
             start = offset if current is seg else len(sg.MAGIC)
             data = current.read(start, current.size - start)
-            records, _, _ = sg.scan(data, 0)
+            records, _, _ = sg.scan(data, 0, current.check)
             for rel, flags, _seq in records:
                 off = start + rel
                 if off in current.acked_set:
@@ -379,12 +465,14 @@ class DiskQueueStore:
                 seg.acked_set, seg.delivered = acked, delivered
             with open(seg.path, "rb") as f:
                 data = f.read()
-            if not data.startswith(sg.MAGIC):
+            check = sg.CHECKSUMS.get(data[:len(sg.MAGIC)])
+            if check is None:
                 if not sg.MAGIC.startswith(data):  # else just created before a crash
                     self._quarantine(seg, "bad segment header")
                 seg.remove()  # (copied to quarantine): its id must be free for new segments
                 continue
-            records, good_end, problem = sg.scan(data)
+            seg.check = check
+            records, good_end, problem = sg.scan(data, len(sg.MAGIC), check)
             if problem:
                 if name == last_name:
                     if "checksum" in problem:  # damage rather than a torn append: keep a copy

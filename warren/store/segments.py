@@ -2,7 +2,7 @@
 
 A queue's messages live in numbered segment files (`0000000001.seg`, ...). Each record is
 
-    u32 length of the rest | u32 crc32 of the rest | u8 flags | u64 queue sequence number
+    u32 length of the rest | u32 checksum of the rest | u8 flags | u64 queue sequence number
     | u16 route length | route (exchange and routing-key shortstrs) | u32 header length
     | content header payload | body
 
@@ -10,6 +10,11 @@ so the content header and body are stored exactly as the publisher sent them. Be
 segment an `.ack` file collects 8-byte marks -- a message was acked (or dropped) or was
 delivered -- each with its own check bits. A torn or corrupt tail is detected by the
 checksums when a segment is scanned at start-up.
+
+The checksum is the low 32 bits of xxh3-64 in segments that start with MAGIC (WRNSEG2):
+zlib's crc32 runs at about 3 GB/s here and cost a fifth of the broker's time on 1 MiB
+bodies, xxh3 at about 60 GB/s. Segments of the first format (MAGIC_V1, crc32) are still
+read: a segment is never appended to after a restart, so each keeps its own format.
 
 This module is the only place that knows the layout: scan() checks records, read_record()
 reads one back without a store (stream queues, offline readers), and DiskQueueStore's drain
@@ -20,11 +25,14 @@ measurably slower there).
 import os
 import struct
 import zlib
-from typing import NamedTuple
+from typing import Callable, NamedTuple
+
+import xxhash
 
 Buffer = bytes | bytearray | memoryview
 
-MAGIC = b"WRNSEG1\n"
+MAGIC = b"WRNSEG2\n"      # records checked with xxh3 (written by this version)
+MAGIC_V1 = b"WRNSEG1\n"   # records checked with crc32 (read only)
 SEGMENT_SIZE = 8 << 20
 
 FLAG_DURABLE = 1   # a persistent message in a durable queue: survives restarts
@@ -72,9 +80,34 @@ def ack_name(seg_id: int) -> str:
     return f"{seg_id:010d}.ack"
 
 
-def encode_record(flags: int, seq: int, route: bytes, header: bytes, body: bytes) -> bytes:
+_xxh3 = xxhash.xxh3_64_intdigest
+
+
+def checksum(data: Buffer) -> int:
+    """A record's checksum in a MAGIC segment."""
+    return _xxh3(data) & 0xFFFFFFFF
+
+
+def checksum_v1(data: Buffer) -> int:
+    """A record's checksum in a MAGIC_V1 segment."""
+    return zlib.crc32(data)
+
+
+CHECKSUMS: dict[bytes, Callable[[Buffer], int]] = {MAGIC: checksum, MAGIC_V1: checksum_v1}
+
+
+def encode_record(flags: int, seq: int, route: bytes, header: bytes, body: Buffer) -> bytes:
     rest = b"".join((_FIXED.pack(flags, seq, len(route)), route, HEADER_LEN.pack(len(header)), header, body))
-    return RECORD_PREFIX.pack(len(rest), zlib.crc32(rest)) + rest
+    return RECORD_PREFIX.pack(len(rest), _xxh3(rest) & 0xFFFFFFFF) + rest
+
+
+def encode_record_head(flags: int, seq: int, route: bytes, header: bytes, body: Buffer) -> bytes:
+    """A record without its body, which the caller writes right after it: a big body is
+    written from the message itself, never joined with its head (the checksum covers it)."""
+    head = b"".join((_FIXED.pack(flags, seq, len(route)), route, HEADER_LEN.pack(len(header)), header))
+    digest = xxhash.xxh3_64(head)
+    digest.update(body)
+    return RECORD_PREFIX.pack(len(head) + len(body), digest.intdigest() & 0xFFFFFFFF) + head
 
 
 def record_size(length: int) -> int:
@@ -89,6 +122,15 @@ def record_body_length(data: Buffer, pos: int) -> int:
     return length - FIXED_SIZE - route_len - HEADER_LEN_SIZE - header_len
 
 
+def body_position(data: Buffer, pos: int) -> tuple[int, int]:
+    """(offset, size) of the body of the record at `pos`, from the part of it before the
+    body (its head, route, header length and header)."""
+    length, _crc, _flags, _seq, route_len = RECORD_HEAD.unpack_from(data, pos)
+    p = pos + HEAD_SIZE + route_len
+    start = p + HEADER_LEN_SIZE + HEADER_LEN.unpack_from(data, p)[0]
+    return start, pos + PREFIX_SIZE + length - start
+
+
 def read_record(data: bytes, pos: int) -> Record:
     """The record at `pos`, which must lie whole in `data` (checksum not checked: see scan).
     Route, header and body are each copied once, by slicing `data`."""
@@ -100,8 +142,10 @@ def read_record(data: bytes, pos: int) -> Record:
                   data[header_end:end], end)
 
 
-def scan(data: Buffer, start: int = len(MAGIC)) -> tuple[list[tuple[int, int, int]], int, str | None]:
-    """Walk the records of a segment's bytes, checking each checksum.
+def scan(data: Buffer, start: int = len(MAGIC),
+         check: Callable[[Buffer], int] = checksum) -> tuple[list[tuple[int, int, int]], int, str | None]:
+    """Walk the records of a segment's bytes, checking each checksum with `check` (the
+    segment format's: CHECKSUMS[magic]).
 
     Returns (records, good_end, problem): records is a list of (offset, flags, seq) for every
     intact record, good_end the offset just after the last intact one, and problem None, or a
@@ -112,7 +156,6 @@ def scan(data: Buffer, start: int = len(MAGIC)) -> tuple[list[tuple[int, int, in
     n = len(data)
     unpack_prefix = RECORD_PREFIX.unpack_from
     unpack_fixed = _FIXED.unpack_from
-    crc32 = zlib.crc32
     view = memoryview(data)
     while pos < n:
         if n - pos < PREFIX_SIZE:
@@ -121,7 +164,7 @@ def scan(data: Buffer, start: int = len(MAGIC)) -> tuple[list[tuple[int, int, in
         end = pos + PREFIX_SIZE + length
         if length < MIN_LENGTH or end > n:
             return records, pos, f"truncated record at offset {pos} ({length} bytes announced)"
-        if crc32(view[pos + PREFIX_SIZE:end]) != crc:
+        if check(view[pos + PREFIX_SIZE:end]) != crc:
             return records, pos, f"checksum mismatch at offset {pos}"
         flags, seq, _ = unpack_fixed(data, pos + PREFIX_SIZE)
         records.append((pos, flags, seq))
