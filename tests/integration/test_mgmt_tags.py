@@ -211,6 +211,16 @@ READS = [
     # An administrator without permissions in the vhost: RabbitMQ's channel cannot open.
     (f"/aliveness-test/{VO}", "NM NV NV NV AR 200"),
     ("/permissions", ADMIN), (f"/permissions/{VT}/{{user:mgmt}}", ADMIN),
+    # runtime parameters: policymakers in their vhosts; global ones: policymakers
+    ("/parameters", "NM NO 200 NO 200 NO"), ("/parameters/operator_policy", "NM NO 200 NO 200 NO"),
+    (f"/parameters/operator_policy/{VT}", "NM NO 200 NO 200 NO"),
+    (f"/parameters/operator_policy/{VO}", "NM NO NO NO 200 NO"),
+    (f"/parameters/operator_policy/{VT}/op1", "NM NO 200 NO 200 NO"),
+    ("/global-parameters", "NM NO 200 NO 200 NO"), ("/global-parameters/no-such-parameter", "NM NO 404 NO 404 NO"),
+    # limits: vhost limits as the vhosts a user sees (monitoring: all), user limits for all
+    ("/vhost-limits", ANY), (f"/vhost-limits/{VT}", "NM 200 200 200 200 NV"),
+    (f"/vhost-limits/{VO}", "NM NV NV 200 200 200"),
+    ("/user-limits", ANY), ("/user-limits/{user:mgmt}", ANY),
     ("/policies", ANY), (f"/policies/{VT}", IN_VT), (f"/policies/{VO}", IN_VO),
     (f"/policies/{VT}/p1", "NM NO 200 NO 200 NO"), (f"/policies/{VO}/p2", "NM NO NO NO 200 NO"),
     ("/operator-policies", ANY), (f"/operator-policies/{VT}", IN_VT), (f"/operator-policies/{VO}", IN_VO),
@@ -219,6 +229,10 @@ READS = [
     ("/users/{user:mgmt}/permissions", ADMIN),
     ("/vhosts", ANY), (f"/vhosts/{VT}", ADMIN), (f"/vhosts/{VT}/permissions", ADMIN),
     ("/vhosts/no-such-vhost", "NM NA NA NA 404 NA"),
+    # topic permissions (the mgmt user has none: 404)
+    ("/topic-permissions", ADMIN), (f"/topic-permissions/{VT}/{{user:mgmt}}", "NM NA NA NA 404 NA"),
+    (f"/topic-permissions/{VT}/{{user:mgmt}}/x1", "NM NA NA NA 404 NA"),
+    ("/users/{user:mgmt}/topic-permissions", ADMIN), (f"/vhosts/{VT}/topic-permissions", ADMIN),
 ]
 
 
@@ -240,6 +254,8 @@ def fill(env, path: str) -> str:
 def test_read(env, path, answers, method):
     if method == "HEAD" and "aliveness" in path:
         pytest.skip("HEAD of the aliveness test would run it again")
+    if method == "HEAD" and path.startswith(("/vhost-limits", "/user-limits")):
+        answers = "405 405 405 405 405 405"  # RabbitMQ's limits resources have no HEAD
     for role, token in zip(ROLES, answers.split()):
         check(env.call(role, method, fill(env, path)), token, role, f"{method} {path}")
 
@@ -289,6 +305,7 @@ LISTS = [
     ("/bindings", ("vhost",), [None, OWN_VT, OWN_VT, OWN_VT, VTO, {VO}]),
     ("/policies", ("vhost",), [None, OWN_VT, OWN_VT, OWN_VT, VTO, {VO}]),
     ("/operator-policies", ("vhost",), [None, OWN_VT, OWN_VT, OWN_VT, VTO, {VO}]),
+    ("/parameters", ("vhost",), [None, None, OWN_VT, None, VTO, None]),
     ("/vhosts", ("name",), [None, OWN_VT, OWN_VT, VTO, VTO, {VO}]),
     ("/connections", ("user",), [None, {"mgmt"}, set(), {"mgmt", "admin", "noperm"},
                                  {"mgmt", "admin", "noperm"}, {"noperm"}]),
@@ -374,6 +391,7 @@ def _changes():
     queue = ("PUT", f"/queues/{vt}/{{n}}", {})
     exchange = ("PUT", f"/exchanges/{vt}/{{n}}", {"type": "fanout"})
     new_user = ("PUT", "/users/{n}", user)
+    topic = {"exchange": "x1", "write": ".*", "read": ".*"}
     return [
         ("declare queue", [], ("PUT", f"/queues/{vt}/{{n}}", {}), [f"/queues/{vt}/{{n}}"], "NM 201 201 201 201 NV"),
         ("delete queue", [queue], ("DELETE", f"/queues/{vt}/{{n}}", None), [f"/queues/{vt}/{{n}}"],
@@ -401,10 +419,35 @@ def _changes():
         ("clear operator policy", [("PUT", f"/operator-policies/{vt}/{{n}}", POLICY)],
          ("DELETE", f"/operator-policies/{vt}/{{n}}", None), [f"/operator-policies/{vt}/{{n}}"],
          "NM NA NA NA 204 NA"),
+        ("set parameter", [], ("PUT", f"/parameters/vhost-limits/{vt}/limits", {"value": {}}),
+         [f"/parameters/vhost-limits/{vt}/limits"], "NM NO 201 NO 201 NO"),
+        ("clear parameter", [("PUT", f"/parameters/vhost-limits/{vt}/limits", {"value": {}})],
+         ("DELETE", f"/parameters/vhost-limits/{vt}/limits", None), [f"/parameters/vhost-limits/{vt}/limits"],
+         "NM NO 204 NO 204 NO"),
+        ("set global parameter", [], ("PUT", "/global-parameters/{n}", {"value": 1}), ["/global-parameters/{n}"],
+         "NM NO 201 NO 201 NO"),
+        ("clear global parameter", [("PUT", "/global-parameters/{n}", {"value": 1})],
+         ("DELETE", "/global-parameters/{n}", None), ["/global-parameters/{n}"], "NM NO 204 NO 204 NO"),
+        ("set vhost limit", [], ("PUT", f"/vhost-limits/{vt}/max-queues", {"value": -1}),
+         [f"/parameters/vhost-limits/{vt}/limits"], "NM NA NA NA 204 NA"),
+        ("clear vhost limit", [], ("DELETE", f"/vhost-limits/{vt}/max-queues", None),
+         [f"/parameters/vhost-limits/{vt}/limits"], "NM NA NA NA 204 NA"),
+        ("set user limit", [new_user], ("PUT", "/user-limits/{n}/max-channels", {"value": -1}), ["/users/{n}"],
+         "NM NA NA NA 204 NA"),
+        ("clear user limit", [new_user], ("DELETE", "/user-limits/{n}/max-channels", None), ["/users/{n}"],
+         "NM NA NA NA 204 NA"),
         ("set permission", [new_user], ("PUT", f"/permissions/{vt}/{{n}}", FULL), ["/users/{n}"],
          "NM NA NA NA 201 NA"),
         ("clear permission", [new_user, ("PUT", f"/permissions/{vt}/{{n}}", FULL)],
          ("DELETE", f"/permissions/{vt}/{{n}}", None), ["/users/{n}"], "NM NA NA NA 204 NA"),
+        ("set topic permission", [new_user], ("PUT", f"/topic-permissions/{vt}/{{n}}", topic), ["/users/{n}"],
+         "NM NA NA NA 201 NA"),
+        ("set topic permission, exchange in path", [new_user], ("PUT", f"/topic-permissions/{vt}/{{n}}/x1", topic),
+         ["/users/{n}"], "NM NA NA NA 201 NA"),
+        ("clear topic permissions", [new_user, ("PUT", f"/topic-permissions/{vt}/{{n}}", topic)],
+         ("DELETE", f"/topic-permissions/{vt}/{{n}}", None), ["/users/{n}"], "NM NA NA NA 204 NA"),
+        ("clear a topic permission", [new_user, ("PUT", f"/topic-permissions/{vt}/{{n}}", topic)],
+         ("DELETE", f"/topic-permissions/{vt}/{{n}}/x1", None), ["/users/{n}"], "NM NA NA NA 204 NA"),
         ("create user", [], new_user, ["/users/{n}"], "NM NA NA NA 201 NA"),
         ("delete user", [new_user], ("DELETE", "/users/{n}", None), ["/users/{n}"], "NM NA NA NA 204 NA"),
         ("bulk-delete users", [new_user], ("POST", "/users/bulk-delete", {"users": ["{n}"]}), ["/users/{n}"],

@@ -105,7 +105,7 @@ def test_export_load_export_is_identical():
     text = json.dumps(first)
     fresh = Broker()
     counts = definitions.load(fresh, json.loads(text))
-    assert counts == {"vhosts": 2, "users": 2, "permissions": 2, "policies": 0, "parameters": 0,
+    assert counts == {"vhosts": 2, "users": 2, "permissions": 2, "topic_permissions": 0, "policies": 0, "parameters": 0,
                       "global_parameters": 0, "exchanges": 5, "queues": 3, "bindings": 6}
     second = definitions.export(fresh)
     assert second == first
@@ -141,7 +141,7 @@ def test_load_tolerates_bad_entries_when_asked():
     errors = []
     fresh = Broker()
     counts = definitions.load(fresh, data, on_error=lambda kind, item, message: errors.append((kind, message)))
-    assert counts == {"vhosts": 2, "users": 2, "permissions": 2, "policies": 0, "parameters": 0,
+    assert counts == {"vhosts": 2, "users": 2, "permissions": 2, "topic_permissions": 0, "policies": 0, "parameters": 0,
                       "global_parameters": 0, "exchanges": 5, "queues": 3, "bindings": 6}
     assert errors == [
         ("exchanges", "unknown exchange type 'nosuchtype' for exchange 'bad'"),

@@ -4,7 +4,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .auth import Permission, User, check
+from .auth import Permission, TopicPermission, User, check, check_topic
 from .definitions import changes, export
 from .durability import Durability
 from .ports import Scheduler
@@ -35,6 +35,9 @@ class Broker:
     vhosts: dict = field(default_factory=dict)
     users: dict = field(default_factory=dict)
     permissions: dict = field(default_factory=dict)  # (user, vhost) -> Permission
+    # (user, vhost, exchange) -> TopicPermission; empty on most brokers, so a publish to a
+    # topic exchange tests it for truth before looking its key up.
+    topic_permissions: dict = field(default_factory=dict)
     loopback_users: set = field(default_factory=lambda: {"guest"})
     connections: set = field(default_factory=set)
     # Message counters of the channels that have closed (the overview's totals include them).
@@ -43,6 +46,8 @@ class Broker:
     # Set over the API or by imported definitions (RabbitMQ's cluster_name global runtime
     # parameter): only then is it exported, and so kept across a restart.
     cluster_name_set: bool = False
+    # The other global runtime parameters: name -> JSON value (warren.broker.parameters).
+    global_parameters: dict = field(default_factory=dict)
     # Where durable definitions are saved (a warren.store.definitions.DefinitionsFile), or None
     # without a data dir. The model only records what changed (definitions_changes, or
     # definitions_all_changed); the session layer calls flush_definitions() before it sends
@@ -95,10 +100,15 @@ class Broker:
         if vhost is not None:
             for key in [k for k in self.permissions if k[1] == name]:
                 del self.permissions[key]
+            for key in [k for k in self.topic_permissions if k[1] == name]:
+                del self.topic_permissions[key]
             self.mark_definitions_changed()
         return vhost
 
     def add_user(self, user: User) -> None:
+        old = self.users.get(user.name)
+        if old is not None and not user.limits:  # a new password or tags keep the limits (RabbitMQ)
+            user.limits = old.limits
         self.users[user.name] = user
         self.mark_definitions_changed("user", user.name)
 
@@ -109,6 +119,9 @@ class Broker:
             for key in [k for k in self.permissions if k[0] == name]:
                 del self.permissions[key]
                 self.mark_definitions_changed("permission", key)
+            for key in [k for k in self.topic_permissions if k[0] == name]:
+                del self.topic_permissions[key]
+                self.mark_definitions_changed("topic_permission", key)
             self.mark_definitions_changed("user", name)
         return user
 
@@ -122,6 +135,22 @@ class Broker:
         self.mark_definitions_changed("permission", (user, vhost))
         return True
 
+    def set_topic_permissions(self, user: str, vhost: str, exchange: str, write: str, read: str) -> None:
+        self.topic_permissions[(user, vhost, exchange)] = TopicPermission(write, read, user, vhost)
+        self.mark_definitions_changed("topic_permission", (user, vhost, exchange))
+
+    def clear_topic_permissions(self, user: str, vhost: str, exchange: str | None = None) -> bool:
+        """Remove the user's topic permission on `exchange` in the vhost, or all of them there
+        (exchange None); whether there was any."""
+        keys = ([(user, vhost, exchange)] if exchange is not None else
+                [k for k in self.topic_permissions if k[0] == user and k[1] == vhost])
+        found = False
+        for key in keys:
+            if self.topic_permissions.pop(key, None) is not None:
+                self.mark_definitions_changed("topic_permission", key)
+                found = True
+        return found
+
     def set_cluster_name(self, name: str) -> None:
         """New connections announce it (connection.start's server properties); a rare change,
         so the next flush rewrites all definitions (their global_parameters hold it)."""
@@ -129,10 +158,17 @@ class Broker:
         self.cluster_name_set = True
         self.mark_definitions_changed()
 
+    def clear_cluster_name(self) -> None:
+        """Back to the node's own name (DELETE /api/global-parameters/cluster_name)."""
+        self.cluster_name = Broker.cluster_name
+        self.cluster_name_set = False
+        self.mark_definitions_changed()
+
     # durable definitions -------------------------------------------------------
     def mark_definitions_changed(self, kind: str | None = None, key=None, binding=None) -> None:
         """Something that survives a restart changed (the model calls this; no I/O here): the
         object `key` of `kind` ("vhost": name, "user": name, "permission": (user, vhost),
+        "topic_permission": (user, vhost, exchange),
         "policy"/"operator_policy"/"exchange"/"queue": (vhost, name), "binding": (vhost,
         source, Binding.key) with the Binding), or, without a kind, anything (the next flush
         rewrites all definitions: for rare, sweeping changes)."""
@@ -196,3 +232,10 @@ class Broker:
 
     def check(self, user: str, vhost: str, what: str, kind: str, name: str) -> None:
         check(self.permissions.get((user, vhost)), user, what, kind, name, vhost)
+
+    def check_topic(self, user: str, vhost: str, what: str, exchange: str, routing_key: str) -> None:
+        """403 unless the user may write (publish) or read (bind) `routing_key` on the topic
+        exchange (the caller checks that it is one)."""
+        if self.topic_permissions:
+            check_topic(self.topic_permissions.get((user, vhost, exchange)), user, what, exchange, routing_key,
+                        vhost)

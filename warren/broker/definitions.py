@@ -4,12 +4,14 @@ its management API's GET /api/definitions writes), also the format of Warren's d
 import datetime
 import decimal
 import gc
+import re
 
 from .. import __version__
 from .auth import MD5, SHA256, SHA512, User
 from .errors import AMQPError
 from .exchanges import TYPES
 from .policy import Policy, PolicyError, set_policy
+from . import limits, parameters as runtime_parameters
 
 
 class DefinitionsError(ValueError):
@@ -22,10 +24,17 @@ def _tags(value) -> list:
     return [t.strip() for t in str(value or "").split(",") if t.strip()]
 
 
-def load(broker, data: dict, on_error=None) -> dict:
-    """Apply users, vhosts, permissions, policies, operator policies (RabbitMQ exports them as
-    "parameters" of the component "operator_policy"; other parameters are ignored), exchanges,
-    queues and bindings to the broker.
+def load(broker, data: dict, on_error=None, acting_user: str | None = None) -> dict:
+    """Apply users (with their limits), vhosts, permissions, topic permissions, policies,
+    runtime parameters (operator policies and vhost limits; a component Warren does not have,
+    such as a shovel, fails the import: warren.broker.parameters), global parameters,
+    exchanges, queues and bindings to the broker. An import (no on_error) whose new queues
+    would pass a vhost's max-queues is refused before anything is applied, as RabbitMQ's.
+
+    acting_user is the user importing over the API: as in RabbitMQ (rabbit_vhost:put_vhost),
+    each vhost the import creates gives that user full permissions there, unless the import
+    sets its permissions there itself. A load at start-up or from the control socket has none
+    (RabbitMQ's internal user and rabbitmqctl get nothing either).
 
     Without on_error the first bad definition raises DefinitionsError. With it, each bad
     definition is reported as on_error(kind, item, message) and skipped (recovery from the
@@ -33,22 +42,31 @@ def load(broker, data: dict, on_error=None) -> dict:
     each kind were applied."""
     if not isinstance(data, dict):
         raise DefinitionsError("definitions must be a JSON object")
+    if on_error is None:  # an import (recovery restores what was there, over any limit)
+        _check_queue_limits(broker, data)
     # Everything a bulk load creates lives on: the cyclic collector would only walk the
     # growing model again and again (a full collection per 25% of growth, each one slower
     # as the heap outgrows the caches), which made 100,000 bindings ~18x the time of 10,000.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _load(broker, data, on_error)
+        return _load(broker, data, on_error, acting_user)
     finally:
         if collecting:
             gc.enable()
 
 
-def _load(broker, data: dict, on_error) -> dict:
+def _load(broker, data: dict, on_error, acting_user: str | None) -> dict:
     counts = {}
-    for kind, apply in (("vhosts", _load_vhost), ("users", _load_user), ("permissions", _load_permission),
-                        ("policies", _load_policy), ("parameters", _load_parameter),
+    created: list[str] = []  # the vhosts this load creates
+
+    def load_vhost(broker, v):
+        if _load_vhost(broker, v):
+            created.append(v["name"])
+
+    for kind, apply in (("vhosts", load_vhost), ("users", _load_user), ("permissions", _load_permission),
+                        ("topic_permissions", _load_topic_permission), ("policies", _load_policy),
+                        ("parameters", _load_parameter),
                         ("global_parameters", _load_global_parameter),
                         ("exchanges", _load_exchange), ("queues", _load_queue), ("bindings", _load_binding)):
         items = data.get(kind) or []
@@ -70,7 +88,20 @@ def _load(broker, data: dict, on_error) -> dict:
                 _fail(on_error, kind, item, " ".join(err.errors))
             except (DefinitionsError, TypeError, ValueError) as err:
                 _fail(on_error, kind, item, str(err))
+        if kind == "permissions":
+            _grant_creator(broker, acting_user, created)
     return counts
+
+
+def _grant_creator(broker, acting_user: str | None, created: list) -> None:
+    """RabbitMQ's put_vhost gives the acting user full permissions on a vhost it creates,
+    before the import's own permissions apply: the same end state as granting them now where
+    the import set none (and the export keeps the import's order)."""
+    if acting_user is None or acting_user not in broker.users:
+        return
+    for name in created:
+        if name in broker.vhosts and (acting_user, name) not in broker.permissions:
+            broker.set_permissions(acting_user, name, ".*", ".*", ".*")
 
 
 def _fail(on_error, kind, item, message):
@@ -79,14 +110,39 @@ def _fail(on_error, kind, item, message):
     on_error(kind, item, message)
 
 
-def _load_vhost(broker, v):
-    vhost = broker.add_vhost(v["name"])
+# The queue types a vhost's default_queue_type may name (RabbitMQ's rabbit_queue_type:discover).
+# Warren declares classic queues only: in a vhost whose default is quorum or stream, a declare
+# that gets the default (ops.declare_queue) is refused as an explicit x-queue-type would be.
+QUEUE_TYPES = ("classic", "quorum", "stream")
+
+
+def _load_vhost(broker, v) -> bool:
+    """RabbitMQ's put_vhost: description and tags from the top-level keys, else from
+    "metadata", else empty (an existing vhost listed without them loses its own);
+    default_queue_type (in "metadata") only when the vhost is created. Whether it was."""
+    name = v["name"]
+    if not isinstance(name, str):
+        raise DefinitionsError("a vhost's name must be a string")
     metadata = v.get("metadata")
-    if isinstance(metadata, dict):
-        description, tags = str(metadata.get("description") or ""), _tags(metadata.get("tags"))
-        if (description, tags) != (vhost.description, vhost.tags):
-            vhost.description, vhost.tags = description, tags
-            broker.mark_definitions_changed("vhost", vhost.name)
+    if not isinstance(metadata, dict):
+        metadata = {}
+    description = v.get("description", metadata.get("description"))
+    description = "" if description is None else str(description)
+    tags = _tags(v.get("tags", metadata.get("tags")))
+    default_queue_type = metadata.get("default_queue_type")
+    vhost = broker.vhosts.get(name)
+    if vhost is None:
+        if default_queue_type is not None and default_queue_type not in QUEUE_TYPES:
+            raise DefinitionsError(f"invalid_queue_type '{default_queue_type}' for vhost '{name}'")
+        vhost = broker.add_vhost(name)
+        vhost.default_queue_type = default_queue_type
+        created = True
+    else:
+        created = False
+    if (description, tags) != (vhost.description, vhost.tags):
+        vhost.description, vhost.tags = description, tags
+        broker.mark_definitions_changed("vhost", vhost.name)
+    return created
 
 
 def _load_user(broker, u):
@@ -97,13 +153,40 @@ def _load_user(broker, u):
         user = User(u["name"], u["password_hash"], _tags(u.get("tags")), algorithm)
     else:
         user = User.with_password(u["name"], u.get("password", ""), _tags(u.get("tags")))
+    given = u.get("limits") or {}
+    limits.validate_user_limits(given)  # before the user changes: a bad import changes nothing
     broker.add_user(user)
+    limits.update_user_limits(broker, user, given)  # merged with the user's own, as RabbitMQ
 
 
 def _load_permission(broker, p):
     if p["vhost"] not in broker.vhosts:
         raise DefinitionsError(f"permission for unknown vhost '{p['vhost']}'")
     broker.set_permissions(p["user"], p["vhost"], p.get("configure", ""), p.get("write", ""), p.get("read", ""))
+
+
+def _load_topic_permission(broker, p):
+    user, vhost, exchange, write, read = p["user"], p["vhost"], p["exchange"], p["write"], p["read"]
+    if user not in broker.users:
+        raise DefinitionsError(f"topic permission for unknown user '{user}'")
+    if vhost not in broker.vhosts:
+        raise DefinitionsError(f"topic permission for unknown vhost '{vhost}'")
+    check_topic_permission(exchange, write, read)
+    broker.set_topic_permissions(user, vhost, exchange, write, read)
+
+
+def check_topic_permission(exchange, write, read) -> None:
+    """DefinitionsError unless the exchange name is a string and both patterns are valid
+    regular expressions (what the API and imports accept)."""
+    if not isinstance(exchange, str):
+        raise DefinitionsError("a topic permission's exchange must be a string")
+    for pattern in (write, read):
+        if not isinstance(pattern, str):
+            raise DefinitionsError(f"invalid_regexp {pattern!r}: not a string")
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            raise DefinitionsError(f"invalid_regexp '{pattern}': {err}") from None
 
 
 def _load_policy(broker, p, operator=False):
@@ -113,24 +196,40 @@ def _load_policy(broker, p, operator=False):
 
 
 def _load_parameter(broker, p):
-    """Runtime parameters: Warren knows operator policies only (federation upstreams, shovels
-    and other plugins' parameters are skipped)."""
-    if p.get("component") != "operator_policy":
-        return
-    value = p.get("value")
-    if not isinstance(value, dict):
-        raise DefinitionsError(f"operator policy '{p.get('name')}' has no value object")
-    _load_policy(broker, {**value, "vhost": p.get("vhost", "/"), "name": p["name"]}, operator=True)
+    """A runtime parameter, validated as the API's PUT validates it: a component Warren does
+    not have (shovel, federation-upstream: plugins) fails the import, as in a RabbitMQ
+    without those plugins, with its text (HTML-escaped, " (vhost/component/name)" added)."""
+    vhost = _vhost(broker, p)
+    component, name = p["component"], p["name"]
+    try:
+        runtime_parameters.set_parameter(vhost, component, name, p["value"])
+    except runtime_parameters.ParameterError as err:
+        text = f"{err} ({vhost.name}/{component}/{name})"
+        raise DefinitionsError(text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")) from None
 
 
 def _load_global_parameter(broker, p):
-    """Global runtime parameters: Warren knows cluster_name only (RabbitMQ's internal_cluster_id
-    and others are skipped)."""
-    if p["name"] != "cluster_name":
-        return
-    if not isinstance(p.get("value"), str):
-        raise DefinitionsError("global parameter 'cluster_name' must be a string")
-    broker.set_cluster_name(p["value"])
+    """A global runtime parameter: any name and value (cluster_name names the broker)."""
+    try:
+        runtime_parameters.set_global(broker, p["name"], p["value"])
+    except runtime_parameters.ParameterError as err:
+        raise DefinitionsError(str(err)) from None
+
+
+def _check_queue_limits(broker, data: dict) -> None:
+    """RabbitMQ checks an import's new queues against their vhosts' max-queues before it
+    applies anything (the queues it then declares are not checked one by one)."""
+    queues = data.get("queues")
+    adding: dict = {}
+    for q in queues if isinstance(queues, list) else ():
+        if isinstance(q, dict):
+            vhost = broker.vhosts.get(q.get("vhost", "/"))
+            if vhost is not None and q.get("name") not in vhost.queues:
+                adding[vhost.name] = adding.get(vhost.name, 0) + 1
+    try:
+        limits.check_import(broker, adding)
+    except limits.LimitError as err:
+        raise DefinitionsError(str(err)) from None
 
 
 def _load_exchange(broker, x):
@@ -203,8 +302,10 @@ def _is_kept_queue(q, durable_only: bool) -> bool:
 
 
 def _vhost_json(vhost) -> dict:
-    return {"name": vhost.name, "limits": [],
-            "metadata": {"description": getattr(vhost, "description", ""), "tags": list(getattr(vhost, "tags", []))}}
+    metadata = {"description": vhost.description, "tags": list(vhost.tags)}
+    if vhost.default_queue_type is not None:
+        metadata["default_queue_type"] = vhost.default_queue_type
+    return {"name": vhost.name, "limits": [], "metadata": metadata}
 
 
 def _exchange_json(vhost, x) -> dict:
@@ -225,11 +326,16 @@ def _binding_json(vhost, x, b) -> dict:
 
 def _user_json(u) -> dict:
     return {"name": u.name, "password_hash": u.password_hash, "hashing_algorithm": u.algorithm,
-            "tags": list(u.tags), "limits": {}}
+            "tags": list(u.tags), "limits": dict(u.limits)}
 
 
 def _permission_json(user, vhost, p) -> dict:
     return {"user": user, "vhost": vhost, "configure": p.configure, "write": p.write, "read": p.read}
+
+
+def topic_permission_json(key, p) -> dict:
+    """key: (user, vhost, exchange); the shape of the definitions and of /api/topic-permissions."""
+    return {"user": key[0], "vhost": key[1], "exchange": key[2], "write": p.write, "read": p.read}
 
 
 def _is_kept_exchange(x, durable_only: bool) -> bool:
@@ -258,7 +364,7 @@ def export(broker, durable_only: bool = True) -> dict:
     parameters: list[dict] = []
     for vhost in broker.vhosts.values():
         policies.extend(p.to_json() for p in vhost.policies.values())
-        parameters.extend(p.to_parameter() for p in vhost.operator_policies.values())
+        parameters.extend(runtime_parameters.listed(broker, vhost=vhost))
         vhosts.append(_vhost_json(vhost))
         for x in vhost.exchanges.values():
             if _is_kept_exchange(x, durable_only):
@@ -274,10 +380,11 @@ def export(broker, durable_only: bool = True) -> dict:
                     bindings.append(_binding_json(vhost, x, b))
     users = [_user_json(u) for u in broker.users.values()]
     permissions = [_permission_json(user, vhost, p) for (user, vhost), p in broker.permissions.items()]
-    global_parameters = ([{"name": "cluster_name", "value": broker.cluster_name}]
-                         if broker.cluster_name_set else [])
+    topic_permissions = [topic_permission_json(key, p) for key, p in broker.topic_permissions.items()]
+    global_parameters = [{"name": name, "value": value}
+                         for name, value in runtime_parameters.global_parameters(broker).items()]
     return {"warren_version": __version__, "users": users, "vhosts": vhosts, "permissions": permissions,
-            "topic_permissions": [], "parameters": parameters, "global_parameters": global_parameters,
+            "topic_permissions": topic_permissions, "parameters": parameters, "global_parameters": global_parameters,
             "policies": policies,
             "queues": queues, "exchanges": exchanges, "bindings": bindings}
 
@@ -300,6 +407,10 @@ def changes(broker, marks: dict) -> list:
             p = broker.permissions.get(key)
             out.append(("put", "permissions", _permission_json(key[0], key[1], p)) if p is not None
                        else ("delete", "permissions", {"user": key[0], "vhost": key[1]}))
+        elif kind == "topic_permission":
+            tp = broker.topic_permissions.get(key)
+            out.append(("put", "topic_permissions", topic_permission_json(key, tp)) if tp is not None
+                       else ("delete", "topic_permissions", {"user": key[0], "vhost": key[1], "exchange": key[2]}))
         elif kind in ("policy", "operator_policy"):
             v = vhosts.get(key[0])
             table = None if v is None else (v.policies if kind == "policy" else v.operator_policies)
@@ -311,6 +422,16 @@ def changes(broker, marks: dict) -> list:
                 out.append(("put", "parameters", p.to_parameter()) if p is not None else
                            ("delete", "parameters", {"vhost": key[0], "component": "operator_policy",
                                                      "name": key[1]}))
+        elif kind == "vhost_limits":
+            v = vhosts.get(key)
+            identity = {"vhost": key, "component": runtime_parameters.VHOST_LIMITS, "name": limits.PARAMETER_NAME}
+            out.append(("put", "parameters", runtime_parameters.parameter_json(
+                key, runtime_parameters.VHOST_LIMITS, limits.PARAMETER_NAME, limits.value_json(v.limits)))
+                if v is not None and v.limits is not None else ("delete", "parameters", identity))
+        elif kind == "global_parameter":
+            values = runtime_parameters.global_parameters(broker)
+            out.append(("put", "global_parameters", {"name": key, "value": values[key]}) if key in values
+                       else ("delete", "global_parameters", {"name": key}))
         elif kind == "exchange":
             v = vhosts.get(key[0])
             x = None if v is None else v.exchanges.get(key[1])

@@ -18,6 +18,7 @@ from ..amqp.message import Message
 from ..amqp.properties import FLAG_EXPIRATION, FLAG_USER_ID, decode_properties
 from .errors import access_refused, command_invalid, not_found, precondition_failed, rs
 from .exchanges import TYPES
+from .limits import check_queue as check_queue_limit
 from .publish_checks import check_properties
 from .vhost import server_named
 
@@ -47,6 +48,12 @@ class Actor:
     def check(self, what: str, kind: str, name: str) -> None:
         """403 unless the user may configure/write/read the named resource."""
         self.broker.check(self.user.name, self.vhost.name, what, kind, name)
+
+    def check_topic(self, what: str, x: Exchange, routing_key: str) -> None:
+        """403 unless a topic permission of the user lets it write (publish) or read (bind)
+        `routing_key` on `x`; other exchange types have no topic permissions."""
+        if self.broker.topic_permissions and x.type_name == "topic":
+            self.broker.check_topic(self.user.name, self.vhost.name, what, x.name, routing_key)
 
 
 def _check_exclusive(actor: Actor, queue: ClassicQueue) -> None:
@@ -88,19 +95,23 @@ def delete_exchange(actor: Actor, name: str, if_unused: bool = False) -> bool:
 
 
 # ------------------------------------------------------------------- bindings
-def _check_binding(actor: Actor, source: str, dest_kind: str, destination: str) -> None:
-    # RabbitMQ's order: write on the destination, the default-exchange rule, read on the source.
+def _check_binding(actor: Actor, source: str, dest_kind: str, destination: str, routing_key: str) -> None:
+    # RabbitMQ's order: write on the destination, the default-exchange rule, read on the source,
+    # then (if the source exists) the topic permission to read the binding key.
     actor.check("write", dest_kind, destination)
     if source == "" or (dest_kind == "exchange" and destination == ""):
         raise access_refused("operation not permitted on the default exchange")
     actor.check("read", "exchange", source)
+    x = actor.vhost.exchanges.get(source)
+    if x is not None:
+        actor.check_topic("read", x, routing_key)
 
 
 def bind(actor: Actor, source: str, dest_kind: str, destination: str, routing_key: str,
          arguments: dict | None) -> None:
     """queue.bind (dest_kind "queue") or exchange.bind ("exchange")."""
     vhost = actor.vhost
-    _check_binding(actor, source, dest_kind, destination)
+    _check_binding(actor, source, dest_kind, destination, routing_key)
     x = vhost.exchange(source)  # a missing source is reported first
     if dest_kind == "queue":
         dest = vhost.queue(destination)
@@ -114,7 +125,7 @@ def unbind(actor: Actor, source: str, dest_kind: str, destination: str, routing_
            arguments: dict | None) -> None:
     """queue.unbind / exchange.unbind: idempotent, even when either end is missing (3.10)."""
     vhost = actor.vhost
-    _check_binding(actor, source, dest_kind, destination)
+    _check_binding(actor, source, dest_kind, destination, routing_key)
     x = vhost.exchanges.get(source)
     dest = (vhost.queues if dest_kind == "queue" else vhost.exchanges).get(destination)
     if x is None or dest is None:
@@ -138,7 +149,14 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
     elif name.startswith("amq."):
         raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
     actor.check("configure", "queue", name)
+    if name not in vhost.queues:  # only a new queue counts against max-queues (after configure)
+        check_queue_limit(vhost, name)
     args = arguments or {}
+    default_type = vhost.default_queue_type
+    if default_type is not None and "x-queue-type" not in args and (
+            default_type == "classic" or (durable and not exclusive and not auto_delete)):
+        # RabbitMQ's augment_declare_args: the vhost's default type, where it is compatible.
+        args = {**args, "x-queue-type": default_type}
     dlx = args.get("x-dead-letter-exchange")
     if name not in vhost.queues and dlx is not None:
         if not isinstance(dlx, (str, bytes)):
@@ -203,6 +221,8 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
         if x.internal:
             raise access_refused(f"cannot publish to internal {x.describe()}")
         actor.writable.add(exchange_name)
+    if actor.broker.topic_permissions and x.type_name == "topic":  # (Actor.check_topic, inlined)
+        actor.broker.check_topic(actor.user.name, vhost.name, "write", exchange_name, routing_key)
     if (header[12] << 8 | header[13]) & _CHECKED_PROPS:
         # user_id and expiration, checked after the exchange as RabbitMQ does.
         check_properties(decode_properties(header), actor.user)

@@ -30,6 +30,9 @@ class VHost:
         self.broker = broker  # told when durable definitions change (None: nobody to tell)
         self.description = ""
         self.tags: list = []
+        # RabbitMQ's default_queue_type metadata (set when an import creates the vhost), given
+        # to declares without x-queue-type by ops.declare_queue.
+        self.default_queue_type: str | None = None
         self.default_exchange = DefaultExchange(self, "", durable=True)
         self.exchanges: dict = {"": self.default_exchange}
         self.queues: dict = {}
@@ -40,6 +43,9 @@ class VHost:
         # name -> warren.broker.policy.Policy; each exchange and queue points at its own.
         self.policies: dict = {}
         self.operator_policies: dict = {}
+        # The "limits" runtime parameter (max-connections, max-queues): None while there is none
+        # (warren.broker.limits).
+        self.limits: dict[str, int] | None = None
         for xname, xtype in PREDECLARED:
             self.exchanges[xname] = TYPES[xtype](self, xname, durable=True)
         # RabbitMQ's firehose tracer exchange exists in every vhost (internal: no publishing).

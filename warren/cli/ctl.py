@@ -7,17 +7,27 @@ with a header row; `-q` drops the informational line, `--no-table-headers` the h
 64 usage, 65 bad input data or missing vhost, 67 missing user, 69 broker unreachable,
 70 other failures, 77 authentication failed / not authorised.
 
+Which broker: without --host, --port, --user or --password (nor $WARRENCTL_HOST/PORT),
+warrenctl talks to the broker of this machine through its control socket
+(warren.cli.local: warren-ctl.sock in the data dir, --data-dir or $WARREN_DATA_DIR), which the
+broker serves to its own Unix user only and trusts fully, as a node trusts rabbitmqctl
+through the Erlang cookie. Without that socket it falls back to the API on localhost as
+guest; with any of those flags it always uses the API over TCP with a user (a remote broker).
+
 Only the standard library is used (urllib), and of Warren only warren.amqp's Erlang term
 printers (standard library too), so warrenctl runs wherever Python does.
 """
 
 import base64
 import difflib
+import errno
+import functools
 import html
 import http.client
 import json
 import os
 import socket
+import stat
 import sys
 import urllib.error
 import urllib.parse
@@ -26,6 +36,7 @@ from typing import Any
 
 from ..amqp.codec import allow_nesting
 from ..amqp.erlang import erl_ctl
+from . import local
 
 EX_OK, EX_USAGE, EX_DATAERR, EX_NOUSER, EX_UNAVAILABLE, EX_SOFTWARE, EX_NOPERM = 0, 64, 65, 67, 69, 70, 77
 
@@ -58,31 +69,97 @@ class HttpError(Exception):
 
 # --- the HTTP client ------------------------------------------------------------------------
 
+class UnixConnection(http.client.HTTPConnection):
+    """HTTP over a Unix socket (the broker's control socket)."""
+
+    def __init__(self, path: str, host: str, **kw):
+        super().__init__(host, **kw)
+        self.path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout if isinstance(self.timeout, (int, float)) else None)
+            sock.connect(self.path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class UnixHandler(urllib.request.HTTPHandler):
+    def __init__(self, path: str):
+        super().__init__()
+        self.path = path
+
+    def http_open(self, req):
+        return self.do_open(functools.partial(UnixConnection, self.path), req)
+
+
+# Connecting to the control socket failed in a way that means "no broker behind it" (or not
+# ours to use): fall back to the API over TCP.
+_NO_CONTROL = (errno.ENOENT, errno.ECONNREFUSED, errno.EACCES, errno.EPERM, errno.ENOTSOCK)
+
+
 class Api:
-    def __init__(self, host: str, port: int, user: str, password: str, timeout: float, answered=None):
+    def __init__(self, host: str, port: int, user: str, password: str, timeout: float, answered=None,
+                 control_socket: str | None = None):
         self.host, self.port, self.user = host, port, user
         self.answered = answered or (lambda: None)  # called when the API answers (any status)
         self.base = f"http://{host if ':' not in host else '[' + host + ']'}:{port}/api"
         self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
         self.timeout = timeout
         self.last_status = None  # of the last successful request (201 created, 204 updated ...)
+        # The local broker's control socket, while it is the way in (None: TCP with a user).
+        self.control_socket = control_socket
+        self.control_refused: str | None = None  # why the socket was given up, for the 401 text
+        self._control_used = False  # the broker answered on it: no falling back after that
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), UnixHandler(control_socket)) \
+            if control_socket else None
+
+    @property
+    def local(self) -> bool:
+        """Talking to the local broker through its control socket (fully trusted)."""
+        return self.control_socket is not None
 
     def request(self, method: str, path: str, body=None, headers=None, query=None):
         """The decoded JSON answer (None for an empty body); HttpError for non-2xx; CtlError
         with EX_UNAVAILABLE when nothing answers, EX_NOPERM on 401/403."""
-        url = self.base + path
+        if self.control_socket is not None:
+            try:
+                answer = self._request(method, path, body, headers, query)
+                self._control_used = True
+                return answer
+            except HttpError:
+                self._control_used = True
+                raise
+            except _ControlSocketGone as gone:
+                if self._control_used:  # the broker went away meanwhile: not another one now
+                    raise unreachable(gone.path, gone.reason, True) from None
+                # A stale socket (the broker was killed) or one we may not use: as without it.
+                self.control_socket, self._opener = None, None
+                self.control_refused = f"{gone.path}: {gone.reason}"
+        return self._request(method, path, body, headers, query)
+
+    def _request(self, method, path, body, headers, query):
+        base = "http://localhost/api" if self.control_socket is not None else self.base
+        url = base + path
         if query:
             url += "?" + urllib.parse.urlencode(query)
         data = None
-        hdrs = {"Authorization": self.auth}
+        hdrs = {} if self.control_socket is not None else {"Authorization": self.auth}
         if body is not None:
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             hdrs["Content-Type"] = "application/json"
         hdrs.update(headers or {})
         req = urllib.request.Request(url, data=data, method=method, headers=hdrs)
-        where = f"{self.host}:{self.port}"
+        where = self.control_socket if self.control_socket is not None else f"{self.host}:{self.port}"
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            if self._opener is not None:
+                resp_cm = self._opener.open(req, timeout=self.timeout)
+            else:
+                resp_cm = urllib.request.urlopen(req, timeout=self.timeout)
+            with resp_cm as resp:
                 raw = resp.read()
                 self.last_status = resp.status
             self.answered()
@@ -96,15 +173,25 @@ class Api:
             except (ValueError, AttributeError):
                 error, reason = err.reason or "", raw.decode(errors="replace").strip()
             if err.code in (401, 403):
+                if self.control_socket is not None:
+                    raise CtlError(EX_NOPERM, f"Error: the broker refused warrenctl on its control socket "
+                                              f"{where} (HTTP {err.code}: {reason or error}): run warrenctl "
+                                              "as the broker's user.") from None
+                hint = ""
+                if self.control_refused:
+                    hint = (f" (The local broker's control socket, which needs no user, could not be used: "
+                            f"{self.control_refused}.)")
                 raise CtlError(EX_NOPERM, f"Error: authentication failed for user '{self.user}' at "
                                           f"{where} (HTTP {err.code}: {reason or error}). "
                                           "Check --user and --password; the user needs the "
-                                          "'administrator' tag (or 'monitoring' to list).") from None
+                                          "'administrator' tag (or 'monitoring' to list)." + hint) from None
             raise HttpError(err.code, error, reason) from None
         except urllib.error.URLError as err:
-            raise unreachable(where, err.reason) from None
+            if self.control_socket is not None and getattr(err.reason, "errno", None) in _NO_CONTROL:
+                raise _ControlSocketGone(self.control_socket, err.reason.strerror or str(err.reason)) from None
+            raise unreachable(where, err.reason, self.control_socket is not None) from None
         except (http.client.HTTPException, ConnectionError, socket.timeout, OSError) as err:
-            raise unreachable(where, err) from None
+            raise unreachable(where, err, self.control_socket is not None) from None
         if not raw.strip():
             return None
         try:
@@ -135,7 +222,15 @@ class Api:
             raise
 
 
-def unreachable(where: str, reason) -> CtlError:
+class _ControlSocketGone(Exception):
+    """Nothing we may use listens on the control socket (nothing was sent)."""
+
+    def __init__(self, path: str, reason: str):
+        super().__init__(reason)
+        self.path, self.reason = path, reason
+
+
+def unreachable(where: str, reason, control_socket: bool = False) -> CtlError:
     if isinstance(reason, (socket.timeout, TimeoutError)):
         why = "timed out"
     elif isinstance(reason, ConnectionRefusedError):
@@ -148,6 +243,9 @@ def unreachable(where: str, reason) -> CtlError:
         why = "it does not speak HTTP (is that the AMQP port rather than the management port?)"
     else:
         why = getattr(reason, "strerror", None) or str(reason) or type(reason).__name__
+    if control_socket:
+        return CtlError(EX_UNAVAILABLE, f"Error: unable to talk to the local Warren broker on its control "
+                                        f"socket {where}: {why}.")
     return CtlError(EX_UNAVAILABLE,
                     f"Error: unable to connect to the Warren management API at {where}: {why}.\n"
                     f"Is the broker running with its management API on port {where.rsplit(':', 1)[1]}? "
@@ -540,9 +638,9 @@ def add_vhost(ctx, args):
     (vhost,) = args
     ctx.out.info(f'Adding vhost "{vhost}" ...')
     ctx.api.put(f"/vhosts/{q(vhost)}", {})
-    if ctx.api.last_status == 201:
+    if ctx.api.last_status == 201 and not ctx.api.local:
         # The HTTP API gives the user who creates a vhost full permissions on it; rabbitmqctl's
-        # add_vhost grants nothing, and neither does warrenctl's.
+        # add_vhost grants nothing, and neither does warrenctl's (the control socket grants none).
         try:
             ctx.api.delete(f"/permissions/{q(vhost)}/{q(ctx.api.user)}")
         except HttpError as err:
@@ -785,6 +883,355 @@ def import_definitions(ctx, args):
     ctx.out.message("Successfully imported definitions.")
 
 
+# cluster name, topic permissions, limits and runtime parameters
+
+@verb("set_cluster_name", "set_cluster_name <name>", (1, 1), help="Sets the cluster name.")
+def set_cluster_name(ctx, args):
+    (name,) = args
+    ctx.out.info(f"Setting cluster name to {name} ...")
+    ctx.api.put("/cluster-name", {"name": name})
+
+
+class Failed(CtlError):
+    """An error the broker reported, as rabbitmqctl shows one: after the informational line,
+    "Error:" and the broker's text, exit code 69."""
+
+    def __init__(self, reason: str):
+        super().__init__(EX_UNAVAILABLE, f"Error:\n{reason}")
+
+
+def _json_arg(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise Failed("JSON decoding error. Reason: badarg") from None
+
+
+def _json_object_arg(text: str) -> dict:
+    value = _json_arg(text)
+    if not isinstance(value, dict):
+        raise Failed(f"Validation failed\n\n{compact_json(value)} is not a JSON object")
+    return value
+
+
+def _no_such_user(user) -> CtlError:
+    return Failed(f'{{:no_such_user, "{user}"}}')
+
+
+def _user_exists(ctx, user) -> bool:
+    return ctx.api.exists(f"/users/{q(user)}")
+
+
+def _rejected(err: HttpError) -> CtlError:
+    """A 400 from the API: its reason is RabbitMQ's validation text, shown as it is."""
+    return Failed(html.unescape(err.reason))
+
+
+TOPIC_PERMISSION_COLUMNS = ["exchange", "write", "read"]
+
+
+@verb("set_topic_permissions", "set_topic_permissions [--vhost <vhost>] <username> <exchange> <write> <read>",
+      (4, 4), help="Sets user topic permissions for an exchange.")
+def set_topic_permissions(ctx, args):
+    user, exchange, write, read = args
+    ctx.out.info(f'Setting topic permissions on "{exchange}" for user "{user}" in vhost "{ctx.vhost}" ...')
+    _check_user_then_vhost(ctx, user)
+    try:
+        ctx.api.put(f"/topic-permissions/{q(ctx.vhost)}/{q(user)}",
+                    {"exchange": exchange, "write": write, "read": read})
+    except HttpError as err:
+        if err.status == 400:
+            raise _rejected(err) from None
+        raise
+
+
+def _check_user_then_vhost(ctx, user):
+    """rabbitmqctl's order and codes: no such user 67, then no such vhost 69."""
+    if not _user_exists(ctx, user):
+        raise CtlError(EX_NOUSER, f"Error:\nUser {user} does not exist")
+    if not ctx.api.exists(f"/vhosts/{q(ctx.vhost)}"):
+        raise Failed(f"Virtual host {ctx.vhost} does not exist")
+
+
+@verb("clear_topic_permissions", "clear_topic_permissions [--vhost <vhost>] <username> [<exchange>]", (1, 2),
+      help="Clears user topic permissions for a vhost or exchange.")
+def clear_topic_permissions(ctx, args):
+    user, exchange = args[0], (args[1] if len(args) > 1 else None)
+    on = f'on "{exchange}" ' if exchange is not None else ""
+    ctx.out.info(f'Clearing topic permissions {on}for user "{user}" in vhost "{ctx.vhost}" ...')
+    _check_user_then_vhost(ctx, user)
+    path = f"/topic-permissions/{q(ctx.vhost)}/{q(user)}"
+    try:
+        kept = []
+        if exchange is not None:
+            # RabbitMQ's API deletes a user's topic permissions in a vhost all at once (it
+            # has no per-exchange DELETE): put back those of the other exchanges.
+            current = ctx.api.get(path) or []
+            if not any(p.get("exchange") == exchange for p in current):
+                return
+            kept = [p for p in current if p.get("exchange") != exchange]
+        ctx.api.delete(path)
+        for p in kept:
+            ctx.api.put(path, {k: p[k] for k in ("exchange", "write", "read")})
+    except HttpError as err:
+        if err.status != 404:  # none there: nothing to clear, as rabbitmqctl
+            raise
+
+
+@verb("list_topic_permissions", "list_topic_permissions [--vhost <vhost>] [--no-table-headers]",
+      help="Lists topic permissions in a virtual host.")
+def list_topic_permissions(ctx, args):
+    ctx.out.info(f'Listing topic permissions for vhost "{ctx.vhost}" ...')
+    perms = get_vhost_list(ctx, f"/vhosts/{q(ctx.vhost)}/topic-permissions", ctx.vhost)
+    columns = ["user", *TOPIC_PERMISSION_COLUMNS]
+    ctx.out.table(columns, [[cell(c, p.get(c)) for c in columns] for p in perms],
+                  [{c: p.get(c) for c in columns} for p in perms], empty_line=True)
+
+
+@verb("list_user_topic_permissions", "list_user_topic_permissions [--no-table-headers] <username>", (1, 1),
+      help="Lists user topic permissions.")
+def list_user_topic_permissions(ctx, args):
+    (user,) = args
+    ctx.out.info(f'Listing topic permissions for user "{user}" ...')
+    try:
+        perms = ctx.api.get(f"/users/{q(user)}/topic-permissions") or []
+    except HttpError as err:
+        if err.status == 404:
+            raise _no_such_user(user) from None
+        raise
+    columns = ["vhost", *TOPIC_PERMISSION_COLUMNS]
+    # As rabbitmqctl 3.10, this listing has no header row.
+    ctx.out.headers = False
+    ctx.out.table(columns, [[cell(c, p.get(c)) for c in columns] for p in perms],
+                  [{c: p.get(c) for c in columns} for p in perms], empty_line=True)
+
+
+def limits_json(limits: dict) -> str:
+    return compact_json(dict(sorted(limits.items())))
+
+
+def _vhost_limits(ctx, vhost) -> dict:
+    """The vhost's limits (404: no such vhost, rabbitmqctl's 65)."""
+    try:
+        items = ctx.api.get(f"/vhost-limits/{q(vhost)}") or []
+    except HttpError as err:
+        if err.status == 404:
+            raise vhost_missing(ctx, vhost) from None
+        raise
+    return dict(items[0].get("value") or {}) if items else {}
+
+
+@verb("set_vhost_limits", "set_vhost_limits [--vhost <vhost>] <definition>", (1, 1),
+      help="Sets virtual host limits (replacing those set before).")
+def set_vhost_limits(ctx, args):
+    (definition,) = args
+    ctx.out.info(f'Setting vhost limits to "{definition}" for vhost "{ctx.vhost}" ...')
+    limits = _json_object_arg(definition)
+    current = _vhost_limits(ctx, ctx.vhost)
+    try:
+        for name, value in limits.items():
+            ctx.api.put(f"/vhost-limits/{q(ctx.vhost)}/{q(name)}", {"value": value})
+        for name in current:  # the definition replaces the vhost's limits, as rabbitmqctl's
+            if name not in limits:
+                ctx.api.delete(f"/vhost-limits/{q(ctx.vhost)}/{q(name)}")
+    except HttpError as err:
+        if err.status == 400:
+            raise _rejected(err) from None
+        if err.status == 404:
+            raise vhost_missing(ctx, ctx.vhost) from None
+        raise
+
+
+@verb("clear_vhost_limits", "clear_vhost_limits [--vhost <vhost>]", help="Clears virtual host limits.")
+def clear_vhost_limits(ctx, args):
+    ctx.out.info(f'Clearing vhost "{ctx.vhost}" limits ...')
+    try:
+        current = _vhost_limits(ctx, ctx.vhost)
+    except CtlError:
+        current = {}
+    if not current:
+        raise Failed("Parameter does not exist")
+    for name in current:
+        ctx.api.delete(f"/vhost-limits/{q(ctx.vhost)}/{q(name)}")
+    try:
+        # RabbitMQ keeps the emptied limits as a parameter ({} in list_parameters): remove
+        # it, as rabbitmqctl's clear_vhost_limits does.
+        ctx.api.delete(f"/parameters/vhost-limits/{q(ctx.vhost)}/limits")
+    except HttpError:
+        pass
+
+
+@verb("list_vhost_limits", "list_vhost_limits [--vhost <vhost>] [--global] [--no-table-headers]",
+      options=("global",), help="Displays configured virtual host limits.")
+def list_vhost_limits(ctx, args):
+    if ctx.options.get("global"):
+        ctx.out.info("Listing limits for all vhosts ...")
+        items = [i for i in ctx.api.get("/vhost-limits") or [] if i.get("value")]
+        rows = [[cell("vhost", i.get("vhost")), limits_json(i["value"])] for i in items]
+        ctx.out.table(["vhost", "limits"], rows, [{"vhost": i.get("vhost"), "limits": limits_json(i["value"])}
+                                                  for i in items], empty_line=True)
+        return
+    ctx.out.info(f'Listing limits for vhost "{ctx.vhost}" ...')
+    limits = _vhost_limits(ctx, ctx.vhost)
+    ctx.out.flush()
+    if ctx.out.json:
+        node = (ctx.api.get("/overview") or {}).get("node", "") if limits else ""
+        print(compact_json({"node": node, "result": "ok", "value": limits_json(limits)}) if limits else "[]")
+    elif not ctx.out.quiet or limits:
+        print(limits_json(limits) if limits else "", flush=True)
+
+
+def _check_user(ctx, user):
+    if not _user_exists(ctx, user):
+        raise _no_such_user(user)
+
+
+@verb("set_user_limits", "set_user_limits <username> <definition>", (2, 2),
+      help="Sets user limits (adding to those set before).")
+def set_user_limits(ctx, args):
+    user, definition = args
+    ctx.out.info(f'Setting user limits to "{definition}" for user "{user}" ...')
+    limits = _json_object_arg(definition)
+    _check_user(ctx, user)
+    try:
+        for name, value in limits.items():
+            ctx.api.put(f"/user-limits/{q(user)}/{q(name)}", {"value": value})
+    except HttpError as err:
+        if err.status == 400:
+            raise _rejected(err) from None
+        raise
+
+
+def _user_limits(ctx, user) -> dict:
+    try:
+        items = ctx.api.get(f"/user-limits/{q(user)}") or []
+    except HttpError as err:
+        if err.status == 404:
+            raise _no_such_user(user) from None
+        raise
+    return dict(items[0].get("value") or {}) if items else {}
+
+
+@verb("clear_user_limits", "clear_user_limits <username> <limit_type> | all", (2, 2),
+      help="Clears user connection/channel limits.")
+def clear_user_limits(ctx, args):
+    user, limit = args
+    if limit == "all":
+        ctx.out.info(f'Clearing all limits for user "{user}" ...')
+    else:
+        ctx.out.info(f'Clearing "{limit}" limit for user "{user}" ...')
+    names = list(_user_limits(ctx, user)) if limit == "all" else [limit]
+    for name in names:
+        try:
+            ctx.api.delete(f"/user-limits/{q(user)}/{q(name)}")
+        except HttpError as err:
+            if err.status != 404:  # not set: nothing to clear, as rabbitmqctl
+                raise
+
+
+@verb("list_user_limits", "list_user_limits [--user <username>] [--global]", options=("global", "user"),
+      help="Displays configured user limits (--user must follow the command name).")
+def list_user_limits(ctx, args):
+    if ctx.options.get("global"):
+        ctx.out.info("Listing limits for all users ...")
+        items = [i for i in ctx.api.get("/user-limits") or [] if i.get("value")]
+        rows = [[cell("user", i.get("user")), limits_json(i["value"])] for i in items]
+        ctx.out.table(["user", "limits"], rows, [{"user": i.get("user"), "limits": limits_json(i["value"])}
+                                                 for i in items], empty_line=True)
+        return
+    user = str(ctx.options.get("user", "guest"))
+    ctx.out.info(f'Listing limits for user "{user}" ...')
+    limits = _user_limits(ctx, user)
+    ctx.out.flush()
+    if ctx.out.json:
+        print(compact_json({"message": limits_json(limits)}))
+    else:
+        print(limits_json(limits), flush=True)
+
+
+PARAMETER_COLUMNS = ["component", "name", "value"]
+
+
+@verb("set_parameter", "set_parameter [--vhost <vhost>] <component_name> <name> <value>", (3, 3),
+      help="Sets a runtime parameter.")
+def set_parameter(ctx, args):
+    component, name, value = args
+    ctx.out.info(f'Setting runtime parameter "{name}" for component "{component}" to "{value}" in vhost '
+                 f'"{ctx.vhost}" ...')
+    parsed = _json_arg(value)
+    try:
+        ctx.api.put(f"/parameters/{q(component)}/{q(ctx.vhost)}/{q(name)}",
+                    {"component": component, "vhost": ctx.vhost, "name": name, "value": parsed})
+    except HttpError as err:
+        if err.status == 400:
+            raise _rejected(err) from None
+        if err.status == 404:
+            raise vhost_missing(ctx, ctx.vhost) from None
+        raise
+
+
+@verb("clear_parameter", "clear_parameter [--vhost <vhost>] <component_name> <name>", (2, 2),
+      help="Clears a runtime parameter.")
+def clear_parameter(ctx, args):
+    component, name = args
+    ctx.out.info(f'Clearing runtime parameter "{name}" for component "{component}" on vhost "{ctx.vhost}" ...')
+    try:
+        ctx.api.delete(f"/parameters/{q(component)}/{q(ctx.vhost)}/{q(name)}")
+    except HttpError as err:
+        if err.status == 404:
+            raise Failed("Parameter does not exist") from None
+        raise
+
+
+@verb("list_parameters", "list_parameters [--vhost <vhost>] [--no-table-headers]",
+      help="Lists runtime parameters for a virtual host.")
+def list_parameters(ctx, args):
+    ctx.out.info(f'Listing runtime parameters for vhost "{ctx.vhost}" ...')
+    if not ctx.api.exists(f"/vhosts/{q(ctx.vhost)}"):
+        raise vhost_missing(ctx, ctx.vhost)
+    # The API lists parameters per component or all of them; rabbitmqctl lists one vhost's.
+    params = [p for p in ctx.api.get("/parameters") or [] if p.get("vhost") == ctx.vhost]
+    rows = [[cell("component", p.get("component")), cell("name", p.get("name")), compact_json(p.get("value"))]
+            for p in params]
+    ctx.out.table(PARAMETER_COLUMNS, rows, [dict(zip(PARAMETER_COLUMNS, r)) for r in rows], empty_line=True)
+
+
+@verb("set_global_parameter", "set_global_parameter <name> <value>", (2, 2),
+      help="Sets a runtime parameter.")
+def set_global_parameter(ctx, args):
+    name, value = args
+    ctx.out.info(f'Setting global runtime parameter "{name}" to "{value}" ...')
+    parsed = _json_arg(value)
+    try:
+        ctx.api.put(f"/global-parameters/{q(name)}", {"name": name, "value": parsed})
+    except HttpError as err:
+        if err.status == 400:
+            raise _rejected(err) from None
+        raise
+
+
+@verb("clear_global_parameter", "clear_global_parameter <name>", (1, 1),
+      help="Clears a global runtime parameter.")
+def clear_global_parameter(ctx, args):
+    (name,) = args
+    ctx.out.info(f'Clearing global runtime parameter "{name}" ...')
+    try:
+        ctx.api.delete(f"/global-parameters/{q(name)}")
+    except HttpError as err:
+        if err.status == 404:
+            raise Failed("Parameter does not exist") from None
+        raise
+
+
+@verb("list_global_parameters", "list_global_parameters [--no-table-headers]",
+      help="Lists global runtime parameters.")
+def list_global_parameters(ctx, args):
+    ctx.out.info("Listing global runtime parameters ...")
+    params = ctx.api.get("/global-parameters") or []
+    rows = [[cell("name", p.get("name")), compact_json(p.get("value"))] for p in params]
+    ctx.out.table(["name", "value"], rows, [dict(zip(["name", "value"], r)) for r in rows], empty_line=True)
+
+
 # status
 
 def _gb(n) -> str:
@@ -878,11 +1325,14 @@ def help_verb(ctx, args):
 
 GLOBAL_VALUE_OPTIONS = {"host": "host", "port": "port", "user": "user", "username": "user",
                         "password": "password", "formatter": "formatter", "vhost": "vhost",
-                        "timeout": "timeout"}
+                        "timeout": "timeout", "data-dir": "data_dir"}
+# Any of these names a broker over TCP with a user; without them, the local control socket.
+REMOTE_SETTINGS = ("host", "port", "user", "password")
 GLOBAL_FLAGS = {"quiet", "silent", "no-table-headers", "help"}
 SHORT = {"p": "vhost", "q": "quiet", "s": "silent", "t": "timeout", "?": "help", "h": "help"}
 VERB_SHORT = {"e": "if-empty", "u": "if-unused"}
 VERB_VALUE_OPTIONS = {"priority", "apply-to"}
+VERB_FLAGS = {"if-empty", "if-unused", "global"}
 FORMATTERS = ("table", "json")
 
 GLOBAL_HELP = f"""\
@@ -891,6 +1341,11 @@ Global options (accepted anywhere on the line):
   --port <port>            management API port (default $WARRENCTL_PORT or 15672)
   --user <user>            user to authenticate as (default guest)
   --password <password>    its password (default guest)
+  --data-dir <dir>         the local broker's data directory, where its control socket is
+                           (default $WARREN_DATA_DIR or ~/.local/share/warren)
+  Without --host, --port, --user and --password (and $WARRENCTL_HOST/PORT), warrenctl talks
+  to the local broker through the control socket in its data directory, with full
+  authority as rabbitmqctl has; without that socket, to 127.0.0.1:15672 as guest.
   -p, --vhost <vhost>      virtual host for vhost-scoped commands (default /)
   --formatter table|json   output format (default table)
   -q, --quiet              suppress informational messages
@@ -932,7 +1387,10 @@ def parse(argv):
     settings = {"host": os.environ.get("WARRENCTL_HOST", "127.0.0.1"),
                 "port": os.environ.get("WARRENCTL_PORT", "15672"),
                 "user": "guest", "password": "guest", "formatter": "table", "vhost": "/", "timeout": "60"}
+    # "remote" is set when a flag or variable names the broker or the user (see REMOTE_SETTINGS).
     flags, options, positional = set(), {}, []
+    if "WARRENCTL_HOST" in os.environ or "WARRENCTL_PORT" in os.environ:
+        flags.add("remote")
     i = 0
     only_positional = False
     while i < len(argv):
@@ -963,13 +1421,17 @@ def parse(argv):
                     raise UsageError(f"Error (argument validation): option --{name} needs a value")
                 value = argv[i]
                 i += 1
-            if name in GLOBAL_VALUE_OPTIONS:
+            if name == "user" and positional[:1] == ["list_user_limits"]:
+                options["user"] = value  # that verb's own --user (the API user: --username)
+            elif name in GLOBAL_VALUE_OPTIONS:
                 settings[GLOBAL_VALUE_OPTIONS[name]] = value
+                if GLOBAL_VALUE_OPTIONS[name] in REMOTE_SETTINGS:
+                    flags.add("remote")
             else:
                 options[name] = value
         elif name in GLOBAL_FLAGS:
             flags.add(name)
-        elif name in ("if-empty", "if-unused"):
+        elif name in VERB_FLAGS:
             options[name] = True
         else:
             raise UsageError(f"Error (argument validation): Invalid options for this command:\n{arg}")
@@ -993,6 +1455,15 @@ class Context:
     options: dict[str, str | bool]  # the verb's own options: --name=value, or True for a flag
     out: Output
     api: Api
+
+
+def _local_control_socket(data_dir: str | None) -> str | None:
+    """The local broker's control socket, if there is one (else None: the API over TCP)."""
+    path = local.control_socket(local.data_dir(data_dir))
+    try:
+        return path if stat.S_ISSOCK(os.stat(path).st_mode) else None
+    except OSError:
+        return None
 
 
 def run(argv) -> int:
@@ -1037,14 +1508,15 @@ def run(argv) -> int:
     ctx.timeout = timeout
     ctx.options = options
     ctx.out = Output(settings["formatter"], "quiet" in flags, "silent" in flags, "no-table-headers" not in flags)
-    ctx.api = Api(settings["host"], port, settings["user"], settings["password"], timeout, ctx.out.flush)
+    ctx.api = Api(settings["host"], port, settings["user"], settings["password"], timeout, ctx.out.flush,
+                  None if "remote" in flags else _local_control_socket(settings.get("data_dir")))
     try:
         spec["fn"](ctx, args)
     except HttpError as err:
         reason = err.reason or err.error
         raise CtlError(EX_SOFTWARE, f"Error:\n{reason} (HTTP {err.status})") from None
     except CtlError as err:
-        if err.code not in (EX_UNAVAILABLE, EX_NOPERM):
+        if err.code not in (EX_UNAVAILABLE, EX_NOPERM) or isinstance(err, Failed):
             ctx.out.flush()  # the banner, then the error, as rabbitmqctl
         raise
     ctx.out.flush()

@@ -17,11 +17,10 @@ from ..server.listener import LOOPBACK, Listen, Server
 from ..store.definitions import DefinitionsFile
 from ..store.persister import Persister
 from .config import ConfigError, load_config
+from .local import DATA_DIR_ENV, DEFAULT_DATA_DIR, control_socket
 
 log = logging.getLogger("warren")
 
-
-DEFAULT_DATA_DIR = os.path.expanduser("~/.local/share/warren")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,9 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--port", type=int, default=None,
                         help="AMQP port, for every address (default: the config file's listeners.tcp.*, "
                              "else 5672)")
-    server.add_argument("--data-dir", default=os.environ.get("WARREN_DATA_DIR") or DEFAULT_DATA_DIR,
-                        help="directory for definitions and messages (default $WARREN_DATA_DIR or "
-                             f"{DEFAULT_DATA_DIR})")
+    server.add_argument("--data-dir", default=os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR,
+                        help="directory for definitions, messages and warrenctl's control socket "
+                             f"(default ${DATA_DIR_ENV} or {DEFAULT_DATA_DIR})")
     server.add_argument("--config", default=None, metavar="FILE",
                         help="RabbitMQ config file: rabbitmq.conf's 'key = value' format, or the classic "
                              "Erlang-term format (a *.config file, or one starting with '['); "
@@ -208,9 +207,13 @@ def main(argv=None) -> int:
     management_port = args.management_port if args.management_port is not None else config.get(
         "management_port", 15672)
     services = []
-    if management_port:
+    # The API over TCP (unless its port is 0) and, with a data dir, on warrenctl's control
+    # socket there (even with the TCP port off: rabbitmqctl needs no management plugin).
+    socket_path = control_socket(args.data_dir) if args.data_dir else None
+    if management_port or socket_path:
         from ..mgmt.app import ManagementService  # aiohttp is loaded only when the API is on
-        services.append(ManagementService(config.get("management_host", "127.0.0.1"), management_port))
+        services.append(ManagementService(config.get("management_host", "127.0.0.1"), management_port or None,
+                                          socket_path))
     server = Server(broker, services=services, listen=listen)
     try:
         asyncio.run(_serve(server, broker))

@@ -16,6 +16,9 @@ The rules, by the RabbitMQ function they copy:
   (the handler answers 404).
 - POLICIES (is_authorized_policies): administrators, or a policymaker with permissions in the
   vhost ("User not authorised to access object").
+- VHOST_VISIBLE (is_authorized_vhost_visible): as VHOST, and monitoring users pass for any vhost.
+- GLOBAL_PARAMETERS (is_authorized_global_parameters): policymakers and administrators
+  ("User not authorised to access object").
 - owner(lookup) (is_authorized_user): reading needs monitoring or the object's own user,
   closing needs administrator or the object's own user ("User not authorised to access
   object"). For connections and channels.
@@ -110,6 +113,11 @@ VHOST = Rule("permissions in the vhost", NOT_VHOST,
              lambda request, user: is_admin(user) or _matches_vhost(request, user))
 POLICIES = Rule("policymaker with permissions in the vhost", NOT_OBJECT,
                 lambda request, user: is_admin(user) or (is_policymaker(user) and _matches_vhost(request, user)))
+# is_authorized_vhost_visible (vhost limits): as VHOST, but monitoring users see every vhost.
+VHOST_VISIBLE = Rule("the vhost visible", NOT_VHOST,
+                     lambda request, user: is_monitor(user) or _matches_vhost(request, user))
+# is_authorized_global_parameters: policymakers and administrators.
+GLOBAL_PARAMETERS = Rule(POLICYMAKER, NOT_OBJECT, lambda request, user: is_policymaker(user))
 
 
 def owner(lookup: Callable[[web.Request], str | None]) -> Rule:
@@ -137,6 +145,8 @@ class ListFilter:
 
 IN_LOGIN_VHOSTS = ListFilter(("vhost",), is_admin, login_vhosts)
 VISIBLE_VHOSTS = ListFilter(("name",), is_monitor, login_vhosts)
+# Objects of a vhost (vhost limits) by the vhosts a user sees: monitoring users see all.
+IN_VISIBLE_VHOSTS = ListFilter(("vhost",), is_monitor, login_vhosts)
 
 
 def own(*key: str) -> ListFilter:

@@ -9,12 +9,18 @@ import base64
 import importlib
 import json
 import logging
+import os
 import pkgutil
+import socket
+import struct
+import tempfile
 from typing import Any
 
 from aiohttp import web
 
 from ..amqp import codec
+from ..broker.auth import User
+from ..broker.ops import Actor
 from . import access, api
 
 log = logging.getLogger("warren.mgmt")
@@ -51,13 +57,55 @@ def _unauthorised(reason: str, error: str = "not_authorised") -> web.Response:
     return web.json_response({"error": error, "reason": reason}, status=401, headers=headers)
 
 
+# Who a request on the control socket acts as: rabbitmqctl's acting user. Not one of the
+# broker's users (it cannot log in anywhere else: no password) and never given permissions:
+# TrustedActor lets it do anything, as rabbitmqctl may on its node.
+CONTROL_USER = User("rmq-cli", "", [access.ADMINISTRATOR])
+
+
+class TrustedActor(Actor):
+    """The control socket's actor for the operations layer: every permission in every vhost
+    (rabbitmqctl purges or deletes a queue whether or not any user has permissions there)."""
+
+    def check(self, what: str, kind: str, name: str) -> None:
+        return None
+
+    def check_topic(self, *args: Any, **kwargs: Any) -> None:  # topic permissions too
+        return None
+
+
+def trusted(request) -> bool:
+    """Whether the request came through the control socket (and so may do anything)."""
+    return request.get("user") is CONTROL_USER
+
+
+def _control_peer(request) -> bool | None:
+    """None for a request over TCP; for one over the control socket (the only Unix socket
+    the API listens on), whether the peer runs as the broker's own user (or root). The
+    socket's mode already keeps other users out; this holds even if the mode is changed."""
+    sock = request.transport.get_extra_info("socket") if request.transport is not None else None
+    if sock is None or sock.family != socket.AF_UNIX:
+        return None
+    if not hasattr(socket, "SO_PEERCRED"):
+        return True  # no way to ask (not Linux): the socket's 0600 mode is the check
+    _, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return uid in (os.getuid(), 0)
+
+
 @web.middleware
 async def auth_middleware(request, handler):
     """HTTP basic auth with the broker's users, then the route's access rule (warren.mgmt.access:
-    RabbitMQ 3.10's rules per user tag)."""
+    RabbitMQ 3.10's rules per user tag). A request on the control socket needs no credentials:
+    it acts as CONTROL_USER."""
     if request.match_info.http_exception is not None:
         # As RabbitMQ (cowboy): an unknown path (404) or method (405) is answered before
         # authentication.
+        return await handler(request)
+    local = _control_peer(request)
+    if local is not None:
+        if not local:
+            return _unauthorised("Not the broker's user")
+        request["user"] = CONTROL_USER
         return await handler(request)
     header = request.headers.get("Authorization", "")
     if not header.startswith("Basic "):
@@ -74,6 +122,29 @@ async def auth_middleware(request, handler):
     if refused is not None:
         return _unauthorised(refused)
     request["user"] = user
+    return await handler(request)
+
+
+# The methods cowboy knows; RabbitMQ answers any other with an empty 501, on any path and
+# before authentication. (aiohttp's parser itself refuses methods it does not know, such as
+# FOO, with a 400 before the app sees them; those it knows, such as TRACE or PROPFIND, reach
+# this check.)
+KNOWN_METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
+
+
+@web.middleware
+async def routing_middleware(request, handler):
+    """cowboy's routing where aiohttp's differs: an unknown method is 501; a path that is one
+    of the API's fixed paths belongs to that path's resource alone, so a method it lacks is
+    405 there even when a template would take it (GET /api/users/bulk-delete is not the user
+    "bulk-delete", as in RabbitMQ)."""
+    if request.method not in KNOWN_METHODS:
+        return web.Response(status=501)
+    if request.match_info.http_exception is None:
+        resource = request.match_info.route.resource
+        if resource is not None and resource.canonical != request.path and \
+                request.path in request.app["fixed_paths"]:
+            return await _not_allowed(request)
     return await handler(request)
 
 
@@ -107,13 +178,13 @@ async def _not_allowed(request) -> web.Response:
         if found:
             first = resource.canonical
             allowed |= found
-    methods = allowed | ({"HEAD"} if "GET" in allowed else set())
+    methods = allowed  # a GET route brings its HEAD route, unless allow_head=False (the limits: RabbitMQ's 405)
     header = ", ".join([m for m in _METHOD_ORDER if m in methods] + ["OPTIONS"])
     return web.Response(status=200 if request.method == "OPTIONS" else 405, headers={"Allow": header})
 
 
 def make_app(broker, server=None, service: "ManagementService | None" = None) -> web.Application:
-    app = web.Application(middlewares=[error_middleware, auth_middleware])
+    app = web.Application(middlewares=[routing_middleware, error_middleware, auth_middleware])
     app["broker"] = broker
     app["server"] = server
     app["management"] = service
@@ -131,23 +202,74 @@ def make_app(broker, server=None, service: "ManagementService | None" = None) ->
         # amqpstorm's healthchecks.get() asks for /api/healthchecks/node/.
         app.add_routes([web.RouteDef(r.method, r.path + "/", r.handler, r.kwargs)
                         for r in module.routes if isinstance(r, web.RouteDef)])
+    app["fixed_paths"] = frozenset(r.canonical for r in app.router.resources() if isinstance(r, web.PlainResource))
     return app
 
 
 class ManagementService:
-    """The API on host:port, as one of the server's services (warren.server.listener.Service)."""
+    """The API on host:port (port None: not over TCP) and on the control socket (a Unix
+    socket path, or None), as one of the server's services (warren.server.listener.Service)."""
 
-    def __init__(self, host: str, port: int):
+    def __init__(self, host: str, port: int | None, control_socket: str | None = None):
         self.host = host
         self.port = port
+        self.control_socket = control_socket
+        self._control_inode: tuple[int, int] | None = None  # of the socket file we made
         self._runner: web.AppRunner | None = None
 
     async def start(self, server) -> None:
         runner = self._runner = web.AppRunner(make_app(server.broker, server, self), access_log=None)
         await runner.setup()
-        await web.TCPSite(runner, self.host, self.port, reuse_address=True).start()
-        log.info("management API listening on http://%s:%d/api/", self.host, self.port)
+        if self.port:
+            await web.TCPSite(runner, self.host, self.port, reuse_address=True).start()
+            log.info("management API listening on http://%s:%d/api/", self.host, self.port)
+        if self.control_socket is not None:
+            try:
+                sock = self._bind_control_socket(self.control_socket)
+            except OSError as err:
+                # Not fatal: warrenctl falls back to the API over TCP with a user.
+                log.error("no control socket for warrenctl at %s: %s", self.control_socket,
+                          err.strerror or err)
+                return
+            await web.SockSite(runner, sock).start()
+            log.info("control socket for warrenctl at %s", self.control_socket)
+
+    def _bind_control_socket(self, path: str) -> socket.socket:
+        """Bind the socket in a fresh 0700 directory, make it 0600, then rename it into place:
+        no other user can connect to it at any moment, and a stale socket left by a killed
+        broker is replaced in one step. (Not umask: it is process-wide, and the fsync thread
+        may be creating files meanwhile.)"""
+        directory = os.path.dirname(path) or "."
+        # (A short name: the staged path must fit AF_UNIX's ~107 bytes wherever the final one does.)
+        private = tempfile.mkdtemp(prefix=".wc", dir=directory)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            staged = os.path.join(private, "s")
+            sock.bind(staged)
+            os.chmod(staged, 0o600)
+            os.replace(staged, path)
+            st = os.stat(path)
+            self._control_inode = (st.st_dev, st.st_ino)
+            sock.listen(128)
+        except BaseException:
+            sock.close()
+            raise
+        finally:
+            try:
+                os.unlink(os.path.join(private, "s"))
+            except FileNotFoundError:
+                pass
+            os.rmdir(private)
+        return sock
 
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+        if self.control_socket is not None and self._control_inode is not None:
+            try:
+                st = os.stat(self.control_socket)
+                if (st.st_dev, st.st_ino) == self._control_inode:  # not another broker's since
+                    os.unlink(self.control_socket)
+            except FileNotFoundError:
+                pass
+            self._control_inode = None

@@ -27,6 +27,7 @@ from ..broker.errors import (
     AMQPError, channel_error, command_invalid, not_allowed,
     syntax_error, unexpected_frame,
 )
+from ..broker.limits import check_channel, check_connection
 from . import frame_errors
 from .channel import Channel
 from .sasl import MECHANISMS, credentials
@@ -387,6 +388,7 @@ class Connection:
             return
         if not isinstance(method, spec.ChannelOpen):
             raise channel_error("expected 'channel.open'", (method.CLASS_ID, method.METHOD_ID))
+        check_channel(self.broker, self.user)  # the user's max-channels over all its connections
         # Any channel number is accepted, as RabbitMQ 3.10 accepts it (clients rely on that):
         # channel_max bounds how many are open, which is what protects memory.
         channel = Channel(self, ch)
@@ -493,6 +495,7 @@ class Connection:
         name = method.virtual_host
         user = self.user
         assert user is not None, "connection.open is accepted only after start-ok logged in"
+        check_connection(self.broker, name, user)  # vhost and user max-connections, before access (RabbitMQ)
         vhost = self.broker.vhosts.get(name)
         if vhost is None:
             err = not_allowed(f"vhost {name} not found")

@@ -34,7 +34,8 @@ FILENAME = "definitions.json"
 JOURNAL = "definitions.journal"
 SEQ_KEY = "warren_journal_seq"
 COMPACT_MIN = 1000
-KINDS = ("vhosts", "users", "permissions", "policies", "parameters", "exchanges", "queues", "bindings")
+KINDS = ("vhosts", "users", "permissions", "topic_permissions", "policies", "parameters", "exchanges", "queues", "bindings",
+         "global_parameters")
 _TMP_PREFIX = FILENAME + "."
 _TMP_SUFFIX = ".tmp"
 
@@ -80,8 +81,12 @@ def identity(kind: str, obj: dict):
         return obj["name"]
     if kind == "permissions":
         return obj["user"], obj["vhost"]
+    if kind == "topic_permissions":
+        return obj["user"], obj["vhost"], obj["exchange"]
     if kind in ("policies", "exchanges", "queues"):
         return obj.get("vhost", "/"), obj["name"]
+    if kind == "global_parameters":
+        return obj["name"]
     if kind == "parameters":
         return obj.get("vhost", "/"), obj.get("component"), obj["name"]
     if kind == "bindings":

@@ -10,7 +10,7 @@ from aiohttp import web
 from ... import __version__
 from ...broker import definitions
 from ..access import ADMIN, access
-from ..app import ApiError, bad_request, json_response
+from ..app import ApiError, bad_request, json_response, trusted
 from ..resources import check_nesting, flush, parse_json
 
 routes = web.RouteTableDef()
@@ -83,8 +83,11 @@ async def _read_definitions(request) -> dict:
 
 def _import(request, data: dict) -> None:
     broker = request.app["broker"]
+    # As RabbitMQ, a vhost the import creates gives the importing user full permissions on it
+    # (not the control socket: rabbitmqctl's import grants nothing).
+    acting_user = None if trusted(request) else request["user"].name
     try:
-        definitions.load(broker, data)
+        definitions.load(broker, data, acting_user=acting_user)
     except definitions.DefinitionsError as err:
         raise ApiError(400, "bad_request", str(err)) from None
     finally:

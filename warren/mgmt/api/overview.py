@@ -40,13 +40,17 @@ def exchange_types() -> list:
 
 
 def listeners(request) -> list:
+    """As RabbitMQ: one entry per address and port listened on (AMQP on each address bound,
+    e.g. 127.0.0.1 and ::1), then the API's. warrenctl's control socket is not one (RabbitMQ
+    lists no CLI entry but its Erlang distribution port, which Warren has not)."""
     broker = request.app["broker"]
     server = request.app["server"]
     node = stats.node_name(broker)
-    out = []
+    out: list[dict] = []
     if server is not None:
-        out.append({"ip_address": server.host, "node": node, "port": server.port, "protocol": "amqp",
-                    "socket_opts": {}})
+        addresses = server.addresses or [(server.host, server.port)]
+        out.extend({"ip_address": host, "node": node, "port": port, "protocol": "amqp", "socket_opts": {}}
+                    for host, port in addresses)
         port = _management_port(request)
         if port:
             out.append({"ip_address": _management_host(request), "node": node,
@@ -55,8 +59,9 @@ def listeners(request) -> list:
 
 
 def _management_port(request):
+    """The API's TCP port (None if it listens on the control socket only)."""
     sockname = request.transport.get_extra_info("sockname") if request.transport else None
-    if sockname:
+    if isinstance(sockname, tuple):  # asked over TCP (over the control socket: a path)
         return sockname[1]
     service = request.app["management"]
     return service.port if service is not None else None

@@ -8,6 +8,7 @@ import os
 from aiohttp import web
 
 from ...broker.auth import MD5, SHA256, SHA512, User, hash_password
+from ...broker.limits import LimitError, update_user_limits, validate_user_limits
 from ..access import ADMIN, access
 from ..app import ApiError, bad_request, json_response, not_found
 from ..resources import flush, list_response, read_body, require
@@ -20,7 +21,7 @@ ALGORITHMS = (SHA256, SHA512, MD5)
 
 def user_json(u) -> dict:
     return {"name": u.name, "password_hash": u.password_hash, "hashing_algorithm": u.algorithm,
-            "tags": list(u.tags), "limits": {}}
+            "tags": list(u.tags), "limits": dict(u.limits)}
 
 
 def parse_tags(value) -> list:
@@ -111,7 +112,13 @@ async def put_user(request):
         user = User(name, hash_password(base64.b64encode(os.urandom(24)).decode()), tags)
     else:
         user = User(name, "", tags)
+    limits = body.get("limits") or {}
+    try:  # merged with the user's own, as RabbitMQ (which answers a bad one with a 500)
+        validate_user_limits(limits)
+    except LimitError as err:
+        raise bad_request(str(err)) from None
     broker.add_user(user)
+    update_user_limits(broker, user, limits)
     flush(request)
     return web.Response(status=204 if existing is not None else 201)
 

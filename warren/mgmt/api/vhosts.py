@@ -5,7 +5,7 @@ from aiohttp import web
 
 from ...amqp.constants import CONNECTION_FORCED
 from ..access import ADMIN, ANY, VISIBLE_VHOSTS, access
-from ..app import bad_request, json_response, not_found
+from ..app import bad_request, json_response, not_found, trusted
 from ..resources import flush, list_response, read_body
 from ..stats import node_name
 
@@ -26,9 +26,11 @@ def vhost_json(vhost) -> dict:
     broker = vhost.broker
     ready = sum(len(q.store) for q in vhost.queues.values())
     unacked = sum(q.unacked_count for q in vhost.queues.values())
+    metadata = {"description": vhost.description, "tags": list(vhost.tags)}
+    if vhost.default_queue_type is not None:  # set by an import, as RabbitMQ shows it
+        metadata["default_queue_type"] = vhost.default_queue_type
     return {"name": vhost.name, "description": vhost.description, "tags": list(vhost.tags),
-            "default_queue_type": "undefined",
-            "metadata": {"description": vhost.description, "tags": list(vhost.tags)},
+            "default_queue_type": vhost.default_queue_type or "undefined", "metadata": metadata,
             "tracing": False, "cluster_state": {node_name(broker): "running"},
             "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
 
@@ -67,8 +69,10 @@ async def put_vhost(request):
     created = vhost is None
     if created:
         vhost = broker.add_vhost(name)
-        # RabbitMQ gives whoever creates a vhost over the API full permissions on it.
-        broker.set_permissions(request["user"].name, name, ".*", ".*", ".*")
+        # RabbitMQ gives whoever creates a vhost over the API full permissions on it
+        # (warrenctl on the control socket is no user and, as rabbitmqctl, grants none).
+        if not trusted(request):
+            broker.set_permissions(request["user"].name, name, ".*", ".*", ".*")
     changed = False
     if description is not None and description != vhost.description:
         vhost.description, changed = description, True

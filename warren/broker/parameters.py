@@ -1,0 +1,169 @@
+"""Runtime parameters, as RabbitMQ 3.10's rabbit_runtime_parameters with the components its
+core registers and no plugin's: per vhost, "vhost-limits" (the vhost's limits, see
+warren.broker.limits) and "operator_policy" (warren.broker.policy); "policy" is listed and read
+here but set through the policies only. Any other component - "shovel", "federation-upstream"
+- is refused as RabbitMQ without those plugins refuses it ("component ... not found"), never
+stored.
+
+Global parameters take any name and any JSON value; "cluster_name" is the broker's name
+(Broker.cluster_name), the others live in Broker.global_parameters.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..amqp.erlang import erl_json, erl_list
+from .limits import PARAMETER_NAME, LimitError, clear_vhost_limits, set_vhost_limits, validate_vhost_limits, value_json
+from .policy import Policy, PolicyError, clear_policy, set_policy
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .vhost import VHost
+
+VHOST_LIMITS = "vhost-limits"
+OPERATOR_POLICY = "operator_policy"
+POLICY = "policy"
+CLUSTER_NAME = "cluster_name"
+
+
+class ParameterError(ValueError):
+    """A parameter RabbitMQ refuses; str() is its text (before the API HTML-escapes it)."""
+
+
+def _validation_failed(errors: list[str]) -> ParameterError:
+    return ParameterError("Validation failed\n\n" + "".join(e + "\n" for e in errors))
+
+
+def parameter_json(vhost: str, component: str, name: str, value: Any) -> dict:
+    """As RabbitMQ's API and definitions show a runtime parameter."""
+    return {"value": value, "vhost": vhost, "component": component, "name": name}
+
+
+def _of_vhost(vhost: VHost, component: str | None) -> list[dict]:
+    """The vhost's parameters of a component (None: all but policies, as RabbitMQ lists them)."""
+    out = []
+    if component in (None, VHOST_LIMITS) and vhost.limits is not None:
+        out.append(parameter_json(vhost.name, VHOST_LIMITS, PARAMETER_NAME, value_json(vhost.limits)))
+    if component in (None, OPERATOR_POLICY):
+        out.extend(p.to_parameter() for p in vhost.operator_policies.values())
+    if component == POLICY:
+        out.extend(p.to_parameter(POLICY) for p in vhost.policies.values())
+    return out
+
+
+def listed(broker: Broker, component: str | None = None, vhost: VHost | None = None) -> list[dict]:
+    """GET /api/parameters[/component[/vhost]]: an unknown component has none."""
+    vhosts = [vhost] if vhost is not None else list(broker.vhosts.values())
+    return [p for v in vhosts for p in _of_vhost(v, component)]
+
+
+def lookup(vhost: VHost, component: str, name: str) -> dict | None:
+    for p in _of_vhost(vhost, component):
+        if p["name"] == name:
+            return p
+    return None
+
+
+def set_parameter(vhost: VHost, component: str, name: str, value: Any) -> bool:
+    """Set a runtime parameter (validated as RabbitMQ validates it); True if it is new."""
+    if component == POLICY:
+        raise ParameterError("policies may not be set using this method")
+    if component == VHOST_LIMITS:
+        try:
+            limits = validate_vhost_limits(value)
+        except LimitError as err:
+            raise _validation_failed(err.errors) from None
+        if name != PARAMETER_NAME:
+            # RabbitMQ stores it, then fails (500) and never reads it: refused here.
+            raise _validation_failed([f"vhost limits must be named '{PARAMETER_NAME}', not '{name}'"])
+        return set_vhost_limits(vhost, limits)
+    if component == OPERATOR_POLICY:
+        return set_policy(vhost, _operator_policy(vhost, name, value), operator=True)
+    raise _validation_failed([f"component {component} not found"])
+
+
+def clear_parameter(vhost: VHost, component: str, name: str) -> bool:
+    """Remove a runtime parameter; False if there is none."""
+    if component == VHOST_LIMITS:
+        return name == PARAMETER_NAME and clear_vhost_limits(vhost)
+    if component == OPERATOR_POLICY:
+        return clear_policy(vhost, name, operator=True)
+    if component == POLICY and name in vhost.policies:
+        # RabbitMQ fails with a 500 and keeps the policy; refused with a reason here.
+        raise ParameterError("policies may not be cleared using this method")
+    return False
+
+
+# An operator policy's keys as rabbit_policy's policy_validation() lists them, reversed (the
+# order its errors come in), each with a valid stand-in for checking the others alone.
+_POLICY_KEYS = (("definition", True, {"max-length": 1}), ("apply-to", False, "all"), ("pattern", True, ""),
+                ("priority", True, 0))
+
+
+def _operator_policy(vhost: VHost, name: str, value: Any) -> Policy:
+    """An operator policy from a parameter value: pattern, definition and priority mandatory,
+    apply-to optional, nothing else (rabbit_parameter_validation:proplist)."""
+    if isinstance(value, dict):
+        rest = [(k, v) for k, v in sorted(value.items()) if k not in {key for key, _, _ in _POLICY_KEYS}]
+    elif isinstance(value, list):
+        rest, value = list(value), {}
+    else:
+        raise _validation_failed([f"{name} not a list {erl_json(value)}"])
+    if rest:
+        terms = [("{" + erl_json(t[0]) + "," + erl_json(t[1]) + "}") if isinstance(t, tuple) else erl_json(t)
+                 for t in rest]
+        raise _validation_failed([f"Unrecognised terms {erl_list(terms)} in {name}"])
+    fields = {key: value.get(key, stand_in) for key, _, stand_in in _POLICY_KEYS}
+    errors: list[str] = []
+    for key, mandatory, stand_in in _POLICY_KEYS:
+        if key not in value:
+            if mandatory:
+                errors.append(f'Key "{key}" not found in {name}')
+            continue
+        alone = {k: (fields[k] if k == key else s) for k, _, s in _POLICY_KEYS}
+        try:
+            Policy.validated(vhost.name, name, alone["pattern"], alone["definition"], alone["priority"],
+                             alone["apply-to"], operator=True)
+        except PolicyError as err:
+            errors.extend(err.errors)
+    if errors:
+        raise _validation_failed(errors)
+    return Policy(vhost.name, name, fields["pattern"], fields["definition"], fields["priority"], fields["apply-to"])
+
+
+# ------------------------------------------------------------------ global parameters
+def global_parameters(broker: Broker) -> dict[str, Any]:
+    """name -> value, cluster_name included once it is set."""
+    out = dict(broker.global_parameters)
+    if broker.cluster_name_set:
+        out[CLUSTER_NAME] = broker.cluster_name
+    return out
+
+
+def set_global(broker: Broker, name: str, value: Any) -> bool:
+    """Set a global parameter; True if it is new."""
+    if name == CLUSTER_NAME:
+        if not isinstance(value, str):
+            # RabbitMQ stores it and then accepts no more AMQP connections; refused here.
+            raise ParameterError("cluster_name must be a string")
+        created = not broker.cluster_name_set
+        broker.set_cluster_name(value)
+        return created
+    created = name not in broker.global_parameters
+    broker.global_parameters[name] = value
+    broker.mark_definitions_changed("global_parameter", name)
+    return created
+
+
+def clear_global(broker: Broker, name: str) -> bool:
+    if name == CLUSTER_NAME:
+        if not broker.cluster_name_set:
+            return False
+        broker.clear_cluster_name()
+        return True
+    if name not in broker.global_parameters:
+        return False
+    del broker.global_parameters[name]
+    broker.mark_definitions_changed("global_parameter", name)
+    return True
