@@ -7,7 +7,7 @@ import signal
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, NamedTuple, Protocol, Sequence
 
-from .memory import MemoryReclaimer
+from .memory import MemoryReclaimer, tune_gc
 from .scheduler import LoopScheduler
 from .transport import AMQPProtocol
 
@@ -53,6 +53,7 @@ class Server:
         self.loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         self.broker.scheduler = LoopScheduler(self.loop)
+        tune_gc()
         self.reclaimer = MemoryReclaimer(self.loop)
         self.reclaimer.start()
         if self.broker.persister is not None:

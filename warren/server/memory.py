@@ -13,12 +13,23 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import gc
 import logging
 
 log = logging.getLogger("warren.server")
 
 INTERVAL = 5.0           # seconds between checks
 FREE_THRESHOLD = 32 << 20  # trim once malloc holds this much free memory
+
+# Python's cyclic GC, set for a process that keeps millions of long-lived objects (queues,
+# bindings, messages): with the default (700, 10, 10), collections of the older generations
+# made bulk topology changes superlinear (100k topic bindings took 21x the time of 10k, 7-10x
+# with these; the publish/route/enqueue/ack loop is no slower, ~5% faster).
+GC_THRESHOLDS = (50_000, 20, 20)
+
+
+def tune_gc() -> None:
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 class _MallInfo2(ctypes.Structure):
