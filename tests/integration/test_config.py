@@ -363,8 +363,8 @@ def test_queue_window_from_the_file(make_broker, tmp_path, args, pages):
     ("rabbitmq.conf", "# limits\n\ndisk_free_limit.absolute = 2 GB\n",
      "{path}:3: disk_free_limit.absolute: expected an integer number of bytes or one with a unit: 500MB, "
      "500MiB, 4Gi, 10GB, 2TB, got '2 GB'"),
-    ("rabbitmq.conf", "vm_memory_high_watermark.absolute = 4Tb\nvm_memory_high_watermark.relative = 2.0\n",
-     "{path}:2: vm_memory_high_watermark.relative: expected a fraction between 0.0 and 1.0, got 2.0"),
+    ("rabbitmq.conf", "vm_memory_high_watermark.absolute = 4Tb\nvm_memory_high_watermark.relative = -2.0\n",
+     "{path}:2: vm_memory_high_watermark.relative: expected a non-negative float such as 0.4, got -2.0"),
     ("rabbitmq.conf", "frame_max = lots\n",
      "{path}:1: frame_max: expected an integer number of bytes, or one with KB, MB or GB (powers of 1024), "
      "got 'lots'"),

@@ -150,6 +150,8 @@ def test_every_verb_without_flags(broker, local, guarded_vhost, uid, tmp_path):
         assert f'g-{uid}\t"x"' in local("list_global_parameters")
         local("clear_global_parameter", f"g-{uid}")
         local("set_cluster_name", f"c-{uid}")
+        local("set_vm_memory_high_watermark", "0.4")
+        local("set_disk_free_limit", "50MB")
         assert f'cluster_name\t"c-{uid}"' in local("list_global_parameters")
         local("clear_permissions", "-p", vhost, user)
         assert local("-q", "list_permissions", "-p", vhost).splitlines()[1:] == []

@@ -297,6 +297,27 @@ def test_user_max_channels(broker, admin):
         b.close()
 
 
+def test_user_max_channels_after_a_password_change(broker, admin):
+    """A limit set after the user changed (new password: a new user record in Warren) holds
+    for the connections it opened before."""
+    user = admin.user("/")
+    a = eventually(lambda: connect(broker, user=user, password=PASSWORD))
+    try:
+        if admin.api:
+            admin.http("PUT", f"/users/{q(user)}", {"password": "changed", "tags": ""})
+        else:
+            admin.run("change_password", user, "changed")
+        admin.user_limits(user, {"max-channels": 1})
+        settle()
+        a.open_channel(1)
+        settle()
+        a.send_method(2, commands.Channel.Open())
+        a.expect_connection_close(530, f"NOT_ALLOWED - number of channels opened for user '{user}' has reached "
+                                       "the maximum allowed user limit of (1)", 0, 0)
+    finally:
+        a.close()
+
+
 def test_user_max_channels_zero(broker, admin):
     user = admin.user("/")
     admin.user_limits(user, {"max-channels": 0})

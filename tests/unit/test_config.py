@@ -118,6 +118,9 @@ def test_bad_bytesize(text):
     ("vm_memory_high_watermark.relative = 0.6", {"vm_memory_high_watermark": ("relative", 0.6)}),
     ("vm_memory_high_watermark.relative = 1.0", {"vm_memory_high_watermark": ("relative", 1.0)}),
     ("vm_memory_high_watermark.relative = 0.0", {"vm_memory_high_watermark": ("relative", 0.0)}),
+    # Above 1.0, as the seeds use it: 3 where total memory is unknown (1024 MB assumed), 100 never to alarm.
+    ("vm_memory_high_watermark.relative = 3.0", {"vm_memory_high_watermark": ("relative", 3.0)}),
+    ("vm_memory_high_watermark.relative = 100.0", {"vm_memory_high_watermark": ("relative", 100.0)}),
     ("vm_memory_high_watermark.absolute = 1073741824", {"vm_memory_high_watermark": ("absolute", 1073741824)}),
     ("vm_memory_high_watermark.absolute = 1024MiB", {"vm_memory_high_watermark": ("absolute", 1073741824)}),
     ("vm_memory_high_watermark.absolute = 4Gi", {"vm_memory_high_watermark": ("absolute", 4294967296)}),
@@ -172,8 +175,7 @@ def test_new_style_keys(line, expected):
     ("handshake_timeout = forever", "expected an integer, got 'forever'"),
     ("vm_memory_high_watermark.relative = 1", "expected a float such as 0.4 (with a decimal point), got '1'"),
     ("vm_memory_high_watermark.relative = .4", "expected a float such as 0.4 (with a decimal point), got '.4'"),
-    ("vm_memory_high_watermark.relative = 1.5", "expected a fraction between 0.0 and 1.0, got 1.5"),
-    ("vm_memory_high_watermark.relative = -0.1", "expected a fraction between 0.0 and 1.0, got -0.1"),
+    ("vm_memory_high_watermark.relative = -0.1", "expected a non-negative float such as 0.4, got -0.1"),
     ("vm_memory_high_watermark.absolute = 1.5GB", "expected an integer number of bytes or one with a unit: "
                                                   "500MB, 500MiB, 4Gi, 10GB, 2TB, got '1.5GB'"),
     ("vm_memory_high_watermark.absolute = 2T", "ambiguous unit in '2T': write TB (powers of 1000) or TiB "
@@ -366,6 +368,7 @@ def test_erlang_syntax_errors(text, line, message):
     ("{handshake_timeout, infinity}", {"handshake_timeout": math.inf}),
     ("{vm_memory_high_watermark, 0.4}", {"vm_memory_high_watermark": ("relative", 0.4)}),
     ("{vm_memory_high_watermark, 1}", {"vm_memory_high_watermark": ("relative", 1.0)}),
+    ("{vm_memory_high_watermark, 100}", {"vm_memory_high_watermark": ("relative", 100.0)}),
     ("{vm_memory_high_watermark, {absolute, 1073741824}}", {"vm_memory_high_watermark": ("absolute", 1073741824)}),
     ('{vm_memory_high_watermark, {absolute, "1024MiB"}}', {"vm_memory_high_watermark": ("absolute", 1073741824)}),
     ('{vm_memory_high_watermark, {absolute, "4Gi"}}', {"vm_memory_high_watermark": ("absolute", 4294967296)}),
@@ -410,7 +413,8 @@ def test_erlang_rabbit_keys(entry, expected):
     ("{channel_max, 65536}", "channel_max", "expected an integer from 0 to 65535, got 65536"),
     ("{max_message_size, 0}", "max_message_size", "expected a size in bytes from 1 to 536870912, got 0"),
     ("{handshake_timeout, never}", "handshake_timeout", "expected an integer, got never"),
-    ("{vm_memory_high_watermark, 1.5}", "vm_memory_high_watermark", "expected a fraction between 0.0 and 1.0, got 1.5"),
+    ("{vm_memory_high_watermark, -0.5}", "vm_memory_high_watermark",
+     "expected a non-negative float such as 0.4, got -0.5"),
     ('{vm_memory_high_watermark, {absolute, "4Gx"}}', "vm_memory_high_watermark",
      "expected an integer number of bytes or one with a unit: 500MB, 500MiB, 4Gi, 10GB, 2TB, got '4Gx'"),
     ("{vm_memory_high_watermark, {relative, 0.4}}", "vm_memory_high_watermark",

@@ -16,7 +16,8 @@ def test_handshake_and_capabilities():
     [(_, start)] = transport.frames()
     caps = start.server_properties["capabilities"]
     assert set(caps) == {"publisher_confirms", "exchange_exchange_bindings", "basic.nack",
-                         "consumer_cancel_notify", "authentication_failure_close", "per_consumer_qos"}
+                         "consumer_cancel_notify", "connection.blocked", "authentication_failure_close",
+                         "per_consumer_qos"}
     assert start.mechanisms == "PLAIN AMQPLAIN"
 
 

@@ -28,7 +28,7 @@ def method_frame(channel: int, method: Method) -> bytes:
     return _pack_head(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
 
 
-def content_frames(out: list, channel: int, header: bytes, body: bytes | bytearray, frame_max: int) -> None:
+def content_frames(out: list, channel: int, header: bytes, body: bytes, frame_max: int) -> None:
     """Append the header frame and body frames of a message to `out`."""
     out.append(_pack_head(FRAME_HEADER, channel, len(header)))
     out.append(header)
@@ -48,6 +48,14 @@ def content_frames(out: list, channel: int, header: bytes, body: bytes | bytearr
         out.append(_pack_head(FRAME_BODY, channel, len(chunk)))
         out.append(chunk)
         out.append(FRAME_END_BYTE)
+
+
+def body_part(read: bytes, start: int, end: int) -> bytes | memoryview:
+    """read[start:end], a part of a body that spans frames or reads, kept until the body is
+    whole and joined: a view when it is most of its read, else a copy. (A view keeps its
+    whole read alive: a body that trickles in among other frames must not hold every read
+    it touched.)"""
+    return memoryview(read)[start:end] if 2 * (end - start) >= len(read) else read[start:end]
 
 
 def deliver_prefix(consumer_tag: str) -> bytes:

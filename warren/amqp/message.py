@@ -8,10 +8,6 @@ from typing import Any
 
 from .properties import FLAG_HEADERS, decode_properties, delivery_mode
 
-# A body as received: bytes, or for a body that spanned frames the bytearray it was
-# assembled in (or read back into) -- never written to once it is a Message's.
-Body = bytes | bytearray
-
 
 class Message:
     """One published message, shared by every queue it is routed to.
@@ -22,7 +18,7 @@ class Message:
 
     __slots__ = ("exchange", "routing_key", "route", "header", "body", "_props")
 
-    def __init__(self, exchange: str, routing_key: str, route: bytes, header: bytes, body: Body):
+    def __init__(self, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes):
         self.exchange = exchange
         self.routing_key = routing_key
         self.route = route

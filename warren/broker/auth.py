@@ -46,6 +46,18 @@ class User:
         return hmac.compare_digest(expected, self.password_hash)
 
 
+def invalid_regexp(pattern) -> str | None:
+    """Why `pattern` is not a permission regex (not a string, or not a valid expression), or
+    None when it is one."""
+    if not isinstance(pattern, str):
+        return "not a string"
+    try:
+        re.compile(pattern)
+    except re.error as err:
+        return str(err)
+    return None
+
+
 class Permission:
     __slots__ = ("configure", "write", "read", "_res")
 

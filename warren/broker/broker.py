@@ -4,6 +4,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .alarms import Alarms
 from .auth import Permission, TopicPermission, User, check, check_topic
 from .definitions import changes, export
 from .durability import Durability
@@ -60,6 +61,12 @@ class Broker:
     # The message store's writer (a warren.store.persister.Persister), or None: queues then
     # keep their messages in memory only.
     persister: "Persister | None" = None
+    # The resource alarms in effect (memory, disk): raised by the server's monitors, heard by
+    # connections, which block their publishers. mem_limit and disk_free_limit are the
+    # monitors' thresholds in bytes (None: not monitored).
+    alarms: Alarms = field(default_factory=Alarms)
+    mem_limit: int | None = None
+    disk_free_limit: int | None = None
     # Timers for the model, injected by the server (None: no timers, e.g. in unit tests).
     scheduler: Scheduler | None = None
     # Writes what a reply promises before the reply leaves (definitions, message records).
@@ -235,7 +242,5 @@ class Broker:
 
     def check_topic(self, user: str, vhost: str, what: str, exchange: str, routing_key: str) -> None:
         """403 unless the user may write (publish) or read (bind) `routing_key` on the topic
-        exchange (the caller checks that it is one)."""
-        if self.topic_permissions:
-            check_topic(self.topic_permissions.get((user, vhost, exchange)), user, what, exchange, routing_key,
-                        vhost)
+        exchange (Actor.check_topic checks that it is one)."""
+        check_topic(self.topic_permissions.get((user, vhost, exchange)), user, what, exchange, routing_key, vhost)

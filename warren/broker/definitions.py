@@ -4,10 +4,10 @@ its management API's GET /api/definitions writes), also the format of Warren's d
 import datetime
 import decimal
 import gc
-import re
+import html
 
 from .. import __version__
-from .auth import MD5, SHA256, SHA512, User
+from .auth import MD5, SHA256, SHA512, User, invalid_regexp
 from .errors import AMQPError
 from .exchanges import TYPES
 from .policy import Policy, PolicyError, set_policy
@@ -181,12 +181,9 @@ def check_topic_permission(exchange, write, read) -> None:
     if not isinstance(exchange, str):
         raise DefinitionsError("a topic permission's exchange must be a string")
     for pattern in (write, read):
-        if not isinstance(pattern, str):
-            raise DefinitionsError(f"invalid_regexp {pattern!r}: not a string")
-        try:
-            re.compile(pattern)
-        except re.error as err:
-            raise DefinitionsError(f"invalid_regexp '{pattern}': {err}") from None
+        problem = invalid_regexp(pattern)
+        if problem is not None:
+            raise DefinitionsError(f"invalid_regexp {pattern!r}: {problem}")
 
 
 def _load_policy(broker, p, operator=False):
@@ -205,7 +202,7 @@ def _load_parameter(broker, p):
         runtime_parameters.set_parameter(vhost, component, name, p["value"])
     except runtime_parameters.ParameterError as err:
         text = f"{err} ({vhost.name}/{component}/{name})"
-        raise DefinitionsError(text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")) from None
+        raise DefinitionsError(html.escape(text, quote=False)) from None
 
 
 def _load_global_parameter(broker, p):

@@ -195,8 +195,13 @@ def check_connection(broker: Broker, vhost_name: str, user: User) -> None:
 def check_channel(broker: Broker, user: User | None) -> None:
     """At channel.open: the user's max-channels over all its connections (a connection
     error, 530, as rabbit_reader's)."""
-    allowed = None if user is None else limit(user.limits, MAX_CHANNELS)
-    if user is None or allowed is None:
+    if user is None:
+        return
+    # The user as it is now: a password or tags change (or an import) replaces the User
+    # object this connection logged in as, and the limits live on the current one.
+    user = broker.users.get(user.name, user)
+    allowed = limit(user.limits, MAX_CHANNELS)
+    if allowed is None:
         return
     if allowed == 0 or sum(len(c.channels) for c in _connections(broker)
                            if c.user is not None and c.user.name == user.name) >= allowed:

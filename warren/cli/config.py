@@ -29,8 +29,8 @@ load_config() returns a dict with the settings present in the file (nothing for 
   vm_memory_high_watermark_paging_ratio  float
   disk_free_limit               ("absolute", bytes) or ("mem_relative", float)
 
-The last three are validated and stored, but Warren does not act on them yet: the resource
-alarms issue uses them (memory and disk alarms).
+The watermark and disk_free_limit configure the memory and disk alarms (warren.server's
+monitors); the paging ratio is validated and stored.
 """
 
 import difflib
@@ -148,10 +148,11 @@ def _regex(text: str) -> str:
     return text
 
 
-def _fraction(value: float) -> float:
-    # rabbitmqctl set_vm_memory_high_watermark: "The threshold should be a fraction between 0.0 and 1.0"
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"expected a fraction between 0.0 and 1.0, got {value}")
+def _watermark_relative(value: float) -> float:
+    # Above 1.0 is allowed, as in RabbitMQ's schema and its guide ("set some high multiplier
+    # such as 100" never to alarm; 3 where total memory is unknown and 1024 MB assumed).
+    if value < 0:
+        raise ValueError(f"expected a non-negative float such as 0.4, got {value}")
     return value
 
 
@@ -249,7 +250,6 @@ class _Settings:
             config["loopback_users"] = set()
         elif self.loopback is not None:
             config["loopback_users"] = {name for name, on in self.loopback.items() if on}
-        # Not acted on yet (the alarms issue does): validated and stored.
         for name, settings, relative in (("vm_memory_high_watermark", self.watermark, "relative"),
                                          ("disk_free_limit", self.disk_limit, "mem_relative")):
             if "relative" in settings and "absolute" in settings:
@@ -314,7 +314,7 @@ def _loopback_user(settings, key, rest, value, line):
 
 def _watermark(kind):
     def handle(settings, key, rest, value, line):
-        settings.watermark[kind] = (_fraction(_float(value)) if kind == "relative"
+        settings.watermark[kind] = (_watermark_relative(_float(value)) if kind == "relative"
                                     else parse_information_unit(value))
     return handle
 
@@ -804,7 +804,7 @@ def _erl_watermark(settings, value, line, key):
     if isinstance(value, tuple) and len(value) == 2 and value[0] == Atom("absolute"):
         settings.watermark = {"absolute": _erl_size(value[1])}
     elif isinstance(value, (int, float)):
-        settings.watermark = {"relative": _fraction(_erl_number(value))}
+        settings.watermark = {"relative": _watermark_relative(_erl_number(value))}
     else:
         raise ValueError(f'expected a fraction such as 0.4 or {{absolute, Bytes}} such as {{absolute, "1024MiB"}}, '
                          f"got {format_term(value)}")

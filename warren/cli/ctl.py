@@ -26,6 +26,7 @@ import html
 import http.client
 import json
 import os
+import re
 import socket
 import stat
 import sys
@@ -962,17 +963,9 @@ def clear_topic_permissions(ctx, args):
     _check_user_then_vhost(ctx, user)
     path = f"/topic-permissions/{q(ctx.vhost)}/{q(user)}"
     try:
-        kept = []
-        if exchange is not None:
-            # RabbitMQ's API deletes a user's topic permissions in a vhost all at once (it
-            # has no per-exchange DELETE): put back those of the other exchanges.
-            current = ctx.api.get(path) or []
-            if not any(p.get("exchange") == exchange for p in current):
-                return
-            kept = [p for p in current if p.get("exchange") != exchange]
-        ctx.api.delete(path)
-        for p in kept:
-            ctx.api.put(path, {k: p[k] for k in ("exchange", "write", "read")})
+        # One exchange's entry alone (RabbitMQ's API has that path too): the others are
+        # never cleared meanwhile, so never unrestricted for a moment.
+        ctx.api.delete(path if exchange is None else f"{path}/{q(exchange)}")
     except HttpError as err:
         if err.status != 404:  # none there: nothing to clear, as rabbitmqctl
             raise
@@ -1027,13 +1020,10 @@ def set_vhost_limits(ctx, args):
     (definition,) = args
     ctx.out.info(f'Setting vhost limits to "{definition}" for vhost "{ctx.vhost}" ...')
     limits = _json_object_arg(definition)
-    current = _vhost_limits(ctx, ctx.vhost)
     try:
-        for name, value in limits.items():
-            ctx.api.put(f"/vhost-limits/{q(ctx.vhost)}/{q(name)}", {"value": value})
-        for name in current:  # the definition replaces the vhost's limits, as rabbitmqctl's
-            if name not in limits:
-                ctx.api.delete(f"/vhost-limits/{q(ctx.vhost)}/{q(name)}")
+        # One parameter, validated whole: the definition replaces the vhost's limits, and a
+        # bad one changes nothing (as rabbitmqctl).
+        ctx.api.put(f"/parameters/vhost-limits/{q(ctx.vhost)}/limits", {"value": limits})
     except HttpError as err:
         if err.status == 400:
             raise _rejected(err) from None
@@ -1046,19 +1036,11 @@ def set_vhost_limits(ctx, args):
 def clear_vhost_limits(ctx, args):
     ctx.out.info(f'Clearing vhost "{ctx.vhost}" limits ...')
     try:
-        current = _vhost_limits(ctx, ctx.vhost)
-    except CtlError:
-        current = {}
-    if not current:
-        raise Failed("Parameter does not exist")
-    for name in current:
-        ctx.api.delete(f"/vhost-limits/{q(ctx.vhost)}/{q(name)}")
-    try:
-        # RabbitMQ keeps the emptied limits as a parameter ({} in list_parameters): remove
-        # it, as rabbitmqctl's clear_vhost_limits does.
         ctx.api.delete(f"/parameters/vhost-limits/{q(ctx.vhost)}/limits")
-    except HttpError:
-        pass
+    except HttpError as err:
+        if err.status == 404:
+            raise Failed("Parameter does not exist") from None
+        raise
 
 
 @verb("list_vhost_limits", "list_vhost_limits [--vhost <vhost>] [--global] [--no-table-headers]",
@@ -1232,10 +1214,138 @@ def list_global_parameters(ctx, args):
     ctx.out.table(["name", "value"], rows, [dict(zip(["name", "value"], r)) for r in rows], empty_line=True)
 
 
+# the resource alarms' settings (Warren-only API endpoints: rabbitmqctl reaches the node directly)
+
+# rabbitmqctl 3.10's units for absolute thresholds (RabbitMQ.CLI.Core.Memory), letter case as
+# written: "2gb" is refused.
+_CTL_UNITS = {"": 1, "k": 1024, "kiB": 1024, "M": 1024 ** 2, "MiB": 1024 ** 2, "G": 1024 ** 3,
+              "GiB": 1024 ** 3, "kB": 1000, "MB": 1000 ** 2, "GB": 1000 ** 3}
+
+
+def _integer_prefix(text: str) -> tuple[int, str] | None:
+    """Elixir's Integer.parse: the leading integer and the rest, or None."""
+    m = re.match(r"[+-]?[0-9]+", text)
+    return (int(m.group()), text[m.end():]) if m else None
+
+
+def _float_prefix(text: str) -> tuple[float, str] | None:
+    """Elixir's Float.parse: the leading number (fraction and exponent optional) and the rest."""
+    m = re.match(r"[+-]?[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?", text)
+    return (float(m.group()), text[m.end():]) if m else None
+
+
+def _bad_argument(name: str, detail: str = "") -> CtlError:
+    text = f"Bad argument: {detail}" if detail else "Bad argument."
+    return CtlError(EX_DATAERR, f"Error (argument validation): {text}\n\n{verb_help(name)}")
+
+
+def _too_many(name: str) -> CtlError:
+    return UsageError(f"Error (argument validation): too many arguments.\n\n{verb_help(name)}")
+
+
+def _not_enough(name: str) -> CtlError:
+    return UsageError(f"Error (argument validation): not enough arguments.\n\n{verb_help(name)}")
+
+
+def _node_name(ctx) -> str:
+    return (ctx.api.get("/overview") or {}).get("node", "")
+
+
+@verb("set_vm_memory_high_watermark", "set_vm_memory_high_watermark <fraction> | absolute <value>", (1, 2),
+      help="Sets the vm_memory_high_watermark setting (until the broker restarts): a fraction of "
+           "total memory from 0.0 to 1.0 (0 raises the memory alarm), or an absolute value in "
+           "bytes with a unit (k, kiB, M, MiB, G, GiB, kB, MB, GB), e.g. absolute 2GB.")
+def set_vm_memory_high_watermark(ctx, args):
+    name = "set_vm_memory_high_watermark"
+    if args[0] == "absolute":
+        if len(args) < 2:
+            raise _not_enough(name)
+        parsed = _integer_prefix(args[1])
+        if parsed is None:
+            raise _bad_argument(name)
+        number, unit = parsed
+        if unit not in _CTL_UNITS:
+            as_float = _float_prefix(args[1])
+            raise _bad_argument(name, "Invalid units." if as_float is not None and as_float[1] == unit
+                                else "The threshold should be an integer.")
+        node = _node_name(ctx)
+        ctx.out.info(f"Setting memory threshold on {node} to {args[1]} bytes ...")
+        if number <= 0:
+            # rabbitmqctl 3.10 crashes here (function_clause, exit 70): the same code, said plainly.
+            raise CtlError(EX_SOFTWARE, "Error:\nThe threshold should be a number of bytes above 0 "
+                                        "(set_vm_memory_high_watermark 0 raises the memory alarm).")
+        setting = {"absolute": number * _CTL_UNITS[unit]}
+    else:
+        if len(args) > 1:
+            raise _too_many(name)
+        parsed_float = _float_prefix(args[0])
+        if parsed_float is None or parsed_float[1] != "":
+            raise _bad_argument(name)
+        if not 0.0 <= parsed_float[0] <= 1.0:
+            raise _bad_argument(name, "The threshold should be a fraction between 0.0 and 1.0")
+        node = _node_name(ctx)
+        ctx.out.info(f"Setting memory threshold on {node} to {args[0]} ...")
+        setting = {"relative": parsed_float[0]}
+    _put_node_setting(ctx, node, "vm-memory-high-watermark", setting)
+
+
+@verb("set_disk_free_limit", "set_disk_free_limit <disk_limit> | mem_relative <fraction>", (1, 2),
+      help="Sets the disk_free_limit setting (until the broker restarts): an absolute value in "
+           "bytes with a unit (k, kiB, M, MiB, G, GiB, kB, MB, GB), e.g. 1GB, or mem_relative "
+           "<fraction> of total memory. The free space is checked again at once.")
+def set_disk_free_limit(ctx, args):
+    name = "set_disk_free_limit"
+    if args[0] == "mem_relative":
+        if len(args) < 2:
+            raise _not_enough(name)
+        parsed_float = _float_prefix(args[1])
+        if parsed_float is None or parsed_float[1] != "" or parsed_float[0] < 0:
+            raise _bad_argument(name)
+        node = _node_name(ctx)
+        ctx.out.info(f"Setting disk free limit on {node} to {args[1]} times the total RAM ...")
+        setting: dict = {"mem_relative": parsed_float[0]}
+    else:
+        if len(args) > 1:
+            raise _too_many(name)
+        parsed = _integer_prefix(args[0])
+        if parsed is None:
+            raise _bad_argument(name)
+        number, unit = parsed
+        # A negative number alone is taken (the alarm then never goes off); with a unit it is not.
+        if unit and (number < 0 or unit not in _CTL_UNITS):
+            raise _bad_argument(name)
+        node = _node_name(ctx)
+        ctx.out.info(f"Setting disk free limit on {node} to {args[0]} bytes ...")
+        setting = {"absolute": number * _CTL_UNITS[unit]}
+    _put_node_setting(ctx, node, "disk-free-limit", setting)
+
+
+def _put_node_setting(ctx, node: str, path: str, setting: dict) -> None:
+    try:
+        ctx.api.put(f"/nodes/{q(node)}/{path}", setting)
+    except HttpError as err:
+        if err.status in (400, 404):
+            raise Failed(html.unescape(err.reason)) from None
+        raise
+
+
+def _node_setting(ctx, node: str, path: str) -> dict | None:
+    """A Warren-only setting of the node, or None where the API has none (RabbitMQ's)."""
+    try:
+        setting = ctx.api.get(f"/nodes/{q(node)}/{path}") or {}
+    except HttpError:
+        return None
+    setting.pop("limit", None)
+    return setting
+
+
 # status
 
 def _gb(n) -> str:
     return f"{round((n or 0) / 1e9, 4)} gb"
+
+
+_ALARM_LINES = {"memory": "Memory alarm on node {}", "disk": "Free disk space alarm on node {}"}
 
 
 @verb("status", "status", help="Displays status of a node.")
@@ -1247,19 +1357,25 @@ def status(ctx, args):
     name = node.get("name") or overview.get("node", "")
     totals = overview.get("object_totals", {})
     alarms = [a for a, on in (("memory", node.get("mem_alarm")), ("disk", node.get("disk_free_alarm"))) if on]
+    watermark = _node_setting(ctx, name, "vm-memory-high-watermark") if name else None
     listeners = overview.get("listeners") or []
     uptime = int((node.get("uptime") or 0) / 1000)
     ctx.out.flush()
     if ctx.out.json:
+        # rabbitmqctl status --formatter json's keys; memory holds the one figure Warren has,
+        # the RSS (RabbitMQ breaks it down by Erlang allocator).
         print(json.dumps({
             "pid": int(node["os_pid"]) if str(node.get("os_pid", "")).isdigit() else node.get("os_pid"),
             "os": node.get("os", "Linux"), "uptime": uptime,
             "product_name": overview.get("product_name", "Warren"),
             "product_version": overview.get("product_version", ""),
             "rabbitmq_version": overview.get("rabbitmq_version", ""),
-            "node": name, "alarms": alarms,
-            "memory": {"total": node.get("mem_used")},
+            "node": name,
+            "alarms": [{"node": name, "resource": a, "type": "resource_limit"} for a in alarms],
+            "memory": {"strategy": "rss", "total": {"rss": node.get("mem_used")}},
+            "vm_memory_calculation_strategy": "rss",
             "vm_memory_high_watermark_limit": node.get("mem_limit"),
+            **({"vm_memory_high_watermark_setting": watermark} if watermark else {}),
             "disk_free": node.get("disk_free"), "disk_free_limit": node.get("disk_free_limit"),
             "file_descriptors": {"total_used": node.get("fd_used"), "total_limit": node.get("fd_total"),
                                  "sockets_used": node.get("sockets_used"),
@@ -1283,10 +1399,17 @@ def status(ctx, args):
     if product and product != "RabbitMQ":
         lines.insert(5, f"{product} version: {version or ''}")
     lines += ["", bold("Alarms"), ""]
-    lines += [f"{a} alarm" for a in alarms] or ["(none)"]
-    lines += ["", bold("Memory"), "", f"Total memory used: {_gb(node.get('mem_used'))}"]
+    lines += [_ALARM_LINES[a].format(name) for a in alarms] or ["(none)"]
+    lines += ["", bold("Memory"), "", f"Total memory used: {_gb(node.get('mem_used'))}",
+              "Calculation strategy: rss"]
     if node.get("mem_limit") is not None:
-        lines.append(f"Memory high watermark: {_gb(node.get('mem_limit'))}")
+        if watermark and "relative" in watermark:
+            setting = f"{watermark['relative']} of available memory"
+        elif watermark and "absolute" in watermark:
+            setting = _gb(watermark["absolute"])
+        else:
+            setting = _gb(node.get("mem_limit"))
+        lines.append(f"Memory high watermark setting: {setting}, computed to: {_gb(node.get('mem_limit'))}")
     lines += ["", bold("File Descriptors"), "",
               f"Total: {node.get('fd_used', '')}, limit: {node.get('fd_total', '')}",
               f"Sockets: {node.get('sockets_used', '')}, limit: {node.get('sockets_total', '')}",

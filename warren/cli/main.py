@@ -13,7 +13,9 @@ import sys
 from ..amqp import codec
 from ..broker import definitions
 from ..broker.broker import Broker, Limits
+from ..server.disk_monitor import DEFAULT_LIMIT, DiskMonitor
 from ..server.listener import LOOPBACK, Listen, Server
+from ..server.memory_monitor import DEFAULT_WATERMARK, MemoryMonitor
 from ..store.definitions import DefinitionsFile
 from ..store.persister import Persister
 from .config import ConfigError, load_config
@@ -206,7 +208,10 @@ def main(argv=None) -> int:
     gc.set_threshold(50_000, 50, 100)
     management_port = args.management_port if args.management_port is not None else config.get(
         "management_port", 15672)
-    services = []
+    # The resource alarms first: they are on before the API answers and a client connects.
+    memory = MemoryMonitor(broker, config.get("vm_memory_high_watermark", DEFAULT_WATERMARK))
+    services: list = [memory, DiskMonitor(broker, args.data_dir or os.getcwd(),
+                                          config.get("disk_free_limit", DEFAULT_LIMIT), memory.total_memory)]
     # The API over TCP (unless its port is 0) and, with a data dir, on warrenctl's control
     # socket there (even with the TCP port off: rabbitmqctl needs no management plugin).
     socket_path = control_socket(args.data_dir) if args.data_dir else None

@@ -20,7 +20,6 @@ from aiohttp import web
 
 from ..amqp import codec
 from ..broker.auth import User
-from ..broker.ops import Actor
 from . import access, api
 
 log = logging.getLogger("warren.mgmt")
@@ -59,19 +58,8 @@ def _unauthorised(reason: str, error: str = "not_authorised") -> web.Response:
 
 # Who a request on the control socket acts as: rabbitmqctl's acting user. Not one of the
 # broker's users (it cannot log in anywhere else: no password) and never given permissions:
-# TrustedActor lets it do anything, as rabbitmqctl may on its node.
+# its Actor is trusted (warren.broker.ops.Actor.trusted), as rabbitmqctl on its node.
 CONTROL_USER = User("rmq-cli", "", [access.ADMINISTRATOR])
-
-
-class TrustedActor(Actor):
-    """The control socket's actor for the operations layer: every permission in every vhost
-    (rabbitmqctl purges or deletes a queue whether or not any user has permissions there)."""
-
-    def check(self, what: str, kind: str, name: str) -> None:
-        return None
-
-    def check_topic(self, *args: Any, **kwargs: Any) -> None:  # topic permissions too
-        return None
 
 
 def trusted(request) -> bool:

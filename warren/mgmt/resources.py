@@ -6,6 +6,7 @@ field tables. The objects' JSON shapes are warren.mgmt.shapes'."""
 import base64
 import datetime
 import decimal
+import html
 import json
 import math
 import re
@@ -17,7 +18,7 @@ from ..amqp.erlang import erl_list
 from ..broker.errors import AMQPError
 from ..broker.ops import Actor
 from . import access
-from .app import ApiError, TrustedActor, bad_request, json_response, not_found, trusted
+from .app import ApiError, bad_request, json_response, not_found, trusted
 from .erlhash import Atom, phash2
 
 ACCESS_REFUSED = "Access refused."
@@ -63,7 +64,7 @@ def check_vhost_access(request, vhost) -> None:
 
 def actor(request, vhost) -> Actor:
     """The API's user in a vhost, for the operations layer (never owns exclusive queues)."""
-    return (TrustedActor if trusted(request) else Actor)(request.app["broker"], request["user"], vhost)
+    return Actor(request.app["broker"], request["user"], vhost, trusted=trusted(request))
 
 
 def direct_error(err: AMQPError) -> ApiError:
@@ -137,6 +138,19 @@ def require(body: dict, *keys) -> None:
     missing = [k for k in keys if k not in body]
     if missing:
         raise bad_request(erl_list([f"{{key_missing,{k}}}" for k in missing]))
+
+
+async def read_value(request):
+    """The "value" of a PUT body (runtime parameters, limits), checked for nesting."""
+    body = await read_body(request)
+    require(body, "value")
+    check_nesting(body["value"])
+    return body["value"]
+
+
+def html_escaped(text: str) -> str:
+    """A validation error as RabbitMQ's parameter and policy resources give it."""
+    return html.escape(text, quote=False)
 
 
 def parse_bool(body: dict, key: str, default=False) -> bool:

@@ -9,7 +9,6 @@ warren.mgmt.stats'.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, cast
 
 from .resources import properties_key, table_json
@@ -145,8 +144,9 @@ def connection_name(conn: Connection) -> str:
 
 
 def _blocked_age(conn: Connection) -> float | str:
-    at = getattr(conn, "last_blocked_at", None)
-    return "infinity" if at is None else round(time.monotonic() - at, 1)
+    """Seconds since the connection was last blocked (0 while it is), "infinity" if never."""
+    age = conn.blocked_age()
+    return "infinity" if age is None else round(age, 1)
 
 
 def connection_json(conn: Connection) -> dict[str, Any]:
@@ -176,9 +176,10 @@ def connection_json(conn: Connection) -> dict[str, Any]:
         "ssl_hash": None,
         "ssl_key_exchange": None,
         "ssl_protocol": None,
-        # running, or flow / blocking / blocked once resource alarms exist (they set these).
-        "state": getattr(conn, "blocked_state", None) or "running",
-        "last_blocked_by": getattr(conn, "last_blocked_by", None) or "none",
+        # running, blocking (an alarm is on), blocked (its publishing is held by an alarm).
+        # last_blocked_by / last_blocked_age are the seed's (RabbitMQ 3.10's API lacks them).
+        "state": conn.throttle_state,
+        "last_blocked_by": conn.last_blocked_by,
         "last_blocked_age": _blocked_age(conn),
         "timeout": conn.heartbeat,
         "type": "network",

@@ -34,12 +34,10 @@ dicts to merge into an object's JSON):
   a closing channel adds its counters to broker.message_totals).
 - `node_name(broker) -> str`: the node name every object's "node" field shows
   (broker.node_name if set, else "warren@localhost").
-- `alarms(broker) -> list[str]`: the resource alarms in effect ("memory", "disk"), read from
-  broker.alarms (a set or list of those names) once the alarms work provides it.
+- `alarms(broker) -> list[str]`: the resource alarms in effect ("memory", "disk"), from
+  broker.alarms (raised and cleared by the server's memory and disk monitors).
 
-Hooks for the resource alarms work (read if present, defaults otherwise): broker.alarms
-(resources in alarm, e.g. {"memory"}), broker.mem_limit / broker.disk_free_limit (bytes) for
-/api/nodes, and per connection conn.blocked_state ("running", "flow", "blocking", "blocked"),
+Hooks for the flow-control work (read if present, defaults otherwise): per connection conn.blocked_state ("running", "flow", "blocking", "blocked"),
 conn.last_blocked_by ("none", "resource", "flow") and conn.last_blocked_at (time.monotonic()
 of the last block, or None) for /api/connections' state, last_blocked_by, last_blocked_age.
 
@@ -73,10 +71,7 @@ def node_name(broker) -> str:
 
 
 def alarms(broker) -> list:
-    value = getattr(broker, "alarms", None) or ()
-    if isinstance(value, dict):
-        value = [k for k, v in value.items() if v]
-    return sorted(value)
+    return sorted(broker.alarms)
 
 
 def interval() -> float:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable
 from ..amqp import spec
 from ..amqp.codec import DecodeError, read_shortstr
 from ..amqp.constants import BASIC, BASIC_ACK, BASIC_PUBLISH, FRAME_HEADER, FRAME_METHOD, NO_ROUTE
-from ..amqp.frames import ack_frame, content_frames, deliver_frame, deliver_prefix, get_ok_frame, nack_frame
+from ..amqp.frames import ack_frame, body_part, content_frames, deliver_frame, deliver_prefix, get_ok_frame, nack_frame
 from ..amqp.properties import header_fields, properties_error
 from ..broker import ops
 from ..broker.consumer import Consumer
@@ -27,7 +27,7 @@ from . import frame_errors
 from .transaction import Transaction, TxPublish
 
 if TYPE_CHECKING:
-    from ..amqp.message import Body, Message
+    from ..amqp.message import Message
     from ..store.queued_message import QueuedMessage
     from .connection import Connection
     from .transaction import Unacked
@@ -81,7 +81,7 @@ class Channel:
         self.content_header: bytes | None = None
         self.body_size = self.body_remaining = 0
         # A body split over several frames: views of the reads its frames came in.
-        self.body_parts: list[memoryview] | None = None
+        self.body_parts: list[bytes | memoryview] | None = None
         self._last_publish: PublishMethod | None = None
         self._last_header = b""
         self.consumers: dict[str, Consumer] = {}
@@ -191,8 +191,8 @@ class Channel:
             # The whole body in one frame (the common case): its only copy, out of the read.
             self._publish_complete(self.publishing, self.content_header, buf[start:end])
             return
-        # A part of a body that spans frames: a view of the read, copied once by the join.
-        self._body_part([memoryview(buf)[start:end]], size)
+        # A part of a body that spans frames, joined once the body is whole.
+        self._body_part([body_part(buf, start, end)], size)
 
     def accepts_body(self, size: int) -> bool:
         """Whether a body frame of `size` octets is what this channel expects now: then the
@@ -201,13 +201,13 @@ class Channel:
         return (self.state == OPEN and self.publishing is not None
                 and self.content_header is not None and size <= self.body_remaining)
 
-    def body_received(self, parts: list[memoryview], size: int) -> None:
+    def body_received(self, parts: list[bytes | memoryview], size: int) -> None:
         """A body frame that spanned reads has arrived whole: `parts` are views of them."""
         if self.state != OPEN or self.publishing is None or self.content_header is None:
             return  # the channel closed meanwhile
         self._body_part(parts, size)
 
-    def _body_part(self, views: list[memoryview], size: int) -> None:
+    def _body_part(self, views: list[bytes | memoryview], size: int) -> None:
         parts = self.body_parts
         if parts is None:
             parts = self.body_parts = []
@@ -466,7 +466,7 @@ class Channel:
             raise not_implemented("immediate=true")
         self.publishing = self._last_publish = PublishMethod(exchange, routing_key, route, bool(bits & 1))
 
-    def _publish_complete(self, pub: PublishMethod, header: bytes, body: Body) -> None:
+    def _publish_complete(self, pub: PublishMethod, header: bytes, body: bytes) -> None:
         """The content of `pub` is complete (the callers pass self.publishing and
         self.content_header, which they checked are set)."""
         self.publishing = None
@@ -476,7 +476,7 @@ class Channel:
             self.error(err, *_PUBLISH_IDS)
 
     def publish(self, exchange_name: str, routing_key: str, route: bytes, mandatory: bool, header: bytes,
-                body: Body) -> None:
+                body: bytes) -> None:
         message, queues = _route(self.actor, exchange_name, routing_key, route, header, body)
         self.stats["publish"] += 1
         if self.tx is not None:

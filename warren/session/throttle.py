@@ -1,8 +1,9 @@
 """One throttle decision per connection, in the shape of rabbit_reader's control_throttle.
 
 A connection is held back for a set of reasons. From that set one function decides whether
-its socket is read and whether its consumers are sent to; the resource alarms (memory, disk,
-and connection.blocked / unblocked) and per-connection credit flow add their reasons here.
+its socket is read and whether its consumers are sent to. The resource alarms block a
+publishing connection here (Reason.BLOCKED; the connection sends connection.blocked /
+unblocked); per-connection credit flow adds its reason here too.
 """
 
 from __future__ import annotations
@@ -24,10 +25,14 @@ class Reason(enum.Enum):
     # Frames already received wait unprocessed because one tick's output reached the high-
     # water mark: read no more until they are handled.
     INPUT_HELD = "input_held"
+    # A resource alarm (memory, disk) is on and this connection published: read nothing more,
+    # the rest of its input included, until every alarm has cleared (RabbitMQ's `blocked`
+    # state). Its consumers are still sent to: a blocked publisher may also be a consumer.
+    BLOCKED = "blocked"
 
 
 # Reasons that stop the socket being read, and those that stop deliveries to consumers.
-_STOP_READING = frozenset({Reason.WRITE_BUFFER, Reason.INPUT_HELD})
+_STOP_READING = frozenset({Reason.WRITE_BUFFER, Reason.INPUT_HELD, Reason.BLOCKED})
 _STOP_DELIVERING = frozenset({Reason.WRITE_BUFFER, Reason.TICK_OUTPUT})
 
 

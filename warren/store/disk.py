@@ -17,7 +17,7 @@ from itertools import chain
 from typing import TYPE_CHECKING, Callable
 
 from ..amqp.codec import read_shortstr
-from ..amqp.message import Body, Message
+from ..amqp.message import Message
 from . import segments as sg
 from .queued_message import QueuedMessage
 from .interface import take_head
@@ -61,7 +61,7 @@ class Segment:
         self.delivered: dict[int, int] = {}     # offset -> deliveries before a restart
         # The bytes not written yet, in order: `pieces` (message bodies by reference, and
         # finished runs of small records), then `tail`, where small records gather.
-        self.pieces: list[Body | memoryview] = []
+        self.pieces: list[bytes | bytearray | memoryview] = []
         self.tail = bytearray()
         self.marks = bytearray()
         self.check: Callable[[sg.Buffer], int] = sg.checksum  # its records' checksum (a recovered segment: by its magic)
@@ -73,7 +73,7 @@ class Segment:
             except FileNotFoundError:
                 pass
 
-    def append(self, record: bytes, body: Body | None = None) -> int:
+    def append(self, record: bytes, body: bytes | None = None) -> int:
         """Add a record; with `body`, `record` is its head and the body is written from the
         message's own buffer (no copy, and the message never changes: see Message)."""
         offset = self.size
@@ -139,7 +139,7 @@ class Segment:
                 break
         return b"".join(parts)
 
-    def read_body(self, offset: int, length: int) -> Body:
+    def read_body(self, offset: int, length: int) -> bytes:
         """A body of the segment, read into the object the message will keep: straight from
         the file, or the message's own body while it is still waiting to be written."""
         if offset + length <= self.flushed:
@@ -147,7 +147,7 @@ class Segment:
             return os.pread(self.fd, length, offset)
         pos = self.flushed
         for piece in self.pieces:
-            if pos == offset and len(piece) == length and not isinstance(piece, memoryview):
+            if pos == offset and len(piece) == length and type(piece) is bytes:  # the body itself
                 return piece
             pos += len(piece)
             if pos > offset:
@@ -357,7 +357,7 @@ class DiskQueueStore:
             while want and pos + head_size <= size and (room > 0 or not fresh):
                 length, _crc, flags, seq, route_len = unpack_head(chunk, pos)
                 end = pos + prefix_size + length
-                body: Body | None = None
+                body: bytes | None = None
                 if end > size:
                     if pos:
                         break

@@ -98,7 +98,7 @@ CHECKSUMS: dict[bytes, Callable[[Buffer], int]] = {MAGIC: checksum, MAGIC_V1: ch
 
 def encode_record(flags: int, seq: int, route: bytes, header: bytes, body: Buffer) -> bytes:
     rest = b"".join((_FIXED.pack(flags, seq, len(route)), route, HEADER_LEN.pack(len(header)), header, body))
-    return RECORD_PREFIX.pack(len(rest), _xxh3(rest) & 0xFFFFFFFF) + rest
+    return RECORD_PREFIX.pack(len(rest), checksum(rest)) + rest
 
 
 def encode_record_head(flags: int, seq: int, route: bytes, header: bytes, body: Buffer) -> bytes:
@@ -120,15 +120,6 @@ def record_body_length(data: Buffer, pos: int) -> int:
     length, _crc, _flags, _seq, route_len = RECORD_HEAD.unpack_from(data, pos)
     (header_len,) = HEADER_LEN.unpack_from(data, pos + HEAD_SIZE + route_len)
     return length - FIXED_SIZE - route_len - HEADER_LEN_SIZE - header_len
-
-
-def body_position(data: Buffer, pos: int) -> tuple[int, int]:
-    """(offset, size) of the body of the record at `pos`, from the part of it before the
-    body (its head, route, header length and header)."""
-    length, _crc, _flags, _seq, route_len = RECORD_HEAD.unpack_from(data, pos)
-    p = pos + HEAD_SIZE + route_len
-    start = p + HEADER_LEN_SIZE + HEADER_LEN.unpack_from(data, p)[0]
-    return start, pos + PREFIX_SIZE + length - start
 
 
 def read_record(data: bytes, pos: int) -> Record:

@@ -180,6 +180,26 @@ def publish(request, vhost, name: str, routing_key: str, properties: dict, body:
     return bool(queues), ops.enqueue(message, queues)
 
 
+async def _alarms_cleared(broker) -> None:
+    """Return once no resource alarm is on. An HTTP publish is held during an alarm as a
+    blocked AMQP publisher's is (RabbitMQ 3.10's API publishes through it; Warren's alarms
+    bound memory and disk for every way in)."""
+    alarms = broker.alarms
+    if not alarms:
+        return
+    cleared = asyncio.get_running_loop().create_future()
+
+    def changed() -> None:
+        if not alarms and not cleared.done():
+            cleared.set_result(None)
+
+    alarms.subscribe(changed)
+    try:
+        await cleared
+    finally:
+        alarms.unsubscribe(changed)
+
+
 @routes.post("/api/exchanges/{vhost}/{name}/publish")
 @access(VHOST)
 async def publish_message(request):
@@ -204,6 +224,7 @@ async def publish_message(request):
         routing_key = str(routing_key)
     properties = basic_properties(body["properties"])
     check_vhost_access(request, vhost)  # RabbitMQ's channel for the API's user must open
+    await _alarms_cleared(request.app["broker"])
     try:
         routed, batch = publish(request, vhost, name, routing_key, properties, data)
     except AMQPError as err:

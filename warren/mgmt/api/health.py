@@ -6,12 +6,13 @@ uses; RabbitMQ 3.10 only has the latter)."""
 
 from aiohttp import web
 
-from ...amqp.message import Message
 from ...amqp.properties import encode_header
+from ...broker import ops
 from ...broker.errors import AMQPError
 from ..access import ANY, VHOST, access
 from .. import stats
 from ..app import ApiError, bad_request, json_response, not_found
+from ..resources import actor, check_vhost_access
 
 routes = web.RouteTableDef()
 
@@ -153,19 +154,19 @@ async def aliveness_test(request):
     vhost = broker.vhosts.get(request.match_info["vhost"])
     if vhost is None:
         raise not_found()
-    user = request["user"]
-    if (user.name, vhost.name) not in broker.permissions:
-        # An administrator without permissions there (others are refused by the VHOST rule):
-        # RabbitMQ's channel cannot open.
-        raise ApiError(401, "not_authorised", "Access refused.")
+    # An administrator without permissions there (others are refused by the VHOST rule):
+    # RabbitMQ's channel cannot open.
+    check_vhost_access(request, vhost)
+    who = actor(request, vhost)
+    route = bytes((0,)) + bytes((len(ALIVENESS_QUEUE),)) + ALIVENESS_QUEUE.encode()
     try:
-        for what in ("configure", "write", "read"):
-            kind = "exchange" if what == "write" else "queue"
-            broker.check(user.name, vhost.name, what, kind, "" if kind == "exchange" else ALIVENESS_QUEUE)
-        queue, _ = vhost.declare_queue(ALIVENESS_QUEUE)
-        route = bytes((0,)) + bytes((len(ALIVENESS_QUEUE),)) + ALIVENESS_QUEUE.encode()
-        message = Message("", ALIVENESS_QUEUE, route, encode_header(len(ALIVENESS_BODY), {}), ALIVENESS_BODY)
-        queue.publish(message)
+        # Through the operations layer, as RabbitMQ goes through a channel: permissions and
+        # the vhost's max-queues apply.
+        ops.declare_queue(who, ALIVENESS_QUEUE)
+        message, queues = ops.route(who, "", ALIVENESS_QUEUE, route,
+                                    encode_header(len(ALIVENESS_BODY), {}), ALIVENESS_BODY)
+        ops.enqueue(message, queues)
+        queue = ops.readable_queue(who, ALIVENESS_QUEUE)
         qm = queue.get()
         while qm is not None and qm.message is not message:  # leftovers of an earlier run
             queue.delivered(qm, True, True)

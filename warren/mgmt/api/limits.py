@@ -6,17 +6,10 @@ from aiohttp import web
 
 from ...broker import limits
 from ..access import ADMIN, ANY, IN_VISIBLE_VHOSTS, VHOST_VISIBLE, access
-from ..app import ApiError, bad_request, json_response, not_found
-from ..resources import check_nesting, flush, list_response, read_body, require, vhost_for_change, vhost_or_404
+from ..app import ApiError, bad_request, not_found
+from ..resources import flush, list_response, read_value, vhost_for_change, vhost_or_404
 
 routes = web.RouteTableDef()
-
-
-async def _value(request):
-    body = await read_body(request)
-    require(body, "value")
-    check_nesting(body["value"])
-    return body["value"]
 
 
 # ------------------------------------------------------------------ vhost limits
@@ -43,7 +36,7 @@ async def get_vhost_limits(request):
 async def put_vhost_limit(request):
     """204 whether or not the limit was set before, as RabbitMQ."""
     vhost = vhost_for_change(request)
-    value = await _value(request)
+    value = await read_value(request)
     try:
         limits.set_vhost_limit(vhost, request.match_info["name"], value)
     except limits.LimitError as err:
@@ -95,7 +88,7 @@ async def put_user_limit(request):
     user = broker.users.get(name)
     if user is None:
         raise ApiError(400, "bad_request", ["no_such_user", name])
-    value = await _value(request)
+    value = await read_value(request)
     try:
         limits.set_user_limit(broker, user, request.match_info["name"], value)
     except limits.LimitError as err:

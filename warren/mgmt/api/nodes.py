@@ -1,8 +1,10 @@
 """/api/nodes: the (single) Warren node, in the shape of RabbitMQ 3.10's node objects.
 
-Memory and disk limits and alarms come from the broker once the alarms work sets them
-(broker.mem_limit, broker.disk_free_limit in bytes, broker.alarms); until then they are
-RabbitMQ's defaults: 40% of RAM, 50 MB free disk, no alarm.
+Memory and disk figures are the resource monitors' (warren.server.memory_monitor and
+disk_monitor, services of the server): mem_used is the RSS at the last sample (at most 0.1 s
+old), mem_limit and disk_free_limit the limits in bytes (broker.mem_limit,
+broker.disk_free_limit), disk_free the free space at the last check, and the alarms
+broker.alarms.
 """
 
 import os
@@ -13,6 +15,8 @@ import time
 from aiohttp import web
 
 from ... import __version__
+from ...server.disk_monitor import DiskMonitor
+from ...server.memory_monitor import MemoryMonitor, ResidentMemory
 from ...session.sasl import MECHANISMS
 from ..access import MONITOR, access
 from .. import stats
@@ -22,23 +26,22 @@ from .overview import contexts, exchange_types
 
 routes = web.RouteTableDef()
 
-DEFAULT_DISK_FREE_LIMIT = 50_000_000  # RabbitMQ's default disk_free_limit.absolute (50MB)
-DEFAULT_MEMORY_WATERMARK = 0.4
+DEFAULT_DISK_FREE_LIMIT = 50_000_000  # what RabbitMQ reports while disk monitoring is disabled
 
 
-def rss_bytes() -> int:
+def _service(server, kind):
+    return next((s for s in getattr(server, "services", ()) if isinstance(s, kind)), None)
+
+
+def mem_used(server) -> int:
+    monitor = _service(server, MemoryMonitor)
+    if monitor is not None and monitor.used:
+        return monitor.used
+    rss = ResidentMemory()
     try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-def total_memory() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 0
+        return rss()
+    finally:
+        rss.close()
 
 
 def fd_used() -> int:
@@ -65,10 +68,10 @@ def node_info(request) -> dict:
     server = request.app["server"]
     node = stats.node_name(broker)
     in_alarm = stats.alarms(broker)
-    mem_limit = getattr(broker, "mem_limit", None) or int(total_memory() * DEFAULT_MEMORY_WATERMARK)
-    disk_limit = getattr(broker, "disk_free_limit", None)
+    disk_limit = broker.disk_free_limit
     if disk_limit is None:
         disk_limit = DEFAULT_DISK_FREE_LIMIT
+    disk = _service(server, DiskMonitor)
     fd_total = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     path = data_dir(broker)
     return {
@@ -78,7 +81,7 @@ def node_info(request) -> dict:
         "config_files": [],
         "contexts": contexts(request),
         "db_dir": path,
-        "disk_free": disk_free(path),
+        "disk_free": disk.free if disk is not None and disk.free is not None else disk_free(path),
         "disk_free_alarm": "disk" in in_alarm,
         "disk_free_limit": disk_limit,
         "enabled_plugins": ["rabbitmq_management"],
@@ -88,8 +91,8 @@ def node_info(request) -> dict:
         "log_files": ["<stderr>"],
         "mem_alarm": "memory" in in_alarm,
         "mem_calculation_strategy": "rss",
-        "mem_limit": mem_limit,
-        "mem_used": rss_bytes(),
+        "mem_limit": broker.mem_limit,
+        "mem_used": mem_used(server),
         "name": node,
         "net_ticktime": 60,
         "os_pid": str(os.getpid()),

@@ -7,21 +7,9 @@ from aiohttp import web
 from ...broker import parameters
 from ..access import GLOBAL_PARAMETERS, IN_LOGIN_VHOSTS, POLICIES, access
 from ..app import bad_request, json_response, not_found
-from ..resources import check_nesting, flush, list_response, read_body, require, vhost_for_change, vhost_or_404
+from ..resources import flush, html_escaped, list_response, read_value, vhost_for_change, vhost_or_404
 
 routes = web.RouteTableDef()
-
-
-def _html_escape(text: str) -> str:
-    # RabbitMQ's parameter resource HTML-escapes its validation errors.
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-async def _value(request):
-    body = await read_body(request)
-    require(body, "value")
-    check_nesting(body["value"])
-    return body["value"]
 
 
 # -------------------------------------------------------------- vhost parameters
@@ -57,11 +45,11 @@ async def get_one(request):
 @access(POLICIES)
 async def put_one(request):
     vhost = vhost_for_change(request)
-    value = await _value(request)
+    value = await read_value(request)
     try:
         created = parameters.set_parameter(vhost, request.match_info["component"], request.match_info["name"], value)
     except parameters.ParameterError as err:
-        raise bad_request(_html_escape(str(err))) from None
+        raise bad_request(html_escaped(str(err))) from None
     flush(request)
     return web.Response(status=201 if created else 204)
 
@@ -102,7 +90,7 @@ async def get_global(request):
 @routes.put("/api/global-parameters/{name}")
 @access(GLOBAL_PARAMETERS)
 async def put_global(request):
-    value = await _value(request)
+    value = await read_value(request)
     try:
         created = parameters.set_global(request.app["broker"], request.match_info["name"], value)
     except parameters.ParameterError as err:

@@ -1,9 +1,8 @@
 """/api/permissions: a user's configure/write/read regular expressions in a vhost."""
 
-import re
-
 from aiohttp import web
 
+from ...broker.auth import invalid_regexp
 from ..access import ADMIN, access
 from ..app import ApiError, json_response, not_found
 from ..resources import flush, list_response, read_body, require
@@ -39,13 +38,9 @@ async def put_permission(request):
     body = await read_body(request)
     require(body, "configure", "write", "read")
     for key in ("configure", "write", "read"):
-        value = body[key]
-        if not isinstance(value, str):
-            raise ApiError(400, "bad_request", ["invalid_regexp", value, "not a string"])
-        try:
-            re.compile(value)
-        except re.error as err:
-            raise ApiError(400, "bad_request", ["invalid_regexp", value, str(err)]) from None
+        problem = invalid_regexp(body[key])
+        if problem is not None:
+            raise ApiError(400, "bad_request", ["invalid_regexp", body[key], problem])
     if vhost not in broker.vhosts or user not in broker.users:
         raise ApiError(400, "bad_request", "vhost_or_user_not_found")
     created = (user, vhost) not in broker.permissions

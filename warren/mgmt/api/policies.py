@@ -6,7 +6,8 @@ from aiohttp import web
 from ...broker.policy import Policy, PolicyError, clear_policy, set_policy
 from ..access import ADMIN, IN_LOGIN_VHOSTS, POLICIES, VHOST, access
 from ..app import bad_request, json_response, not_found
-from ..resources import check_nesting, flush, list_response, read_body, require, vhost_for_change, vhost_or_404
+from ..resources import (check_nesting, flush, html_escaped, list_response, read_body, require, vhost_for_change,
+                         vhost_or_404)
 
 routes = web.RouteTableDef()
 
@@ -15,11 +16,6 @@ KINDS = (("policies", False), ("operator-policies", True))
 
 def _table(vhost, operator: bool) -> dict:
     return vhost.operator_policies if operator else vhost.policies
-
-
-def _html_escape(text: str) -> str:
-    # RabbitMQ's /api/policies (not its operator-policies) HTML-escapes validation errors.
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _handlers(operator: bool):
@@ -48,7 +44,7 @@ def _handlers(operator: bool):
             policy = Policy.validated(vhost.name, request.match_info["name"], body["pattern"], body["definition"],
                                       body.get("priority", 0), body.get("apply-to", "all"), operator)
         except PolicyError as err:
-            raise bad_request(str(err) if operator else _html_escape(str(err))) from None
+            raise bad_request(str(err) if operator else html_escaped(str(err))) from None
         created = set_policy(vhost, policy, operator)
         flush(request)
         return web.Response(status=201 if created else 204)

@@ -6,10 +6,9 @@ the body, also when the path names one) and clears all of the user's topic permi
 the vhost; with /{exchange} the GET still lists them all and DELETE clears that exchange's.
 There is no /api/topic-permissions/{vhost} (404, as RabbitMQ)."""
 
-import re
-
 from aiohttp import web
 
+from ...broker.auth import invalid_regexp
 from ...broker.definitions import topic_permission_json
 from ..access import ADMIN, access
 from ..app import ApiError, bad_request, json_response, not_found
@@ -58,12 +57,9 @@ def _validated(body: dict) -> tuple[str, str, str]:
         # RabbitMQ stores whatever JSON value it is given; such a permission never applies.
         raise bad_request("exchange must be a string")
     for value in (write, read):
-        if not isinstance(value, str):
-            raise ApiError(400, "bad_request", ["invalid_regexp", value, "not a string"])
-        try:
-            re.compile(value)
-        except re.error as err:
-            raise ApiError(400, "bad_request", ["invalid_regexp", value, str(err)]) from None
+        problem = invalid_regexp(value)
+        if problem is not None:
+            raise ApiError(400, "bad_request", ["invalid_regexp", value, problem])
     return exchange, write, read
 
 

@@ -1,0 +1,225 @@
+"""The memory alarm (RabbitMQ's vm_memory_monitor): the process's resident memory against the
+high watermark.
+
+Total memory is read from the OS (/proc/meminfo, else sysconf) and lowered to the memory
+limit of the process's cgroup (v2 memory.max, v1 memory.limit_in_bytes, the tightest of its
+own and its ancestors'), so a broker in a container sizes itself by the container. Where
+none of that answers, RabbitMQ's warning is logged and 1024 MiB assumed.
+
+Memory used is the resident set size (RSS) from /proc/self/statm, read every INTERVAL
+through a file descriptor kept open (one pread, a few microseconds): a publisher flood
+cannot run far past the watermark between two samples. The alarm is on while RSS is above
+the limit and off as soon as it is not (no hysteresis, as RabbitMQ).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import resource
+import sys
+from typing import Callable
+
+from ..broker.alarms import MEMORY
+
+log = logging.getLogger("warren.server")
+
+# ("relative", fraction of total memory) or ("absolute", bytes), as warren.cli.config gives it.
+Watermark = tuple[str, float]
+
+DEFAULT_WATERMARK: Watermark = ("relative", 0.4)
+UNKNOWN_TOTAL = 1024 * 1024 * 1024  # RabbitMQ's MEMORY_SIZE_FOR_UNKNOWN_OS
+INTERVAL = 0.1  # seconds between RSS samples (RabbitMQ: 1 s)
+MiB = 1024 * 1024
+
+
+# --- total memory ---------------------------------------------------------------------------
+
+def os_total_memory(proc: str = "/proc") -> int | None:
+    """Physical memory as the OS reports it, or None."""
+    try:
+        with open(os.path.join(proc, "meminfo")) as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        pages, size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+        if pages > 0 and size > 0:
+            return pages * size
+    except (ValueError, OSError, AttributeError):
+        pass
+    return None
+
+
+def _read_limit(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+        value = int(text)
+    except (OSError, ValueError):  # absent, or "max" (v2: no limit)
+        return None
+    # cgroup v1 says "no limit" with a huge page-rounded number.
+    return value if 0 < value < (1 << 62) else None
+
+
+def _limits_along(base: str, path: str, name: str) -> list[int]:
+    """The limits set on the cgroup at `path` and on each of its ancestors (a parent's limit
+    binds its children too). Inside a container the process's own cgroup is often mounted as
+    the root, so the path may not exist below `base`: the root is read as well."""
+    limits, rel = [], path.strip("/")
+    while True:
+        limit = _read_limit(os.path.join(base, rel, name) if rel else os.path.join(base, name))
+        if limit is not None:
+            limits.append(limit)
+        if not rel:
+            return limits
+        rel = os.path.dirname(rel)
+
+
+def cgroup_memory_limit(proc: str = "/proc", cgroup_root: str = "/sys/fs/cgroup") -> int | None:
+    """The tightest memory limit of this process's cgroups (v1 or v2), or None."""
+    try:
+        with open(os.path.join(proc, "self", "cgroup")) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    limits: list[int] = []
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if controllers == "":  # the v2 unified hierarchy (in hybrid mode under unified/)
+            base = cgroup_root if os.path.exists(os.path.join(cgroup_root, "cgroup.controllers")) \
+                else os.path.join(cgroup_root, "unified")
+            limits += _limits_along(base, path, "memory.max")
+        elif "memory" in controllers.split(","):
+            limits += _limits_along(os.path.join(cgroup_root, "memory"), path, "memory.limit_in_bytes")
+    return min(limits) if limits else None
+
+
+def detect_total_memory(proc: str = "/proc", cgroup_root: str = "/sys/fs/cgroup") -> int | None:
+    """Memory this process may use: the OS's total, lowered to a cgroup limit; None if unknown."""
+    known = [m for m in (os_total_memory(proc), cgroup_memory_limit(proc, cgroup_root)) if m]
+    return min(known) if known else None
+
+
+# --- memory used ----------------------------------------------------------------------------
+
+class ResidentMemory:
+    """The process's RSS in bytes, from /proc/self/statm kept open (re-read with pread)."""
+
+    def __init__(self) -> None:
+        self._page = os.sysconf("SC_PAGE_SIZE")
+        try:
+            self._fd: int | None = os.open("/proc/self/statm", os.O_RDONLY)
+        except OSError:
+            self._fd = None
+
+    def __call__(self) -> int:
+        if self._fd is not None:
+            try:
+                return int(os.pread(self._fd, 256, 0).split()[1]) * self._page
+            except (OSError, ValueError, IndexError):
+                pass
+        # No /proc (not Linux): the peak, the best the standard library offers.
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+# --- the monitor ----------------------------------------------------------------------------
+
+def node_of(broker) -> str:
+    return getattr(broker, "node_name", None) or "warren@localhost"
+
+
+class MemoryMonitor:
+    """A server Service: sets broker.mem_limit from the watermark and raises or clears the
+    memory alarm from the RSS, every INTERVAL seconds and at once when the watermark changes
+    (set_vm_memory_high_watermark)."""
+
+    def __init__(self, broker, watermark: Watermark = DEFAULT_WATERMARK, interval: float = INTERVAL,
+                 total_memory: Callable[[], int | None] = detect_total_memory,
+                 memory_used: Callable[[], int] | None = None):
+        self.broker = broker
+        self.watermark = watermark
+        self.interval = interval
+        self.total = UNKNOWN_TOTAL  # bytes, as detected by the last set_watermark()
+        self.limit = 0
+        self.used = 0  # RSS at the last sample
+        self.alarmed = False
+        self._detect = total_memory
+        self._rss = memory_used or ResidentMemory()
+        self._warned = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def total_memory(self) -> int:
+        """Total memory, read again (RabbitMQ re-reads it on every watermark change: memory may
+        have been hot-plugged); the assumed 1024 MiB, with RabbitMQ's warning, if unknown."""
+        total = self._detect()
+        if total is None:
+            if not self._warned:
+                os_name = "{unix,%s}" % sys.platform if os.name == "posix" else "{%s}" % sys.platform
+                log.warning("Unknown total memory size for your OS %s. Assuming memory size is %dMB.",
+                            os_name, UNKNOWN_TOTAL // MiB)
+                self._warned = True
+            total = UNKNOWN_TOTAL
+        return total
+
+    async def start(self, server) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.set_watermark(self.watermark)
+        self._timer = self._loop.call_later(self.interval, self._tick)
+
+    async def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        close = getattr(self._rss, "close", None)
+        if close is not None:
+            close()
+
+    def set_watermark(self, watermark: Watermark) -> None:
+        """Apply a watermark (until restart) and check the memory at once."""
+        kind, value = watermark
+        self.watermark = watermark
+        self.total = total = self.total_memory()
+        # An absolute limit above the memory there is means all of it, as in RabbitMQ.
+        limit = min(int(value), total) if kind == "absolute" else int(value * total)
+        self.limit = self.broker.mem_limit = limit
+        log.info("Memory high watermark set to %d MiB (%d bytes) of %d MiB (%d bytes) total",
+                 limit // MiB, limit, total // MiB, total)
+        log.info("Memory limit set to %dMB.", limit // MiB)  # the older RabbitMQ's line
+        self.check()
+
+    def check(self) -> None:
+        used = self.used = self._rss()
+        alarmed = used > self.limit
+        if alarmed == self.alarmed:
+            return
+        self.alarmed = alarmed
+        node = node_of(self.broker)
+        if alarmed:
+            log.info("vm_memory_high_watermark set. Memory used:%d allowed:%d", used, self.limit)
+            log.warning("memory resource limit alarm set on node '%s'.\n"
+                        "*** Publishers will be blocked until this alarm clears ***", node)
+        else:
+            log.info("vm_memory_high_watermark clear. Memory used:%d allowed:%d", used, self.limit)
+            log.warning("memory resource limit alarm cleared on node '%s'", node)
+        self.broker.alarms.set(MEMORY, alarmed)
+
+    def _tick(self) -> None:
+        try:
+            self.check()
+        finally:
+            assert self._loop is not None
+            self._timer = self._loop.call_later(self.interval, self._tick)
