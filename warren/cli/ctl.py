@@ -937,12 +937,30 @@ def set_topic_permissions(ctx, args):
     user, exchange, write, read = args
     ctx.out.info(f'Setting topic permissions on "{exchange}" for user "{user}" in vhost "{ctx.vhost}" ...')
     _check_user_then_vhost(ctx, user)
+    _put_checked(ctx, f"/topic-permissions/{q(ctx.vhost)}/{q(user)}",
+                 {"exchange": exchange, "write": write, "read": read})
+
+
+def _put_checked(ctx, path: str, body, missing=None) -> None:
+    """A PUT whose 400 is the broker's validation text (exit 69, as rabbitmqctl), and whose
+    404 is missing() when given."""
     try:
-        ctx.api.put(f"/topic-permissions/{q(ctx.vhost)}/{q(user)}",
-                    {"exchange": exchange, "write": write, "read": read})
+        ctx.api.put(path, body)
     except HttpError as err:
         if err.status == 400:
             raise _rejected(err) from None
+        if err.status == 404 and missing is not None:
+            raise missing() from None
+        raise
+
+
+def _clear_parameter(ctx, path: str) -> None:
+    """A DELETE of a parameter: a 404 is rabbitmqctl's "Parameter does not exist"."""
+    try:
+        ctx.api.delete(path)
+    except HttpError as err:
+        if err.status == 404:
+            raise Failed("Parameter does not exist") from None
         raise
 
 
@@ -1020,27 +1038,16 @@ def set_vhost_limits(ctx, args):
     (definition,) = args
     ctx.out.info(f'Setting vhost limits to "{definition}" for vhost "{ctx.vhost}" ...')
     limits = _json_object_arg(definition)
-    try:
-        # One parameter, validated whole: the definition replaces the vhost's limits, and a
-        # bad one changes nothing (as rabbitmqctl).
-        ctx.api.put(f"/parameters/vhost-limits/{q(ctx.vhost)}/limits", {"value": limits})
-    except HttpError as err:
-        if err.status == 400:
-            raise _rejected(err) from None
-        if err.status == 404:
-            raise vhost_missing(ctx, ctx.vhost) from None
-        raise
+    # One parameter, validated whole: the definition replaces the vhost's limits, and a bad
+    # one changes nothing (as rabbitmqctl).
+    _put_checked(ctx, f"/parameters/vhost-limits/{q(ctx.vhost)}/limits", {"value": limits},
+                 lambda: vhost_missing(ctx, ctx.vhost))
 
 
 @verb("clear_vhost_limits", "clear_vhost_limits [--vhost <vhost>]", help="Clears virtual host limits.")
 def clear_vhost_limits(ctx, args):
     ctx.out.info(f'Clearing vhost "{ctx.vhost}" limits ...')
-    try:
-        ctx.api.delete(f"/parameters/vhost-limits/{q(ctx.vhost)}/limits")
-    except HttpError as err:
-        if err.status == 404:
-            raise Failed("Parameter does not exist") from None
-        raise
+    _clear_parameter(ctx, f"/parameters/vhost-limits/{q(ctx.vhost)}/limits")
 
 
 @verb("list_vhost_limits", "list_vhost_limits [--vhost <vhost>] [--global] [--no-table-headers]",
@@ -1075,13 +1082,8 @@ def set_user_limits(ctx, args):
     ctx.out.info(f'Setting user limits to "{definition}" for user "{user}" ...')
     limits = _json_object_arg(definition)
     _check_user(ctx, user)
-    try:
-        for name, value in limits.items():
-            ctx.api.put(f"/user-limits/{q(user)}/{q(name)}", {"value": value})
-    except HttpError as err:
-        if err.status == 400:
-            raise _rejected(err) from None
-        raise
+    for name, value in limits.items():
+        _put_checked(ctx, f"/user-limits/{q(user)}/{q(name)}", {"value": value})
 
 
 def _user_limits(ctx, user) -> dict:
@@ -1141,15 +1143,9 @@ def set_parameter(ctx, args):
     ctx.out.info(f'Setting runtime parameter "{name}" for component "{component}" to "{value}" in vhost '
                  f'"{ctx.vhost}" ...')
     parsed = _json_arg(value)
-    try:
-        ctx.api.put(f"/parameters/{q(component)}/{q(ctx.vhost)}/{q(name)}",
-                    {"component": component, "vhost": ctx.vhost, "name": name, "value": parsed})
-    except HttpError as err:
-        if err.status == 400:
-            raise _rejected(err) from None
-        if err.status == 404:
-            raise vhost_missing(ctx, ctx.vhost) from None
-        raise
+    _put_checked(ctx, f"/parameters/{q(component)}/{q(ctx.vhost)}/{q(name)}",
+                 {"component": component, "vhost": ctx.vhost, "name": name, "value": parsed},
+                 lambda: vhost_missing(ctx, ctx.vhost))
 
 
 @verb("clear_parameter", "clear_parameter [--vhost <vhost>] <component_name> <name>", (2, 2),
@@ -1157,12 +1153,7 @@ def set_parameter(ctx, args):
 def clear_parameter(ctx, args):
     component, name = args
     ctx.out.info(f'Clearing runtime parameter "{name}" for component "{component}" on vhost "{ctx.vhost}" ...')
-    try:
-        ctx.api.delete(f"/parameters/{q(component)}/{q(ctx.vhost)}/{q(name)}")
-    except HttpError as err:
-        if err.status == 404:
-            raise Failed("Parameter does not exist") from None
-        raise
+    _clear_parameter(ctx, f"/parameters/{q(component)}/{q(ctx.vhost)}/{q(name)}")
 
 
 @verb("list_parameters", "list_parameters [--vhost <vhost>] [--no-table-headers]",
@@ -1184,12 +1175,7 @@ def set_global_parameter(ctx, args):
     name, value = args
     ctx.out.info(f'Setting global runtime parameter "{name}" to "{value}" ...')
     parsed = _json_arg(value)
-    try:
-        ctx.api.put(f"/global-parameters/{q(name)}", {"name": name, "value": parsed})
-    except HttpError as err:
-        if err.status == 400:
-            raise _rejected(err) from None
-        raise
+    _put_checked(ctx, f"/global-parameters/{q(name)}", {"name": name, "value": parsed})
 
 
 @verb("clear_global_parameter", "clear_global_parameter <name>", (1, 1),
@@ -1197,12 +1183,7 @@ def set_global_parameter(ctx, args):
 def clear_global_parameter(ctx, args):
     (name,) = args
     ctx.out.info(f'Clearing global runtime parameter "{name}" ...')
-    try:
-        ctx.api.delete(f"/global-parameters/{q(name)}")
-    except HttpError as err:
-        if err.status == 404:
-            raise Failed("Parameter does not exist") from None
-        raise
+    _clear_parameter(ctx, f"/global-parameters/{q(name)}")
 
 
 @verb("list_global_parameters", "list_global_parameters [--no-table-headers]",
