@@ -160,10 +160,10 @@ def test_disk_alarm_below_the_limit_and_mem_relative(caplog):
 def test_disk_monitoring_disabled_when_free_space_cannot_be_read(caplog):
     with caplog.at_level(logging.INFO, logger="warren.server"):
         broker, m, _ = run_disk_monitor(("absolute", 50_000_000), OSError(38, "Function not implemented"))
-    assert "Disabling disk free space monitoring" in caplog.text
-    assert broker.disk_free_limit is None and not m.enabled and not broker.alarms
-    m.set_limit(("absolute", 10 ** 18))
-    assert "Cannot set disk free limit: disabled disk free space monitoring" in caplog.text
+        assert "Disabling disk free space monitoring" in caplog.text
+        assert broker.disk_free_limit is None and not m.enabled and not broker.alarms
+        m.set_limit(("absolute", 10 ** 18))  # (logged at INFO: inside the level's scope)
+        assert "Cannot set disk free limit: disabled disk free space monitoring" in caplog.text
     assert not broker.alarms
 
 
