@@ -205,6 +205,10 @@ def test_config_watermark_zero_and_disk_limit_above_free_space(tmp_path):
         figures = node_figures(b)
         assert figures["mem_limit"] == 0 and figures["mem_alarm"] is True
         assert figures["disk_free_limit"] == 10 ** 18 and figures["disk_free_alarm"] is True
+        # /api/overview carries the same figures (Warren's addition), for monitoring users.
+        overview = requests.get(f"{b.api}/overview", auth=AUTH, timeout=10).json()
+        assert (overview["mem_alarm"], overview["disk_free_alarm"], overview["mem_limit"]) == (True, True, 0)
+        assert overview["disk_free_limit"] == 10 ** 18 and overview["mem_used"] > 10 << 20
         assert figures["mem_used"] > 10 << 20 and 0 < figures["disk_free"] < 10 ** 18
         health = requests.get(f"{b.api}/health/checks/alarms", auth=AUTH, timeout=10)
         assert health.status_code == 503

@@ -373,6 +373,8 @@ def test_erlang_syntax_errors(text, line, message):
     ('{vm_memory_high_watermark, {absolute, "1024MiB"}}', {"vm_memory_high_watermark": ("absolute", 1073741824)}),
     ('{vm_memory_high_watermark, {absolute, "4Gi"}}', {"vm_memory_high_watermark": ("absolute", 4294967296)}),
     ("{vm_memory_high_watermark_paging_ratio, 0.5}", {"vm_memory_high_watermark_paging_ratio": 0.5}),
+    # Above 1.0: no paging (the seeds; the classic format has no schema to refuse it).
+    ("{vm_memory_high_watermark_paging_ratio, 1.5}", {"vm_memory_high_watermark_paging_ratio": 1.5}),
     ("{disk_free_limit, 50000000}", {"disk_free_limit": ("absolute", 50000000)}),
     ('{disk_free_limit, "50MB"}', {"disk_free_limit": ("absolute", 50000000)}),
     ('{disk_free_limit, <<"2GB">>}', {"disk_free_limit": ("absolute", 2000000000)}),
@@ -422,8 +424,8 @@ def test_erlang_rabbit_keys(entry, expected):
     ("{vm_memory_high_watermark, {absolute, 1.5}}", "vm_memory_high_watermark",
      'expected an integer number of bytes or one with a unit: 500MB, 500MiB, 4Gi, 10GB, 2TB (as an integer or '
      'a string such as "2GB"), got 1.5'),
-    ("{vm_memory_high_watermark_paging_ratio, 1.0}", "vm_memory_high_watermark_paging_ratio",
-     "expected a float between 0 and 1 (both excluded), got 1.0"),
+    ("{vm_memory_high_watermark_paging_ratio, 0.0}", "vm_memory_high_watermark_paging_ratio",
+     "expected a positive float, got 0.0"),
     ("{vm_memory_high_watermark_paging_ratio, 1}", "vm_memory_high_watermark_paging_ratio",
      "expected a float such as 0.5, got 1"),
     ("{disk_free_limit, {mem_relative, -1.0}}", "disk_free_limit", "expected a non-negative float, got -1.0"),

@@ -163,6 +163,15 @@ def _paging_ratio(value: float) -> float:
     return value
 
 
+def _classic_paging_ratio(value: float) -> float:
+    # The classic format has no schema: any positive ratio, and above 1.0 queues never page
+    # (the seeds: "It is possible to set vm_memory_high_watermark_paging_ratio to a greater
+    # value than 1.0").
+    if value <= 0:
+        raise ValueError(f"expected a positive float, got {value}")
+    return value
+
+
 def _mem_relative(value: float) -> float:
     if value < 0:
         raise ValueError(f"expected a non-negative float, got {value}")
@@ -858,7 +867,7 @@ _ERLANG_RABBIT = {
     "handshake_timeout": _erl_simple("handshake_timeout", _erl_handshake_timeout),
     "vm_memory_high_watermark": _erl_watermark,
     "vm_memory_high_watermark_paging_ratio": _erl_simple("vm_memory_high_watermark_paging_ratio",
-                                                         lambda v: _paging_ratio(_erl_float(v))),
+                                                         lambda v: _classic_paging_ratio(_erl_float(v))),
     "disk_free_limit": _erl_disk_free_limit,
     "log": _erl_log,
 }

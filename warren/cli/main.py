@@ -15,7 +15,7 @@ from ..broker import definitions
 from ..broker.broker import Broker, Limits
 from ..server.disk_monitor import DEFAULT_LIMIT, DiskMonitor
 from ..server.listener import LOOPBACK, Listen, Server
-from ..server.memory_monitor import DEFAULT_WATERMARK, MemoryMonitor
+from ..server.memory_monitor import DEFAULT_PAGING_RATIO, DEFAULT_WATERMARK, MemoryMonitor
 from ..store.definitions import DefinitionsFile
 from ..store.persister import Persister
 from .config import ConfigError, load_config
@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="port of the management HTTP API (default: the config file's management.tcp.port, "
                              "else 15672; 0 disables it); it listens on 127.0.0.1 unless management.tcp.ip says")
     server.add_argument("--queue-window", type=int, default=None, metavar="N",
-                        help="ready messages a queue keeps in memory before paging to disk (default: the "
+                        help="ready messages a queue keeps in memory at most; it pages to disk before "
+                             "that when memory passes the paging ratio of the watermark (default: the "
                              "config file's warren.queue_window, else 32768)")
     server.add_argument("--definitions", default=None, help="RabbitMQ definitions JSON to load at start")
     server.add_argument("--log-level", default=None, choices=["debug", "info", "warning", "error"],
@@ -209,7 +210,8 @@ def main(argv=None) -> int:
     management_port = args.management_port if args.management_port is not None else config.get(
         "management_port", 15672)
     # The resource alarms first: they are on before the API answers and a client connects.
-    memory = MemoryMonitor(broker, config.get("vm_memory_high_watermark", DEFAULT_WATERMARK))
+    memory = MemoryMonitor(broker, config.get("vm_memory_high_watermark", DEFAULT_WATERMARK),
+                           paging_ratio=config.get("vm_memory_high_watermark_paging_ratio", DEFAULT_PAGING_RATIO))
     services: list = [memory, DiskMonitor(broker, args.data_dir or os.getcwd(),
                                           config.get("disk_free_limit", DEFAULT_LIMIT), memory.total_memory)]
     # The API over TCP (unless its port is 0) and, with a data dir, on warrenctl's control

@@ -176,7 +176,8 @@ def connection_json(conn: Connection) -> dict[str, Any]:
         "ssl_hash": None,
         "ssl_key_exchange": None,
         "ssl_protocol": None,
-        # running, blocking (an alarm is on), blocked (its publishing is held by an alarm).
+        # running, flow (read no faster than the store accepts, now or in the last 5 s),
+        # blocking (an alarm is on), blocked (its publishing is held by an alarm).
         # last_blocked_by / last_blocked_age are the seed's (RabbitMQ 3.10's API lacks them).
         "state": conn.throttle_state,
         "last_blocked_by": conn.last_blocked_by,

@@ -10,6 +10,13 @@ Memory used is the resident set size (RSS) from /proc/self/statm, read every INT
 through a file descriptor kept open (one pread, a few microseconds): a publisher flood
 cannot run far past the watermark between two samples. The alarm is on while RSS is above
 the limit and off as soon as it is not (no hysteresis, as RabbitMQ).
+
+Paging starts when RSS passes vm_memory_high_watermark_paging_ratio of the limit (above 1.0:
+never) and stops below PAGING_HYSTERESIS of that: while it is on, every queue's store sends
+new arrivals to disk and, a bounded slice per sample, evicts the bodies already in its
+window (warren.store.disk); the freed memory is handed back to the OS (malloc_trim), so RSS
+really falls and the alarm need not go off. The disk alarm is passed on to the stores: no
+transient message is written to disk for paging while it is on.
 """
 
 from __future__ import annotations
@@ -19,9 +26,12 @@ import logging
 import os
 import resource
 import sys
-from typing import Callable
+import ctypes
+import ctypes.util
+from typing import Callable, Iterator
 
-from ..broker.alarms import MEMORY
+from ..broker.alarms import DISK, MEMORY
+from ..store.disk import DiskQueueStore
 
 log = logging.getLogger("warren.server")
 
@@ -32,6 +42,13 @@ DEFAULT_WATERMARK: Watermark = ("relative", 0.4)
 UNKNOWN_TOTAL = 1024 * 1024 * 1024  # RabbitMQ's MEMORY_SIZE_FOR_UNKNOWN_OS
 INTERVAL = 0.1  # seconds between RSS samples (RabbitMQ: 1 s)
 MiB = 1024 * 1024
+DEFAULT_PAGING_RATIO = 0.5
+PAGING_HYSTERESIS = 0.9   # paging stops below this fraction of its threshold
+# Evicted per sample (INTERVAL), across all queues: a slice that keeps the loop responsive
+# (writing a transient body costs a few microseconds) yet frees memory faster than four
+# flooding publishers fill it.
+PAGE_OUT_MESSAGES = 8192
+PAGE_OUT_BYTES = 64 * MiB
 
 
 # --- total memory ---------------------------------------------------------------------------
@@ -135,6 +152,23 @@ class ResidentMemory:
             self._fd = None
 
 
+def _malloc_trim() -> Callable[[], None]:
+    """glibc's malloc_trim(0): freed heap memory back to the OS (Python's allocator and glibc
+    keep it otherwise, and RSS would not fall after paging); a no-op elsewhere."""
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        trim = None
+    if trim is None:
+        return lambda: None
+    trim.argtypes = [ctypes.c_size_t]
+
+    def release() -> None:
+        trim(0)
+    return release
+
+
 # --- the monitor ----------------------------------------------------------------------------
 
 def node_of(broker) -> str:
@@ -144,14 +178,18 @@ def node_of(broker) -> str:
 class MemoryMonitor:
     """A server Service: sets broker.mem_limit from the watermark and raises or clears the
     memory alarm from the RSS, every INTERVAL seconds and at once when the watermark changes
-    (set_vm_memory_high_watermark)."""
+    (set_vm_memory_high_watermark); pages queues out past the paging ratio."""
 
     def __init__(self, broker, watermark: Watermark = DEFAULT_WATERMARK, interval: float = INTERVAL,
                  total_memory: Callable[[], int | None] = detect_total_memory,
-                 memory_used: Callable[[], int] | None = None):
+                 memory_used: Callable[[], int] | None = None, paging_ratio: float = DEFAULT_PAGING_RATIO):
         self.broker = broker
         self.watermark = watermark
         self.interval = interval
+        self.paging_ratio = paging_ratio
+        self.paging = False
+        self._disk_alarm = False  # as last told to the stores
+        self._trim = _malloc_trim()
         self.total = UNKNOWN_TOTAL  # bytes, as detected by the last set_watermark()
         self.limit = 0
         self.used = 0  # RSS at the last sample
@@ -200,6 +238,7 @@ class MemoryMonitor:
                  limit // MiB, limit, total // MiB, total)
         log.info("Memory limit set to %dMB.", limit // MiB)  # the older RabbitMQ's line
         self.check()
+        self.check_paging()
 
     def check(self) -> None:
         used = self.used = self._rss()
@@ -217,9 +256,63 @@ class MemoryMonitor:
             log.warning("memory resource limit alarm cleared on node '%s'", node)
         self.broker.alarms.set(MEMORY, alarmed)
 
+    # paging -------------------------------------------------------------------------------
+    def paging_threshold(self) -> int | None:
+        """RSS past which queues page to disk (None: a ratio above 1.0 turns paging off)."""
+        return None if self.paging_ratio > 1.0 else int(self.paging_ratio * self.limit)
+
+    def check_paging(self) -> None:
+        """Start or stop paging from the last sample; while on, evict a slice of bodies."""
+        threshold = self.paging_threshold()
+        used = self.used
+        if threshold is None:
+            paging = False
+        elif self.paging:
+            paging = used >= threshold * PAGING_HYSTERESIS
+        else:
+            paging = used > threshold
+        disk_alarm = DISK in self.broker.alarms
+        if paging != self.paging:
+            self.paging = paging
+            log.info("Memory paging to disk %s. Memory used:%d paging threshold:%s", "started" if paging else
+                     "stopped", used, threshold)
+        elif disk_alarm == self._disk_alarm and not paging:
+            return
+        self._disk_alarm = disk_alarm
+        stores = list(self._stores())
+        for store in stores:
+            store.set_paging(paging, disk_alarm)
+        if paging:
+            self.page_out(stores)
+
+    def page_out(self, stores: list[DiskQueueStore]) -> int:
+        """Evict up to a slice of window bodies, from the queues holding most in memory;
+        returns the bytes freed."""
+        messages, freed = PAGE_OUT_MESSAGES, 0
+        for store in sorted((s for s in stores if s.resident), key=lambda s: s.fresh_bytes, reverse=True):
+            count, size = store.page_out(messages, PAGE_OUT_BYTES - freed)
+            messages -= count
+            freed += size
+            if messages <= 0 or freed >= PAGE_OUT_BYTES:
+                break
+        if freed:
+            persister = self.broker.persister
+            if persister is not None:
+                persister.flush()  # the copies of small bodies in the segments' buffers go too
+            self._trim()
+        return freed
+
+    def _stores(self) -> Iterator[DiskQueueStore]:
+        for vhost in list(self.broker.vhosts.values()):
+            for queue in list(vhost.queues.values()):
+                store = getattr(queue, "store", None)
+                if isinstance(store, DiskQueueStore):
+                    yield store
+
     def _tick(self) -> None:
         try:
             self.check()
+            self.check_paging()
         finally:
             assert self._loop is not None
             self._timer = self._loop.call_later(self.interval, self._tick)

@@ -85,6 +85,9 @@ CLOSING_TIMEOUT = 30.0
 # fires 1 to 2 ms after the close, a little after RabbitMQ's usual close-ok.
 CLOSE_OK_DELAY = 0.002
 
+# RabbitMQ shows a connection as `flow` while it is in flow and for this long after.
+FLOW_SHOWN_FOR = 5.0
+
 # How much output may pile up in one tick before consumers of this connection are paused
 # and its input is held back.
 OUTPUT_HIGH_WATER = 1 << 20
@@ -147,8 +150,12 @@ class Connection:
         self.alarmed = False
         self.blocked = False
         self.blocked_sent = False  # connection.blocked went out: connection.unblocked is due
-        self.last_blocked_by = "none"  # "resource" once an alarm blocked it (RabbitMQ's word)
+        self.last_blocked_by = "none"  # "resource" (an alarm) or "flow" (RabbitMQ's words)
         self.last_blocked_at: float | None = None  # monotonic time it was last blocked
+        # Credit flow (warren.store.persister): `store_over` mirrors the store's `over` (the
+        # one attribute tested per read); `in_flow` while its socket is not read for it.
+        self.store_over = False
+        self.in_flow = False
         self.confirming: set[Channel] = set()  # channels with confirms waiting to go out
         self.channels: dict[int, Channel] = {}
         limits = broker.limits
@@ -196,6 +203,8 @@ class Connection:
             self.connection_error(syntax_error(str(err)))
         held = self.out_bytes > OUTPUT_HIGH_WATER and self.pending_len > 0 and self.state != CLOSED
         self.flush()
+        if self.store_over:
+            self._check_flow()
         if held:
             self.throttle.add(Reason.INPUT_HELD)
             if Reason.WRITE_BUFFER not in self.throttle.reasons:
@@ -545,6 +554,10 @@ class Connection:
         alarms = self.broker.alarms
         alarms.subscribe(self._alarms_changed)
         self.alarmed = bool(alarms)
+        persister = self.broker.persister
+        if persister is not None:
+            persister.subscribe_flow(self._store_flow_changed)
+            self.store_over = persister.over
         self.send_method(0, spec.ConnectionOpenOk(known_hosts=""))
 
     # ------------------------------------------------------- resource alarms
@@ -587,17 +600,47 @@ class Connection:
             self.throttle.discard(Reason.BLOCKED)
         self.schedule_flush()
 
+    # ------------------------------------------------------------ credit flow
+    def _store_flow_changed(self, over: bool) -> None:
+        """The message store passed its high-water mark, or drained below its low one."""
+        self.store_over = over
+        if not over and self.in_flow:
+            self.in_flow = False
+            self.last_blocked_at = time.monotonic()
+            self.throttle.discard(Reason.FLOW)
+
+    def _check_flow(self) -> None:
+        """The store is behind: if this read's publishes were written into it, read no
+        more (the frames of this read are all handled) until it has drained."""
+        persister = self.broker.persister
+        if self.in_flow or persister is None or not persister.written or self.state != OPEN:
+            return
+        self.in_flow = True
+        self.last_blocked_by = "flow"
+        self.last_blocked_at = None  # in flow now (see blocked_age)
+        self.throttle.add(Reason.FLOW)
+
     @property
     def throttle_state(self) -> str:
-        """RabbitMQ's connection state for rabbitmqctl and the API: running, blocking (an
-        alarm is on, nothing published since), blocked (publishing held by an alarm)."""
+        """RabbitMQ's connection state for rabbitmqctl and the API: running, flow (read no
+        faster than the store accepts, now or in the last FLOW_SHOWN_FOR seconds, as
+        rabbit_reader shows it), blocking (an alarm is on, nothing published since),
+        blocked (publishing held by an alarm)."""
         if self.blocked:
             return "blocked"
-        return "blocking" if self.alarmed else "running"
+        if self.alarmed:
+            return "blocking"
+        if self.in_flow:
+            return "flow"
+        if self.last_blocked_by == "flow":
+            at = self.last_blocked_at
+            if at is not None and time.monotonic() - at < FLOW_SHOWN_FOR:
+                return "flow"
+        return "running"
 
     def blocked_age(self) -> float | None:
         """Seconds since the connection was last blocked (0 while it is); None if never."""
-        if self.blocked:
+        if self.blocked or self.in_flow:
             return 0.0
         at = self.last_blocked_at
         return None if at is None else time.monotonic() - at
@@ -733,6 +776,12 @@ class Connection:
         self.exclusive_queues.clear()
         self.broker.connections.discard(self)
         self.broker.alarms.unsubscribe(self._alarms_changed)
+        persister = self.broker.persister
+        if persister is not None:
+            persister.unsubscribe_flow(self._store_flow_changed)
+        if self.in_flow:  # closing: read the close-ok
+            self.in_flow = False
+            self.throttle.discard(Reason.FLOW)
         if self.blocked:
             # Closing: read again, so the client's close-ok (and its own close) arrive.
             self.blocked = False

@@ -3,7 +3,8 @@
 A connection is held back for a set of reasons. From that set one function decides whether
 its socket is read and whether its consumers are sent to. The resource alarms block a
 publishing connection here (Reason.BLOCKED; the connection sends connection.blocked /
-unblocked); per-connection credit flow adds its reason here too.
+unblocked); per-connection credit flow stops reading a publisher into a store that is behind
+(Reason.FLOW).
 """
 
 from __future__ import annotations
@@ -29,10 +30,15 @@ class Reason(enum.Enum):
     # the rest of its input included, until every alarm has cleared (RabbitMQ's `blocked`
     # state). Its consumers are still sent to: a blocked publisher may also be a consumer.
     BLOCKED = "blocked"
+    # Credit flow: this connection published into the message store while the store's
+    # outstanding bytes (written, fsync pending) were past their high-water mark: read nothing
+    # more until the store has drained below its low-water mark (RabbitMQ's `flow` state; no
+    # connection.blocked for it). Its consumers are still sent to.
+    FLOW = "flow"
 
 
 # Reasons that stop the socket being read, and those that stop deliveries to consumers.
-_STOP_READING = frozenset({Reason.WRITE_BUFFER, Reason.INPUT_HELD, Reason.BLOCKED})
+_STOP_READING = frozenset({Reason.WRITE_BUFFER, Reason.INPUT_HELD, Reason.BLOCKED, Reason.FLOW})
 _STOP_DELIVERING = frozenset({Reason.WRITE_BUFFER, Reason.TICK_OUTPUT})
 
 

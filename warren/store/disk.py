@@ -4,8 +4,21 @@ Ready messages are, in delivery order: requeued ones (in memory, by original pos
 in-memory window of fresh ones, then the *disk tail*: messages that exist only in the
 segment files, read back in batches as the window drains. Persistent messages of durable
 queues are written when they arrive (their confirm waits for the fsync); transient ones
-touch the disk only when the window is full (paging). Acks and deliveries leave marks in
-each segment's .ack file; a segment whose records are all settled is deleted.
+touch the disk only when the window is full or the broker's memory is high (paging).
+Acks and deliveries leave marks in each segment's .ack file; a segment whose records are
+all settled is deleted.
+
+Paging (set by the memory monitor past the paging ratio of the watermark) does two things:
+new arrivals go to the disk tail as if the window were full, and page_out() evicts the
+bodies of messages already in the window, newest first (the head is delivered soonest).
+An evicted message keeps its place in the window; its Message is replaced by PAGED_OUT and
+read back from its record when it is taken. A durable one has its record already; a
+transient one is first written as a FLAG_PAGED record that is marked settled for the
+disk-tail walk (its offset in acked_set): only the window's entry leads to it, so it is
+never taken twice, and it is discarded at start-up like every paged record. While the disk
+alarm is on, no transient message is written to disk for paging (RabbitMQ's rule): no disk
+tail starts (behind an existing one arrivals still go, as order requires) and page_out()
+evicts only bodies that are on disk already.
 """
 
 import logging
@@ -40,6 +53,17 @@ READ_CHUNK = 1 << 20
 _PROBE = 16 << 10
 BIG_BODY = 64 << 10      # a body this big is written from the message, not copied first
 _IOV_MAX = 1024
+# The disk tail is read back a bounded amount at a time (bodies in memory at once: reading
+# half a 1 GiB window in one go was a 500 MB step that the memory watermark cannot see
+# coming); while paging, in small batches once the window is empty: what is read stays in
+# memory only until a consumer takes it.
+READ_BACK_BYTES = 64 << 20
+PAGING_LOAD = 256
+PAGING_LOAD_BYTES = 4 << 20
+
+# What an evicted message's entry in the window holds instead of its Message (shared by every
+# queue the message went to: never changed, only no longer referenced from here).
+PAGED_OUT = Message("", "", b"", b"", b"")
 
 
 class Segment:
@@ -193,6 +217,10 @@ class DiskQueueStore:
         self.segments: dict[int, Segment] = {}  # id -> Segment, in id order
         self.write_seg: Segment | None = None
         self.max_seq = 0          # highest sequence number recovered
+        # Set by the memory monitor (set_paging): memory is high / free disk is low.
+        self.paging = False
+        self.disk_alarm = False
+        self.paged_out = 0        # entries of _fresh whose body is evicted (PAGED_OUT)
         if durable and os.path.isdir(directory):
             self._recover()
 
@@ -209,8 +237,12 @@ class DiskQueueStore:
     def push(self, qm: QueuedMessage) -> None:
         size = len(qm.message.body)
         self.ready_bytes += size
-        if (self.disk_count or len(self._fresh) >= self.window
-                or (size >= BIG_BODY and self.fresh_bytes >= self.window_bytes)):
+        # To the disk tail behind one (order), or past the window or while paging. While the
+        # disk alarm is on no disk tail starts: the transient messages behind it would be
+        # written too (page_out() still evicts the persistent ones' bodies, at no disk cost).
+        if self.disk_count or (not self.disk_alarm and (
+                self.paging or len(self._fresh) >= self.window
+                or (size >= BIG_BODY and self.fresh_bytes >= self.window_bytes))):
             seg = qm.seg if qm.seg is not None else self._append(qm, sg.FLAG_PAGED)
             if not self.disk_count:
                 self.cursor = (seg, qm.off)
@@ -223,12 +255,13 @@ class DiskQueueStore:
         if self._requeued:
             qm = self._requeued.take()
         else:
-            if (self.disk_count and len(self._fresh) <= self.window // 2
-                    and self.fresh_bytes <= self.window_bytes // 2):
-                self._load(self.window // 2 + 1)
+            if self.disk_count and (self.paging or len(self._fresh) <= self.window // 2):
+                self._refill()  # (the test inlined: this runs for every message of a drain)
             if not self._fresh:
                 return None
             qm = self._fresh.popleft()
+            if qm.message is PAGED_OUT:
+                self._restore(qm)
             self.fresh_bytes -= len(qm.message.body)
         self.ready_bytes -= len(qm.message.body)
         return qm
@@ -237,8 +270,13 @@ class DiskQueueStore:
         if self._requeued:
             return self._requeued.first()
         if not self._fresh and self.disk_count:
-            self._load(self.window // 2 + 1)  # as pop() would
-        return self._fresh[0] if self._fresh else None
+            self._refill()  # as pop() would
+        if not self._fresh:
+            return None
+        qm = self._fresh[0]
+        if qm.message is PAGED_OUT:
+            self._restore(qm)
+        return qm
 
     def drop_head(self, n: int) -> list[QueuedMessage]:
         return take_head(self, n)
@@ -272,11 +310,79 @@ class DiskQueueStore:
             self.settle(self._fresh.popleft())
         if self.disk_count:
             self._purge_disk_tail()
-        self.ready_bytes = self.fresh_bytes = 0
+        self.ready_bytes = self.fresh_bytes = self.paged_out = 0
         return count
 
     def peek_all(self) -> list[QueuedMessage]:
+        if self.paged_out:  # not the hot path: read them back (paging evicts them again)
+            for qm in self._fresh:
+                if qm.message is PAGED_OUT:
+                    self._restore(qm)
         return self._requeued.in_order() + list(self._fresh)
+
+    # ---------------------------------------------------------------- paging
+    def set_paging(self, paging: bool, disk_alarm: bool) -> None:
+        """The memory monitor's word: memory is past the paging ratio (new arrivals go to disk
+        and page_out() evicts), free disk is below its limit (no transient writes for it)."""
+        self.paging = paging
+        self.disk_alarm = disk_alarm
+
+    @property
+    def resident(self) -> int:
+        """Messages of the window whose body is in memory (what page_out() can evict)."""
+        return len(self._fresh) - self.paged_out
+
+    def page_out(self, max_messages: int, max_bytes: int) -> tuple[int, int]:
+        """Evict up to about max_messages / max_bytes of window bodies, newest first (the
+        head is delivered soonest); returns (messages, bytes) evicted. Transient ones are
+        written first (not while the disk alarm is on: those stay)."""
+        count = freed = 0
+        if not self.resident:
+            return 0, 0
+        disk_alarm = self.disk_alarm
+        for qm in reversed(self._fresh):
+            if count >= max_messages or freed >= max_bytes or self.paged_out == len(self._fresh):
+                break
+            message = qm.message
+            if message is PAGED_OUT:
+                continue
+            if qm.seg is None:
+                if disk_alarm:
+                    continue
+                seg = self._append(qm, sg.FLAG_PAGED)
+                # Only this entry leads to the record: the disk-tail walk must skip it.
+                seg.acked_set.add(qm.off)
+            size = len(message.body)
+            qm.message = PAGED_OUT
+            self.paged_out += 1
+            self.fresh_bytes -= size
+            count += 1
+            freed += size
+        return count, freed
+
+    def _restore(self, qm: QueuedMessage) -> None:
+        """Read an evicted message of the window back from its record."""
+        seg = qm.seg
+        assert seg is not None, "an evicted message without a record"
+        offset = qm.off
+        head = seg.read(offset, _PROBE)
+        length, _crc, _flags, _seq, route_len = sg.RECORD_HEAD.unpack_from(head, 0)
+        end = sg.PREFIX_SIZE + length
+        header_start = sg.HEAD_SIZE + route_len + sg.HEADER_LEN_SIZE
+        if header_start > len(head):
+            head = seg.read(offset, header_start)
+        header_end = header_start + sg.HEADER_LEN.unpack_from(head, header_start - sg.HEADER_LEN_SIZE)[0]
+        if end > len(head):
+            if header_end > len(head):
+                head = seg.read(offset, header_end)
+            body = seg.read_body(offset + header_end, end - header_end)
+        else:
+            body = head[header_end:end]
+        route = head[sg.HEAD_SIZE:sg.HEAD_SIZE + route_len]
+        exchange, routing_key = _route_parts(route)
+        qm.message = Message(exchange, routing_key, route, head[header_start:header_end], body)
+        self.paged_out -= 1
+        self.fresh_bytes += len(body)
 
     def destroy(self) -> None:
         for seg in list(self.segments.values()):
@@ -319,9 +425,20 @@ class DiskQueueStore:
         seg.remove()
 
     # ---------------------------------------------------------------- reading
-    def _load(self, want: int) -> None:
-        """Move up to `want` messages (and about window_bytes) from the disk tail into the
-        in-memory window."""
+    def _refill(self) -> None:
+        """Read the disk tail back into the window when it runs low: up to half a window (and
+        READ_BACK_BYTES) at a time, or while paging a small batch once it is empty."""
+        if self.paging:
+            if not self._fresh:
+                self._load(PAGING_LOAD, PAGING_LOAD_BYTES)
+            return
+        limit = min(self.window_bytes, READ_BACK_BYTES)
+        if len(self._fresh) <= self.window // 2 and self.fresh_bytes <= limit // 2:
+            self._load(self.window // 2 + 1, limit - self.fresh_bytes)
+
+    def _load(self, want: int, max_bytes: int) -> None:
+        """Move up to `want` messages (and about max_bytes of bodies; at least one) from the
+        disk tail into the in-memory window."""
         assert self.cursor is not None  # there is a disk tail
         seg, offset = self.cursor
         fresh = self._fresh
@@ -333,7 +450,7 @@ class DiskQueueStore:
         last_route = last_header = b""  # never a record's (a route holds two shortstrs)
         last_parts = ("", "")
         read_size = READ_CHUNK
-        room = self.window_bytes - self.fresh_bytes
+        room = max_bytes
         while want > 0 and self.disk_count and (room > 0 or not fresh):
             if offset >= seg.size:
                 ids = ids or sorted(self.segments)

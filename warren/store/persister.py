@@ -7,6 +7,14 @@ closed and its files are fsynced in a worker thread while new appends join the n
 When the fsync returns, every confirm waiting on that batch (or an earlier one) goes out in
 one basic.ack per channel. There is no timer: a lone publish is confirmed after one fsync,
 and under load one fsync covers everything that arrived while the previous one ran.
+
+The store is the one hop of the publish path where accepted work can pile up (the loop is
+single-threaded: everything else is handled before the next read). Its *outstanding* bytes
+are those written for durable records but not yet covered by a finished fsync, plus bytes
+kept after a failed write. Past FLOW_HIGH the persister says it is `over` (its listeners are
+told); the session then stops reading the publishers that wrote into it (credit flow), and
+once an fsync brings it below FLOW_LOW it tells them again. It drains by itself (the fsync
+runs in a thread), so no client is ever waited on.
 """
 
 from __future__ import annotations
@@ -25,6 +33,15 @@ if TYPE_CHECKING:
     RunInThread = Callable[[Callable[[], None], Callable[[str | None], None]], None]
 
 log = logging.getLogger("warren.store")
+
+# Outstanding bytes (written, fsync pending) at which publishers into the store are paused,
+# and at which they are let go again. A disk that keeps up never gets there (an fsync of
+# 64 MiB took 25-30 ms on the development VM, where one publisher writes ~350 MiB/s); one that
+# does not holds at most this much in dirty pages instead of letting the kernel's dirty-page
+# throttling stall the whole event loop in pwrite. The gap keeps a publisher from toggling on
+# every fsync.
+FLOW_HIGH = 64 << 20
+FLOW_LOW = FLOW_HIGH // 2
 
 
 def _fsync_all(fds: Iterable[int]) -> None:
@@ -48,6 +65,15 @@ class Persister:
         self.waiting: set[SyncWaiter] = set()  # channels with confirms waiting for a batch
         self.close_after_sync: list[int] = []
         self.syncing_fds: list[int] = []       # what the running fsync covers
+        # Credit flow (see the module's docstring).
+        self.flow_high = FLOW_HIGH
+        self.flow_low = FLOW_LOW
+        self.unsynced = 0        # bytes written for the open batch
+        self.syncing_bytes = 0   # bytes the running fsync covers
+        self.stuck = 0           # bytes still buffered after a failed write
+        self.written = 0         # record bytes the last flush wrote (who published into the store)
+        self.over = False        # outstanding passed flow_high and has not fallen to flow_low yet
+        self.flow_listeners: dict[Callable[[bool], None], None] = {}  # a set, in order
 
     # queue stores ---------------------------------------------------------------
     _paging_ids = itertools.count(1)
@@ -84,6 +110,17 @@ class Persister:
         self.to_sync.add(segment)
         return self.batch
 
+    def subscribe_flow(self, listener: Callable[[bool], None]) -> None:
+        """Call listener(over) whenever `over` changes."""
+        self.flow_listeners[listener] = None
+
+    def unsubscribe_flow(self, listener: Callable[[bool], None]) -> None:
+        self.flow_listeners.pop(listener, None)
+
+    @property
+    def outstanding(self) -> int:
+        return self.unsynced + self.syncing_bytes + self.stuck
+
     def close_fd(self, fd: int) -> None:
         """Close a file descriptor, but not under a running fsync."""
         if self.syncing:
@@ -94,18 +131,32 @@ class Persister:
     # called by the session layer -------------------------------------------------
     def flush(self) -> None:
         """Write everything buffered, then start an fsync if one is due."""
+        written = 0
         if self.dirty:
             dirty, self.dirty = self.dirty, set()
+            to_sync = self.to_sync
             for segment in dirty:
+                before = segment.flushed
                 try:
                     segment.write_out()
                 except OSError as err:
                     log.error("write to %s failed: %s", segment.path, err)
-                    if segment in self.to_sync:  # else only bytes of batches already failed
+                    if segment in to_sync:  # else only bytes of batches already failed
                         self.failed[self.batch] = str(err)
                     self.dirty.add(segment)  # keep the bytes; retried at the next flush
+                n = segment.flushed - before
+                written += n
+                if segment in to_sync:  # durable records: outstanding until fsynced
+                    self.unsynced += n
+            if self.dirty or self.stuck:
+                self.stuck = sum(s.size - s.flushed for s in self.dirty)
         if self.to_sync and not self.syncing:
-            self._start_sync()
+            self._start_sync()  # (an inline fsync flushes again: set `written` after it)
+        elif not self.syncing:
+            self.unsynced = 0  # the segments written for were removed: nothing to sync
+        self.written = written
+        if written or self.over:
+            self._check_flow()
 
     def wait_for(self, channel: SyncWaiter) -> None:
         self.waiting.add(channel)
@@ -119,12 +170,14 @@ class Persister:
         fds = [s.fd for s in self.to_sync if s.fd is not None] + self.syncing_fds
         self.to_sync = set()
         self.batch += 1
+        self.unsynced = self.syncing_bytes = 0  # the running fsync's bytes are covered too
         error = None
         try:
             _fsync_all(fds)
         except OSError as err:
             error = str(err)
         self._synced(batch, error)
+        self._check_flow()
         return error is None and batch not in self.failed
 
     # group commit ---------------------------------------------------------------
@@ -134,6 +187,7 @@ class Persister:
         self.to_sync = set()
         self.batch += 1
         self.syncing = True
+        self.syncing_bytes, self.unsynced = self.unsynced, 0
         if self.run_in_thread is None:
             try:
                 _fsync_all(fds)
@@ -146,12 +200,27 @@ class Persister:
     def _sync_done(self, batch: int, error: str | None) -> None:
         self.syncing = False
         self.syncing_fds = []
+        self.syncing_bytes = 0
         for fd in self.close_after_sync:
             os.close(fd)
         self.close_after_sync.clear()
         self._synced(batch, error)
-        # Whatever arrived meanwhile forms the next batch.
+        # Whatever arrived meanwhile forms the next batch (and flush tells the listeners
+        # if the store has drained).
         self.flush()
+
+    def _check_flow(self) -> None:
+        level = self.outstanding
+        if self.over:
+            if level > self.flow_low:
+                return
+            self.over = False
+        elif level > self.flow_high:
+            self.over = True
+        else:
+            return
+        for listener in list(self.flow_listeners):
+            listener(self.over)
 
     def _synced(self, batch: int, error: str | None) -> None:
         if error:

@@ -16,6 +16,8 @@ class QueuedMessage:
 
     # seg/off: where the store wrote it (None if only in memory); durable: that record
     # survives restarts; deliveries: how often it was handed out (kept across restarts).
+    # message: while a disk store has paged its body out, its stand-in PAGED_OUT (the store
+    # reads it back before handing the QueuedMessage to anyone: warren.store.disk).
     __slots__ = ("seq", "message", "redelivered", "seg", "off", "durable", "deliveries")
 
     seq: int

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from ...server.disk_monitor import DiskMonitor
 from ...server.memory_monitor import MemoryMonitor
+from ..node_resources import service_of
 from .. import stats
 from ..access import ADMIN, access
 from ..app import bad_request, json_response, not_found
@@ -26,11 +27,10 @@ routes = web.RouteTableDef()
 def _monitor(request, kind):
     if request.match_info["name"] != stats.node_name(request.app["broker"]):
         raise not_found()
-    server = request.app["server"]
-    for service in getattr(server, "services", ()):
-        if isinstance(service, kind):
-            return service
-    raise not_found("this node has no such monitor")
+    service = service_of(request.app["server"], kind)
+    if service is None:
+        raise not_found("this node has no such monitor")
+    return service
 
 
 def _setting(body: dict, kinds: tuple[str, ...], what: str) -> tuple[str, float]:

@@ -1,0 +1,61 @@
+"""The node's memory and disk figures for the API (/api/nodes, /api/overview): the resource
+monitors' (warren.server.memory_monitor and disk_monitor, services of the server). mem_used is
+the RSS at the last sample (at most 0.1 s old), mem_limit and disk_free_limit the limits in
+bytes (broker.mem_limit, broker.disk_free_limit), disk_free the free space at the last check,
+and the alarms broker.alarms."""
+
+import os
+import shutil
+
+from ..server.disk_monitor import DiskMonitor
+from ..server.memory_monitor import MemoryMonitor, ResidentMemory
+from . import stats
+
+DEFAULT_DISK_FREE_LIMIT = 50_000_000  # what RabbitMQ reports while disk monitoring is disabled
+
+
+def service_of(server, kind):
+    """The server's service of that class (a monitor), or None."""
+    return next((s for s in getattr(server, "services", ()) if isinstance(s, kind)), None)
+
+
+def mem_used(server) -> int:
+    monitor = service_of(server, MemoryMonitor)
+    if monitor is not None and monitor.used:
+        return monitor.used
+    rss = ResidentMemory()
+    try:
+        return rss()
+    finally:
+        rss.close()
+
+
+def data_dir(broker) -> str:
+    store = broker.definitions_store
+    return getattr(store, "dir", None) or os.getcwd()
+
+
+def disk_free(path: str) -> int:
+    try:
+        return shutil.disk_usage(path).free
+    except OSError:
+        return 0
+
+
+def resource_figures(request) -> dict:
+    """Memory and disk: use, limits and alarms (in /api/nodes, and Warren's /api/overview)."""
+    broker = request.app["broker"]
+    server = request.app["server"]
+    in_alarm = stats.alarms(broker)
+    disk_limit = broker.disk_free_limit
+    if disk_limit is None:
+        disk_limit = DEFAULT_DISK_FREE_LIMIT
+    disk = service_of(server, DiskMonitor)
+    return {
+        "disk_free": disk.free if disk is not None and disk.free is not None else disk_free(data_dir(broker)),
+        "disk_free_alarm": "disk" in in_alarm,
+        "disk_free_limit": disk_limit,
+        "mem_alarm": "memory" in in_alarm,
+        "mem_limit": broker.mem_limit,
+        "mem_used": mem_used(server),
+    }
