@@ -102,6 +102,7 @@ class Consumer(threading.Thread):
         super().__init__(daemon=True)
         self.broker, self.queue = broker, queue
         self.got: set[bytes] = set()
+        self.received: list[bytes] = []  # in order, duplicates included
         self.done = threading.Event()  # no more publishing: stop once the queue is empty
         self.error: BaseException | None = None
 
@@ -115,7 +116,9 @@ class Consumer(threading.Thread):
                     if self.done.is_set():
                         break
                     continue
-                self.got.add(body[:body.index(b"-", 3) + 1])
+                tag = body[:body.index(b"-", 3) + 1]
+                self.got.add(tag)
+                self.received.append(tag)
                 ch.basic_ack(method.delivery_tag)
             conn.close()
         except BaseException as err:
@@ -216,6 +219,8 @@ def test_flood_stays_within_the_watermark_blocks_resumes_and_loses_nothing(tmp_p
         assert "Memory paging to disk started" in b.log()
         frames = [(len(p.blocked), len(p.unblocked)) for p in publishers]
         assert frames == [(1, 1)] * PUBLISHERS, f"connection.blocked / unblocked per publisher: {frames}"
+        assert not consumer.is_alive(), "the consumer did not finish draining"
+        assert len(consumer.received) == len(consumer.got), "a message was delivered twice"
         missing = {t for p in publishers for t in p.confirmed} - consumer.got
         assert not missing, f"{len(missing)} of {published()} confirmed messages never arrived"
     finally:

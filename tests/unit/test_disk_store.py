@@ -471,3 +471,27 @@ def test_segments_of_the_first_format_are_recovered(tmp_path, small_segments):
         f.seek(-10, os.SEEK_END)
         f.write(bytes((byte[0] ^ 0xFF,)))
     assert bodies(s3.crash().drain()) == [body_of(i, 3000) for i in range(4)]
+
+
+def test_failed_writes_count_for_flow_and_a_removed_segment_releases_it(tmp_path, monkeypatch):
+    """Bytes a failed write keeps in memory put the store over its flow mark (publishers are
+    held); once that queue is deleted, the next flush finds nothing stuck and releases them."""
+    import errno
+    s = Store(tmp_path)
+    p = s.persister
+    p.flow_high, p.flow_low = 100_000, 50_000
+    events = []
+    p.subscribe_flow(events.append)
+    real = os.pwritev
+
+    def fail(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(os, "pwritev", fail)
+    for i in range(2000):
+        s.publish(body_of(i, 100))
+    p.flush()
+    assert p.stuck > p.flow_high and p.over and events == [True] and p.written
+    monkeypatch.setattr(os, "pwritev", real)
+    s.store.destroy()  # the queue deleted to free space
+    p.flush()
+    assert (p.stuck, p.over, events) == (0, False, [True, False])

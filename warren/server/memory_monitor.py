@@ -25,6 +25,7 @@ import asyncio
 import logging
 import os
 import resource
+import time
 import sys
 import ctypes
 import ctypes.util
@@ -49,6 +50,9 @@ PAGING_HYSTERESIS = 0.9   # paging stops below this fraction of its threshold
 # flooding publishers fill it.
 PAGE_OUT_MESSAGES = 8192
 PAGE_OUT_BYTES = 64 * MiB
+# malloc_trim costs 10-30 ms on a big fragmented heap: after this much evicted, or a second.
+TRIM_AFTER_BYTES = 32 * MiB
+TRIM_EVERY = 1.0
 
 
 # --- total memory ---------------------------------------------------------------------------
@@ -190,6 +194,8 @@ class MemoryMonitor:
         self.paging = False
         self._disk_alarm = False  # as last told to the stores
         self._trim = _malloc_trim()
+        self._untrimmed = 0          # bytes evicted since the last trim
+        self._trimmed_at = 0.0
         self.total = UNKNOWN_TOTAL  # bytes, as detected by the last set_watermark()
         self.limit = 0
         self.used = 0  # RSS at the last sample
@@ -263,6 +269,8 @@ class MemoryMonitor:
 
     def check_paging(self) -> None:
         """Start or stop paging from the last sample; while on, evict a slice of bodies."""
+        if self.broker.persister is None:
+            return  # no data directory: nowhere to page to (the alarm still bounds memory)
         threshold = self.paging_threshold()
         used = self.used
         if threshold is None:
@@ -299,7 +307,11 @@ class MemoryMonitor:
             persister = self.broker.persister
             if persister is not None:
                 persister.flush()  # the copies of small bodies in the segments' buffers go too
-            self._trim()
+            self._untrimmed += freed
+            now = time.monotonic()
+            if self._untrimmed >= TRIM_AFTER_BYTES or now - self._trimmed_at >= TRIM_EVERY:
+                self._trim()
+                self._untrimmed, self._trimmed_at = 0, now
         return freed
 
     def _stores(self) -> Iterator[DiskQueueStore]:

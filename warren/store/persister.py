@@ -71,7 +71,7 @@ class Persister:
         self.unsynced = 0        # bytes written for the open batch
         self.syncing_bytes = 0   # bytes the running fsync covers
         self.stuck = 0           # bytes still buffered after a failed write
-        self.written = 0         # record bytes the last flush wrote (who published into the store)
+        self.written = 0         # record bytes the last flush had to write (who published into the store)
         self.over = False        # outstanding passed flow_high and has not fallen to flow_low yet
         self.flow_listeners: dict[Callable[[bool], None], None] = {}  # a set, in order
 
@@ -131,12 +131,13 @@ class Persister:
     # called by the session layer -------------------------------------------------
     def flush(self) -> None:
         """Write everything buffered, then start an fsync if one is due."""
-        written = 0
+        appended = 0
         if self.dirty:
             dirty, self.dirty = self.dirty, set()
             to_sync = self.to_sync
             for segment in dirty:
                 before = segment.flushed
+                appended += segment.size - before
                 try:
                     segment.write_out()
                 except OSError as err:
@@ -144,18 +145,18 @@ class Persister:
                     if segment in to_sync:  # else only bytes of batches already failed
                         self.failed[self.batch] = str(err)
                     self.dirty.add(segment)  # keep the bytes; retried at the next flush
-                n = segment.flushed - before
-                written += n
                 if segment in to_sync:  # durable records: outstanding until fsynced
-                    self.unsynced += n
-            if self.dirty or self.stuck:
-                self.stuck = sum(s.size - s.flushed for s in self.dirty)
+                    self.unsynced += segment.flushed - before
+        # (Every flush: a segment whose write failed may have been removed since.)
+        self.stuck = sum(s.size - s.flushed for s in self.dirty) if self.dirty else 0
         if self.to_sync and not self.syncing:
             self._start_sync()  # (an inline fsync flushes again: set `written` after it)
         elif not self.syncing:
             self.unsynced = 0  # the segments written for were removed: nothing to sync
-        self.written = written
-        if written or self.over:
+        # Record bytes this flush had to write, written or not (a failed write counts: its
+        # bytes stay in memory): who published into the store is held when it is over.
+        self.written = appended
+        if appended or self.over:
             self._check_flow()
 
     def wait_for(self, channel: SyncWaiter) -> None:
