@@ -290,3 +290,19 @@ def test_a_slice_per_sample_and_the_disk_alarm_passed_on(tmp_path, monkeypatch):
     assert not store.disk_alarm and store.paged_out == 80
     q = broker.vhosts["/"].queues["q"]
     assert [q.get().message.body for _ in range(100)] == [body_of(i) for i in range(100)]
+
+
+def test_a_queue_declared_during_the_disk_alarm_starts_with_it(tmp_path):
+    """The monitor's word lives on the persister too: a store created after the change (with
+    paging off, when the monitor does not walk the queues) starts with it."""
+    broker, m, used = paging_broker(tmp_path)
+    broker.alarms.set(DISK, True)
+    sample(m, used, 10 * MiB)  # no paging
+    actor = ops.Actor(broker, broker.users["guest"], broker.vhosts["/"])
+    ops.declare_queue(actor, "later", durable=True)
+    assert broker.vhosts["/"].queues["later"].store.disk_alarm
+    sample(m, used, 10 * MiB)
+    broker.alarms.set(DISK, False)
+    sample(m, used, 10 * MiB)
+    ops.declare_queue(actor, "after", durable=True)
+    assert not broker.vhosts["/"].queues["after"].store.disk_alarm

@@ -287,6 +287,8 @@ class MemoryMonitor:
         elif disk_alarm == self._disk_alarm and not paging:
             return
         self._disk_alarm = disk_alarm
+        persister = self.broker.persister
+        persister.paging, persister.disk_alarm = paging, disk_alarm  # for stores created later
         stores = list(self._stores())
         for store in stores:
             store.set_paging(paging, disk_alarm)

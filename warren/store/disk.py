@@ -218,8 +218,9 @@ class DiskQueueStore:
         self.write_seg: Segment | None = None
         self.max_seq = 0          # highest sequence number recovered
         # Set by the memory monitor (set_paging): memory is high / free disk is low.
-        self.paging = False
-        self.disk_alarm = False
+        # A queue declared meanwhile starts with the broker's current word (the persister's).
+        self.paging = persister.paging
+        self.disk_alarm = persister.disk_alarm
         self.paged_out = 0        # entries of _fresh whose body is evicted (PAGED_OUT)
         if durable and os.path.isdir(directory):
             self._recover()

@@ -74,6 +74,10 @@ class Persister:
         self.written = 0         # record bytes the last flush had to write (who published into the store)
         self.over = False        # outstanding passed flow_high and has not fallen to flow_low yet
         self.flow_listeners: dict[Callable[[bool], None], None] = {}  # a set, in order
+        # The memory monitor's word for the queue stores (DiskQueueStore.set_paging), kept
+        # here so a store created later starts with it.
+        self.paging = False
+        self.disk_alarm = False
 
     # queue stores ---------------------------------------------------------------
     _paging_ids = itertools.count(1)
