@@ -28,6 +28,8 @@ from pamqp import header as pheader
 import rawamqp
 from conftest import EXTERNAL, BrokerProcess, start_broker
 
+from .test_memory_bounds import rss_mb
+
 RABBITMQCTL = os.environ.get("WARREN_TEST_RABBITMQCTL")
 MB = 1 << 20
 
@@ -151,14 +153,6 @@ def test_a_flood_into_the_store_is_in_flow_and_every_confirmed_message_arrives(f
             ch = conn.channel()
             for q in queues:
                 ch.queue_delete(q)
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
 
 
 def test_a_consumer_that_never_reads_does_not_make_the_broker_buffer(make_broker, uid):
