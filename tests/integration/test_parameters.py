@@ -208,6 +208,9 @@ def test_cluster_name_is_a_global_parameter(api):
         if not EXTERNAL:
             # RabbitMQ stores a name that is not a string and then refuses every AMQP client.
             api.error("PUT", "/global-parameters/cluster_name", {"value": 5}, 400, "cluster_name must be a string")
+            # As PUT /api/cluster-name: a lone surrogate is not a name connections can be told.
+            api.error("PUT", "/global-parameters/cluster_name", {"value": "\ud800"}, 400,
+                      "cluster_name must be valid unicode")
         # Cleared: back to the node's own name.
         assert api.ok("DELETE", "/global-parameters/cluster_name").status_code == 204
         assert api.ok("GET", "/cluster-name").json()["name"] != "par-cluster-2"

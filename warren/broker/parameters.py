@@ -147,6 +147,10 @@ def set_global(broker: Broker, name: str, value: Any) -> bool:
         if not isinstance(value, str):
             # RabbitMQ stores it and then accepts no more AMQP connections; refused here.
             raise ParameterError("cluster_name must be a string")
+        try:
+            value.encode()
+        except UnicodeEncodeError:  # a lone surrogate: it could not go out in server properties
+            raise ParameterError("cluster_name must be valid unicode") from None
         created = not broker.cluster_name_set
         broker.set_cluster_name(value)
         return created
