@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ...store import MemoryQueueStore, QueueStore
 from ...store.queued_message import QueuedMessage
 from ..errors import inequivalent, rs
+from ..consumer_set import ConsumerSet
 from ..queue_arguments import check_equivalent_arguments
 from ..stats import new_queue_counters
 
 if TYPE_CHECKING:
-    from ..consumer import Consumer
     from ..policy import Policy
     from ..vhost import VHost
 
@@ -32,7 +31,7 @@ class ClassicQueue:
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
         self.store: QueueStore = store if store is not None else MemoryQueueStore()
-        self.consumers: deque[Consumer] = deque()
+        self.consumers = ConsumerSet()
         self.unacked_count = 0
         self.next_seq = getattr(self.store, "max_seq", 0)  # continue after recovered messages
         self.deleted = False
@@ -84,28 +83,21 @@ class ClassicQueue:
         return batch
 
     def _dispatch(self, qm) -> bool:
-        consumers = self.consumers
-        for _ in range(len(consumers)):
-            consumer = consumers[0]
-            consumers.rotate(-1)
-            if consumer.ready():
-                consumer.channel.deliver(consumer, qm)
-                return True
-        return False
+        consumer = self.consumers.next_ready()
+        if consumer is None:
+            return False
+        consumer.channel.deliver(consumer, qm)
+        return True
 
     def deliver_ready(self) -> None:
         """Push stored messages to consumers while any has credit."""
         store = self.store
         consumers = self.consumers
         while consumers and len(store):
-            for _ in range(len(consumers)):
-                consumer = consumers[0]
-                consumers.rotate(-1)
-                if consumer.ready():
-                    consumer.channel.deliver(consumer, store.pop())  # type: ignore[arg-type]  # len(store) > 0
-                    break
-            else:
+            consumer = consumers.next_ready()
+            if consumer is None:
                 return
+            consumer.channel.deliver(consumer, store.pop())  # type: ignore[arg-type]  # len(store) > 0
 
     def get(self):
         """basic.get: the next ready message, or None."""
@@ -149,14 +141,11 @@ class ClassicQueue:
 
     # consumers ---------------------------------------------------------------
     def add_consumer(self, consumer) -> None:
-        self.consumers.append(consumer)
+        self.consumers.add(consumer)
         self.had_consumers = True
 
     def remove_consumer(self, consumer) -> None:
-        try:
-            self.consumers.remove(consumer)
-        except ValueError:
-            pass
+        self.consumers.remove(consumer)
 
     def has_exclusive_consumer(self) -> bool:
         return any(c.exclusive for c in self.consumers)
