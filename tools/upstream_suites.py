@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
 """Run the client libraries' own upstream integration suites against Warren.
 
-kombu's `t/integration/test_py_amqp.py` (py-amqp transport) and aiormq's `tests/` come
-from their PyPI sdists (by default the versions installed here; --kombu-version,
---aiormq-version pick others), are extracted into a temp dir and run with pytest
+kombu's `t/integration/test_py_amqp.py` (py-amqp transport), aiormq's `tests/` and
+aio-pika's `tests/` come from their PyPI sdists (by default the versions installed
+here; --kombu-version, --aiormq-version, --aio-pika-version pick others), are
+extracted into a temp dir and run with pytest
 against a Warren broker this script starts (`python -m warren server` on free ports,
 temp data dir, management API on), or against --broker HOST:PORT. With --rabbitmq the
 same suites also run against a private RabbitMQ node (tools/rabbitmq_node.py) and the
 tests that fail on Warren but pass on RabbitMQ are listed.
 
-Missing test dependencies (pytest, aiomisc-pytest, ...) are pip-installed into the
+Missing test dependencies (pytest, aiomisc-pytest, shortuuid, ...) are pip-installed into the
 current environment, and the script says which. Standard library + pip only; not
 run in CI.
 
@@ -19,13 +20,26 @@ How each suite finds the broker:
   not ship; we write an equivalent one (fixtures rabbitmq_container, amqp_direct_url).
   Its amqps/TLS tests need the upstream docker image's TLS listener and client
   certificates, so they are deselected on both brokers (listed as "not run").
+- aio-pika: AMQP_URL too. Its tests/conftest.py refuses to start without docker
+  (pytest_configure) and starts the mosquito/aiormq-rabbitmq image in the fixture
+  rabbitmq_container; we append overrides of both to the extracted copy, taking the
+  broker from AMQP_URL. tests/test_robust_recovery.py starts a private container per
+  test (fixture recovery_broker); the override hands it the same broker, so its
+  proxy-only cases (tcp_fin, tcp_reset, heartbeat, missing external queue) run, while
+  those that stop or kill the broker through docker are deselected, as is
+  tests/test_amqps.py (TLS on 5671).
+
+Every test has a time limit (--test-timeout, pytest-timeout, 60 s by default), so a
+test waiting for a message that never comes fails instead of stalling the run.
 
 kombu's `flaky(reruns=5)` markers are disabled (-p no:rerunfailures) so that a
 difference shows instead of being retried away.
 
-    python3 tools/upstream_suites.py                 # both suites against Warren
+    python3 tools/upstream_suites.py                 # all three suites against Warren
     python3 tools/upstream_suites.py --rabbitmq      # ... and RabbitMQ, compared
     python3 tools/upstream_suites.py --suite aiormq --broker 127.0.0.1:5672
+    python3 tools/upstream_suites.py --suite aio-pika \
+        --select tests/test_amqp.py::TestCaseAmqp::test_dlx
 """
 
 from __future__ import annotations
@@ -53,7 +67,11 @@ TEST_DEPS = {
     "kombu": {"pytest": "pytest", "amqp": "amqp"},
     "aiormq": {"pytest": "pytest", "aiomisc-pytest": "aiomisc-pytest>=2,<3",
                "yarl": "yarl", "pamqp": "pamqp"},
+    "aio-pika": {"pytest": "pytest", "aiomisc": "aiomisc",
+                 "aiomisc-pytest": "aiomisc-pytest>=2,<3", "shortuuid": "shortuuid",
+                 "yarl": "yarl", "aiormq": "aiormq", "pamqp": "pamqp"},
 }
+SUITES = list(TEST_DEPS)
 
 # aiormq tests that need TLS on 5671 with tests/certs (the upstream docker image).
 AIORMQ_DESELECT_K = "not amqps and not test_ssl_ and not test_auth_external"
@@ -90,6 +108,50 @@ def amqp_direct_url(rabbitmq_container):
                      host=rabbitmq_container.host,
                      port=rabbitmq_container.ports["5672/tcp"])
 '''
+
+# Appended to aio-pika's tests/conftest.py: a later definition of a module-level name
+# replaces the earlier one, so these take the place of the docker check and container.
+AIO_PIKA_CONFTEST = '''
+
+# --- appended by warren tools/upstream_suites.py: the broker comes from AMQP_URL ---
+import os as _os
+
+
+def pytest_configure(config):
+    """No docker needed."""
+
+
+@pytest.fixture(scope="session")
+def docker():
+    pytest.skip("needs docker (warren tools/upstream_suites.py: AMQP_URL only)")
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_container():
+    url = URL(_os.environ["AMQP_URL"])
+    return ContainerInfo(id="external", host=url.host or "localhost",
+                         ports={"5672/tcp": url.port or 5672, "5671/tcp": 5671})
+'''
+
+# Appended to aio-pika's tests/test_robust_recovery.py: its per-test container becomes
+# the broker under test (reached through the test's own TCPProxy, as upstream).
+AIO_PIKA_RECOVERY = '''
+
+# --- appended by warren tools/upstream_suites.py: the broker comes from AMQP_URL ---
+@pytest.fixture
+async def recovery_broker():
+    import os
+    url = URL(os.environ["AMQP_URL"]).with_query({})
+    yield None, None, url
+'''
+
+# aio-pika tests that need docker to stop, kill or restart the broker, or TLS on 5671.
+AIO_PIKA_DESELECT = [
+    "tests/test_robust_recovery.py::test_restore_topology_and_consumers[stop_app]",
+    "tests/test_robust_recovery.py::test_restore_topology_and_consumers[kill]",
+    "tests/test_robust_recovery.py::test_pool_consumer_survives_broker_restart",
+]
+AIO_PIKA_IGNORE = ["tests/test_amqps.py"]
 
 
 def log(msg: str) -> None:
@@ -240,6 +302,15 @@ def parse_junit(path: str, src: str, res: Result) -> None:
     res.failed = list(dict.fromkeys(res.failed))
 
 
+def patch_once(path: str, text: str) -> None:
+    """Append text to an extracted source file, once (suites run once per broker)."""
+    with open(path) as f:
+        if text in f.read():
+            return
+    with open(path, "a") as f:
+        f.write(text)
+
+
 def run_suite(suite: str, src: str, host: str, port: int, broker: str, args) -> Result:
     res = Result(suite, broker)
     junit = os.path.join(src, f"junit-{broker}.xml")
@@ -254,12 +325,19 @@ def run_suite(suite: str, src: str, host: str, port: int, broker: str, args) -> 
         # the sdist's setup.cfg points testpaths at t/unit; name the file instead
         paths = [t for t in args.select if t.startswith("t/")] or ["t/integration/test_py_amqp.py"]
         cmd += [*paths, "-o", "testpaths="]
-    else:
+    elif suite == "aiormq":
         env["AMQP_URL"] = f"amqp://guest:guest@{host}:{port}//"
         with open(os.path.join(src, "conftest.py"), "w") as f:
             f.write(AIORMQ_CONFTEST)
         paths = [t for t in args.select if t.startswith("tests/")] or ["tests"]
         cmd += [*paths, "-k", AIORMQ_DESELECT_K]
+    else:
+        env["AMQP_URL"] = f"amqp://guest:guest@{host}:{port}//"
+        patch_once(os.path.join(src, "tests", "conftest.py"), AIO_PIKA_CONFTEST)
+        patch_once(os.path.join(src, "tests", "test_robust_recovery.py"), AIO_PIKA_RECOVERY)
+        paths = [t for t in args.select if t.startswith("tests/")] or ["tests"]
+        cmd += [*paths, *(f"--ignore={p}" for p in AIO_PIKA_IGNORE),
+                *(f"--deselect={t}" for t in AIO_PIKA_DESELECT)]
     cmd += args.pytest_args
     log(f"{suite} against {broker}: {' '.join(cmd[1:])}")
     t0 = time.monotonic()
@@ -287,33 +365,36 @@ def print_result(res: Result) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--suite", choices=["kombu", "aiormq", "all"], default="all")
+    ap.add_argument("--suite", choices=[*SUITES, "all"], default="all")
     ap.add_argument("--kombu-version", default=installed_version("kombu"))
     ap.add_argument("--aiormq-version", default=installed_version("aiormq"))
+    ap.add_argument("--aio-pika-version", default=installed_version("aio-pika"))
     ap.add_argument("--broker", metavar="HOST:PORT",
                     help="run against this broker instead of starting Warren")
     ap.add_argument("--rabbitmq", action="store_true",
                     help="also run against a private RabbitMQ node and compare")
     ap.add_argument("--workdir", help="extract the sdists here and keep them (default: temp dir)")
-    ap.add_argument("--test-timeout", type=int, default=120, help="per test, seconds")
+    ap.add_argument("--test-timeout", type=int, default=60, help="per test, seconds")
     ap.add_argument("--suite-timeout", type=int, default=1800, help="per suite run, seconds")
     ap.add_argument("--select", nargs="+", default=[], metavar="NODEID",
-                    help="run only these tests (t/... for kombu, tests/... for aiormq)")
+                    help="run only these tests (t/... for kombu, tests/... for aiormq "
+                         "and aio-pika: use --suite)")
     ap.add_argument("--count", type=int, default=1, help="run each suite this many times")
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = ap.parse_args(argv)
-    suites = ["kombu", "aiormq"] if args.suite == "all" else [args.suite]
+    suites = SUITES if args.suite == "all" else [args.suite]
+    versions = {s: getattr(args, f"{s.replace('-', '_')}_version") for s in suites}
     for s in suites:
-        if not getattr(args, f"{s}_version"):
+        if not versions[s]:
             ap.error(f"{s} is not installed here: give --{s}-version")
 
     ensure_deps(suites)
     work = args.workdir or tempfile.mkdtemp(prefix="warren-upstream-src-")
     os.makedirs(work, exist_ok=True)
     try:
-        srcs = {s: fetch_sdist(s, getattr(args, f"{s}_version"), work) for s in suites}
+        srcs = {s: fetch_sdist(s, versions[s], work) for s in suites}
         for s, src in srcs.items():
-            log(f"{s} {getattr(args, f'{s}_version')} sources in {src}")
+            log(f"{s} {versions[s]} sources in {src}")
 
         targets = [("warren" if not args.broker else "external",
                     (lambda: external_broker(args.broker)) if args.broker
@@ -335,8 +416,11 @@ def main(argv: list[str] | None = None) -> int:
                             merged.seconds += res.seconds
                             merged.status = merged.status or res.status
 
-        if any(s == "aiormq" for s in suites):
+        if "aiormq" in suites:
             print(f"\n(aiormq: not run on any broker, TLS only: -k '{AIORMQ_DESELECT_K}')")
+        if "aio-pika" in suites:
+            print("(aio-pika: not run on any broker, TLS or broker restarts through docker: "
+                  + ", ".join(AIO_PIKA_IGNORE + AIO_PIKA_DESELECT) + ")")
         for res in results.values():
             print_result(res)
         failed = False

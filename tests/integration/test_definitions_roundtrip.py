@@ -172,8 +172,7 @@ def test_queue_arguments_keep_their_json_types(make_broker):
 @pytestmark_warren
 def test_default_queue_type_applies_to_declares(make_broker, restart_broker):
     """rt-c's default_queue_type is quorum: RabbitMQ makes a durable, non-exclusive,
-    non-auto-delete queue declared there without x-queue-type a quorum queue. Warren has no
-    quorum queues and refuses that declare as it refuses x-queue-type=quorum; the queues the
+    non-auto-delete queue declared there without x-queue-type a quorum queue; the queues the
     default does not apply to are classic, as in RabbitMQ."""
     fixture = _fixture(CTL_EXPORT)
     b = make_broker()
@@ -183,16 +182,15 @@ def test_default_queue_type_applies_to_declares(make_broker, restart_broker):
     assert (v["default_queue_type"], v["metadata"]) == (
         "quorum", {"description": "quorum by default", "tags": ["x"], "default_queue_type": "quorum"})
     ch = pika.BlockingConnection(b.pika_params(vhost="rt-c")).channel()
-    channel_error(lambda: ch.queue_declare("qq", durable=True), 406,
-                  "PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue 'qq' in vhost 'rt-c': "
-                  "\"unsupported queue type 'quorum'\"")
+    ch.queue_declare("qq", durable=True)
     ch = ch.connection.channel()
     ch.queue_declare("transient", durable=False)
     ch.queue_declare("auto", durable=True, auto_delete=True)
     ch.queue_declare("classic", durable=True, arguments={"x-queue-type": "classic"})
     queues = {q["name"]: q for q in _caller(b.api)("GET", "/queues/rt-c").json()}
     assert {n: (q["type"], q["arguments"]) for n, q in queues.items()} == {
-        "transient": ("classic", {}), "auto": ("classic", {}), "classic": ("classic", {"x-queue-type": "classic"})}
+        "qq": ("quorum", {"x-queue-type": "quorum"}), "transient": ("classic", {}), "auto": ("classic", {}),
+        "classic": ("classic", {"x-queue-type": "classic"})}
 
 
 @pytestmark_warren

@@ -285,9 +285,8 @@ def test_queue_declare_errors(api, uid, cleanup):
         f"invalid type 'long' for arg 'x-dead-letter-exchange' in queue 'mq2-{uid}' in vhost '/'")
     expect(api.put(f"/queues/nov-{uid}/q", {}), 404, VHOST_NOT_FOUND)
     bad(api.put(path, data="{", headers={"content-type": "application/json"}), "not_json")
-    # Warren has classic queues only (RabbitMQ 3.10 would make a quorum queue).
-    bad(api.put(f"/queues/%2F/mq3-{uid}", {"durable": True, "arguments": {"x-queue-type": "quorum"}}),
-        f"invalid arg 'x-queue-type' for queue 'mq3-{uid}' in vhost '/': \"unsupported queue type 'quorum'\"")
+    bad(api.put(f"/queues/%2F/mq3-{uid}", {"durable": False, "arguments": {"x-queue-type": "quorum"}}),
+        f"invalid property 'non-durable' for queue 'mq3-{uid}' in vhost '/'")
 
 
 def test_queue_depths_and_consumers(api, uid, connection, channel):

@@ -4,7 +4,7 @@ Erlang/OTP 25 (erl -eval 'erlang:phash2(T, 1 bsl 32)') and keys from RabbitMQ 3.
 import pytest
 
 from warren.amqp import codec
-from warren.mgmt.erlhash import Atom, phash2
+from warren.broker.erlhash import Atom, phash2
 from warren.mgmt.resources import properties_key, unpack_properties_key
 
 # (term, phash2(term, 2^32) as Erlang computes it)

@@ -85,5 +85,7 @@ def ack_frame(channel: int, delivery_tag: int, multiple: bool) -> bytes:
 
 
 def nack_frame(channel: int, delivery_tag: int, multiple: bool) -> bytes:
-    # bits: multiple (bit 0), requeue (bit 1) -- the broker never asks for requeue.
-    return _pack_head(FRAME_METHOD, channel, 13) + _NACK_ID + _QB.pack(delivery_tag, multiple) + FRAME_END_BYTE
+    # bits: multiple (bit 0), requeue (bit 1): set, as RabbitMQ's basic.nack record default
+    # (rabbit_channel sends #'basic.nack'{} with only the tag and multiple filled in).
+    return (_pack_head(FRAME_METHOD, channel, 13) + _NACK_ID + _QB.pack(delivery_tag, 2 | multiple)
+            + FRAME_END_BYTE)

@@ -16,7 +16,11 @@ class Message:
     basic.deliver, basic.get-ok and basic.return, so deliveries never re-encode them.
     """
 
-    __slots__ = ("exchange", "routing_key", "route", "header", "body", "_props")
+    # ttl: the expiration property in ms, set by the publish path that checked it (None: none).
+    # cc_keys: the routing keys its CC and BCC headers added at publish (None: none, or not
+    # known, as after a restart: then the CC header still says them, BCC is lost). Kept because
+    # BCC leaves the header, and dead-lettering without a routing key routes with them again.
+    __slots__ = ("exchange", "routing_key", "route", "header", "body", "_props", "ttl", "cc_keys")
 
     def __init__(self, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes):
         self.exchange = exchange
@@ -25,12 +29,19 @@ class Message:
         self.header = header
         self.body = body
         self._props: dict[str, Any] | None = None
+        self.ttl: int | None = None
+        self.cc_keys: tuple[str, ...] | None = None
 
     @property
     def properties(self) -> dict[str, Any]:
         if self._props is None:
             self._props = decode_properties(self.header)
         return self._props
+
+    def replace_header(self, header: bytes) -> None:
+        """Store another content header (RabbitMQ strips BCC before the message is stored)."""
+        self.header = header
+        self._props = None
 
     @property
     def headers(self) -> dict[str, Any] | None:

@@ -172,6 +172,24 @@ def delivery_mode(payload) -> int:
     return payload[pos]
 
 
+def priority(payload) -> int:
+    """The priority property (0 when absent, as RabbitMQ counts it) without decoding other
+    properties: a priority queue reads it for every message it stores."""
+    flags = (payload[12] << 8) | payload[13]
+    if not flags & 0x0800:  # priority
+        return 0
+    pos = HEADER_PREFIX
+    if flags & 0x8000:
+        pos += 1 + payload[pos]
+    if flags & 0x4000:
+        pos += 1 + payload[pos]
+    if flags & FLAG_HEADERS:
+        pos += 4 + _I.unpack_from(payload, pos)[0]
+    if flags & FLAG_DELIVERY_MODE:
+        pos += 1
+    return payload[pos]
+
+
 def encode_header(body_size: int, props: dict) -> bytes:
     """Build a content header payload from properties (for messages the broker makes)."""
     flags = 0

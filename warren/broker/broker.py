@@ -4,6 +4,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..store.priority import PriorityQueueStore
 from .alarms import Alarms
 from .auth import Permission, TopicPermission, User, check, check_topic
 from .definitions import changes, export
@@ -28,6 +29,8 @@ class Limits:
     heartbeat: int = 60
     max_message_size: int = 128 * 1024 * 1024  # RabbitMQ 3.x default
     handshake_timeout: float = 10.0
+    # ms a delivery may stay unacked before its channel is closed (406); None: never.
+    consumer_timeout: int | None = 1_800_000  # RabbitMQ 3.10's default, 30 min
 
 
 @dataclass
@@ -89,9 +92,18 @@ class Broker:
         self.add_user(User.with_password(user, password, tags=list(tags)))
         self.set_permissions(user, vhost, *permissions)
 
-    def make_store(self, vhost: str, queue: str, durable: bool) -> "QueueStore | None":
-        """The store for a new queue (None: the queue's in-memory default)."""
-        return self.persister.queue_store(vhost, queue, durable) if self.persister is not None else None
+    def make_store(self, vhost: str, queue: str, durable: bool,
+                   arguments: dict | None = None) -> "QueueStore | None":
+        """The store for a new queue (None: the queue's in-memory default), from its validated
+        arguments: x-max-priority above 0 gives one store per priority level (with 0 every
+        message has priority 0: a plain store behaves the same)."""
+        persister = self.persister
+        max_priority = (arguments or {}).get("x-max-priority")
+        if max_priority:
+            if persister is None:
+                return PriorityQueueStore.in_memory(max_priority)
+            return PriorityQueueStore.on_disk(persister, vhost, queue, durable, max_priority)
+        return persister.queue_store(vhost, queue, durable) if persister is not None else None
 
     def add_vhost(self, name: str) -> VHost:
         vhost = self.vhosts.get(name)

@@ -1,11 +1,46 @@
-"""A consumer: a subscription of one channel to one queue, with its own prefetch credit."""
+"""A consumer: a subscription of one channel to one queue, with its own prefetch credit and
+priority, and RabbitMQ's checks of basic.consume's arguments."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..amqp.codec import table_type_name
+from .errors import precondition_failed
 
 if TYPE_CHECKING:
     from .ports import DeliverySink
+
+# The consumer arguments of each queue type (RabbitMQ 3.10's capabilities); another type's is
+# refused.
+_TYPE_ARGS = {
+    "classic": frozenset({"x-cancel-on-ha-failover", "x-priority", "x-credit"}),
+    "quorum": frozenset({"x-priority", "x-credit"}),
+    "stream": frozenset({"x-stream-offset", "x-credit"}),
+}
+_ALL_ARGS = frozenset().union(*_TYPE_ARGS.values())
+
+
+def check_consume_arguments(arguments: dict[str, Any] | None, what: str, queue_type: str = "classic") -> None:
+    """406 for a basic.consume argument RabbitMQ 3.10 refuses (rabbit_amqqueue
+    check_consume_arguments, in its order): a non-integer x-priority, a non-boolean
+    x-cancel-on-ha-failover (each where the queue type has it), then the first argument of
+    another queue type. Other arguments are ignored."""
+    if not arguments:
+        return
+    own = _TYPE_ARGS[queue_type]
+    priority = arguments.get("x-priority")
+    if "x-priority" in arguments and "x-priority" in own and (isinstance(priority, bool)
+                                                               or not isinstance(priority, int)):
+        raise precondition_failed(f"invalid arg 'x-priority' for {what}: "
+                                  f'"expected integer, got {table_type_name(priority)}"')
+    failover = arguments.get("x-cancel-on-ha-failover")
+    if "x-cancel-on-ha-failover" in arguments and "x-cancel-on-ha-failover" in own and not isinstance(failover, bool):
+        raise precondition_failed(f"invalid arg 'x-cancel-on-ha-failover' for {what}: "
+                                  f"{{unacceptable_type,{table_type_name(failover)}}}")
+    for key in arguments:
+        if key in _ALL_ARGS and key not in own:
+            raise precondition_failed(f"invalid arg '{key}' for {what} of queue type rabbit_{queue_type}_queue")
 
 
 class Gate(Protocol):
@@ -15,7 +50,7 @@ class Gate(Protocol):
 
 
 class Consumer:
-    __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "arguments", "prefetch",
+    __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "arguments", "priority", "prefetch",
                  "unacked", "prefix", "gate")
 
     def __init__(self, tag: str, channel: DeliverySink, queue, no_ack: bool, exclusive: bool,
@@ -26,6 +61,9 @@ class Consumer:
         self.no_ack = no_ack
         self.exclusive = exclusive
         self.arguments = arguments or {}
+        # x-priority (checked by check_consume_arguments): higher first, 0 by default.
+        priority = self.arguments.get("x-priority", 0)
+        self.priority = priority if isinstance(priority, int) else 0
         self.prefetch = prefetch  # per-consumer limit (basic.qos global=false), 0 = none
         self.unacked = 0
         self.prefix = prefix  # the constant start of this consumer's basic.deliver payload

@@ -111,8 +111,8 @@ def _fail(on_error, kind, item, message):
 
 
 # The queue types a vhost's default_queue_type may name (RabbitMQ's rabbit_queue_type:discover).
-# Warren declares classic queues only: in a vhost whose default is quorum or stream, a declare
-# that gets the default (ops.declare_queue) is refused as an explicit x-queue-type would be.
+# A declare that gets a type Warren lacks (stream, for now) from the default (ops.declare_queue)
+# is refused as an explicit x-queue-type would be.
 QUEUE_TYPES = ("classic", "quorum", "stream")
 
 

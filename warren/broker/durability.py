@@ -30,8 +30,10 @@ class Durability:
             persister.flush()
 
     def status(self, batch: int) -> bool | None:
-        """Whether a store batch is safely on disk: True, False (its write or fsync failed:
-        nack), or None (not yet)."""
+        """Whether a store batch is safely on disk: True, False (its write or fsync failed, or
+        a queue refused the message - ops.REJECTED: nack), or None (not yet)."""
+        if batch < 0:
+            return False
         persister = self.broker.persister
         if persister is None or not batch:
             return True

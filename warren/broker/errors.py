@@ -30,10 +30,12 @@ class AMQPError(Exception):
 
 
 def shortstr_text(text: str) -> str:
-    """`text` cut to the 255 bytes a shortstr holds, as RabbitMQ cuts its reply texts: by
-    bytes, mid-character if need be (names keep bytes that are not UTF-8 as surrogates)."""
+    """`text` fitted in the 255 bytes a shortstr holds, as RabbitMQ cuts its reply texts
+    (rabbit_binary_generator:amqp_exception_explanation/2): a longer one keeps its first 252
+    bytes, mid-character if need be, and ends in "..." (names keep bytes that are not UTF-8
+    as surrogates)."""
     raw = text.encode("utf-8", "surrogateescape")
-    return text if len(raw) <= 255 else raw[:255].decode("utf-8", "surrogateescape")
+    return text if len(raw) <= 255 else (raw[:252] + b"...").decode("utf-8", "surrogateescape")
 
 
 def rs(kind: str, name: str, vhost: str) -> str:

@@ -15,12 +15,14 @@ from typing import TYPE_CHECKING
 
 from ..amqp.codec import table_type_name
 from ..amqp.message import Message
-from ..amqp.properties import FLAG_EXPIRATION, FLAG_USER_ID, decode_properties
+from ..amqp.properties import FLAG_EXPIRATION, FLAG_HEADERS, FLAG_USER_ID
 from .errors import access_refused, command_invalid, not_found, precondition_failed, rs
 from .exchanges import TYPES
 from .limits import check_queue as check_queue_limit
 from .publish_checks import check_properties
-from .vhost import server_named
+from .queue_arguments import check_server_named
+from .names import server_named
+from .sender_selected import route_sender_selected
 
 if TYPE_CHECKING:
     from .auth import User
@@ -28,6 +30,10 @@ if TYPE_CHECKING:
     from .exchanges.base import Exchange
     from .queues.classic import ClassicQueue
     from .vhost import VHost
+
+# What a queue's publish() (and enqueue()) returns for a message a queue refused (x-overflow
+# reject-publish): the publisher gets basic.nack.
+REJECTED = -1
 
 # Properties a publish is refused for when they are wrong (checked only if present).
 _CHECKED_PROPS = FLAG_USER_ID | FLAG_EXPIRATION
@@ -147,20 +153,22 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
     if passive:
         q = vhost.queue(name)
         _check_exclusive(actor, q)
+        q.touch()  # a declare, even passive, restarts x-expires (RabbitMQ's stat)
         return q, False
-    if name == "":
-        name = server_named("amq.gen-")
-    elif name.startswith("amq."):
-        raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
-    actor.check("configure", "queue", name)
-    if name not in vhost.queues:  # only a new queue counts against max-queues (after configure)
-        check_queue_limit(vhost, name)
     args = arguments or {}
     default_type = vhost.default_queue_type
     if default_type is not None and "x-queue-type" not in args and (
             default_type == "classic" or (durable and not exclusive and not auto_delete)):
         # RabbitMQ's augment_declare_args: the vhost's default type, where it is compatible.
         args = {**args, "x-queue-type": default_type}
+    if name == "":
+        check_server_named(args)  # a quorum queue needs a name
+        name = server_named("amq.gen-")
+    elif name.startswith("amq."):
+        raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
+    actor.check("configure", "queue", name)
+    if name not in vhost.queues:  # only a new queue counts against max-queues (after configure)
+        check_queue_limit(vhost, name)
     dlx = args.get("x-dead-letter-exchange")
     if name not in vhost.queues and dlx is not None:
         if not isinstance(dlx, (str, bytes)):
@@ -169,7 +177,10 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
         actor.check("read", "queue", name)
         actor.check("write", "exchange", dlx if isinstance(dlx, str) else dlx.decode(errors="replace"))
     owner = actor.connection if exclusive else None
-    return vhost.declare_queue(name, durable and not exclusive, owner, auto_delete, args)
+    q, created = vhost.declare_queue(name, durable and not exclusive, owner, auto_delete, args)
+    if not created:
+        q.touch()
+    return q, created
 
 
 def delete_queue(actor: Actor, name: str, if_unused: bool = False, if_empty: bool = False) -> int:
@@ -180,10 +191,7 @@ def delete_queue(actor: Actor, name: str, if_unused: bool = False, if_empty: boo
     if q is None:
         return 0
     _check_exclusive(actor, q)
-    if if_unused and q.consumers:
-        raise precondition_failed(f"{q.describe()} in use")
-    if if_empty and q.message_count:
-        raise precondition_failed(f"{q.describe()} not empty")
+    q.check_delete(if_unused, if_empty)
     return vhost.delete_queue(q)
 
 
@@ -227,11 +235,16 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
         actor.writable.add(exchange_name)
     if actor.broker.topic_permissions:  # (tested here: a call per publish costs)
         actor.check_topic("write", x, routing_key)
-    if (header[12] << 8 | header[13]) & _CHECKED_PROPS:
-        # user_id and expiration, checked after the exchange as RabbitMQ does.
-        check_properties(decode_properties(header), actor.user)
     message = Message(exchange_name, routing_key, route_bytes, header, body)
-    queues = vhost.route(x, routing_key, message)
+    flags = header[12] << 8 | header[13]
+    if flags & _CHECKED_PROPS:
+        # user_id and expiration, checked after the exchange as RabbitMQ does.
+        message.ttl = check_properties(message.properties, actor.user)
+    if flags & FLAG_HEADERS and b"CC" in header:
+        # CC / BCC headers (b"CC" is in both) add routing keys; checked after those, as RabbitMQ.
+        queues = route_sender_selected(vhost, x, message)
+    else:
+        queues = vhost.route(x, routing_key, message)
     xstats = x.stats
     xstats["publish_in"] += 1
     xstats["publish_out"] += len(queues)
@@ -240,10 +253,14 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
 
 def enqueue(message: Message, queues: list) -> int:
     """Hand a routed message to its queues. Returns the store batch whose fsync a confirm of
-    it must wait for (0: none)."""
+    it must wait for (0: none), or REJECTED if a queue refused it (x-overflow reject-publish:
+    the confirm is a basic.nack, whatever the other queues did)."""
     batch = 0
+    rejected = False
     for q in queues:
         b = q.publish(message)
         if b > batch:
             batch = b
-    return batch
+        elif b < 0:
+            rejected = True
+    return REJECTED if rejected else batch

@@ -4,8 +4,8 @@ vhost, validated as RabbitMQ 3.10 validates them.
 A vhost keeps them in `vhost.policies` and `vhost.operator_policies` (name -> Policy). Each
 exchange and queue points at the policy that applies to it (`.policy`, and for queues also
 `.operator_policy`): the matching one with the highest priority, the lowest name on a tie.
-Only the alternate exchange reads it so far (Exchange.alternate_exchange); what the other
-keys do arrives with the policies issue.
+The alternate exchange reads it (Exchange.alternate_exchange); a queue resolves the other
+keys with its arguments (warren.broker.queue_settings) whenever a policy changes.
 """
 
 import re
@@ -182,8 +182,9 @@ def apply_all(vhost) -> None:
     """Point every exchange and queue of the vhost at its policy again (after a change)."""
     for x in vhost.exchanges.values():
         apply_to_exchange(vhost, x)
-    for q in vhost.queues.values():
+    for q in list(vhost.queues.values()):  # (applying may expire or delete one)
         apply_to_queue(vhost, q)
+        q.apply_settings()
 
 
 def set_policy(vhost, policy: Policy, operator: bool = False) -> bool:

@@ -15,17 +15,19 @@ if TYPE_CHECKING:
 MAX_EXPIRY = 315360000000
 
 
-def check_properties(props: dict[str, Any], user: User) -> None:
+def check_properties(props: dict[str, Any], user: User) -> int | None:
     """RabbitMQ's publish-time property checks (406): user_id must name the publishing user
-    (unless tagged impersonator), and expiration must be a valid TTL."""
+    (unless tagged impersonator), and expiration must be a valid TTL. Returns that TTL (ms)."""
     user_id = props.get("user_id")
     if user_id is not None and user_id != user.name and "impersonator" not in user.tags:
         raise precondition_failed(f"user_id property set to '{user_id}' but authenticated user was '{user.name}'")
     expiration = props.get("expiration")
     if expiration is not None:
-        _, err = parse_expiration(expiration)
+        ttl, err = parse_expiration(expiration)
         if err:
             raise precondition_failed(f"invalid expiration '{expiration}': {err}")
+        return ttl
+    return None
 
 
 def parse_expiration(text: str) -> tuple[int, None] | tuple[None, str]:

@@ -9,18 +9,35 @@ from ..amqp.erlang import erl_s
 from .errors import precondition_failed
 from .publish_checks import MAX_EXPIRY  # also the limit of x-expires and x-message-ttl
 
-# Arguments RabbitMQ compares when a queue is redeclared, in the order it checks them
-# (its declare_args() order; x-queue-type is not compared).
+# Arguments RabbitMQ 3.10 compares when a classic queue is redeclared, in the order it checks
+# them (rabbit_classic_queue:capabilities/0 queue_arguments). x-queue-type is compared too, a
+# missing one being the same as "classic": declaring a classic queue again as a quorum queue
+# is refused.
 EQUIVALENCE_ARGS = ("x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
-                    "x-max-length", "x-max-length-bytes", "x-max-in-memory-length", "x-max-in-memory-bytes",
-                    "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-version",
-                    "x-single-active-consumer")
+                    "x-max-length", "x-max-length-bytes", "x-max-priority", "x-overflow", "x-queue-mode",
+                    "x-queue-version", "x-single-active-consumer", "x-queue-type", "x-queue-master-locator")
+
+# Arguments RabbitMQ 3.10 compares when a quorum queue is redeclared: its queue type's own
+# (rabbit_quorum_queue:capabilities/0 queue_arguments, in that order), x-queue-type included.
+QUORUM_EQUIVALENCE_ARGS = ("x-dead-letter-exchange", "x-dead-letter-routing-key", "x-dead-letter-strategy",
+                           "x-expires", "x-max-length", "x-max-length-bytes", "x-max-in-memory-length",
+                           "x-max-in-memory-bytes", "x-overflow", "x-single-active-consumer", "x-queue-type",
+                           "x-quorum-initial-group-size", "x-delivery-limit", "x-message-ttl",
+                           "x-queue-leader-locator")
 
 # Arguments of other queue types, which a classic queue refuses.
 NOT_CLASSIC_ARGS = frozenset({"x-max-in-memory-length", "x-max-in-memory-bytes", "x-delivery-limit",
                               "x-dead-letter-strategy", "x-max-age", "x-stream-max-segment-size-bytes",
                               "x-initial-cluster-size", "x-queue-leader-locator",
                               "x-quorum-initial-group-size"})
+
+# Arguments of classic and stream queues, which a quorum queue refuses.
+NOT_QUORUM_ARGS = frozenset({"x-max-priority", "x-queue-mode", "x-queue-version", "x-queue-master-locator",
+                             "x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size"})
+
+# x-queue-type values Warren has (queue_factory.QUEUE_TYPES); RabbitMQ's other one, stream, is
+# refused as an unknown type would be.
+_QUEUE_TYPES = ("classic", "quorum")
 
 # A check returns None, or the Erlang term RabbitMQ prints for a bad value.
 Check = Callable[[Any, dict[str, Any]], str | None]
@@ -100,6 +117,25 @@ def _check_sac(value: Any, args: dict[str, Any]) -> str | None:
     return None
 
 
+def _check_one_of(known: tuple[str, ...], error: str) -> Check:
+    """A string argument with a fixed set of values (a longstr; any other type is named)."""
+    def check(value: Any, args: dict[str, Any]) -> str | None:
+        if isinstance(value, bytes):
+            return "{unacceptable_type,binary}"  # RabbitMQ matches {longstr, _} only
+        err = _str_arg(value)
+        if err is None and value not in known:
+            return error
+        return err
+    return check
+
+
+def _check_group_size(value: Any, args: dict[str, Any]) -> str | None:
+    err = _non_neg_int_arg(value)
+    if err is None and value == 0:
+        return "{value_zero,0}"
+    return err
+
+
 # RabbitMQ's declare_args(): each present argument is checked in this order.
 _CHECKS: tuple[tuple[str, Check], ...] = (
     ("x-expires", _check_expires),
@@ -116,6 +152,26 @@ _CHECKS: tuple[tuple[str, Check], ...] = (
 )
 
 
+# A quorum queue's checks: RabbitMQ's declare_args() order, those of its queue type only
+# (x-delivery-limit has none in 3.10: any value is taken, and only an integer limits).
+_QUORUM_CHECKS: tuple[tuple[str, Check], ...] = (
+    ("x-expires", _check_expires),
+    ("x-message-ttl", lambda v, a: _expiry_arg(v)),
+    ("x-dead-letter-exchange", lambda v, a: _str_arg(v)),
+    ("x-dead-letter-routing-key", _check_dlx_rk),
+    ("x-dead-letter-strategy", _check_one_of(("at-most-once", "at-least-once"), "invalid_dlx_strategy")),
+    ("x-max-length", lambda v, a: _non_neg_int_arg(v)),
+    ("x-max-length-bytes", lambda v, a: _non_neg_int_arg(v)),
+    ("x-max-in-memory-length", lambda v, a: _non_neg_int_arg(v)),
+    ("x-max-in-memory-bytes", lambda v, a: _non_neg_int_arg(v)),
+    ("x-overflow", _check_overflow),
+    ("x-single-active-consumer", _check_sac),
+    ("x-quorum-initial-group-size", _check_group_size),
+    ("x-queue-leader-locator", _check_one_of(("client-local", "balanced", "random", "least-leaders"),
+                                             "invalid_queue_locator_arg")),
+)
+
+
 def validate_arguments(args: dict[str, Any] | None, what: str) -> None:
     """Check a new queue's arguments as RabbitMQ 3.10 does; unknown x- arguments are ignored."""
     if not args:
@@ -123,11 +179,13 @@ def validate_arguments(args: dict[str, Any] | None, what: str) -> None:
     qtype = args.get("x-queue-type")
     if qtype is not None:
         err = _str_arg(qtype)
-        if err is None and qtype != "classic":
-            # Warren only has classic queues (queue_factory.QUEUE_TYPES).
+        if err is None and qtype not in _QUEUE_TYPES:
             err = f"\"unsupported queue type '{erl_s(qtype)}'\""
         if err:
             raise precondition_failed(f"invalid arg 'x-queue-type' for {what}: {err}")
+        if qtype == "quorum":
+            _validate_quorum_arguments(args, what)
+            return
     for key, check in _CHECKS:
         if key in args:
             err = check(args[key], args)
@@ -138,14 +196,46 @@ def validate_arguments(args: dict[str, Any] | None, what: str) -> None:
             raise precondition_failed(f"invalid arg '{key}' for {what} of queue type rabbit_classic_queue")
 
 
-def check_equivalent_arguments(what: str, received: dict[str, Any] | None, current: dict[str, Any]) -> None:
-    """406 unless a redeclare's arguments match the queue's (those RabbitMQ compares:
-    same value and same table type class)."""
+def _validate_quorum_arguments(args: dict[str, Any], what: str) -> None:
+    for key, check in _QUORUM_CHECKS:
+        if key in args:
+            err = check(args[key], args)
+            if err:
+                raise precondition_failed(f"invalid arg '{key}' for {what}: {err}")
+    for key in args:
+        if key in NOT_QUORUM_ARGS:
+            raise precondition_failed(f"invalid arg '{key}' for {what} of queue type rabbit_quorum_queue")
+
+
+def check_quorum_declare(what: str, durable: bool, exclusive: bool, auto_delete: bool) -> None:
+    """A quorum queue is durable, neither exclusive nor auto-delete: RabbitMQ's checks, in its
+    order (rabbit_quorum_queue:declare), after the arguments'. (An exclusive declare is also
+    non-durable there: the exclusive refusal comes first.)"""
+    if auto_delete:
+        raise precondition_failed(f"invalid property 'auto-delete' for {what}")
+    if exclusive:
+        raise precondition_failed(f"invalid property 'exclusive-owner' for {what}")
+    if not durable:
+        raise precondition_failed(f"invalid property 'non-durable' for {what}")
+
+
+def check_server_named(args: dict[str, Any] | None) -> None:
+    """queue.declare with an empty name: only classic queues may be server-named."""
+    if (args or {}).get("x-queue-type") == "quorum":
+        raise precondition_failed("Cannot declare a server-named queue for type rabbit_quorum_queue")
+
+
+def check_equivalent_arguments(what: str, received: dict[str, Any] | None, current: dict[str, Any],
+                               keys: tuple[str, ...] = EQUIVALENCE_ARGS) -> None:
+    """406 unless a redeclare's arguments match the queue's (those RabbitMQ compares for its
+    type, `keys`: same value and same table type class)."""
     received = received or {}
-    for key in EQUIVALENCE_ARGS:
+    for key in keys:
         got, have = received.get(key), current.get(key)
         if got is None and have is None:
             continue
+        if key == "x-queue-type" and got in (None, "classic") and have in (None, "classic"):
+            continue  # rabbit_misc:assert_field_equivalence's special case
         if got is not None and have is not None:
             if got == have and table_type_class(got) == table_type_class(have):
                 continue

@@ -1,10 +1,13 @@
-"""Which class a declared queue gets: the seam where quorum and stream queues will plug in."""
+"""Which class a declared queue gets: x-queue-type picks the queue type (classic by default)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .errors import rs
+from .queue_arguments import check_quorum_declare
 from .queues.classic import ClassicQueue
+from .queues.quorum import QuorumQueue
 
 if TYPE_CHECKING:
     from ..store import QueueStore
@@ -12,12 +15,16 @@ if TYPE_CHECKING:
 
 # x-queue-type -> class. queue_arguments.validate_arguments refuses any other type first,
 # with RabbitMQ's error, so a lookup here does not fail.
-QUEUE_TYPES: dict[str, type[ClassicQueue]] = {ClassicQueue.queue_type: ClassicQueue}
+QUEUE_TYPES: dict[str, type[ClassicQueue]] = {ClassicQueue.queue_type: ClassicQueue,
+                                              QuorumQueue.queue_type: QuorumQueue}
 DEFAULT_QUEUE_TYPE = ClassicQueue.queue_type
 
 
 def make_queue(vhost: VHost, name: str, durable: bool, exclusive_owner: object | None, auto_delete: bool,
                arguments: dict[str, Any] | None, store: QueueStore | None) -> ClassicQueue:
-    """A new queue of the type its (validated) x-queue-type argument names, classic if none."""
+    """A new queue of the type its (validated) x-queue-type argument names, classic if none.
+    A quorum queue's declare properties are checked here, after its arguments, as RabbitMQ does."""
     queue_type = (arguments or {}).get("x-queue-type", DEFAULT_QUEUE_TYPE)
+    if queue_type == QuorumQueue.queue_type:
+        check_quorum_declare(rs("queue", name, vhost.name), durable, exclusive_owner is not None, auto_delete)
     return QUEUE_TYPES[queue_type](vhost, name, durable, exclusive_owner, auto_delete, arguments, store)

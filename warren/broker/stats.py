@@ -10,6 +10,12 @@ message_stats fields, in its order.
 
 QUEUE_COUNTERS: tuple[str, ...] = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty",
                                    "ack", "redeliver")
+# Messages that left a queue for good other than by ack, by reason (RabbitMQ's
+# messages_dead_lettered_<reason>_total, per queue): republished to the DLX, or dropped
+# (no DLX, a missing one, or a cycle).
+QUEUE_DEAD_LETTER_COUNTERS: tuple[str, ...] = tuple(
+    f"{fate}_{reason}" for fate in ("dead_lettered", "dropped")
+    for reason in ("rejected", "expired", "maxlen", "delivery_limit"))
 CHANNEL_COUNTERS: tuple[str, ...] = ("publish", "confirm", "return_unroutable", "drop_unroutable", "deliver",
                                      "deliver_no_ack", "get", "get_no_ack", "get_empty", "ack", "redeliver")
 # publish_out counts one per queue a message was routed to, as RabbitMQ.
@@ -21,7 +27,7 @@ DELIVER_GET: tuple[str, ...] = ("deliver", "deliver_no_ack", "get", "get_no_ack"
 
 
 def new_queue_counters() -> dict[str, int]:
-    return dict.fromkeys(QUEUE_COUNTERS, 0)
+    return dict.fromkeys(QUEUE_COUNTERS + QUEUE_DEAD_LETTER_COUNTERS, 0)
 
 
 def new_channel_counters() -> dict[str, int]:

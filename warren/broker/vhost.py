@@ -1,8 +1,6 @@
 """A virtual host: its exchanges and queues, and message routing between them."""
 
-import base64
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from .errors import access_refused, not_found, precondition_failed, resource_locked, rs
@@ -18,10 +16,6 @@ log = logging.getLogger("warren.routing")
 
 PREDECLARED = (("amq.direct", "direct"), ("amq.fanout", "fanout"), ("amq.topic", "topic"),
                ("amq.headers", "headers"), ("amq.match", "headers"))
-
-
-def server_named(prefix: str) -> str:
-    return prefix + base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
 
 
 class VHost:
@@ -115,11 +109,12 @@ class VHost:
             existing.check_equivalent(durable, auto_delete, arguments)
             return existing, False
         validate_arguments(arguments, rs("queue", name, self.name))
-        store = self.broker.make_store(self.name, name, durable) if self.broker is not None else None
+        store = self.broker.make_store(self.name, name, durable, arguments) if self.broker is not None else None
         q = make_queue(self, name, durable, exclusive_owner, auto_delete, arguments, store)
         self.queues[name] = q
         if self.policies or self.operator_policies:
             apply_to_queue(self, q)
+        q.apply_settings()
         if durable and exclusive_owner is None:
             self._definitions_changed("queue", (self.name, name))
         return q, True
@@ -143,6 +138,7 @@ class VHost:
             return 0
         del self.queues[queue.name]
         queue.deleted = True
+        queue.stop_timers()
         if queue.durable:
             self._definitions_changed("queue", (self.name, queue.name))
         count = queue.message_count

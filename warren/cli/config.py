@@ -22,6 +22,8 @@ load_config() returns a dict with the settings present in the file (nothing for 
   loopback_users                set of user names that may only connect from loopback
   heartbeat, frame_max, channel_max, max_message_size (ints), handshake_timeout (seconds,
                                 math.inf for `infinity`)
+  consumer_timeout              ms a delivery may stay unacked (None: no limit, classic
+                                format's `undefined`)
   management_port, management_host
   log_level                     a Python logging level
   queue_window                  warren.queue_window
@@ -196,6 +198,13 @@ def _handshake_timeout(value) -> float:
     return _in_range(ms, 1, 2 ** 32 - 1, "a number of milliseconds") / 1000
 
 
+def _consumer_timeout(value: int) -> int:
+    # RabbitMQ's schema: an integer, validator non_zero_positive_integer.
+    if value < 1:
+        raise ValueError(f"expected a positive number of milliseconds, got {value}")
+    return value
+
+
 def _management_port(value: int) -> int:
     return 0 if value == 0 else _port(value)  # 0: no management API, as --management-port 0
 
@@ -358,6 +367,7 @@ _NEW_STYLE = {
     "channel_max": _simple("channel_max", lambda v: _in_range(_integer(v), 0, 65535)),
     "max_message_size": _simple("max_message_size", _max_message_size_text),
     "handshake_timeout": _simple("handshake_timeout", _handshake_timeout),
+    "consumer_timeout": _simple("consumer_timeout", lambda v: _consumer_timeout(_integer(v))),
     "vm_memory_high_watermark.relative": _watermark("relative"),
     "vm_memory_high_watermark.absolute": _watermark("absolute"),
     "vm_memory_high_watermark_paging_ratio": _simple("vm_memory_high_watermark_paging_ratio",
@@ -809,6 +819,12 @@ def _erl_handshake_timeout(value):
     return _handshake_timeout(_erl_int(value))
 
 
+def _erl_consumer_timeout(value):
+    if value == Atom("undefined"):  # RabbitMQ's way to turn the timeout off (advanced.config)
+        return None
+    return _consumer_timeout(_erl_int(value))
+
+
 def _erl_watermark(settings, value, line, key):
     if isinstance(value, tuple) and len(value) == 2 and value[0] == Atom("absolute"):
         settings.watermark = {"absolute": _erl_size(value[1])}
@@ -865,6 +881,7 @@ _ERLANG_RABBIT = {
     "channel_max": _erl_simple("channel_max", lambda v: _in_range(_erl_int(v), 0, 65535)),
     "max_message_size": _erl_simple("max_message_size", lambda v: _max_message_size(_erl_int(v))),
     "handshake_timeout": _erl_simple("handshake_timeout", _erl_handshake_timeout),
+    "consumer_timeout": _erl_simple("consumer_timeout", _erl_consumer_timeout),
     "vm_memory_high_watermark": _erl_watermark,
     "vm_memory_high_watermark_paging_ratio": _erl_simple("vm_memory_high_watermark_paging_ratio",
                                                          lambda v: _classic_paging_ratio(_erl_float(v))),

@@ -162,7 +162,7 @@ def main(argv=None) -> int:
     for message in warnings:
         log.warning("%s", message)
     limits = Limits(**{k: config[k] for k in ("channel_max", "frame_max", "heartbeat", "max_message_size",
-                                              "handshake_timeout") if k in config})
+                                              "handshake_timeout", "consumer_timeout") if k in config})
     store = None
     if args.data_dir:
         try:

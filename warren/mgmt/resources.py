@@ -19,7 +19,7 @@ from ..broker.errors import AMQPError
 from ..broker.ops import Actor
 from . import access
 from .app import ApiError, bad_request, json_response, not_found, trusted
-from .erlhash import Atom, phash2
+from ..broker.erlhash import Atom, phash2
 
 ACCESS_REFUSED = "Access refused."
 

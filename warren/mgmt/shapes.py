@@ -109,7 +109,9 @@ def queue_json(q: ClassicQueue, unacked_bytes: int | None = None, details: bool 
          "policy": q.policy.name if q.policy is not None else None,
          "operator_policy": op.name if op is not None else None,
          "effective_policy_definition": _effective_definition(q),
-         "single_active_consumer_tag": None}
+         "single_active_consumer_tag": q.consumers.active.tag if q.consumers.active is not None else None}
+    if q.queue_type == "quorum":  # one node: it leads, and is the only member
+        d.update({"leader": d["node"], "members": [d["node"]], "online": [d["node"]]})
     ready, unacked = len(q.store), q.unacked_count
     d.update({"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
               "message_bytes": q.store.ready_bytes, "message_bytes_ready": q.store.ready_bytes,
@@ -237,10 +239,11 @@ def consumer_json(consumer: Consumer) -> dict[str, Any]:
     channel = cast("Channel", consumer.channel)  # the consumers shown are AMQP channels'
     conn = channel.conn
     (peer_host, peer_port), _ = addresses(conn)
+    active, activity_status = consumer.queue.consumers.activity(consumer)
     return {
         "ack_required": not consumer.no_ack,
-        "active": True,
-        "activity_status": "up",
+        "active": active,
+        "activity_status": activity_status,
         "arguments": consumer.arguments,
         "channel_details": {
             "connection_name": connection_name(conn),

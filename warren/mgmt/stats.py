@@ -57,7 +57,9 @@ import time
 import weakref
 from typing import Any
 
-from ..broker.stats import CHANNEL_COUNTERS, CONNECTION_COUNTERS, DELIVER_GET, EXCHANGE_COUNTERS, QUEUE_COUNTERS
+from ..broker.stats import (
+    CHANNEL_COUNTERS, CONNECTION_COUNTERS, DELIVER_GET, EXCHANGE_COUNTERS, QUEUE_COUNTERS, QUEUE_DEAD_LETTER_COUNTERS,
+)
 
 # Queue depths: sampled with the counters, for their rates (they are not counters).
 QUEUE_DEPTHS = ("messages", "messages_ready", "messages_unacknowledged")
@@ -242,6 +244,9 @@ def queue_stats(queue, unacked_bytes=None) -> dict:
         "exclusive_consumer_tag": exclusive_tag,
         "state": "running",
         "message_stats": message_stats,
+        # Warren's: messages that left the queue other than by ack, by reason, republished to
+        # its dead-letter exchange or dropped (RabbitMQ 3.10 counts these only node-wide).
+        "dead_letter_stats": {f: counts.get(f, 0) for f in QUEUE_DEAD_LETTER_COUNTERS},
     }
 
 

@@ -33,6 +33,7 @@ from typing import Callable, Iterator
 
 from ..broker.alarms import DISK, MEMORY
 from ..store.disk import DiskQueueStore
+from ..store.priority import PriorityQueueStore
 
 log = logging.getLogger("warren.server")
 
@@ -322,6 +323,8 @@ class MemoryMonitor:
                 store = getattr(queue, "store", None)
                 if isinstance(store, DiskQueueStore):
                     yield store
+                elif isinstance(store, PriorityQueueStore):  # one store per priority level
+                    yield from (s for s in store.levels() if isinstance(s, DiskQueueStore))
 
     def _tick(self) -> None:
         try:

@@ -16,14 +16,15 @@ from ..amqp.constants import BASIC, BASIC_ACK, BASIC_PUBLISH, FRAME_HEADER, FRAM
 from ..amqp.frames import ack_frame, body_part, content_frames, deliver_frame, deliver_prefix, get_ok_frame, nack_frame
 from ..amqp.properties import header_fields, properties_error
 from ..broker import ops
-from ..broker.consumer import Consumer
+from ..broker.consumer import Consumer, check_consume_arguments
 from ..broker.errors import (
     AMQPError, access_refused, channel_error, command_invalid, not_allowed, not_found, not_implemented,
     precondition_failed, unexpected_frame,
 )
 from ..broker.stats import new_channel_counters
-from ..broker.vhost import server_named
+from ..broker.names import server_named
 from . import frame_errors
+from .ack_timeout import AckTimeout
 from .transaction import Transaction, TxPublish
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ class Channel:
         self.tx: Transaction | None = None  # while in tx mode
         self.last_queue = ""       # for the empty-queue-name shortcut
         self.held_cancels: list[str] | None = None  # during our own queue.delete: see _queue_delete
+        self.ack_timeout: AckTimeout | None = None  # consumer_timeout's check, once something needs an ack
         # Message counters (warren.mgmt.stats: RabbitMQ's channel message_stats); folded into
         # broker.message_totals when the channel closes.
         self.stats = new_channel_counters()
@@ -364,7 +366,8 @@ class Channel:
         tag = m.consumer_tag or server_named("amq.ctag-")
         if tag in self.consumers:
             raise not_allowed(f"attempt to reuse consumer tag '{tag}'")
-        if q.has_exclusive_consumer() or (m.exclusive and q.consumers):
+        check_consume_arguments(m.arguments, q.describe(), q.queue_type)
+        if q.consumers.exclusive_refused(m.exclusive):
             raise access_refused(f"{q.describe()} in exclusive use")
         consumer = Consumer(tag, self, q, m.no_ack, m.exclusive, m.arguments, self.prefetch,
                             deliver_prefix(tag), self.conn.throttle)
@@ -372,12 +375,17 @@ class Channel:
         q.add_consumer(consumer)
         if not m.nowait:
             self.send(spec.BasicConsumeOk(consumer_tag=tag))
+        if not m.no_ack:
+            self._watch_acks()
         q.deliver_ready()
 
     def _basic_cancel(self, m):
         consumer = self.consumers.pop(m.consumer_tag, None)
         if consumer is not None:
             self._drop_consumer(consumer)
+            # A single active consumer's successor may take over now (RabbitMQ 3.10.8 waits
+            # for the next requeue, and its next publish crashes the queue).
+            consumer.queue.deliver_ready()
         if not m.nowait:
             self.send(spec.BasicCancelOk(consumer_tag=m.consumer_tag))
 
@@ -415,6 +423,7 @@ class Channel:
         if not m.no_ack:
             # Not counted against the channel's prefetch, as in RabbitMQ.
             self.unacked[tag] = (qm, q, None)
+            self._watch_acks()  # but by consumer_timeout
         q.delivered(qm, m.no_ack, True)
         self.stats["get_no_ack" if m.no_ack else "get"] += 1
         if qm.redelivered:
@@ -491,10 +500,14 @@ class Channel:
             self.stats["drop_unroutable"] += 1
         if self.confirm:
             self.publish_seq += 1
-            if batch:
+            if batch > 0:
                 # Persistent message in a durable queue: confirmed once its batch is on disk.
                 self.sync_waits.append((self.publish_seq, batch))
                 self.durability.wait(self)
+            elif batch:
+                # A queue refused it (ops.REJECTED): nacked in order with the acks around it.
+                self.sync_waits.append((self.publish_seq, batch))
+                self.conn.confirming.add(self)
             else:
                 self.conn.confirming.add(self)
 
@@ -579,6 +592,17 @@ class Channel:
             queue.deliver_ready()
 
     # ------------------------------------------------------------------ acks
+    def _watch_acks(self) -> None:
+        """A delivery that needs an ack may come: check consumer_timeout (warren.session.ack_timeout)."""
+        watch = self.ack_timeout
+        if watch is None:
+            broker = self.conn.broker
+            timeout, scheduler = broker.limits.consumer_timeout, broker.scheduler
+            if timeout is None or scheduler is None:
+                return
+            watch = self.ack_timeout = AckTimeout(self, timeout, scheduler)
+        watch.start()
+
     def _take_unacked(self, tag: int, multiple: bool) -> list[Unacked]:
         unacked = self.unacked
         if multiple:
@@ -609,7 +633,8 @@ class Channel:
         else:
             self._settle(taken, ack, requeue)
 
-    def _settle(self, taken: list[Unacked], ack: bool, requeue: bool) -> None:
+    def _settle(self, taken: list[Unacked], ack: bool, requeue: bool, closed: bool = False) -> None:
+        """`closed`: requeued because the channel goes away, not by the client."""
         queues = set()
         for _tag, (qm, queue, consumer) in taken:
             if consumer is not None:
@@ -618,7 +643,7 @@ class Channel:
             if ack:
                 queue.ack(qm)
             else:
-                queue.reject(qm, requeue)
+                queue.reject(qm, requeue, closed)
             queues.add(queue)
         if ack:
             self.stats["ack"] += len(taken)
@@ -627,10 +652,10 @@ class Channel:
         if self.global_prefetch:
             self.kick_queues()
 
-    def requeue_unacked(self) -> None:
+    def requeue_unacked(self, closed: bool = False) -> None:
         taken = list(self.unacked.items())
         self.unacked.clear()
-        self._settle(taken, ack=False, requeue=True)
+        self._settle(taken, ack=False, requeue=True, closed=closed)
 
     # -------------------------------------------------------------------- tx
     def _tx_select(self, m):
@@ -682,6 +707,8 @@ class Channel:
         totals = self.conn.broker.message_totals  # the overview's counters outlive the channel
         for key, value in self.stats.items():
             totals[key] = totals.get(key, 0) + value
+        if self.ack_timeout is not None:
+            self.ack_timeout.stop()
         consumers = list(self.consumers.values())
         self.consumers.clear()
         for consumer in consumers:
@@ -691,7 +718,7 @@ class Channel:
         self.publishing = None
         self.body_parts = None
         if self.unacked:
-            self.requeue_unacked()
+            self.requeue_unacked(closed=True)
         self.state = CLOSING
         self.conn.confirming.discard(self)
 

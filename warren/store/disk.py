@@ -222,6 +222,7 @@ class DiskQueueStore:
         self.paging = persister.paging
         self.disk_alarm = persister.disk_alarm
         self.paged_out = 0        # entries of _fresh whose body is evicted (PAGED_OUT)
+        self.tail_expiry: dict[int, float] = {}  # seq -> TTL deadline of disk-tail messages
         if durable and os.path.isdir(directory):
             self._recover()
 
@@ -229,9 +230,11 @@ class DiskQueueStore:
     def __len__(self) -> int:
         return len(self._fresh) + len(self._requeued) + self.disk_count
 
+    keep_all = False  # a quorum queue's store: transient messages are written (and kept) too
+
     def accept(self, qm: QueuedMessage) -> int:
         """Write a persistent message of a durable queue now; returns the batch to wait for."""
-        if self.durable and qm.message.persistent:
+        if self.durable and (qm.message.persistent or self.keep_all):
             return self.persister.durable_append(self._append(qm, sg.FLAG_DURABLE))  # the seg it set in qm
         return 0
 
@@ -248,6 +251,8 @@ class DiskQueueStore:
             if not self.disk_count:
                 self.cursor = (seg, qm.off)
             self.disk_count += 1
+            if qm.expiry is not None:  # the record has no room for it: kept until read back
+                self.tail_expiry[qm.seq] = qm.expiry
             return
         self._fresh.append(qm)
         self.fresh_bytes += size
@@ -311,6 +316,7 @@ class DiskQueueStore:
             self.settle(self._fresh.popleft())
         if self.disk_count:
             self._purge_disk_tail()
+        self.tail_expiry.clear()
         self.ready_bytes = self.fresh_bytes = self.paged_out = 0
         return count
 
@@ -513,6 +519,8 @@ class DiskQueueStore:
                 qm.seg = seg
                 qm.off = record_offset
                 qm.durable = flags == FLAG_DURABLE
+                if self.tail_expiry:
+                    qm.expiry = self.tail_expiry.pop(seq, None)
                 if delivered:
                     deliveries = delivered.get(record_offset, 0)
                     if deliveries:

@@ -18,7 +18,9 @@ class QueuedMessage:
     # survives restarts; deliveries: how often it was handed out (kept across restarts).
     # message: while a disk store has paged its body out, its stand-in PAGED_OUT (the store
     # reads it back before handing the QueuedMessage to anyone: warren.store.disk).
-    __slots__ = ("seq", "message", "redelivered", "seg", "off", "durable", "deliveries")
+    # expiry: the scheduler time its TTL ends (None: no TTL; a queue computes it for messages
+    # recovered at start-up, which have none: warren.broker.queues.classic).
+    __slots__ = ("seq", "message", "redelivered", "seg", "off", "durable", "deliveries", "expiry")
 
     seq: int
     message: Message
@@ -27,6 +29,7 @@ class QueuedMessage:
     off: int      # set together with seg
     durable: bool  # set together with seg
     deliveries: int
+    expiry: float | None
 
     def __init__(self, seq: int, message: Message, redelivered: bool = False):
         self.seq = seq
@@ -34,6 +37,7 @@ class QueuedMessage:
         self.redelivered = redelivered
         self.seg = None
         self.deliveries = 0
+        self.expiry = None
 
     def __lt__(self, other: QueuedMessage) -> bool:  # requeued messages are ordered by their original position
         return self.seq < other.seq

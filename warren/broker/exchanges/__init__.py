@@ -1,12 +1,14 @@
 """Exchange types, one module each."""
 
 from .base import Binding, Exchange
+from .consistent_hash import ConsistentHashExchange
 from .direct import DefaultExchange, DirectExchange
 from .fanout import FanoutExchange
 from .headers import HeadersExchange
 from .topic import TopicExchange
 
-TYPES = {cls.type_name: cls for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)}
+TYPES = {cls.type_name: cls for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange,
+                                        ConsistentHashExchange)}
 
-__all__ = ["Binding", "Exchange", "DefaultExchange", "DirectExchange", "FanoutExchange",
+__all__ = ["Binding", "Exchange", "ConsistentHashExchange", "DefaultExchange", "DirectExchange", "FanoutExchange",
            "HeadersExchange", "TopicExchange", "TYPES"]

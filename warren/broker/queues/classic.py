@@ -2,18 +2,30 @@
 
 from __future__ import annotations
 
+import logging
+import math
+import time
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ...store import MemoryQueueStore, QueueStore
 from ...store.queued_message import QueuedMessage
-from ..errors import inequivalent, rs
+from .. import dead_letter
+from ..ops import REJECTED
 from ..consumer_set import ConsumerSet
+from ..errors import inequivalent, precondition_failed, rs
+from ..publish_checks import parse_expiration
 from ..queue_arguments import check_equivalent_arguments
+from ..queue_settings import PLAIN, QueueSettings, resolve
 from ..stats import new_queue_counters
 
 if TYPE_CHECKING:
     from ..policy import Policy
+    from ..ports import Scheduler, Timer
     from ..vhost import VHost
+
+log = logging.getLogger("warren.queue")
+
 
 
 class ClassicQueue:
@@ -31,7 +43,8 @@ class ClassicQueue:
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
         self.store: QueueStore = store if store is not None else MemoryQueueStore()
-        self.consumers = ConsumerSet()
+        # x-single-active-consumer exists only as an argument in RabbitMQ 3.10 (no policy key).
+        self.consumers = ConsumerSet(single_active=self.arguments.get("x-single-active-consumer") is True)
         self.unacked_count = 0
         self.next_seq = getattr(self.store, "max_seq", 0)  # continue after recovered messages
         self.deleted = False
@@ -40,6 +53,23 @@ class ClassicQueue:
         self.stats = new_queue_counters()
         self.policy: Policy | None = None  # the policy that applies (set by the vhost)
         self.operator_policy: Policy | None = None
+        # What the arguments and policies make of it (apply_settings(), called by the vhost
+        # once the policies are set). `special`: publish() must check TTLs or limits;
+        # `expiring`: some message may carry a TTL deadline, so the head is checked.
+        self.settings: QueueSettings = PLAIN
+        self.special = False
+        self.expiring = False
+        self.recovered_seq = self.next_seq  # messages up to this one were recovered at start-up
+        if self.recovered_seq:
+            self.expiring = True  # their TTLs (if any) count from now: see drop_expired()
+        self._started = self._now()
+        self._ttl_timer: Timer | None = None
+        self._ttl_timer_at = 0.0
+        self._expiry_timer: Timer | None = None
+        self._last_used = self._started
+        # Dead-lettered messages whose durable copies wait for an fsync: (batch, message).
+        self._dead_lettering: deque[tuple[int, QueuedMessage]] = deque()
+        self._waiting_sync = False
 
     # identity ----------------------------------------------------------------
     @property
@@ -68,10 +98,45 @@ class ClassicQueue:
             raise inequivalent(self.describe(), "auto_delete", auto_delete, self.auto_delete)
         check_equivalent_arguments(self.describe(), arguments, self.arguments)
 
+    def check_delete(self, if_unused: bool, if_empty: bool) -> None:
+        """queue.delete's if-unused and if-empty conditions (406 when not met)."""
+        if if_unused and self.consumers:
+            raise precondition_failed(f"{self.describe()} in use")
+        if if_empty and self.message_count:
+            raise precondition_failed(f"{self.describe()} not empty")
+
+    # settings ----------------------------------------------------------------
+    def apply_settings(self) -> None:
+        """Resolve the queue's arguments and policies (at creation and after every policy
+        change) and apply them at once, as RabbitMQ's process_args_policy: a lower max-length
+        drops (dead-letters) the head now, a new x-expires restarts the unused timer."""
+        old = self.settings
+        s = self.settings = self.adjust_settings(resolve(self.arguments, self.policy, self.operator_policy,
+                                                         self.POLICY_WINS))
+        self.special = s.message_ttl is not None or s.limited
+        if s.message_ttl is not None:
+            self.expiring = True
+        if s.expires != old.expires or self._expiry_timer is None:
+            self._restart_expiry_timer()
+        if s.limited and s.overflow == "drop-head":
+            self._drop_over_limit()
+        if self.expiring:
+            self.drop_expired()
+
+    # Settings whose policy value beats the queue's argument (queue_settings.resolve).
+    POLICY_WINS: frozenset[str] = frozenset()
+
+    def adjust_settings(self, s: QueueSettings) -> QueueSettings:
+        """What this queue type makes of resolved settings (a quorum queue's fallbacks)."""
+        return s
+
     # enqueue and deliver -----------------------------------------------------
     def publish(self, message) -> int:
         """Accept a routed message: hand it straight to a ready consumer, else store it.
-        Returns the store batch a publisher confirm must wait for (0: none)."""
+        Returns the store batch a publisher confirm must wait for (0: none; REJECTED: the
+        queue refused it, a reject-publish overflow)."""
+        if self.special or message.ttl is not None:
+            return self._publish_checked(message)
         self.next_seq += 1
         qm = QueuedMessage(self.next_seq, message)
         self.stats["publish"] += 1
@@ -81,6 +146,57 @@ class ClassicQueue:
             return batch
         store.push(qm)
         return batch
+
+    def _publish_checked(self, message) -> int:
+        """publish() for a queue with a TTL or a length limit, or a message with a TTL."""
+        s = self.settings
+        store = self.store
+        if s.limited and s.overflow != "drop-head" and self._would_overflow(len(message.body)):
+            # RabbitMQ's will_overflow: refused before any consumer could take it.
+            if s.overflow == "reject-publish-dlx":
+                self.next_seq += 1
+                self.dead_letter([QueuedMessage(self.next_seq, message)], "maxlen")
+            return REJECTED
+        self.next_seq += 1
+        qm = QueuedMessage(self.next_seq, message)
+        ttl = message.ttl
+        if s.message_ttl is not None and (ttl is None or s.message_ttl < ttl):
+            ttl = s.message_ttl
+        if ttl is not None:
+            qm.expiry = self._now() + ttl / 1000
+            self.expiring = True
+        self.stats["publish"] += 1
+        batch = store.accept(qm)
+        if self.consumers and not len(store) and self._dispatch(qm):
+            return batch  # even with a TTL of 0, as RabbitMQ: it had not expired yet
+        store.push(qm)
+        if s.limited and s.overflow == "drop-head":
+            self._drop_over_limit()
+        if ttl is not None:
+            self.drop_expired()  # (a TTL of 0 expires now) and starts the head's timer
+        return batch
+
+    def _would_overflow(self, size: int) -> bool:
+        s = self.settings
+        return ((s.max_length is not None and len(self.store) + 1 > s.max_length)
+                or (s.max_length_bytes is not None and self.store.ready_bytes + size > s.max_length_bytes))
+
+    def _over_limit(self) -> bool:
+        s = self.settings
+        return ((s.max_length is not None and len(self.store) > s.max_length)
+                or (s.max_length_bytes is not None and self.store.ready_bytes > s.max_length_bytes))
+
+    def _drop_over_limit(self) -> None:
+        """drop-head: dead-letter (or drop) messages from the head until within the limits."""
+        while self._over_limit():
+            self.dead_letter(self.store.drop_head(1), "maxlen")
+
+    # Whether a message that comes back is delivered with a label (label_redelivery()):
+    # a quorum queue's x-delivery-count.
+    LABELS_REDELIVERIES = False
+
+    def label_redelivery(self, qm: QueuedMessage) -> None:
+        """Change what a redelivery of qm carries (only when LABELS_REDELIVERIES)."""
 
     def _dispatch(self, qm) -> bool:
         consumer = self.consumers.next_ready()
@@ -93,18 +209,177 @@ class ClassicQueue:
         """Push stored messages to consumers while any has credit."""
         store = self.store
         consumers = self.consumers
+        expiring = self.expiring
+        labels = self.LABELS_REDELIVERIES
+        if expiring:
+            self.drop_expired()
         while consumers and len(store):
             consumer = consumers.next_ready()
             if consumer is None:
                 return
-            consumer.channel.deliver(consumer, store.pop())  # type: ignore[arg-type]  # len(store) > 0
+            qm: QueuedMessage = store.pop()  # type: ignore[assignment]  # len(store) > 0
+            if labels and qm.deliveries:
+                self.label_redelivery(qm)
+            consumer.channel.deliver(consumer, qm)
+            if expiring:
+                self.drop_expired()  # the new head, at once: as RabbitMQ's fetch
 
     def get(self):
         """basic.get: the next ready message, or None."""
-        qm = self.store.pop()
+        if self.settings.expires is not None:
+            self.touch()
+        if self.expiring:
+            self.drop_expired()
+            qm = self.store.pop()
+            self.drop_expired()  # the new head, at once: as RabbitMQ's fetch
+        else:
+            qm = self.store.pop()
         if qm is None:
             self.stats["get_empty"] += 1
         return qm
+
+    # TTL ---------------------------------------------------------------------
+    def _scheduler(self) -> Scheduler | None:
+        broker = self.vhost.broker if self.vhost is not None else None
+        return broker.scheduler if broker is not None else None
+
+    def _now(self) -> float:
+        scheduler = self._scheduler()
+        return scheduler.now() if scheduler is not None else time.monotonic()
+
+    def _recovered_expiry(self, qm) -> float:
+        """The TTL deadline of a message recovered at start-up: counted from the recovery (the
+        records keep no enqueue time). inf: none."""
+        s = self.settings
+        ttl = s.message_ttl
+        expiration = qm.message.properties.get("expiration")
+        if expiration is not None:
+            msg_ttl, _ = parse_expiration(expiration)
+            if msg_ttl is not None and (ttl is None or msg_ttl < ttl):
+                ttl = msg_ttl
+        return math.inf if ttl is None else self._started + ttl / 1000
+
+    def drop_expired(self) -> bool:
+        """Dead-letter (or drop) expired messages at the head, as RabbitMQ's classic queues
+        (a message behind the head waits for it, whatever its own TTL), and set the timer for
+        the next head's expiry. True if any expired."""
+        store = self.store
+        now = self._now()
+        dropped = False
+        while (qm := store.peek()) is not None:
+            expiry = qm.expiry
+            if expiry is None:
+                if qm.seq > self.recovered_seq:
+                    return dropped  # no TTL
+                expiry = qm.expiry = self._recovered_expiry(qm)
+            if expiry > now:
+                if expiry != math.inf:
+                    self._arm_ttl_timer(expiry, now)
+                return dropped
+            dropped = True
+            self.dead_letter(store.drop_head(1), "expired")
+        return dropped
+
+    def _arm_ttl_timer(self, expiry: float, now: float) -> None:
+        at = self._ttl_timer_at
+        if self._ttl_timer is not None and at <= expiry + 0.001:
+            return  # it fires in time; drop_expired() then sets the next one
+        scheduler = self._scheduler()
+        if scheduler is None:
+            return
+        if self._ttl_timer is not None:
+            self._ttl_timer.cancel()
+        self._ttl_timer_at = expiry
+        self._ttl_timer = scheduler.call_later(max(expiry - now, 0) + 0.001, self._ttl_fired)
+
+    def _ttl_fired(self) -> None:
+        self._ttl_timer = None
+        if not self.deleted:
+            self.drop_expired()
+            if self.consumers:
+                self.deliver_ready()
+
+    # x-expires ---------------------------------------------------------------
+    def touch(self) -> None:
+        """The queue was used (declared, basic.get, its last consumer left): x-expires counts
+        from now."""
+        self._last_used = self._now()
+        if self._expiry_timer is None and self.settings.expires is not None:
+            self._restart_expiry_timer()
+
+    def _restart_expiry_timer(self) -> None:
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
+            self._expiry_timer = None
+        expires = self.settings.expires
+        scheduler = self._scheduler()
+        if expires is None or scheduler is None or self.deleted:
+            return
+        self._last_used = self._now()
+        self._expiry_timer = scheduler.call_later(expires / 1000, self._expiry_fired)
+
+    def _expiry_fired(self) -> None:
+        self._expiry_timer = None
+        expires = self.settings.expires
+        if self.deleted or expires is None:
+            return
+        scheduler = self._scheduler()
+        assert scheduler is not None  # it set this timer
+        left = self._last_used + expires / 1000 - scheduler.now()
+        if self.consumers or left > 0.0005:
+            # In use since: wait again (a consumer's departure touches the queue).
+            self._expiry_timer = scheduler.call_later(max(left, expires / 1000 if self.consumers else 0),
+                                                      self._expiry_fired)
+            return
+        log.info("%s expired: unused for %d ms", self.describe(), expires)
+        self.vhost.delete_queue(self)
+
+    def stop_timers(self) -> None:
+        """The queue is deleted: cancel its timers."""
+        for timer in (self._ttl_timer, self._expiry_timer):
+            if timer is not None:
+                timer.cancel()
+        self._ttl_timer = self._expiry_timer = None
+
+    # dead-lettering ----------------------------------------------------------
+    def dead_letter(self, qms: list[QueuedMessage], reason: str) -> None:
+        """Messages of this queue leave it for good (rejected, expired, over the length limit,
+        over the delivery limit): republished to its dead-letter exchange if it has one, and
+        settled here. A persistent message that went to a durable queue is settled here only
+        once the copy's batch is on disk, so a crash between the two never loses it."""
+        stats = self.stats
+        for qm in qms:
+            batch = dead_letter.publish(self, qm.message, reason)
+            stats[("dropped_" if batch is None else "dead_lettered_") + reason] += 1
+            if batch and qm.seg is not None:
+                self._dead_lettering.append((batch, qm))
+            else:
+                self.store.settle(qm)
+        if self._dead_lettering and not self._waiting_sync:
+            self._waiting_sync = True
+            self.vhost.broker.durability.wait(self)
+
+    def store_synced(self) -> None:
+        """A SyncWaiter: an fsync finished; let go of the dead-lettered copies now on disk. A
+        copy whose write failed puts its message back (it was never safe elsewhere)."""
+        self._waiting_sync = False
+        status = self.vhost.broker.durability.status
+        pending = self._dead_lettering
+        while pending:
+            safe = status(pending[0][0])
+            if safe is None:
+                break
+            _batch, qm = pending.popleft()
+            if self.deleted:
+                continue
+            if safe:
+                self.store.settle(qm)
+            else:
+                qm.redelivered = True
+                self.store.requeue(qm)
+        if pending and not self.deleted:
+            self._waiting_sync = True
+            self.vhost.broker.durability.wait(self)
 
     # settlement --------------------------------------------------------------
     def delivered(self, qm, no_ack: bool, get: bool = False) -> None:
@@ -126,13 +401,21 @@ class ClassicQueue:
         if not self.deleted:
             self.store.settle(qm)
 
-    def reject(self, qm, requeue: bool) -> None:
+    def reject(self, qm, requeue: bool, closed: bool = False) -> None:
+        """A delivery rejected or nacked, or (requeue, `closed`) given back by its closing
+        channel."""
         self.unacked_count -= 1
         if self.deleted:
             return
         if requeue:
             qm.redelivered = True
             self.store.requeue(qm)
+            if self.settings.limited and self.settings.overflow == "drop-head":
+                self._drop_over_limit()
+            if self.expiring:
+                self.drop_expired()
+        elif self.settings.dlx is not None:
+            self.dead_letter([qm], "rejected")
         else:
             self.store.settle(qm)
 
@@ -145,7 +428,12 @@ class ClassicQueue:
         self.had_consumers = True
 
     def remove_consumer(self, consumer) -> None:
+        """Forget a consumer. A single active consumer's successor is served by the caller's
+        next deliver_ready(): after a basic.cancel at once, after a channel closes once its
+        unacked messages are back in place (so the successor gets them first, in order)."""
         self.consumers.remove(consumer)
+        if not self.consumers and self.settings.expires is not None:
+            self.touch()
 
     def has_exclusive_consumer(self) -> bool:
         return any(c.exclusive for c in self.consumers)

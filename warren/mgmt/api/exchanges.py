@@ -177,7 +177,10 @@ def publish(request, vhost, name: str, routing_key: str, properties: dict, body:
         raise bad_request("routing_key is longer than 255 bytes") from None
     message, queues = ops.route(actor(request, vhost), name, routing_key, route,
                                 encode_header(len(body), properties), body)
-    return bool(queues), ops.enqueue(message, queues)
+    batch = ops.enqueue(message, queues)
+    if batch == ops.REJECTED:  # a queue refused it (reject-publish): not routed, as a nack
+        return False, 0
+    return bool(queues), batch
 
 
 async def _alarms_cleared(broker) -> None:

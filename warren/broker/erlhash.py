@@ -1,10 +1,12 @@
-"""erlang:phash2/1 over the few Erlang terms RabbitMQ hashes for the management API.
+"""erlang:phash2/1 over the Erlang terms RabbitMQ hashes where the hash shows.
 
 RabbitMQ names a binding with arguments by "routing key ~ hash" where the hash is
 phash2(Args, 2^32) of the binding's argument table as Erlang holds it: a list of
-{Key :: binary, Type :: atom, Value} tuples. So that the properties_key values Warren shows
-are the ones RabbitMQ shows for the same binding, this is a port of ERTS's make_hash2 (the
-portable, documented-stable hash) for lists, tuples, atoms, binaries, integers and floats.
+{Key :: binary, Type :: atom, Value} tuples; its consistent-hash exchange places a message by
+phash2 of its routing key (or of a header's {Type, Value}, or of a property). So that the
+properties_key values and the queue a key lands on are the ones RabbitMQ gives, this is a port
+of ERTS's make_hash2 (the portable, documented-stable hash) for lists, tuples, atoms,
+binaries, integers and floats.
 """
 
 import struct

@@ -1,0 +1,93 @@
+"""What a queue does with its messages: its x-arguments merged with its policy and operator
+policy, as RabbitMQ 3.10 resolves them (rabbit_queue_type_util:args_policy_lookup).
+
+A key set both ways resolves per key: the numeric limits (expires, message-ttl, max-length,
+max-length-bytes, delivery-limit) take the lower value, the others the argument's. A policy and
+an operator policy that both set a numeric limit give the lower (rabbit_policies
+merge_policy_value); an operator policy sets only numeric limits. x-max-priority and
+x-single-active-consumer exist only as arguments in 3.10.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .policy import Policy
+
+_MIN_KEYS = frozenset({"expires", "message-ttl", "max-length", "max-length-bytes", "delivery-limit"})
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSettings:
+    expires: int | None = None            # ms unused before the queue is deleted
+    message_ttl: int | None = None        # ms
+    dlx: str | None = None                # dead-letter exchange name
+    dlrk: str | None = None               # dead-letter routing key
+    max_length: int | None = None
+    max_length_bytes: int | None = None
+    overflow: str = "drop-head"           # or reject-publish, reject-publish-dlx
+    delivery_limit: Any = None            # quorum queues: only a number limits (see quorum.py)
+    dead_letter_strategy: str = "at-most-once"
+    max_priority: int | None = None
+    single_active_consumer: bool = False
+
+    @property
+    def limited(self) -> bool:
+        return self.max_length is not None or self.max_length_bytes is not None
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _lower(a: Any, b: Any) -> Any:
+    """Erlang's min/2: a number is below every other term, so it wins over anything else."""
+    if _is_number(a) and _is_number(b):
+        return min(a, b)
+    return a if _is_number(a) else b
+
+
+def _policy_value(key: str, policy: Policy | None, operator_policy: Policy | None) -> Any:
+    """rabbit_policy:get: the policy's value, capped by the operator policy's for a limit."""
+    value = policy.definition.get(key) if policy is not None else None
+    op_value = operator_policy.definition.get(key) if operator_policy is not None else None
+    if op_value is None:
+        return value
+    if value is None or key not in _MIN_KEYS:
+        return op_value
+    return _lower(value, op_value)
+
+
+def resolve(arguments: dict[str, Any], policy: Policy | None, operator_policy: Policy | None,
+            policy_wins: frozenset[str] = frozenset()) -> QueueSettings:
+    """The settings of a queue with these (validated) arguments and policies. `policy_wins`:
+    keys whose policy value beats the argument (a quorum queue's expires and overflow)."""
+    def lookup(key: str) -> Any:
+        arg = arguments.get("x-" + key)
+        pol = _policy_value(key, policy, operator_policy) if (policy or operator_policy) else None
+        if pol is None:
+            return arg
+        if arg is None or key in policy_wins:
+            return pol
+        return _lower(pol, arg) if key in _MIN_KEYS else arg
+
+    overflow = _text(lookup("overflow")) or "drop-head"
+    return QueueSettings(
+        expires=lookup("expires"), message_ttl=lookup("message-ttl"),
+        dlx=_text(lookup("dead-letter-exchange")), dlrk=_text(lookup("dead-letter-routing-key")),
+        max_length=lookup("max-length"), max_length_bytes=lookup("max-length-bytes"), overflow=overflow,
+        delivery_limit=lookup("delivery-limit"),
+        dead_letter_strategy=_text(lookup("dead-letter-strategy")) or "at-most-once",
+        max_priority=arguments.get("x-max-priority"),
+        single_active_consumer=arguments.get("x-single-active-consumer") is True)
+
+
+PLAIN = QueueSettings()

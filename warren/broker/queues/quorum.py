@@ -1,0 +1,215 @@
+"""A quorum queue on a single node: a classic queue with RabbitMQ 3.10's quorum semantics
+where they differ (rabbit_quorum_queue.erl, rabbit_fifo.erl, rabbit_fifo_client.erl).
+
+- Durable, never exclusive or auto-delete (queue_arguments.check_quorum_declare), and every
+  message is written to disk, transient ones too: the Raft log keeps whatever it is given.
+- The delivery count: each time a message comes back (a client's requeue, or its channel
+  closing) its count goes up. Past `x-delivery-limit` it is dead-lettered with reason
+  delivery_limit (dropped without a DLX), instead of going back. Deliveries of a message
+  that came back carry its count in the `x-delivery-count` header (added to its headers,
+  which are then sorted by key, as rabbit_basic:add_header does); basic.get always adds it,
+  0 for a first delivery. The stored message is never changed: a delivery gets a copy of
+  the header (the body is shared), and a dead-lettered message has no x-delivery-count.
+- Where a returned message goes: with a delivery limit set, or when its channel closed,
+  ahead of the ready messages, in the order they came back (rabbit_fifo's returns queue);
+  a client's requeue (reject, nack, recover) without a delivery limit puts it at the tail,
+  as a new entry (rabbit_fifo's #requeue{}).
+- reject-publish lets a publish in while the queue is not yet over its limit, so a queue
+  reaches max-length + 1; it then refuses until it is down to 80 % of the limit
+  (rabbit_fifo is_over_limit / is_below_soft_limit). reject-publish-dlx is taken as
+  drop-head, with RabbitMQ's warning.
+- x-expires and x-overflow by policy win over the arguments (policyHasPrecedence), where a
+  classic queue takes the lower expires and the argument's overflow.
+- No global qos (540 at basic.consume), no basic.get with single active consumer (405),
+  no queue.delete if-unused / if-empty (540, in ops.delete_queue).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from ...amqp import reencode as rt
+from ...amqp.message import Message
+from ...amqp.properties import FLAG_HEADERS
+from ...store.queued_message import QueuedMessage
+from ..errors import inequivalent, not_implemented, resource_locked
+from ..queue_arguments import QUORUM_EQUIVALENCE_ARGS, check_equivalent_arguments
+from ..queue_settings import QueueSettings
+from .classic import ClassicQueue
+
+log = logging.getLogger("warren.queue")
+
+X_DELIVERY_COUNT = b"x-delivery-count"
+LOW_LIMIT = 0.8  # rabbit_fifo ?LOW_LIMIT: reject-publish stops below this share of the limit
+
+
+class CountedMessage(Message):
+    """A delivery's copy of a message with its x-delivery-count header; `original` is the
+    message as the queue holds it."""
+
+    __slots__ = ("original",)
+    original: Message
+
+
+def with_delivery_count(message: Message, count: int) -> Message:
+    """The message as delivered with this delivery count (rabbit_basic:add_header: set, then
+    the headers sorted by key, and the whole property record encoded again)."""
+    original = message.original if isinstance(message, CountedMessage) else message
+    props = rt.split_header(original.header)
+    table = props.get(FLAG_HEADERS)
+    fields = rt.table_fields(table) if table is not None else []
+    fields = rt.set_table_value(fields, X_DELIVERY_COUNT, rt.long_value(count))
+    props[FLAG_HEADERS] = rt.encode_fields([(k, rt.normalized(v)) for k, v in fields])
+    counted = CountedMessage(original.exchange, original.routing_key, original.route,
+                             rt.join_header(original.header, props), original.body)
+    counted.ttl = original.ttl
+    counted.cc_keys = original.cc_keys
+    counted.original = original
+    return counted
+
+
+def _original(message: Message) -> Message:
+    return message.original if isinstance(message, CountedMessage) else message
+
+
+def _limit_exceeded(count: int, limit: Any) -> bool:
+    """rabbit_fifo's `DeliveryCount > DeliveryLimit`: any value is accepted as a limit, but in
+    Erlang's term order a number is below every atom and binary, so only a number limits."""
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+        return False
+    return count > limit
+
+
+class QuorumQueue(ClassicQueue):
+    """RabbitMQ's quorum queue, on this node only (leader and only member)."""
+
+    queue_type = "quorum"
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if hasattr(self.store, "keep_all"):
+            self.store.keep_all = True  # a DiskQueueStore: transient messages are written too
+        self._rejecting = False  # reject-publish: over the limit, refusing until below 80 %
+        self._warned: set[str] = set()
+
+    def check_equivalent(self, durable: bool, auto_delete: bool, arguments: dict[str, Any] | None) -> None:
+        if durable != self.durable:
+            raise inequivalent(self.describe(), "durable", durable, self.durable)
+        if auto_delete != self.auto_delete:
+            raise inequivalent(self.describe(), "auto_delete", auto_delete, self.auto_delete)
+        check_equivalent_arguments(self.describe(), arguments, self.arguments, QUORUM_EQUIVALENCE_ARGS)
+
+    def check_delete(self, if_unused: bool, if_empty: bool) -> None:
+        if if_unused or if_empty:
+            flag = "if-unused" if if_unused else "if-empty"
+            raise not_implemented(f"cannot delete {self.describe()}. queue.delete operations with {flag} flag "
+                                  "set are not supported by quorum queues")
+
+    # settings ----------------------------------------------------------------
+    # rabbit_quorum_queue:ra_machine_config: a policy's expires and overflow beat the arguments.
+    POLICY_WINS = frozenset({"expires", "overflow"})
+
+    def adjust_settings(self, s: QueueSettings) -> QueueSettings:
+        """rabbit_quorum_queue's dead_letter_handler: reject-publish-dlx is taken as drop-head,
+        at-least-once falls back to at-most-once unless overflow is reject-publish."""
+        changes: dict[str, Any] = {}
+        overflow = s.overflow
+        if overflow == "reject-publish-dlx":
+            self._warn_once("overflow", "Invalid overflow strategy <<\"reject-publish-dlx\">> for quorum queue: %s",
+                            self.describe())
+            changes["overflow"] = overflow = "drop-head"
+        if s.dead_letter_strategy == "at-least-once" and s.dlx is not None and overflow != "reject-publish":
+            self._warn_once("strategy", "Falling back to dead-letter-strategy at-most-once for %s because configured "
+                            "dead-letter-strategy at-least-once is incompatible with effective overflow strategy "
+                            "drop-head. To enable dead-letter-strategy at-least-once, set overflow strategy to "
+                            "reject-publish.", self.describe())
+            changes["dead_letter_strategy"] = "at-most-once"
+        return replace(s, **changes) if changes else s
+
+    def _warn_once(self, key: str, text: str, *args: object) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(text, *args)
+
+    # enqueue -----------------------------------------------------------------
+    def _would_overflow(self, size: int) -> bool:
+        """reject-publish (classic's _publish_checked asks): refuse while the queue is over its
+        limit, from the publish that took it over until it is down to 80 % of it."""
+        s = self.settings
+        store = self.store
+        if self._rejecting:
+            if ((s.max_length is None or len(store) <= int(s.max_length * LOW_LIMIT))
+                    and (s.max_length_bytes is None or store.ready_bytes <= int(s.max_length_bytes * LOW_LIMIT))):
+                self._rejecting = False
+            else:
+                return True
+        if ((s.max_length is not None and len(store) + 1 > s.max_length)
+                or (s.max_length_bytes is not None and store.ready_bytes + size > s.max_length_bytes)):
+            self._rejecting = True  # this one is in; the next ones are refused
+        return False
+
+    # deliver -----------------------------------------------------------------
+    LABELS_REDELIVERIES = True
+
+    def label_redelivery(self, qm: QueuedMessage) -> None:
+        """A message that came back is delivered with its count in x-delivery-count."""
+        qm.message = with_delivery_count(qm.message, qm.deliveries)
+
+    def get(self):
+        """basic.get: refused with single active consumer; the message always carries its
+        x-delivery-count, 0 the first time (rabbit_fifo_client:dequeue)."""
+        if self.settings.single_active_consumer:
+            raise resource_locked(f"cannot obtain access to locked {self.describe()}. basic.get operations "
+                                  "are not supported by quorum queues with single active consumer")
+        qm = super().get()
+        if qm is not None:
+            qm.message = with_delivery_count(qm.message, qm.deliveries)
+        return qm
+
+    def add_consumer(self, consumer) -> None:
+        if consumer.channel.global_prefetch:
+            raise not_implemented(f"{self.describe()} does not support global qos")
+        super().add_consumer(consumer)
+
+    # settlement --------------------------------------------------------------
+    def reject(self, qm, requeue: bool, closed: bool = False) -> None:
+        """A message that comes back from its closing channel goes ahead of the ready ones
+        (rabbit_fifo return_all); a client's requeue without a delivery limit to the tail."""
+        qm.message = _original(qm.message)
+        if not requeue or self.deleted:
+            super().reject(qm, requeue, closed)
+            return
+        self.unacked_count -= 1
+        limit = self.settings.delivery_limit
+        if _limit_exceeded(qm.deliveries, limit):
+            self.dead_letter([qm], "delivery_limit")
+            return
+        qm.redelivered = True
+        store = self.store
+        self.next_seq += 1
+        if closed or limit is not None:
+            # rabbit_fifo's returns queue: served before the ready messages, first come back
+            # first out (the requeued heap orders by sequence number, so it gets a new one).
+            qm.seq = self.next_seq
+            store.requeue(qm)
+        else:
+            # A #requeue{}: a new entry at the tail, written before the old one goes.
+            again = QueuedMessage(self.next_seq, qm.message, True)
+            again.deliveries = qm.deliveries
+            again.expiry = qm.expiry
+            store.accept(again)
+            for _ in range(again.deliveries):
+                store.delivered(again)  # its count survives a restart, as the old entry's marks did
+            store.settle(qm)
+            store.push(again)
+        if self.settings.limited and self.settings.overflow == "drop-head":
+            self._drop_over_limit()
+        if self.expiring:
+            self.drop_expired()
+
+    def dead_letter(self, qms: list[QueuedMessage], reason: str) -> None:
+        for qm in qms:
+            qm.message = _original(qm.message)  # without the delivery's x-delivery-count
+        super().dead_letter(qms, reason)
