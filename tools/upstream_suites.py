@@ -4,15 +4,16 @@
 kombu's `t/integration/test_py_amqp.py` (py-amqp transport), aiormq's `tests/` and
 aio-pika's `tests/` come from their PyPI sdists (by default the versions installed
 here; --kombu-version, --aiormq-version, --aio-pika-version pick others), are
-extracted into a temp dir and run with pytest
-against a Warren broker this script starts (`python -m warren server` on free ports,
-temp data dir, management API on), or against --broker HOST:PORT. With --rabbitmq the
-same suites also run against a private RabbitMQ node (tools/rabbitmq_node.py) and the
-tests that fail on Warren but pass on RabbitMQ are listed.
+extracted into a temp dir and run with pytest against a Warren broker this script
+starts (`python -m warren server` on free ports, temp data dir, management API on),
+or against --broker HOST:PORT. With --rabbitmq the same suites also run against a
+private RabbitMQ node (tools/rabbitmq_node.py) and the tests that fail on Warren but
+pass on RabbitMQ are listed. --select runs only the given pytest node ids (or files);
+each suite runs those in its own sources and is skipped when there are none.
 
-Missing test dependencies (pytest, aiomisc-pytest, shortuuid, ...) are pip-installed into the
-current environment, and the script says which. Standard library + pip only; not
-run in CI.
+Missing test dependencies (pytest, aiomisc-pytest, shortuuid, ...) are pip-installed
+into the current environment, and the script says which. Standard library + pip only;
+not run in CI.
 
 How each suite finds the broker:
 - kombu: RABBITMQ_HOST and RABBITMQ_5672_TCP (see t/integration/test_py_amqp.py).
@@ -29,8 +30,11 @@ How each suite finds the broker:
   those that stop or kill the broker through docker are deselected, as is
   tests/test_amqps.py (TLS on 5671).
 
-Every test has a time limit (--test-timeout, pytest-timeout, 60 s by default), so a
-test waiting for a message that never comes fails instead of stalling the run.
+Every test has a time limit (--test-timeout, 60 s by default), so a test waiting for
+a message that never comes fails instead of stalling the run: pytest-timeout for kombu;
+for aiormq and aio-pika aiomisc-pytest's --aiomisc-test-timeout, which cancels the
+test coroutine (pytest-timeout's SIGALRM handler never runs while uvloop waits; it
+stays on, at twice the limit, for their sync tests).
 
 kombu's `flaky(reruns=5)` markers are disabled (-p no:rerunfailures) so that a
 difference shows instead of being retried away.
@@ -107,6 +111,13 @@ def amqp_direct_url(rabbitmq_container):
     return URL.build(scheme="amqp", user="guest", password="guest", path="//",
                      host=rabbitmq_container.host,
                      port=rabbitmq_container.ports["5672/tcp"])
+
+
+@pytest.fixture(autouse=True)
+def _warren_test_timeout(aiomisc_test_timeout):
+    """aiomisc-pytest bounds a test by --aiomisc-test-timeout only when the test
+    requests this fixture; requested here, every async test gets it."""
+    return aiomisc_test_timeout
 '''
 
 # Appended to aio-pika's tests/conftest.py: a later definition of a module-level name
@@ -131,6 +142,13 @@ def rabbitmq_container():
     url = URL(_os.environ["AMQP_URL"])
     return ContainerInfo(id="external", host=url.host or "localhost",
                          ports={"5672/tcp": url.port or 5672, "5671/tcp": 5671})
+
+
+@pytest.fixture(autouse=True)
+def _warren_test_timeout(aiomisc_test_timeout):
+    """aiomisc-pytest bounds a test by --aiomisc-test-timeout only when the test
+    requests this fixture; requested here, every async test gets it."""
+    return aiomisc_test_timeout
 '''
 
 # Appended to aio-pika's tests/test_robust_recovery.py: its per-test container becomes
@@ -311,6 +329,12 @@ def patch_once(path: str, text: str) -> None:
         f.write(text)
 
 
+def selected(src: str, select: list[str]) -> list[str]:
+    """The --select node ids whose file is in this suite's sources."""
+    return [t for t in select if os.path.isfile(os.path.join(src, t.split("::")[0]))
+            or os.path.isdir(os.path.join(src, t))]
+
+
 def run_suite(suite: str, src: str, host: str, port: int, broker: str, args) -> Result:
     res = Result(suite, broker)
     junit = os.path.join(src, f"junit-{broker}.xml")
@@ -319,25 +343,36 @@ def run_suite(suite: str, src: str, host: str, port: int, broker: str, args) -> 
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
            "-p", "no:rerunfailures", f"--junitxml={junit}", "-o", "junit_family=xunit1"]
     if installed_version("pytest-timeout"):
-        cmd += ["-p", "timeout", f"--timeout={args.test_timeout}"]
+        # pytest-timeout's SIGALRM does not stop a test blocked in uvloop (its handler
+        # never runs), so for the aiomisc-pytest suites aiormq and aio-pika it is only
+        # a backstop for sync tests: --aiomisc-test-timeout below cancels the test
+        # coroutine first.
+        limit = args.test_timeout * (1 if suite == "kombu" else 2)
+        cmd += ["-p", "timeout", f"--timeout={limit}"]
     if suite == "kombu":
         env.update(RABBITMQ_HOST=host, RABBITMQ_5672_TCP=str(port))
         # the sdist's setup.cfg points testpaths at t/unit; name the file instead
-        paths = [t for t in args.select if t.startswith("t/")] or ["t/integration/test_py_amqp.py"]
+        paths = selected(src, args.select) or ["t/integration/test_py_amqp.py"]
         cmd += [*paths, "-o", "testpaths="]
     elif suite == "aiormq":
         env["AMQP_URL"] = f"amqp://guest:guest@{host}:{port}//"
         with open(os.path.join(src, "conftest.py"), "w") as f:
             f.write(AIORMQ_CONFTEST)
-        paths = [t for t in args.select if t.startswith("tests/")] or ["tests"]
+        paths = selected(src, args.select) or ["tests"]
+        cmd += [f"--aiomisc-test-timeout={args.test_timeout}"]
         cmd += [*paths, "-k", AIORMQ_DESELECT_K]
     else:
         env["AMQP_URL"] = f"amqp://guest:guest@{host}:{port}//"
         patch_once(os.path.join(src, "tests", "conftest.py"), AIO_PIKA_CONFTEST)
         patch_once(os.path.join(src, "tests", "test_robust_recovery.py"), AIO_PIKA_RECOVERY)
-        paths = [t for t in args.select if t.startswith("tests/")] or ["tests"]
+        paths = selected(src, args.select) or ["tests"]
+        cmd += [f"--aiomisc-test-timeout={args.test_timeout}"]
         cmd += [*paths, *(f"--ignore={p}" for p in AIO_PIKA_IGNORE),
                 *(f"--deselect={t}" for t in AIO_PIKA_DESELECT)]
+    if args.select and not selected(src, args.select):
+        log(f"{suite}: none of --select is in its sources, not run")
+        res.status = 5  # pytest's "no tests collected"
+        return res
     cmd += args.pytest_args
     log(f"{suite} against {broker}: {' '.join(cmd[1:])}")
     t0 = time.monotonic()
@@ -377,8 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--test-timeout", type=int, default=60, help="per test, seconds")
     ap.add_argument("--suite-timeout", type=int, default=1800, help="per suite run, seconds")
     ap.add_argument("--select", nargs="+", default=[], metavar="NODEID",
-                    help="run only these tests (t/... for kombu, tests/... for aiormq "
-                         "and aio-pika: use --suite)")
+                    help="run only these tests or files (pytest node ids; each suite "
+                         "runs those in its sources, a suite with none is not run)")
     ap.add_argument("--count", type=int, default=1, help="run each suite this many times")
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (after --)")
     args = ap.parse_args(argv)

@@ -72,6 +72,11 @@ def test_dead_lettered_copy_survives_while_source_settles(make_broker, restart_b
             if ch.queue_declare(dlq, passive=True).method.message_count == 2:
                 break
             conn.sleep(0.02)
+        # The copies are in the DLQ's memory now, and on disk after the next fsync: a
+        # confirmed publish waits for one, and its confirm leaves after the sources' settle
+        # marks are written (before it, a crash would leave a message in both: at least once).
+        ch.queue_declare(f"sync-{uid}", durable=True)
+        ch.basic_publish("", f"sync-{uid}", b"sync", PERSISTENT)
     b = restart_broker(b, sig=signal.SIGKILL)
     with pika.BlockingConnection(b.pika_params()) as conn:
         ch = conn.channel()

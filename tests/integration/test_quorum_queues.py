@@ -418,3 +418,25 @@ def test_management_api_shows_a_quorum_queue(make_broker, uid):
     assert r.status_code in (200, 201, 204), r.text
     again = requests.get(f"{b2.api}/queues/%2F/{q}", auth=("guest", "guest"), timeout=10).json()
     assert (again["type"], again["arguments"]) == ("quorum", info["arguments"])
+
+
+@warren_only
+def test_at_least_once_keeps_a_dead_letter_until_it_routes(channel, names):
+    """dead-letter-strategy at-least-once (with overflow reject-publish): a dead letter whose
+    DLX is missing, or that routes nowhere, stays with its queue and is retried until it
+    routes (RabbitMQ retries on its own, slower, schedule), instead of being dropped."""
+    dlx, dlq = names("alo-dlx"), names("alo-dlq")
+    q = quorum(channel, names("alo"), x_dead_letter_exchange=dlx, x_dead_letter_strategy="at-least-once",
+               x_overflow="reject-publish")
+    channel.basic_publish("", q, b"keep me")
+    method, _props, _body = take(channel, q)
+    channel.basic_reject(method.delivery_tag, requeue=False)  # the DLX does not exist yet
+    channel.exchange_declare(dlx, "fanout")
+    channel.queue_declare(dlq, durable=True)
+    time.sleep(1.5)  # retried meanwhile: the exchange exists, but nothing is bound
+    assert channel.queue_declare(dlq, passive=True).method.message_count == 0
+    channel.queue_bind(dlq, dlx)
+    _method, props, body = get_one(channel, dlq, auto_ack=True, timeout=5)
+    assert body == b"keep me" and deaths(props)[0]["reason"] == "rejected"
+    channel.queue_delete(dlq)
+    channel.exchange_delete(dlx)

@@ -103,6 +103,19 @@ def test_single_active_successor_waits_for_the_predecessors_unacked():
     assert cs.next_ready() is second
 
 
+def test_single_active_successor_by_registration_order():
+    """A quorum queue's rule (rabbit_fifo): the earliest registered, whatever the priorities."""
+    cs = ConsumerSet(single_active=True, successor_by_priority=False)
+    first, low, high = _consumer("first"), _consumer("low", 0), _consumer("high", 10)
+    for x in (first, low, high):
+        cs.add(x)
+    cs.remove(first)
+    assert cs.active is low
+    cs.remove(low)
+    assert cs.active is high
+    assert _take(cs, 2) == ["high", "high"]
+
+
 def test_single_active_consumer_without_credit():
     cs = ConsumerSet(single_active=True)
     first, second = _consumer("first", prefetch=1), _consumer("second")

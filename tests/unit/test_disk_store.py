@@ -495,3 +495,13 @@ def test_failed_writes_count_for_flow_and_a_removed_segment_releases_it(tmp_path
     s.store.destroy()  # the queue deleted to free space
     p.flush()
     assert (p.stuck, p.over, events) == (0, False, [True, False])
+
+
+def test_delivery_count_marks():
+    """A count pair ('C' + 'N') adds its count to the record's deliveries; an 'N' without its
+    'C' (torn) counts for nothing, and 'D' marks still add one each."""
+    data = (sg.encode_mark(sg.MARK_DELIVERED, 8) + sg.encode_mark(sg.MARK_COUNT, 8)
+            + sg.encode_mark(sg.MARK_COUNT_VALUE, 41) + sg.encode_mark(sg.MARK_COUNT_VALUE, 7)
+            + sg.encode_mark(sg.MARK_COUNT, 99) + sg.encode_mark(sg.MARK_ACK, 99))
+    acked, delivered, problem = sg.read_marks(data)
+    assert (acked, delivered, problem) == ({99}, {8: 42}, None)

@@ -9,10 +9,12 @@ rabbit_amqqueue_process:
 - single active consumer (the queue's `x-single-active-consumer`): only the active consumer
   gets messages. The first consumer registered becomes active (whatever its priority); when it
   goes, the successor is the consumer of the highest priority, the earliest registered among
-  equals, as RabbitMQ's priority queue of consumers gives it. A successor gets messages once
-  the consumer it replaces has no unacknowledged deliveries left (acked, or requeued when its
-  channel closes): the requeued ones come first, in order, as with RabbitMQ 3.10.8 when a
-  channel closes (pika's close cancels the consumers first).
+  equals, as RabbitMQ's priority queue of consumers gives it (a quorum queue, as rabbit_fifo:
+  the earliest registered). A successor gets messages once the consumer it replaces has no
+  unacknowledged deliveries left (acked, rejected, or requeued when its channel closes): the
+  requeued ones come first, in order, as with RabbitMQ 3.10.8 when a channel closes (pika's
+  close cancels the consumers first). A client that cancels the active consumer and never
+  settles its deliveries holds the queue until consumer_timeout closes its channel.
 
 A queue asks `next_ready()` for every message it hands out; a consumer that gets one, or is
 passed over for want of credit, goes to the back of its priority's ring.
@@ -28,9 +30,9 @@ if TYPE_CHECKING:
 
 
 class ConsumerSet:
-    __slots__ = ("_levels", "_ring", "_count", "single_active", "active", "_outgoing")
+    __slots__ = ("_levels", "_ring", "_count", "single_active", "active", "_by_priority", "_order", "_outgoing")
 
-    def __init__(self, single_active: bool = False) -> None:
+    def __init__(self, single_active: bool = False, successor_by_priority: bool = True) -> None:
         # One ring per priority present, highest priority first.
         self._levels: list[tuple[int, deque[Consumer]]] = []
         # The only ring when there is one priority and no single active consumer (the common
@@ -39,6 +41,9 @@ class ConsumerSet:
         self._count = 0
         self.single_active = single_active
         self.active: Consumer | None = None  # the single active consumer, if single_active
+        self._by_priority = successor_by_priority
+        # Single active consumer by registration order (rabbit_fifo): every consumer, oldest first.
+        self._order: list[Consumer] = []
         # Former active consumers whose deliveries are not all settled yet: the active one
         # waits for them.
         self._outgoing: list[Consumer] = []
@@ -66,8 +71,11 @@ class ConsumerSet:
         else:
             levels.append((priority, deque((consumer,))))
         self._count += 1
-        if self.single_active and self.active is None:
-            self.active = consumer
+        if self.single_active:
+            if not self._by_priority:
+                self._order.append(consumer)
+            if self.active is None:
+                self.active = consumer
         self._update_ring()
 
     def remove(self, consumer: Consumer) -> bool:
@@ -86,12 +94,19 @@ class ConsumerSet:
         else:
             return False
         self._count -= 1
-        if consumer is self.active:
-            # Rings are never rotated while a single consumer is active, so each one's head
-            # is its earliest registered consumer.
-            self.active = levels[0][1][0] if levels else None
-            if consumer.unacked:
-                self._outgoing.append(consumer)
+        if self.single_active:
+            if not self._by_priority:
+                self._order.remove(consumer)
+            if consumer is self.active:
+                if not self._by_priority:
+                    self.active = self._order[0] if self._order else None
+                else:
+                    # Rings are never rotated while a single consumer is active, so each
+                    # one's head is its earliest registered consumer.
+                    self.active = levels[0][1][0] if levels else None
+                self._outgoing = [c for c in self._outgoing if c.unacked]
+                if consumer.unacked:
+                    self._outgoing.append(consumer)
         self._update_ring()
         return True
 
@@ -99,6 +114,7 @@ class ConsumerSet:
         self._levels.clear()
         self._count = 0
         self.active = None
+        self._order.clear()
         self._outgoing.clear()
         self._ring = None
 

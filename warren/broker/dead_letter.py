@@ -42,7 +42,8 @@ def _warn_once(key: tuple[str, ...], text: str, *args: object) -> None:
 def publish(queue: ClassicQueue, message: Message, reason: str) -> int | None:
     """Republish one message of `queue` to its dead-letter exchange. Returns the store batch
     whose fsync the durable copies wait for (0: nothing to wait for), or None when the
-    message goes nowhere: no DLX set, or the DLX does not exist (a warning, once)."""
+    message goes nowhere: no DLX set, a DLX that does not exist (a warning, once), no queue
+    it routes to (cycles left out)."""
     settings = queue.settings
     if settings.dlx is None:
         return None
@@ -69,6 +70,6 @@ def publish(queue: ClassicQueue, message: Message, reason: str) -> int | None:
                        "this cycle will not be reported again", cycle)
         targets = [q for q in targets if q.name not in cycles]
     if not targets:
-        return 0
-    batch = ops.enqueue(dl_message, targets)
-    return batch if batch > 0 else 0  # a target that refused it (reject-publish): at most once
+        return None
+    # A target that refuses it (reject-publish) does not hold up the others: at most once there.
+    return ops.enqueue(dl_message, targets, refusals=False)

@@ -172,13 +172,6 @@ def detect_cycles(message: Message, reason: str, queue_names: list[str]) -> dict
     return cycles
 
 
-def cycle_drops(message: Message, queue_name: str) -> bool:
-    """Whether the dead-lettered `message` must not go to `queue_name`: it would close a cycle
-    with no rejection in it (detect_cycles for one queue, for a reason other than
-    "rejected"; callers skip the check for "rejected")."""
-    return bool(detect_cycles(message, "expired", [queue_name]))
-
-
 def _is_cycle(queue: bytes, deaths: list, death_queues: list) -> bool:
     """rabbit_dead_letter:is_cycle: the message died in `queue` before, and every death since
     (that one included) was automatic: no "rejected" and nothing a client put there."""

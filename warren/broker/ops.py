@@ -251,10 +251,12 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
     return message, queues
 
 
-def enqueue(message: Message, queues: list) -> int:
+def enqueue(message: Message, queues: list, refusals: bool = True) -> int:
     """Hand a routed message to its queues. Returns the store batch whose fsync a confirm of
-    it must wait for (0: none), or REJECTED if a queue refused it (x-overflow reject-publish:
-    the confirm is a basic.nack, whatever the other queues did)."""
+    it must wait for (0: none), or, with `refusals`, REJECTED if a queue refused it
+    (x-overflow reject-publish: the confirm is a basic.nack, whatever the other queues did).
+    Without `refusals` (a dead letter: at most once where refused) the batch is returned
+    whatever a queue refused."""
     batch = 0
     rejected = False
     for q in queues:
@@ -263,4 +265,4 @@ def enqueue(message: Message, queues: list) -> int:
             batch = b
         elif b < 0:
             rejected = True
-    return REJECTED if rejected else batch
+    return REJECTED if rejected and refusals else batch

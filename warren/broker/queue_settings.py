@@ -41,7 +41,8 @@ class QueueSettings:
 def _text(value: Any) -> str | None:
     if value is None:
         return None
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    # (names from the wire keep bytes that are not UTF-8 as surrogates, as exchange names do)
+    return value.decode(errors="surrogateescape") if isinstance(value, bytes) else str(value)
 
 
 def _is_number(value: Any) -> bool:

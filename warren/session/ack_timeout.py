@@ -69,6 +69,8 @@ class AckTimeout:
             self.notes.clear()  # nothing can be waiting for an ack: start() again when there is
             return
         now = self.scheduler.now()
+        if not unacked:
+            self.notes.clear()  # every later delivery has a higher tag: older notes never matter
         self._note(now)
         if unacked:
             oldest = next(iter(unacked))

@@ -22,6 +22,7 @@ evicts only bodies that are on disk already.
 """
 
 import logging
+import math
 import os
 import shutil
 import time
@@ -115,6 +116,12 @@ class Segment:
 
     def mark(self, kind: int, offset: int) -> None:
         self.marks += sg.encode_mark(kind, offset)
+        self.persister.dirty.add(self)
+
+    def mark_count(self, offset: int, count: int) -> None:
+        """The record at `offset` was handed out `count` times before (one pair of marks)."""
+        self.marks += sg.encode_mark(sg.MARK_COUNT, offset) + sg.encode_mark(sg.MARK_COUNT_VALUE,
+                                                                            min(count, 0xFFFFFFFF))
         self.persister.dirty.add(self)
 
     def write_out(self) -> None:
@@ -222,7 +229,10 @@ class DiskQueueStore:
         self.paging = persister.paging
         self.disk_alarm = persister.disk_alarm
         self.paged_out = 0        # entries of _fresh whose body is evicted (PAGED_OUT)
-        self.tail_expiry: dict[int, float] = {}  # seq -> TTL deadline of disk-tail messages
+        # TTL deadlines of disk-tail messages (the records have no room for them), as runs:
+        # (first seq, deadline rounded up to the millisecond, or None), in seq order. A queue
+        # TTL gives one run per millisecond of publishing, not one entry per message.
+        self.tail_expiry: deque[tuple[int, float | None]] = deque()
         if durable and os.path.isdir(directory):
             self._recover()
 
@@ -251,8 +261,13 @@ class DiskQueueStore:
             if not self.disk_count:
                 self.cursor = (seg, qm.off)
             self.disk_count += 1
-            if qm.expiry is not None:  # the record has no room for it: kept until read back
-                self.tail_expiry[qm.seq] = qm.expiry
+            expiry = qm.expiry
+            if expiry is not None or self.tail_expiry:
+                if expiry is not None:
+                    expiry = math.ceil(expiry * 1000) / 1000
+                runs = self.tail_expiry
+                if not runs or runs[-1][1] != expiry:
+                    runs.append((qm.seq, expiry))
             return
         self._fresh.append(qm)
         self.fresh_bytes += size
@@ -296,6 +311,12 @@ class DiskQueueStore:
         seg = qm.seg
         if seg is not None and qm.durable:
             seg.mark(sg.MARK_DELIVERED, qm.off)
+
+    def carry_deliveries(self, qm: QueuedMessage) -> None:
+        """qm (a message appended again) keeps its delivery count across a restart."""
+        seg = qm.seg
+        if seg is not None and qm.durable and qm.deliveries:
+            seg.mark_count(qm.off, qm.deliveries)
 
     def settle(self, qm: QueuedMessage) -> None:
         seg = qm.seg
@@ -397,6 +418,12 @@ class DiskQueueStore:
         self.segments.clear()
         self.write_seg = None
         shutil.rmtree(self.directory, ignore_errors=True)
+        # Nothing of the queue is left to hand out, in memory either (as MemoryQueueStore).
+        self._fresh.clear()
+        self._requeued.clear()
+        self.tail_expiry.clear()
+        self.disk_count = self.ready_bytes = self.fresh_bytes = self.paged_out = 0
+        self.cursor = None
 
     # ---------------------------------------------------------------- writing
     def _append(self, qm: QueuedMessage, flags: int) -> Segment:
@@ -520,7 +547,7 @@ class DiskQueueStore:
                 qm.off = record_offset
                 qm.durable = flags == FLAG_DURABLE
                 if self.tail_expiry:
-                    qm.expiry = self.tail_expiry.pop(seq, None)
+                    qm.expiry = self._tail_expiry(seq)
                 if delivered:
                     deliveries = delivered.get(record_offset, 0)
                     if deliveries:
@@ -535,6 +562,16 @@ class DiskQueueStore:
                     break
             offset += pos
         self.cursor = (seg, offset) if self.disk_count else None
+        if not self.disk_count:
+            self.tail_expiry.clear()
+
+    def _tail_expiry(self, seq: int) -> float | None:
+        """The TTL deadline of the disk-tail message `seq` being read back (in seq order)."""
+        runs = self.tail_expiry
+        while len(runs) > 1 and runs[1][0] <= seq:
+            runs.popleft()
+        first, expiry = runs[0]
+        return expiry if first <= seq else None
 
     def _purge_disk_tail(self) -> None:
         assert self.cursor is not None  # there is a disk tail

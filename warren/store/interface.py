@@ -53,6 +53,11 @@ class QueueStore(Protocol):
         """Handed to a consumer that must ack (recorded so a restart sets redelivered)."""
         ...
 
+    def carry_deliveries(self, qm: QueuedMessage) -> None:
+        """qm, a message appended again (a quorum queue's requeue to the tail), was handed out
+        qm.deliveries times: recorded once, so a restart knows its count."""
+        ...
+
     def destroy(self) -> None:
         """The queue is deleted: drop everything, including files."""
         ...

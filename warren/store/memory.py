@@ -56,6 +56,9 @@ class MemoryQueueStore:
     def settle(self, qm: QueuedMessage) -> None:
         pass
 
+    def carry_deliveries(self, qm: QueuedMessage) -> None:
+        pass
+
     def purge(self) -> int:
         count = len(self)
         self._fresh.clear()

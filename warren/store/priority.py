@@ -132,6 +132,9 @@ class PriorityQueueStore:
     def settle(self, qm: QueuedMessage) -> None:
         self._level(qm).settle(qm)
 
+    def carry_deliveries(self, qm: QueuedMessage) -> None:
+        self._level(qm).carry_deliveries(qm)
+
     def purge(self) -> int:
         return sum(store.purge() for store in self._order)
 

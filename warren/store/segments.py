@@ -67,6 +67,11 @@ class Record(NamedTuple):
 
 MARK_ACK = 0x41        # 'A': settled for good
 MARK_DELIVERED = 0x44  # 'D': handed to a consumer (drives the redelivered flag)
+# 'C' then 'N': the record was handed out N times before (a message a quorum queue appended
+# again keeps its count in one pair of marks, not N 'D' marks); N is the offset field of 'N'.
+MARK_COUNT = 0x43
+MARK_COUNT_VALUE = 0x4E
+_KINDS = (MARK_ACK, MARK_DELIVERED, MARK_COUNT, MARK_COUNT_VALUE)
 _MARK = struct.Struct(">BIxH")  # kind, record offset, pad, check
 MARK_SIZE = _MARK.size
 _U32 = struct.Struct(">I")      # a mark's check bits cover its kind and its offset as a u32
@@ -173,17 +178,25 @@ def read_marks(data: bytes) -> tuple[set[int], dict[int, int], str | None]:
     delivered: dict[int, int] = {}
     usable = len(data) - len(data) % MARK_SIZE
     bad: list[int] = []
+    counted: int | None = None  # the record of a 'C' mark, until its 'N'
     for pos in range(0, usable, MARK_SIZE):
         kind, offset, check = _MARK.unpack_from(data, pos)
-        if check != zlib.crc32(bytes((kind,)) + _U32.pack(offset)) & 0xFFFF or kind not in (MARK_ACK, MARK_DELIVERED):
+        if check != zlib.crc32(bytes((kind,)) + _U32.pack(offset)) & 0xFFFF or kind not in _KINDS:
             # A bad mark is skipped (each mark has its own check bits, so the next ones still
             # count). An unread ack only means a redelivery (at least once).
             bad.append(pos)
+            counted = None
             continue
         if kind == MARK_ACK:
             acked.add(offset)
-        else:
+        elif kind == MARK_DELIVERED:
             delivered[offset] = delivered.get(offset, 0) + 1
+        elif kind == MARK_COUNT:
+            counted = offset
+            continue
+        elif counted is not None:  # MARK_COUNT_VALUE right after its MARK_COUNT
+            delivered[counted] = delivered.get(counted, 0) + offset
+        counted = None
     problems: list[str] = []
     if bad:
         problems.append(f"bad mark at offset {bad[0]}" + (f" and {len(bad) - 1} more" if len(bad) > 1 else ""))

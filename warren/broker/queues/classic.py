@@ -6,6 +6,7 @@ import logging
 import math
 import time
 from collections import deque
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ...store import MemoryQueueStore, QueueStore
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.queue")
 
+# Seconds between retries of dead letters held by dead-letter-strategy at-least-once.
+DEAD_LETTER_RETRY = 1.0
+
 
 
 class ClassicQueue:
@@ -44,7 +48,8 @@ class ClassicQueue:
         self.arguments = arguments or {}
         self.store: QueueStore = store if store is not None else MemoryQueueStore()
         # x-single-active-consumer exists only as an argument in RabbitMQ 3.10 (no policy key).
-        self.consumers = ConsumerSet(single_active=self.arguments.get("x-single-active-consumer") is True)
+        self.consumers = ConsumerSet(single_active=self.arguments.get("x-single-active-consumer") is True,
+                                     successor_by_priority=self.SAC_SUCCESSOR_BY_PRIORITY)
         self.unacked_count = 0
         self.next_seq = getattr(self.store, "max_seq", 0)  # continue after recovered messages
         self.deleted = False
@@ -67,8 +72,13 @@ class ClassicQueue:
         self._ttl_timer_at = 0.0
         self._expiry_timer: Timer | None = None
         self._last_used = self._started
-        # Dead-lettered messages whose durable copies wait for an fsync: (batch, message).
-        self._dead_lettering: deque[tuple[int, QueuedMessage]] = deque()
+        # Messages whose copies (dead-lettered, or re-appended by a quorum queue) wait for an
+        # fsync before they are settled: (batch, message, requeue if the write fails).
+        self._unsafe: deque[tuple[int, QueuedMessage, bool]] = deque()
+        # dead-letter-strategy at-least-once (quorum queues): dead letters that went nowhere,
+        # unsettled (a restart finds them again) and retried every DEAD_LETTER_RETRY seconds.
+        self._held_dead_letters: list[tuple[QueuedMessage, str]] = []
+        self._held_timer: Timer | None = None
         self._waiting_sync = False
 
     # identity ----------------------------------------------------------------
@@ -110,6 +120,8 @@ class ClassicQueue:
         """Resolve the queue's arguments and policies (at creation and after every policy
         change) and apply them at once, as RabbitMQ's process_args_policy: a lower max-length
         drops (dead-letters) the head now, a new x-expires restarts the unused timer."""
+        if self.deleted:
+            return
         old = self.settings
         s = self.settings = self.adjust_settings(resolve(self.arguments, self.policy, self.operator_policy,
                                                          self.POLICY_WINS))
@@ -123,12 +135,17 @@ class ClassicQueue:
         if self.expiring:
             self.drop_expired()
 
+    # Single active consumer: the successor is the highest-priority consumer (else the
+    # earliest registered, as rabbit_fifo does).
+    SAC_SUCCESSOR_BY_PRIORITY = True
+
     # Settings whose policy value beats the queue's argument (queue_settings.resolve).
     POLICY_WINS: frozenset[str] = frozenset()
 
     def adjust_settings(self, s: QueueSettings) -> QueueSettings:
-        """What this queue type makes of resolved settings (a quorum queue's fallbacks)."""
-        return s
+        """What this queue type makes of resolved settings: a classic queue ignores a
+        dead-letter-strategy policy, as RabbitMQ's (the argument is refused)."""
+        return replace(s, dead_letter_strategy="at-most-once") if s.dead_letter_strategy != "at-most-once" else s
 
     # enqueue and deliver -----------------------------------------------------
     def publish(self, message) -> int:
@@ -207,6 +224,8 @@ class ClassicQueue:
 
     def deliver_ready(self) -> None:
         """Push stored messages to consumers while any has credit."""
+        if self.deleted:
+            return  # (a channel's ack or cancel may still name it)
         store = self.store
         consumers = self.consumers
         expiring = self.expiring
@@ -263,9 +282,15 @@ class ClassicQueue:
         """Dead-letter (or drop) expired messages at the head, as RabbitMQ's classic queues
         (a message behind the head waits for it, whatever its own TTL), and set the timer for
         the next head's expiry. True if any expired."""
+        if self.deleted:
+            return False
         store = self.store
         now = self._now()
         dropped = False
+        if not len(store):
+            if not self.unacked_count and self.settings.message_ttl is None:
+                self.expiring = False  # no deadline left anywhere: the fast paths again
+            return False
         while (qm := store.peek()) is not None:
             expiry = qm.expiry
             if expiry is None:
@@ -336,10 +361,11 @@ class ClassicQueue:
 
     def stop_timers(self) -> None:
         """The queue is deleted: cancel its timers."""
-        for timer in (self._ttl_timer, self._expiry_timer):
+        for timer in (self._ttl_timer, self._expiry_timer, self._held_timer):
             if timer is not None:
                 timer.cancel()
-        self._ttl_timer = self._expiry_timer = None
+        self._ttl_timer = self._expiry_timer = self._held_timer = None
+        self._held_dead_letters.clear()
 
     # dead-lettering ----------------------------------------------------------
     def dead_letter(self, qms: list[QueuedMessage], reason: str) -> None:
@@ -350,31 +376,56 @@ class ClassicQueue:
         stats = self.stats
         for qm in qms:
             batch = dead_letter.publish(self, qm.message, reason)
+            if batch is None and self.settings.dead_letter_strategy == "at-least-once":
+                self._held_dead_letters.append((qm, reason))  # kept until it routes somewhere
+                self._retry_dead_letters_later()
+                continue
             stats[("dropped_" if batch is None else "dead_lettered_") + reason] += 1
             if batch and qm.seg is not None:
-                self._dead_lettering.append((batch, qm))
+                self.settle_when_safe(batch, qm, requeue_on_failure=True)
             else:
                 self.store.settle(qm)
-        if self._dead_lettering and not self._waiting_sync:
+
+    def _retry_dead_letters_later(self) -> None:
+        scheduler = self._scheduler()
+        if self._held_timer is None and scheduler is not None:
+            self._held_timer = scheduler.call_later(DEAD_LETTER_RETRY, self._retry_dead_letters)
+
+    def _retry_dead_letters(self) -> None:
+        """dead-letter-strategy at-least-once: try the held dead letters again (the DLX or a
+        binding may exist now); those that still go nowhere stay held."""
+        self._held_timer = None
+        if self.deleted:
+            return
+        held = self._held_dead_letters
+        self._held_dead_letters = []
+        for qm, reason in held:
+            self.dead_letter([qm], reason)
+
+    def settle_when_safe(self, batch: int, qm: QueuedMessage, requeue_on_failure: bool) -> None:
+        """Settle qm once store batch `batch` (its copy, elsewhere) is on disk. If that write
+        fails, qm is requeued here (`requeue_on_failure`), or its record is left for the next
+        start-up to find (a copy already serves it in memory)."""
+        self._unsafe.append((batch, qm, requeue_on_failure))
+        if not self._waiting_sync:
             self._waiting_sync = True
             self.vhost.broker.durability.wait(self)
 
     def store_synced(self) -> None:
-        """A SyncWaiter: an fsync finished; let go of the dead-lettered copies now on disk. A
-        copy whose write failed puts its message back (it was never safe elsewhere)."""
+        """A SyncWaiter: an fsync finished; let go of the messages whose copies are on disk."""
         self._waiting_sync = False
         status = self.vhost.broker.durability.status
-        pending = self._dead_lettering
+        pending = self._unsafe
         while pending:
             safe = status(pending[0][0])
             if safe is None:
                 break
-            _batch, qm = pending.popleft()
+            _batch, qm, requeue_on_failure = pending.popleft()
             if self.deleted:
                 continue
             if safe:
                 self.store.settle(qm)
-            else:
+            elif requeue_on_failure:
                 qm.redelivered = True
                 self.store.requeue(qm)
         if pending and not self.deleted:
@@ -414,10 +465,8 @@ class ClassicQueue:
                 self._drop_over_limit()
             if self.expiring:
                 self.drop_expired()
-        elif self.settings.dlx is not None:
-            self.dead_letter([qm], "rejected")
         else:
-            self.store.settle(qm)
+            self.dead_letter([qm], "rejected")  # (or dropped, and counted, without a DLX)
 
     def purge(self) -> int:
         return self.store.purge()
@@ -434,9 +483,6 @@ class ClassicQueue:
         self.consumers.remove(consumer)
         if not self.consumers and self.settings.expires is not None:
             self.touch()
-
-    def has_exclusive_consumer(self) -> bool:
-        return any(c.exclusive for c in self.consumers)
 
     @property
     def unused_auto_delete(self) -> bool:

@@ -86,6 +86,7 @@ class QuorumQueue(ClassicQueue):
     """RabbitMQ's quorum queue, on this node only (leader and only member)."""
 
     queue_type = "quorum"
+    SAC_SUCCESSOR_BY_PRIORITY = False  # rabbit_fifo activates the earliest registered waiting consumer
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -120,7 +121,9 @@ class QuorumQueue(ClassicQueue):
             self._warn_once("overflow", "Invalid overflow strategy <<\"reject-publish-dlx\">> for quorum queue: %s",
                             self.describe())
             changes["overflow"] = overflow = "drop-head"
-        if s.dead_letter_strategy == "at-least-once" and s.dlx is not None and overflow != "reject-publish":
+        if s.dead_letter_strategy == "at-least-once" and s.dlx is None:
+            changes["dead_letter_strategy"] = "at-most-once"  # no dead-lettering at all (dlh/5)
+        elif s.dead_letter_strategy == "at-least-once" and overflow != "reject-publish":
             self._warn_once("strategy", "Falling back to dead-letter-strategy at-most-once for %s because configured "
                             "dead-letter-strategy at-least-once is incompatible with effective overflow strategy "
                             "drop-head. To enable dead-letter-strategy at-least-once, set overflow strategy to "
@@ -199,10 +202,12 @@ class QuorumQueue(ClassicQueue):
             again = QueuedMessage(self.next_seq, qm.message, True)
             again.deliveries = qm.deliveries
             again.expiry = qm.expiry
-            store.accept(again)
-            for _ in range(again.deliveries):
-                store.delivered(again)  # its count survives a restart, as the old entry's marks did
-            store.settle(qm)
+            batch = store.accept(again)
+            store.carry_deliveries(again)  # its count survives a restart, as the old entry's marks did
+            if batch and qm.seg is not None:
+                self.settle_when_safe(batch, qm, requeue_on_failure=False)  # old record until the new one is on disk
+            else:
+                store.settle(qm)
             store.push(again)
         if self.settings.limited and self.settings.overflow == "drop-head":
             self._drop_over_limit()
