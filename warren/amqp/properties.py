@@ -157,19 +157,24 @@ def _leftover(n: int, end: int) -> str:
     return f"{n - end} bytes after the properties"
 
 
+def _after_headers(payload, flags: int) -> int:
+    """Where the properties after `headers` start (delivery_mode, then priority)."""
+    pos = HEADER_PREFIX
+    if flags & 0x8000:  # content_type
+        pos += 1 + payload[pos]
+    if flags & 0x4000:  # content_encoding
+        pos += 1 + payload[pos]
+    if flags & FLAG_HEADERS:
+        pos += 4 + _I.unpack_from(payload, pos)[0]
+    return pos
+
+
 def delivery_mode(payload) -> int:
     """The delivery mode (2 = persistent) without decoding other properties."""
     flags = (payload[12] << 8) | payload[13]
     if not flags & FLAG_DELIVERY_MODE:
         return 1
-    pos = HEADER_PREFIX
-    if flags & 0x8000:
-        pos += 1 + payload[pos]
-    if flags & 0x4000:
-        pos += 1 + payload[pos]
-    if flags & FLAG_HEADERS:
-        pos += 4 + _I.unpack_from(payload, pos)[0]
-    return payload[pos]
+    return payload[_after_headers(payload, flags)]
 
 
 def priority(payload) -> int:
@@ -178,16 +183,7 @@ def priority(payload) -> int:
     flags = (payload[12] << 8) | payload[13]
     if not flags & 0x0800:  # priority
         return 0
-    pos = HEADER_PREFIX
-    if flags & 0x8000:
-        pos += 1 + payload[pos]
-    if flags & 0x4000:
-        pos += 1 + payload[pos]
-    if flags & FLAG_HEADERS:
-        pos += 4 + _I.unpack_from(payload, pos)[0]
-    if flags & FLAG_DELIVERY_MODE:
-        pos += 1
-    return payload[pos]
+    return payload[_after_headers(payload, flags) + (1 if flags & FLAG_DELIVERY_MODE else 0)]
 
 
 def encode_header(body_size: int, props: dict) -> bytes:

@@ -84,29 +84,11 @@ def route_keys(vhost: VHost, exchange: Exchange, routing_keys: list[str], messag
             if q is not None:
                 found[q] = None
         return list(found)
-    queues: dict = {}
-    seen = {exchange}
-    work = [(exchange, _match(exchange, routing_keys, message))]
-    while work:
-        x, dests = work.pop()
-        if not dests:
-            ae_name = x.alternate_exchange
-            if ae_name is not None:
-                ae = vhost.exchanges.get(ae_name)
-                if ae is None:
-                    log.warning("alternate exchange '%s' of %s does not exist; message dropped",
-                                ae_name, x.describe())
-                elif ae not in seen:
-                    seen.add(ae)
-                    work.append((ae, _match(ae, routing_keys, message)))
-            continue
-        for d in dests:
-            if d.kind == "queue":
-                queues[d] = None
-            elif d not in seen:
-                seen.add(d)
-                work.append((d, _match(d, routing_keys, message)))
-    return list(queues)
+
+    def match(x: Exchange) -> list:
+        return _match(x, routing_keys, message)
+
+    return vhost.follow(exchange, match(exchange), match)
 
 
 def _match(x: Exchange, routing_keys: list[str], message: Message) -> list:

@@ -1,7 +1,7 @@
 """A virtual host: its exchanges and queues, and message routing between them."""
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .errors import access_refused, not_found, precondition_failed, resource_locked, rs
 from .exchanges import TYPES, Binding, DefaultExchange, Exchange
@@ -217,6 +217,13 @@ class VHost:
                     break
             else:
                 return list(dests)
+        return self.follow(exchange, dests, lambda x: x.match(routing_key, message))
+
+    def follow(self, exchange, dests: list, match: Callable[[Exchange], list]) -> list:
+        """The queues reached from `dests`, what `exchange` selected, following
+        exchange-to-exchange bindings and alternate exchanges (`match(x)`: what exchange x
+        selects): an exchange's AE is tried when that exchange's own bindings select
+        nothing, no exchange is visited twice, each queue is routed to once."""
         queues: dict = {}
         seen = {exchange}
         work = [(exchange, dests)]
@@ -231,12 +238,12 @@ class VHost:
                                     ae_name, x.describe())
                     elif ae not in seen:
                         seen.add(ae)
-                        work.append((ae, ae.match(routing_key, message)))
+                        work.append((ae, match(ae)))
                 continue
             for d in dests:
                 if d.kind == "queue":
                     queues[d] = None
                 elif d not in seen:
                     seen.add(d)
-                    work.append((d, d.match(routing_key, message)))
+                    work.append((d, match(d)))
         return list(queues)

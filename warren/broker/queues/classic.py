@@ -159,7 +159,7 @@ class ClassicQueue:
         self.stats["publish"] += 1
         store = self.store
         batch = store.accept(qm)
-        if self.consumers and not len(store) and self._dispatch(qm):
+        if self.consumers.count and not len(store) and self._dispatch(qm):
             return batch
         store.push(qm)
         return batch
@@ -184,7 +184,7 @@ class ClassicQueue:
             self.expiring = True
         self.stats["publish"] += 1
         batch = store.accept(qm)
-        if self.consumers and not len(store) and self._dispatch(qm):
+        if self.consumers.count and not len(store) and self._dispatch(qm):
             return batch  # even with a TTL of 0, as RabbitMQ: it had not expired yet
         store.push(qm)
         if s.limited and s.overflow == "drop-head":
@@ -216,6 +216,15 @@ class ClassicQueue:
         """Change what a redelivery of qm carries (only when LABELS_REDELIVERIES)."""
 
     def _dispatch(self, qm) -> bool:
+        ring = self.consumers.ring
+        if ring is not None:  # ConsumerSet.next_ready() inlined for its common case
+            for _ in range(len(ring)):
+                consumer = ring[0]
+                ring.rotate(-1)
+                if consumer.ready():
+                    consumer.channel.deliver(consumer, qm)
+                    return True
+            return False
         consumer = self.consumers.next_ready()
         if consumer is None:
             return False
@@ -232,7 +241,7 @@ class ClassicQueue:
         labels = self.LABELS_REDELIVERIES
         if expiring:
             self.drop_expired()
-        while consumers and len(store):
+        while consumers.count and len(store):
             consumer = consumers.next_ready()
             if consumer is None:
                 return
