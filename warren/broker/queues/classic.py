@@ -225,10 +225,10 @@ class ClassicQueue:
                     consumer.channel.deliver(consumer, qm)
                     return True
             return False
-        consumer = self.consumers.next_ready()
-        if consumer is None:
+        chosen = self.consumers.next_ready()
+        if chosen is None:
             return False
-        consumer.channel.deliver(consumer, qm)
+        chosen.channel.deliver(chosen, qm)
         return True
 
     def deliver_ready(self) -> None:
