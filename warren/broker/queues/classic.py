@@ -1,4 +1,6 @@
-"""A classic queue: ready messages in a store, consumers served round-robin, unacked accounting."""
+"""A classic queue: ready messages in a store, consumers served by their ConsumerSet, unacked
+accounting, and what its arguments and policies ask for: message TTL, x-expires, length
+limits and overflow modes, dead-lettering."""
 
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 from ...store import MemoryQueueStore, QueueStore
 from ...store.queued_message import QueuedMessage
 from .. import dead_letter
-from ..ops import REJECTED
 from ..consumer_set import ConsumerSet
 from ..errors import inequivalent, precondition_failed, rs
+from ..ops import REJECTED
 from ..publish_checks import parse_expiration
 from ..queue_arguments import check_equivalent_arguments
 from ..queue_settings import PLAIN, QueueSettings, resolve
@@ -31,11 +33,19 @@ log = logging.getLogger("warren.queue")
 DEAD_LETTER_RETRY = 1.0
 
 
-
 class ClassicQueue:
     """RabbitMQ's classic queue: FIFO, every message stored once in this node's store."""
 
     queue_type = "classic"  # x-queue-type, and the management API's "type"
+    # What a queue type changes (quorum.py):
+    # single active consumer: the successor is the highest-priority consumer (else the
+    # earliest registered, as rabbit_fifo does);
+    SAC_SUCCESSOR_BY_PRIORITY = True
+    # settings whose policy value beats the queue's argument (queue_settings.resolve);
+    POLICY_WINS: frozenset[str] = frozenset()
+    # whether a message that comes back is delivered with a label (label_redelivery(): a
+    # quorum queue's x-delivery-count).
+    LABELS_REDELIVERIES = False
 
     def __init__(self, vhost: VHost, name: str, durable: bool = False, exclusive_owner: object | None = None,
                  auto_delete: bool = False, arguments: dict[str, Any] | None = None,
@@ -135,13 +145,6 @@ class ClassicQueue:
         if self.expiring:
             self.drop_expired()
 
-    # Single active consumer: the successor is the highest-priority consumer (else the
-    # earliest registered, as rabbit_fifo does).
-    SAC_SUCCESSOR_BY_PRIORITY = True
-
-    # Settings whose policy value beats the queue's argument (queue_settings.resolve).
-    POLICY_WINS: frozenset[str] = frozenset()
-
     def adjust_settings(self, s: QueueSettings) -> QueueSettings:
         """What this queue type makes of resolved settings: a classic queue ignores a
         dead-letter-strategy policy, as RabbitMQ's (the argument is refused)."""
@@ -206,11 +209,10 @@ class ClassicQueue:
     def _drop_over_limit(self) -> None:
         """drop-head: dead-letter (or drop) messages from the head until within the limits."""
         while self._over_limit():
-            self.dead_letter(self.store.drop_head(1), "maxlen")
-
-    # Whether a message that comes back is delivered with a label (label_redelivery()):
-    # a quorum queue's x-delivery-count.
-    LABELS_REDELIVERIES = False
+            dropped = self.store.drop_head(1)
+            if not dropped:
+                break  # (nothing left to drop: never loop on a count that does not move)
+            self.dead_letter(dropped, "maxlen")
 
     def label_redelivery(self, qm: QueuedMessage) -> None:
         """Change what a redelivery of qm carries (only when LABELS_REDELIVERIES)."""
@@ -310,8 +312,11 @@ class ClassicQueue:
                 if expiry != math.inf:
                     self._arm_ttl_timer(expiry, now)
                 return dropped
+            expired = store.drop_head(1)
+            if not expired:
+                return dropped  # (peek and drop_head disagree: never loop on it)
             dropped = True
-            self.dead_letter(store.drop_head(1), "expired")
+            self.dead_letter(expired, "expired")
         return dropped
 
     def _arm_ttl_timer(self, expiry: float, now: float) -> None:
