@@ -5,6 +5,7 @@ the message stays in the source instead of being lost; see tests/crash/test_dead
 for kill -9 while dead-lettering."""
 
 import signal
+import time
 
 import pika
 
@@ -85,3 +86,29 @@ def test_dead_lettered_copy_survives_while_source_settles(make_broker, restart_b
             got.append((m[2], m[1].headers["x-death"][0]["reason"]))
         assert sorted(got) == [(b"expired", "expired"), (b"rejected", "rejected")]
         assert [ch.queue_declare(q, passive=True).method.message_count for q in (work, ttl)] == [0, 0]
+
+
+def test_ttl_counts_from_the_publish_across_a_restart(make_broker, restart_broker, uid):
+    """The TTL deadline is kept in the message's record: after a kill -9 and a restart the
+    message still expires when it would have (RabbitMQ keeps it in its queue index too), not
+    a whole TTL after the restart."""
+    b = make_broker()
+    q, dlq = f"ttl-{uid}", f"dlq-{uid}"
+    with pika.BlockingConnection(b.pika_params()) as conn:
+        ch = conn.channel()
+        ch.queue_declare(dlq, durable=True)
+        ch.queue_declare(q, durable=True, arguments={"x-message-ttl": 4000, "x-dead-letter-exchange": "",
+                                                     "x-dead-letter-routing-key": dlq})
+        ch.confirm_delivery()
+        ch.basic_publish("", q, b"timed", PERSISTENT)
+        published = time.monotonic()
+    time.sleep(2)
+    b = restart_broker(b, sig=signal.SIGKILL)
+    with pika.BlockingConnection(b.pika_params()) as conn:
+        ch = conn.channel()
+        assert ch.queue_declare(q, passive=True).method.message_count == 1  # not expired yet
+        while (m := ch.basic_get(dlq, auto_ack=True))[0] is None:
+            assert time.monotonic() - published < 5.5, "the TTL started again at the restart"
+            conn.sleep(0.05)
+        assert m[2] == b"timed" and m[1].headers["x-death"][0]["reason"] == "expired"
+        assert time.monotonic() - published > 3.9

@@ -9,6 +9,7 @@ a marker message), else after a short bounded wait.
 """
 
 import asyncio
+import signal
 import time
 
 import kombu
@@ -315,3 +316,16 @@ def test_kombu_message_ttl_and_expires(broker, uid):
             return False
 
         wait_until(gone, what="the queue to expire", interval=0.5)
+
+
+def test_x_expires_of_a_recovered_queue_counts_from_the_start(make_broker, restart_broker, uid):
+    """A durable queue with x-expires that nobody uses after a restart still expires
+    (its timer starts when the broker does)."""
+    b = make_broker()
+    q = f"exp-restart-{uid}"
+    with pika.BlockingConnection(b.pika_params()) as conn:
+        conn.channel().queue_declare(q, durable=True, arguments={"x-expires": 1500})
+    b = restart_broker(b, sig=signal.SIGKILL)
+    time.sleep(2.5)  # nobody touches it: no declare, no get, no consumer
+    with pika.BlockingConnection(b.pika_params()) as conn:
+        assert not queue_exists(conn, q)

@@ -92,6 +92,14 @@ class Broker:
         self.add_user(User.with_password(user, password, tags=list(tags)))
         self.set_permissions(user, vhost, *permissions)
 
+    def set_scheduler(self, scheduler: Scheduler) -> None:
+        """The server's loop is running: the model's timers can start, also those of queues
+        recovered before it (x-expires, the TTL of the messages at their heads)."""
+        self.scheduler = scheduler
+        for vhost in list(self.vhosts.values()):
+            for queue in list(vhost.queues.values()):
+                queue.start_timers()
+
     def make_store(self, vhost: str, queue: str, durable: bool,
                    arguments: dict | None = None) -> "QueueStore | None":
         """The store for a new queue (None: the queue's in-memory default), from its validated

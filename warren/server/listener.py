@@ -52,7 +52,7 @@ class Server:
     async def start(self):
         self.loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
-        self.broker.scheduler = LoopScheduler(self.loop)
+        self.broker.set_scheduler(LoopScheduler(self.loop))
         tune_gc()
         self.reclaimer = MemoryReclaimer(self.loop)
         self.reclaimer.start()

@@ -22,7 +22,6 @@ evicts only bodies that are on disk already.
 """
 
 import logging
-import math
 import os
 import shutil
 import time
@@ -229,10 +228,6 @@ class DiskQueueStore:
         self.paging = persister.paging
         self.disk_alarm = persister.disk_alarm
         self.paged_out = 0        # entries of _fresh whose body is evicted (PAGED_OUT)
-        # TTL deadlines of disk-tail messages (the records have no room for them), as runs:
-        # (first seq, deadline rounded up to the millisecond, or None), in seq order. A queue
-        # TTL gives one run per millisecond of publishing, not one entry per message.
-        self.tail_expiry: deque[tuple[int, float | None]] = deque()
         if durable and os.path.isdir(directory):
             self._recover()
 
@@ -261,13 +256,7 @@ class DiskQueueStore:
             if not self.disk_count:
                 self.cursor = (seg, qm.off)
             self.disk_count += 1
-            expiry = qm.expiry
-            if expiry is not None or self.tail_expiry:
-                if expiry is not None:
-                    expiry = math.ceil(expiry * 1000) / 1000
-                runs = self.tail_expiry
-                if not runs or runs[-1][1] != expiry:
-                    runs.append((qm.seq, expiry))
+
             return
         self._fresh.append(qm)
         self.fresh_bytes += size
@@ -337,7 +326,6 @@ class DiskQueueStore:
             self.settle(self._fresh.popleft())
         if self.disk_count:
             self._purge_disk_tail()
-        self.tail_expiry.clear()
         self.ready_bytes = self.fresh_bytes = self.paged_out = 0
         return count
 
@@ -394,9 +382,10 @@ class DiskQueueStore:
         assert seg is not None, "an evicted message without a record"
         offset = qm.off
         head = seg.read(offset, _PROBE)
-        length, _crc, _flags, _seq, route_len = sg.RECORD_HEAD.unpack_from(head, 0)
+        length, _crc, flags, _seq, route_len = sg.RECORD_HEAD.unpack_from(head, 0)
         end = sg.PREFIX_SIZE + length
-        header_start = sg.HEAD_SIZE + route_len + sg.HEADER_LEN_SIZE
+        route_start = sg.route_start(flags)
+        header_start = route_start + route_len + sg.HEADER_LEN_SIZE
         if header_start > len(head):
             head = seg.read(offset, header_start)
         header_end = header_start + sg.HEADER_LEN.unpack_from(head, header_start - sg.HEADER_LEN_SIZE)[0]
@@ -406,7 +395,7 @@ class DiskQueueStore:
             body = seg.read_body(offset + header_end, end - header_end)
         else:
             body = head[header_end:end]
-        route = head[sg.HEAD_SIZE:sg.HEAD_SIZE + route_len]
+        route = head[route_start:route_start + route_len]
         exchange, routing_key = _route_parts(route)
         qm.message = Message(exchange, routing_key, route, head[header_start:header_end], body)
         self.paged_out -= 1
@@ -421,7 +410,6 @@ class DiskQueueStore:
         # Nothing of the queue is left to hand out, in memory either (as MemoryQueueStore).
         self._fresh.clear()
         self._requeued.clear()
-        self.tail_expiry.clear()
         self.disk_count = self.ready_bytes = self.fresh_bytes = self.paged_out = 0
         self.cursor = None
 
@@ -432,10 +420,12 @@ class DiskQueueStore:
             seg = self._roll()
         msg = qm.message
         body = msg.body
+        # A TTL deadline goes into the record in wall-clock ms, which mean the same after a restart.
+        expiry = None if qm.expiry is None else int((qm.expiry - time.monotonic() + time.time()) * 1000)
         if len(body) >= BIG_BODY:
-            qm.off = seg.append(sg.encode_record_head(flags, qm.seq, msg.route, msg.header, body), body)
+            qm.off = seg.append(sg.encode_record_head(flags, qm.seq, msg.route, msg.header, body, expiry), body)
         else:
-            qm.off = seg.append(sg.encode_record(flags, qm.seq, msg.route, msg.header, body))
+            qm.off = seg.append(sg.encode_record(flags, qm.seq, msg.route, msg.header, body, expiry))
         qm.seg = seg
         qm.durable = flags == sg.FLAG_DURABLE
         return seg
@@ -481,6 +471,8 @@ class DiskQueueStore:
         # call per record (sg.read_record) costs measurably here.
         unpack_head, unpack_header_len = sg.RECORD_HEAD.unpack_from, sg.HEADER_LEN.unpack_from
         head_size, prefix_size, header_len_size = sg.HEAD_SIZE, sg.PREFIX_SIZE, sg.HEADER_LEN_SIZE
+        flag_expiry, expiry_size, unpack_expiry = sg.FLAG_EXPIRY, sg.EXPIRY_SIZE, sg.EXPIRY.unpack_from
+        clock = time.monotonic() - time.time()  # a record's wall-clock deadline -> this run's clock
         last_route = last_header = b""  # never a record's (a route holds two shortstrs)
         last_parts = ("", "")
         read_size = READ_CHUNK
@@ -518,6 +510,8 @@ class DiskQueueStore:
                     read_size = _PROBE
                     if not (acked and offset in acked):
                         start = head_size + route_len + header_len_size
+                        if flags & flag_expiry:
+                            start += expiry_size
                         if start > len(chunk):
                             chunk = seg.read(offset, start)
                         start += unpack_header_len(chunk, start - header_len_size)[0]
@@ -531,6 +525,10 @@ class DiskQueueStore:
                 pos = end
                 if acked and record_offset in acked:
                     continue
+                expiry = None
+                if flags & flag_expiry:
+                    expiry = clock + unpack_expiry(chunk, p)[0] / 1000
+                    p += expiry_size
                 route = chunk[p:p + route_len]
                 p += route_len
                 header_end = p + header_len_size + unpack_header_len(chunk, p)[0]
@@ -545,9 +543,8 @@ class DiskQueueStore:
                 qm = QueuedMessage(seq, Message(last_parts[0], last_parts[1], last_route, last_header, body))
                 qm.seg = seg
                 qm.off = record_offset
-                qm.durable = flags == FLAG_DURABLE
-                if self.tail_expiry:
-                    qm.expiry = self._tail_expiry(seq)
+                qm.durable = bool(flags & FLAG_DURABLE)
+                qm.expiry = expiry
                 if delivered:
                     deliveries = delivered.get(record_offset, 0)
                     if deliveries:
@@ -562,16 +559,6 @@ class DiskQueueStore:
                     break
             offset += pos
         self.cursor = (seg, offset) if self.disk_count else None
-        if not self.disk_count:
-            self.tail_expiry.clear()
-
-    def _tail_expiry(self, seq: int) -> float | None:
-        """The TTL deadline of the disk-tail message `seq` being read back (in seq order)."""
-        runs = self.tail_expiry
-        while len(runs) > 1 and runs[1][0] <= seq:
-            runs.popleft()
-        first, expiry = runs[0]
-        return expiry if first <= seq else None
 
     def _purge_disk_tail(self) -> None:
         assert self.cursor is not None  # there is a disk tail
@@ -595,7 +582,7 @@ class DiskQueueStore:
                 off = start + rel
                 if off in current.acked_set:
                     continue
-                if flags == sg.FLAG_DURABLE:
+                if flags & sg.FLAG_DURABLE:
                     current.mark(sg.MARK_ACK, off)
                 current.acked += 1
             if current.acked >= current.count and current is not self.write_seg:
@@ -652,7 +639,7 @@ class DiskQueueStore:
             for offset, flags, seq in records:
                 if seq > self.max_seq:
                     self.max_seq = seq
-                if flags != sg.FLAG_DURABLE or offset in seg.acked_set:
+                if not flags & sg.FLAG_DURABLE or offset in seg.acked_set:
                     seg.acked_set.add(offset)  # paged transient messages do not survive restarts
                     continue
                 if self.cursor is None:

@@ -190,6 +190,7 @@ class PriorityQueueStore:
             for qm in batch:
                 copy = QueuedMessage(qm.seq, qm.message, qm.redelivered)
                 copy.deliveries = qm.deliveries
+                copy.expiry = qm.expiry
                 store = self._level(copy)
                 store.accept(copy)
                 store.push(copy)

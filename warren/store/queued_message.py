@@ -18,8 +18,8 @@ class QueuedMessage:
     # survives restarts; deliveries: how often it was handed out (kept across restarts).
     # message: while a disk store has paged its body out, its stand-in PAGED_OUT (the store
     # reads it back before handing the QueuedMessage to anyone: warren.store.disk).
-    # expiry: the scheduler time its TTL ends (None: no TTL; a queue computes it for messages
-    # recovered at start-up, which have none: warren.broker.queues.classic).
+    # expiry: the scheduler (monotonic) time its TTL ends, None: no TTL (kept in its record
+    # as wall-clock time, read back as this run's).
     __slots__ = ("seq", "message", "redelivered", "seg", "off", "durable", "deliveries", "expiry")
 
     seq: int

@@ -3,8 +3,11 @@
 A queue's messages live in numbered segment files (`0000000001.seg`, ...). Each record is
 
     u32 length of the rest | u32 checksum of the rest | u8 flags | u64 queue sequence number
-    | u16 route length | route (exchange and routing-key shortstrs) | u32 header length
-    | content header payload | body
+    | u16 route length | [i64 TTL deadline] | route (exchange and routing-key shortstrs)
+    | u32 header length | content header payload | body
+
+(the deadline only with FLAG_EXPIRY: milliseconds since the epoch, so it means the same
+after a restart)
 
 so the content header and body are stored exactly as the publisher sent them. Beside each
 segment an `.ack` file collects 8-byte marks -- a message was acked (or dropped) or was
@@ -37,13 +40,14 @@ SEGMENT_SIZE = 8 << 20
 
 FLAG_DURABLE = 1   # a persistent message in a durable queue: survives restarts
 FLAG_PAGED = 2     # a transient message paged out of memory: discarded at start-up
+FLAG_EXPIRY = 4    # the record carries its message's TTL deadline (with either of the above)
 
 # The record layout, declared here only. A record starts with RECORD_HEAD (its `length`
 # counts every byte after the length and crc), then the route, HEADER_LEN, header, body.
 RECORD_PREFIX = struct.Struct(">II")      # length, crc
 RECORD_HEAD = struct.Struct(">IIBQH")     # length, crc, flags, seq, route length
 PREFIX_SIZE = RECORD_PREFIX.size          # 8: bytes of a record not counted in its length
-HEAD_SIZE = RECORD_HEAD.size              # 19: the route starts this far into a record
+HEAD_SIZE = RECORD_HEAD.size              # 19: the route starts this far in (see route_start)
 FIXED_SIZE = HEAD_SIZE - PREFIX_SIZE      # 11: flags, seq, route length
 HEADER_LEN = struct.Struct(">I")          # content header length, right after the route
 HEADER_LEN_SIZE = HEADER_LEN.size         # 4
@@ -52,6 +56,13 @@ REC_OVERHEAD = HEAD_SIZE + HEADER_LEN_SIZE  # 23: a record's bytes besides route
 MIN_LENGTH = FIXED_SIZE + HEADER_LEN_SIZE
 
 _FIXED = struct.Struct(">BQH")            # the head after the prefix (what encode_record packs)
+EXPIRY = struct.Struct(">q")              # after the head, with FLAG_EXPIRY
+EXPIRY_SIZE = EXPIRY.size
+
+
+def route_start(flags: int) -> int:
+    """Where a record's route starts, from the record's start (after the deadline, if any)."""
+    return HEAD_SIZE + EXPIRY_SIZE if flags & FLAG_EXPIRY else HEAD_SIZE
 
 
 class Record(NamedTuple):
@@ -63,6 +74,7 @@ class Record(NamedTuple):
     header: bytes
     body: bytes
     end: int  # the position just after the record: where the next one starts
+    expiry: int | None = None  # the TTL deadline, ms since the epoch (FLAG_EXPIRY)
 
 
 MARK_ACK = 0x41        # 'A': settled for good
@@ -101,15 +113,23 @@ def checksum_v1(data: Buffer) -> int:
 CHECKSUMS: dict[bytes, Callable[[Buffer], int]] = {MAGIC: checksum, MAGIC_V1: checksum_v1}
 
 
-def encode_record(flags: int, seq: int, route: bytes, header: bytes, body: Buffer) -> bytes:
-    rest = b"".join((_FIXED.pack(flags, seq, len(route)), route, HEADER_LEN.pack(len(header)), header, body))
+def _fixed(flags: int, seq: int, route: bytes, expiry: int | None) -> bytes:
+    if expiry is None:
+        return _FIXED.pack(flags, seq, len(route))
+    return _FIXED.pack(flags | FLAG_EXPIRY, seq, len(route)) + EXPIRY.pack(expiry)
+
+
+def encode_record(flags: int, seq: int, route: bytes, header: bytes, body: Buffer, expiry: int | None = None) -> bytes:
+    """A whole record; `expiry`: the message's TTL deadline in ms since the epoch, if any."""
+    rest = b"".join((_fixed(flags, seq, route, expiry), route, HEADER_LEN.pack(len(header)), header, body))
     return RECORD_PREFIX.pack(len(rest), checksum(rest)) + rest
 
 
-def encode_record_head(flags: int, seq: int, route: bytes, header: bytes, body: Buffer) -> bytes:
+def encode_record_head(flags: int, seq: int, route: bytes, header: bytes, body: Buffer,
+                       expiry: int | None = None) -> bytes:
     """A record without its body, which the caller writes right after it: a big body is
     written from the message itself, never joined with its head (the checksum covers it)."""
-    head = b"".join((_FIXED.pack(flags, seq, len(route)), route, HEADER_LEN.pack(len(header)), header))
+    head = b"".join((_fixed(flags, seq, route, expiry), route, HEADER_LEN.pack(len(header)), header))
     digest = xxhash.xxh3_64(head)
     digest.update(body)
     return RECORD_PREFIX.pack(len(head) + len(body), digest.intdigest() & 0xFFFFFFFF) + head
@@ -122,9 +142,10 @@ def record_size(length: int) -> int:
 
 def record_body_length(data: Buffer, pos: int) -> int:
     """Size of the body of the (complete) record at `pos`, reading only its lengths."""
-    length, _crc, _flags, _seq, route_len = RECORD_HEAD.unpack_from(data, pos)
-    (header_len,) = HEADER_LEN.unpack_from(data, pos + HEAD_SIZE + route_len)
-    return length - FIXED_SIZE - route_len - HEADER_LEN_SIZE - header_len
+    length, _crc, flags, _seq, route_len = RECORD_HEAD.unpack_from(data, pos)
+    start = route_start(flags)
+    (header_len,) = HEADER_LEN.unpack_from(data, pos + start + route_len)
+    return length - (start - PREFIX_SIZE) - route_len - HEADER_LEN_SIZE - header_len
 
 
 def read_record(data: bytes, pos: int) -> Record:
@@ -132,10 +153,12 @@ def read_record(data: bytes, pos: int) -> Record:
     Route, header and body are each copied once, by slicing `data`."""
     length, _crc, flags, seq, route_len = RECORD_HEAD.unpack_from(data, pos)
     end = pos + PREFIX_SIZE + length
-    p = pos + HEAD_SIZE + route_len
+    start = pos + route_start(flags)
+    p = start + route_len
     header_end = p + HEADER_LEN_SIZE + HEADER_LEN.unpack_from(data, p)[0]
-    return Record(flags, seq, data[pos + HEAD_SIZE:p], data[p + HEADER_LEN_SIZE:header_end],
-                  data[header_end:end], end)
+    expiry = EXPIRY.unpack_from(data, pos + HEAD_SIZE)[0] if flags & FLAG_EXPIRY else None
+    return Record(flags, seq, data[start:p], data[p + HEADER_LEN_SIZE:header_end], data[header_end:end], end,
+                  expiry)
 
 
 def scan(data: Buffer, start: int = len(MAGIC),

@@ -5,7 +5,6 @@ limits and overflow modes, dead-lettering."""
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import deque
 from dataclasses import replace
@@ -17,7 +16,6 @@ from .. import dead_letter
 from ..consumer_set import ConsumerSet
 from ..errors import inequivalent, precondition_failed, rs
 from ..ops import REJECTED
-from ..publish_checks import parse_expiration
 from ..queue_arguments import check_equivalent_arguments
 from ..queue_settings import PLAIN, QueueSettings, resolve
 from ..stats import new_queue_counters
@@ -74,14 +72,15 @@ class ClassicQueue:
         self.settings: QueueSettings = PLAIN
         self.special = False
         self.expiring = False
-        self.recovered_seq = self.next_seq  # messages up to this one were recovered at start-up
-        if self.recovered_seq:
-            self.expiring = True  # their TTLs (if any) count from now: see drop_expired()
-        self._started = self._now()
+        # Recovered messages: their records may carry TTL deadlines. Nothing of them is
+        # dead-lettered before the broker starts (start_timers()): the dead-letter queues may
+        # not be recovered yet.
+        self.recovered = bool(self.next_seq)
+        self.expiring = self.recovered
         self._ttl_timer: Timer | None = None
         self._ttl_timer_at = 0.0
         self._expiry_timer: Timer | None = None
-        self._last_used = self._started
+        self._last_used = self._now()
         # Messages whose copies (dead-lettered, or re-appended by a quorum queue) wait for an
         # fsync before they are settled: (batch, message, requeue if the write fails).
         self._unsafe: deque[tuple[int, QueuedMessage, bool]] = deque()
@@ -138,8 +137,15 @@ class ClassicQueue:
         self.special = s.message_ttl is not None or s.limited
         if s.message_ttl is not None:
             self.expiring = True
+        if self.recovered and self._scheduler() is None:
+            return  # recovering at start-up: start_timers() applies them
         if s.expires != old.expires or self._expiry_timer is None:
             self._restart_expiry_timer()
+        self._enforce()
+
+    def _enforce(self) -> None:
+        """Drop (dead-letter) what the settings no longer allow: over the length limit, expired."""
+        s = self.settings
         if s.limited and s.overflow == "drop-head":
             self._drop_over_limit()
         if self.expiring:
@@ -277,18 +283,6 @@ class ClassicQueue:
         scheduler = self._scheduler()
         return scheduler.now() if scheduler is not None else time.monotonic()
 
-    def _recovered_expiry(self, qm) -> float:
-        """The TTL deadline of a message recovered at start-up: counted from the recovery (the
-        records keep no enqueue time). inf: none."""
-        s = self.settings
-        ttl = s.message_ttl
-        expiration = qm.message.properties.get("expiration")
-        if expiration is not None:
-            msg_ttl, _ = parse_expiration(expiration)
-            if msg_ttl is not None and (ttl is None or msg_ttl < ttl):
-                ttl = msg_ttl
-        return math.inf if ttl is None else self._started + ttl / 1000
-
     def drop_expired(self) -> bool:
         """Dead-letter (or drop) expired messages at the head, as RabbitMQ's classic queues
         (a message behind the head waits for it, whatever its own TTL), and set the timer for
@@ -305,12 +299,9 @@ class ClassicQueue:
         while (qm := store.peek()) is not None:
             expiry = qm.expiry
             if expiry is None:
-                if qm.seq > self.recovered_seq:
-                    return dropped  # no TTL
-                expiry = qm.expiry = self._recovered_expiry(qm)
+                return dropped  # no TTL: nothing behind it expires before it goes
             if expiry > now:
-                if expiry != math.inf:
-                    self._arm_ttl_timer(expiry, now)
+                self._arm_ttl_timer(expiry, now)
                 return dropped
             expired = store.drop_head(1)
             if not expired:
@@ -372,6 +363,13 @@ class ClassicQueue:
             return
         log.info("%s expired: unused for %d ms", self.describe(), expires)
         self.vhost.delete_queue(self)
+
+    def start_timers(self) -> None:
+        """The broker's scheduler has just been set (a queue recovered at start-up had none):
+        x-expires counts from now, and what the settings no longer allow of its recovered
+        messages goes now (every queue is recovered by then), starting the TTL timer."""
+        self._restart_expiry_timer()
+        self._enforce()
 
     def stop_timers(self) -> None:
         """The queue is deleted: cancel its timers."""
