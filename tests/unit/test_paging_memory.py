@@ -306,3 +306,26 @@ def test_a_queue_declared_during_the_disk_alarm_starts_with_it(tmp_path):
     sample(m, used, 10 * MiB)
     ops.declare_queue(actor, "after", durable=True)
     assert not broker.vhosts["/"].queues["after"].store.disk_alarm
+
+
+def test_paging_walks_the_queues_once_a_second_not_every_sample(tmp_path, monkeypatch):
+    """While paging goes on, the queues with bodies in memory are looked for once per
+    RESCAN_EVERY; the samples in between page from that list."""
+    import warren.server.memory_monitor as mm
+
+    broker, m, used = paging_broker(tmp_path)
+    walks = []
+    stores = m._stores
+    monkeypatch.setattr(m, "_stores", lambda: walks.append(1) or stores())
+    clock = [1000.0]
+    monkeypatch.setattr(mm.time, "monotonic", lambda: clock[0])
+    publish(broker, 10)
+    sample(m, used, 60 * MiB)  # paging starts: a walk, and the bodies go
+    assert len(walks) == 1 and store_of(broker).paged_out == 10
+    for _ in range(5):
+        clock[0] += mm.INTERVAL
+        sample(m, used, 60 * MiB)
+    assert len(walks) == 1
+    clock[0] += mm.RESCAN_EVERY
+    sample(m, used, 60 * MiB)
+    assert len(walks) == 2

@@ -54,6 +54,9 @@ PAGE_OUT_BYTES = 64 * MiB
 # malloc_trim costs 10-30 ms on a big fragmented heap: after this much evicted, or a second.
 TRIM_AFTER_BYTES = 32 * MiB
 TRIM_EVERY = 1.0
+# While paging, the queues holding bodies in memory are looked for this often, not every
+# sample: walking 100,000 queues costs about 40 ms.
+RESCAN_EVERY = 1.0
 
 
 # --- total memory ---------------------------------------------------------------------------
@@ -194,6 +197,8 @@ class MemoryMonitor:
         self.paging_ratio = paging_ratio
         self.paging = False
         self._disk_alarm = False  # as last told to the stores
+        self._candidates: list[DiskQueueStore] = []  # stores with bodies in memory, at the last scan
+        self._scanned_at = 0.0
         self._trim = _malloc_trim()
         self._untrimmed = 0          # bytes evicted since the last trim
         self._trimmed_at = 0.0
@@ -281,20 +286,26 @@ class MemoryMonitor:
         else:
             paging = used > threshold
         disk_alarm = DISK in self.broker.alarms
+        changed = paging != self.paging or disk_alarm != self._disk_alarm
         if paging != self.paging:
             self.paging = paging
             log.info("Memory paging to disk %s. Memory used:%d paging threshold:%s", "started" if paging else
                      "stopped", used, threshold)
-        elif disk_alarm == self._disk_alarm and not paging:
+        if not changed and not paging:
             return
-        self._disk_alarm = disk_alarm
-        persister = self.broker.persister
-        persister.paging, persister.disk_alarm = paging, disk_alarm  # for stores created later
-        stores = list(self._stores())
-        for store in stores:
-            store.set_paging(paging, disk_alarm)
+        now = time.monotonic()
+        if changed or now - self._scanned_at >= RESCAN_EVERY:
+            self._disk_alarm = disk_alarm
+            persister = self.broker.persister
+            persister.paging, persister.disk_alarm = paging, disk_alarm  # for stores created later
+            stores = list(self._stores())
+            if changed:
+                for store in stores:
+                    store.set_paging(paging, disk_alarm)
+            self._candidates = [store for store in stores if store.resident]
+            self._scanned_at = now
         if paging:
-            self.page_out(stores)
+            self.page_out(self._candidates)
 
     def page_out(self, stores: list[DiskQueueStore]) -> int:
         """Evict up to a slice of window bodies, from the queues holding most in memory;
