@@ -21,7 +21,10 @@ where they differ (rabbit_quorum_queue.erl, rabbit_fifo.erl, rabbit_fifo_client.
 - x-expires and x-overflow by policy win over the arguments (policyHasPrecedence), where a
   classic queue takes the lower expires and the argument's overflow.
 - No global qos (540 at basic.consume), no basic.get with single active consumer (405),
-  no queue.delete if-unused / if-empty (540, in ops.delete_queue).
+  no queue.delete if-unused / if-empty (540, check_delete).
+- dead-letter-strategy at-least-once (with overflow reject-publish): a dead letter that goes
+  nowhere is held and retried (ClassicQueue.dead_letter); single active consumer's successor
+  is the earliest registered consumer (rabbit_fifo), whatever the priorities.
 """
 
 from __future__ import annotations
