@@ -279,3 +279,12 @@ def policies(broker):
     p = Policies(broker)
     yield p
     p.clean()
+
+
+def confirmed(ch, q, body) -> bool:
+    """Publish on a confirm channel: True if acked, False if nacked."""
+    try:
+        ch.basic_publish("", q, body)
+        return True
+    except pika.exceptions.NackError:
+        return False

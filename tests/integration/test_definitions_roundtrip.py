@@ -34,7 +34,7 @@ import pika
 import pytest
 import requests
 
-from conftest import EXTERNAL, channel_error, password_hash, start_broker
+from conftest import EXTERNAL, password_hash, start_broker
 
 MGMT = os.environ.get("WARREN_TEST_MGMT")
 DATA = Path(__file__).resolve().parent.parent / "data"

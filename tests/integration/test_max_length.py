@@ -17,7 +17,7 @@ from pamqp import commands as c
 
 from conftest import drain
 from rawamqp import connect
-from .dlx_helpers import (DLRK, DLX, MAX_BYTES, MAX_LENGTH, OVERFLOW, bodies, deaths, get_n, get_one,
+from .dlx_helpers import (DLRK, DLX, MAX_BYTES, MAX_LENGTH, OVERFLOW, bodies, confirmed, deaths, get_n, get_one,
                           message_count, wait_count, wait_until)
 
 
@@ -37,15 +37,6 @@ def limited(ch, names, dlq=False, **args):
 def publish(ch, q, items) -> None:
     for i in items:
         ch.basic_publish("", q, str(i).encode() if isinstance(i, int) else i)
-
-
-def confirmed(ch, q, body) -> bool:
-    """Publish on a confirm channel: True if acked, False if nacked."""
-    try:
-        ch.basic_publish("", q, body)
-        return True
-    except pika.exceptions.NackError:
-        return False
 
 
 # ------------------------------------------------------------------------------ drop-head

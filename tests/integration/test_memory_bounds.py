@@ -6,7 +6,6 @@ import socket
 import time
 
 import pika
-import pytest
 from pamqp import commands
 
 import rawamqp

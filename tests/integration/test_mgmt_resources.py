@@ -773,7 +773,7 @@ def test_policy_attaches_to_exchanges_and_queues_and_gives_an_alternate_exchange
     x2 = f"mpx2-{uid}"
     cleanup(f"/exchanges/%2F/{x2}")
     expect(api.put(f"/exchanges/%2F/{x2}", {"type": "direct", "arguments": {"alternate-exchange": other_ae}}), 201)
-    expect(api.put(policy, {"pattern": f"^mpx", "definition": {"alternate-exchange": ae}}), 204)
+    expect(api.put(policy, {"pattern": "^mpx", "definition": {"alternate-exchange": ae}}), 204)
     assert api.get(f"/exchanges/%2F/{x2}").json()["policy"] == f"mpol-{uid}"
     channel.basic_publish(x2, "unroutable", b"argument-wins")
     assert channel.basic_get(other_queue, auto_ack=True)[2] == b"argument-wins"

@@ -25,8 +25,8 @@ import pika
 import pytest
 
 from conftest import drain
-from .dlx_helpers import (DLRK, DLX, EXPIRES, MAX_LENGTH, OVERFLOW, TTL, Policies, bodies, deaths, get_n, get_one,
-                          message_count, policies, queue_exists, wait_count, wait_until)
+from .dlx_helpers import (DLRK, DLX, EXPIRES, MAX_LENGTH, OVERFLOW, TTL, Policies, bodies, confirmed, deaths, get_n,
+                          get_one, message_count, policies, queue_exists, wait_count, wait_until)
 
 assert policies  # the fixture, imported for the tests below
 
@@ -38,14 +38,6 @@ def exact(name: str) -> str:
 def publish(ch, q, items) -> None:
     for i in items:
         ch.basic_publish("", q, str(i).encode())
-
-
-def confirmed(ch, q, body) -> bool:
-    try:
-        ch.basic_publish("", q, body)
-        return True
-    except pika.exceptions.NackError:
-        return False
 
 
 def wait_max_length(ch, q, n, timeout=10.0):

@@ -16,6 +16,10 @@ from ..amqp.erlang import erl_json
 OPERATOR_KEYS = frozenset({"expires", "message-ttl", "max-length", "max-length-bytes",
                            "max-in-memory-length", "max-in-memory-bytes", "delivery-limit"})
 APPLY_TO = ("exchanges", "queues", "all")
+# Keys whose operator-policy value caps the policy's (rabbit_policies:merge_policy_value): the
+# lower of the two; for any other key both set, the operator policy's.
+MERGED_BY_MIN = frozenset({"message-ttl", "max-length", "max-length-bytes", "max-in-memory-length",
+                           "max-in-memory-bytes", "expires", "delivery-limit"})
 _HA_DEPENDENT = ("ha-params", "ha-sync-mode", "ha-promote-on-shutdown", "ha-promote-on-failure",
                  "ha-sync-batch-size")
 
@@ -155,6 +159,36 @@ class Policy:
         return {"value": {"pattern": self.pattern, "definition": self.definition, "priority": self.priority,
                           "apply-to": self.apply_to},
                 "vhost": self.vhost, "component": component, "name": self.name}
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def lower(a, b):
+    """Erlang's min/2 as RabbitMQ applies it to limits: a number is below every other term."""
+    if _is_number(a) and _is_number(b):
+        return min(a, b)
+    return a if _is_number(a) else b
+
+
+def policy_value(key: str, policy, operator_policy):
+    """rabbit_policy:get: a key's value from a queue's policy and operator policy (either may
+    be None), the operator policy capping a limit."""
+    value = policy.definition.get(key) if policy is not None else None
+    op_value = operator_policy.definition.get(key) if operator_policy is not None else None
+    if op_value is None:
+        return value
+    if value is None or key not in MERGED_BY_MIN:
+        return op_value
+    return lower(value, op_value)
+
+
+def effective_definition(policy, operator_policy) -> dict:
+    """The merged definition the management API shows as effective_policy_definition."""
+    keys = {**(policy.definition if policy is not None else {}),
+            **(operator_policy.definition if operator_policy is not None else {})}
+    return {key: policy_value(key, policy, operator_policy) for key in keys}
 
 
 def best(policies: dict, kind: str, name: str):

@@ -183,28 +183,23 @@ def validate_arguments(args: dict[str, Any] | None, what: str) -> None:
             err = f"\"unsupported queue type '{erl_s(qtype)}'\""
         if err:
             raise precondition_failed(f"invalid arg 'x-queue-type' for {what}: {err}")
-        if qtype == "quorum":
-            _validate_quorum_arguments(args, what)
-            return
-    for key, check in _CHECKS:
+    if qtype == "quorum":
+        _run_checks(args, what, _QUORUM_CHECKS, NOT_QUORUM_ARGS, "rabbit_quorum_queue")
+    else:
+        _run_checks(args, what, _CHECKS, NOT_CLASSIC_ARGS, "rabbit_classic_queue")
+
+
+def _run_checks(args: dict[str, Any], what: str, checks: tuple[tuple[str, Check], ...], refused: frozenset[str],
+                type_module: str) -> None:
+    """A queue type's argument checks in RabbitMQ's order, then the other types' arguments."""
+    for key, check in checks:
         if key in args:
             err = check(args[key], args)
             if err:
                 raise precondition_failed(f"invalid arg '{key}' for {what}: {err}")
     for key in args:
-        if key in NOT_CLASSIC_ARGS:
-            raise precondition_failed(f"invalid arg '{key}' for {what} of queue type rabbit_classic_queue")
-
-
-def _validate_quorum_arguments(args: dict[str, Any], what: str) -> None:
-    for key, check in _QUORUM_CHECKS:
-        if key in args:
-            err = check(args[key], args)
-            if err:
-                raise precondition_failed(f"invalid arg '{key}' for {what}: {err}")
-    for key in args:
-        if key in NOT_QUORUM_ARGS:
-            raise precondition_failed(f"invalid arg '{key}' for {what} of queue type rabbit_quorum_queue")
+        if key in refused:
+            raise precondition_failed(f"invalid arg '{key}' for {what} of queue type {type_module}")
 
 
 def check_quorum_declare(what: str, durable: bool, exclusive: bool, auto_delete: bool) -> None:

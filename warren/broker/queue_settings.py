@@ -13,9 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .policy import lower, policy_value
+
 if TYPE_CHECKING:
     from .policy import Policy
 
+# Keys where an argument and a policy value resolve to the lower (res_min); the others take
+# the argument (res_arg).
 _MIN_KEYS = frozenset({"expires", "message-ttl", "max-length", "max-length-bytes", "delivery-limit"})
 
 
@@ -45,40 +49,18 @@ def _text(value: Any) -> str | None:
     return value.decode(errors="surrogateescape") if isinstance(value, bytes) else str(value)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _lower(a: Any, b: Any) -> Any:
-    """Erlang's min/2: a number is below every other term, so it wins over anything else."""
-    if _is_number(a) and _is_number(b):
-        return min(a, b)
-    return a if _is_number(a) else b
-
-
-def _policy_value(key: str, policy: Policy | None, operator_policy: Policy | None) -> Any:
-    """rabbit_policy:get: the policy's value, capped by the operator policy's for a limit."""
-    value = policy.definition.get(key) if policy is not None else None
-    op_value = operator_policy.definition.get(key) if operator_policy is not None else None
-    if op_value is None:
-        return value
-    if value is None or key not in _MIN_KEYS:
-        return op_value
-    return _lower(value, op_value)
-
-
 def resolve(arguments: dict[str, Any], policy: Policy | None, operator_policy: Policy | None,
             policy_wins: frozenset[str] = frozenset()) -> QueueSettings:
     """The settings of a queue with these (validated) arguments and policies. `policy_wins`:
     keys whose policy value beats the argument (a quorum queue's expires and overflow)."""
     def lookup(key: str) -> Any:
         arg = arguments.get("x-" + key)
-        pol = _policy_value(key, policy, operator_policy) if (policy or operator_policy) else None
+        pol = policy_value(key, policy, operator_policy) if (policy or operator_policy) else None
         if pol is None:
             return arg
         if arg is None or key in policy_wins:
             return pol
-        return _lower(pol, arg) if key in _MIN_KEYS else arg
+        return lower(pol, arg) if key in _MIN_KEYS else arg
 
     overflow = _text(lookup("overflow")) or "drop-head"
     return QueueSettings(

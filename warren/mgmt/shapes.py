@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+from ..broker.policy import effective_definition
 from .resources import properties_key, table_json
 from .stats import (channel_stats, connection_stats, exchange_stats, node_name, queue_stats,
                     unacked_bytes_by_queue)
@@ -82,19 +83,6 @@ def exchange_json(x: Exchange) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------- queues
-def _effective_definition(q: ClassicQueue) -> dict[str, Any]:
-    merged = dict(q.policy.definition) if q.policy is not None else {}
-    op = q.operator_policy
-    if op is not None:
-        for key, value in op.definition.items():
-            # RabbitMQ keeps the stricter (smaller) of two numeric limits.
-            if key in merged and isinstance(value, (int, float)) and isinstance(merged[key], (int, float)):
-                merged[key] = min(merged[key], value)
-            else:
-                merged[key] = value
-    return merged
-
-
 def _conn_details(conn: Connection) -> dict[str, Any]:
     peer = conn.peer
     return {"name": connection_name(conn), "peer_host": peer[0], "peer_port": peer[1]}
@@ -108,7 +96,7 @@ def queue_json(q: ClassicQueue, unacked_bytes: int | None = None, details: bool 
          "node": node_name(broker) if broker is not None else "",
          "policy": q.policy.name if q.policy is not None else None,
          "operator_policy": op.name if op is not None else None,
-         "effective_policy_definition": _effective_definition(q),
+         "effective_policy_definition": effective_definition(q.policy, op),
          "single_active_consumer_tag": q.consumers.active.tag if q.consumers.active is not None else None}
     if q.queue_type == "quorum":  # one node: it leads, and is the only member
         d.update({"leader": d["node"], "members": [d["node"]], "online": [d["node"]]})

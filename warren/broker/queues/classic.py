@@ -16,7 +16,7 @@ from .. import dead_letter
 from ..consumer_set import ConsumerSet
 from ..errors import inequivalent, precondition_failed, rs
 from ..ops import REJECTED
-from ..queue_arguments import check_equivalent_arguments
+from ..queue_arguments import EQUIVALENCE_ARGS, check_equivalent_arguments
 from ..queue_settings import PLAIN, QueueSettings, resolve
 from ..stats import new_queue_counters
 
@@ -42,8 +42,10 @@ class ClassicQueue:
     # settings whose policy value beats the queue's argument (queue_settings.resolve);
     POLICY_WINS: frozenset[str] = frozenset()
     # whether a message that comes back is delivered with a label (label_redelivery(): a
-    # quorum queue's x-delivery-count).
+    # quorum queue's x-delivery-count);
     LABELS_REDELIVERIES = False
+    # the arguments a redeclare must repeat (queue_arguments).
+    EQUIVALENCE_ARGS: tuple[str, ...] = EQUIVALENCE_ARGS
 
     def __init__(self, vhost: VHost, name: str, durable: bool = False, exclusive_owner: object | None = None,
                  auto_delete: bool = False, arguments: dict[str, Any] | None = None,
@@ -115,7 +117,7 @@ class ClassicQueue:
             raise inequivalent(self.describe(), "durable", durable, self.durable)
         if auto_delete != self.auto_delete:
             raise inequivalent(self.describe(), "auto_delete", auto_delete, self.auto_delete)
-        check_equivalent_arguments(self.describe(), arguments, self.arguments)
+        check_equivalent_arguments(self.describe(), arguments, self.arguments, self.EQUIVALENCE_ARGS)
 
     def check_delete(self, if_unused: bool, if_empty: bool) -> None:
         """queue.delete's if-unused and if-empty conditions (406 when not met)."""

@@ -37,8 +37,8 @@ from ...amqp import reencode as rt
 from ...amqp.message import Message
 from ...amqp.properties import FLAG_HEADERS
 from ...store.queued_message import QueuedMessage
-from ..errors import inequivalent, not_implemented, resource_locked
-from ..queue_arguments import QUORUM_EQUIVALENCE_ARGS, check_equivalent_arguments
+from ..errors import not_implemented, resource_locked
+from ..queue_arguments import QUORUM_EQUIVALENCE_ARGS
 from ..queue_settings import QueueSettings
 from .classic import ClassicQueue
 
@@ -90,6 +90,7 @@ class QuorumQueue(ClassicQueue):
 
     queue_type = "quorum"
     SAC_SUCCESSOR_BY_PRIORITY = False  # rabbit_fifo activates the earliest registered waiting consumer
+    EQUIVALENCE_ARGS = QUORUM_EQUIVALENCE_ARGS
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -97,13 +98,6 @@ class QuorumQueue(ClassicQueue):
             self.store.keep_all = True  # a DiskQueueStore: transient messages are written too
         self._rejecting = False  # reject-publish: over the limit, refusing until below 80 %
         self._warned: set[str] = set()
-
-    def check_equivalent(self, durable: bool, auto_delete: bool, arguments: dict[str, Any] | None) -> None:
-        if durable != self.durable:
-            raise inequivalent(self.describe(), "durable", durable, self.durable)
-        if auto_delete != self.auto_delete:
-            raise inequivalent(self.describe(), "auto_delete", auto_delete, self.auto_delete)
-        check_equivalent_arguments(self.describe(), arguments, self.arguments, QUORUM_EQUIVALENCE_ARGS)
 
     def check_delete(self, if_unused: bool, if_empty: bool) -> None:
         if if_unused or if_empty:
