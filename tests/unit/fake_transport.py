@@ -352,3 +352,40 @@ class ManualFsync:
         if error is None:
             job()
         done(error)
+
+
+class ManualScheduler:
+    """The Scheduler port (warren/broker/ports.py) on a clock the test moves: `advance(s)`
+    runs the timers that fall due, in order."""
+
+    class Timer:
+        def __init__(self, at, callback):
+            self.at, self.callback, self.cancelled = at, callback, False
+
+        def cancel(self) -> None:
+            self.cancelled = True
+
+    def __init__(self) -> None:
+        self.clock = 1000.0
+        self.timers: list = []
+
+    def call_later(self, delay, callback):
+        timer = self.Timer(self.clock + delay, callback)
+        self.timers.append(timer)
+        return timer
+
+    def now(self) -> float:
+        return self.clock
+
+    def advance(self, seconds: float) -> None:
+        end = self.clock + seconds
+        while True:
+            due = sorted((t for t in self.timers if not t.cancelled and t.at <= end), key=lambda t: t.at)
+            if not due:
+                break
+            timer = due[0]
+            self.timers.remove(timer)
+            self.clock = max(self.clock, timer.at)
+            timer.callback()
+        self.clock = end
+        self.timers = [t for t in self.timers if not t.cancelled]

@@ -10,6 +10,7 @@ from .auth import Permission, TopicPermission, User, check, check_topic
 from .definitions import changes, export
 from .durability import Durability
 from .ports import Scheduler
+from .queue_flow import QueueFlow
 from .vhost import VHost
 
 if TYPE_CHECKING:
@@ -74,6 +75,8 @@ class Broker:
     scheduler: Scheduler | None = None
     # Writes what a reply promises before the reply leaves (definitions, message records).
     durability: Durability = field(init=False)
+    # The queues that pressed their publishers during the read being handled (queue_flow.py).
+    queue_flow: QueueFlow = field(default_factory=QueueFlow)
 
     def __post_init__(self) -> None:
         self.durability = Durability(self)

@@ -79,3 +79,13 @@ class Consumer:
             return False
         ch = self.channel
         return not (ch.global_prefetch and ch.unacked_count >= ch.global_prefetch)
+
+    def has_credit(self) -> bool:
+        """Whether its prefetch would let a message through now, whatever its connection's
+        throttle (ready() inlines the same test: it runs for every message)."""
+        if self.no_ack:
+            return True
+        if self.prefetch and self.unacked >= self.prefetch:
+            return False
+        ch = self.channel
+        return not (ch.global_prefetch and ch.unacked_count >= ch.global_prefetch)

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ..broker.auth import User
     from ..broker.broker import Broker
     from ..broker.ports import Timer, Transport
+    from ..broker.queue_flow import QueueCredit
     from ..broker.vhost import VHost
 
 log = logging.getLogger("warren.connection")
@@ -156,6 +157,8 @@ class Connection:
         # one attribute tested per read); `in_flow` while its socket is not read for it.
         self.store_over = False
         self.in_flow = False
+        # Queue credit (warren.broker.queue_flow): the queues holding this connection back.
+        self.flow_credits: set[QueueCredit] = set()
         self.confirming: set[Channel] = set()  # channels with confirms waiting to go out
         self.channels: dict[int, Channel] = {}
         limits = broker.limits
@@ -194,6 +197,9 @@ class Connection:
         (`_continue_input`)."""
         # We flush at the end anyway: don't let output made meanwhile schedule another flush.
         self.flush_scheduled = True
+        pressed = self.broker.queue_flow.pressed
+        if pressed:
+            pressed.clear()  # (pressed by an HTTP publish or a timer: nobody's read)
         try:
             if self.state != AWAIT_HEADER or self._read_protocol_header():
                 self._read_input()
@@ -205,6 +211,8 @@ class Connection:
         self.flush()
         if self.store_over:
             self._check_flow()
+        if pressed:
+            self._hold_for_queues(pressed)
         if held:
             self.throttle.add(Reason.INPUT_HELD)
             if Reason.WRITE_BUFFER not in self.throttle.reasons:
@@ -620,6 +628,28 @@ class Connection:
         self.last_blocked_at = None  # in flow now (see blocked_age)
         self.throttle.add(Reason.FLOW)
 
+    def _hold_for_queues(self, pressed: set) -> None:
+        """Queues this read published into pressed (warren.broker.queue_flow): read no more
+        until those that hold this connection let it go."""
+        queues = list(pressed)
+        pressed.clear()
+        if self.state != OPEN:
+            return
+        for queue in queues:
+            if queue.hold_publisher(self):
+                self.flow_credits.add(queue.credit)
+        if self.flow_credits and Reason.QUEUE_FLOW not in self.throttle.reasons:
+            self.last_blocked_by = "flow"
+            self.last_blocked_at = None  # in flow now (see blocked_age)
+            self.throttle.add(Reason.QUEUE_FLOW)
+
+    def queue_released(self, credit: QueueCredit) -> None:
+        """A HeldPublisher: a queue lets this connection go."""
+        self.flow_credits.discard(credit)
+        if not self.flow_credits and Reason.QUEUE_FLOW in self.throttle.reasons:
+            self.last_blocked_at = time.monotonic()
+            self.throttle.discard(Reason.QUEUE_FLOW)
+
     @property
     def throttle_state(self) -> str:
         """RabbitMQ's connection state for rabbitmqctl and the API: running, flow (read no
@@ -630,7 +660,7 @@ class Connection:
             return "blocked"
         if self.alarmed:
             return "blocking"
-        if self.in_flow:
+        if self.in_flow or self.flow_credits:
             return "flow"
         if self.last_blocked_by == "flow":
             at = self.last_blocked_at
@@ -640,7 +670,7 @@ class Connection:
 
     def blocked_age(self) -> float | None:
         """Seconds since the connection was last blocked (0 while it is); None if never."""
-        if self.blocked or self.in_flow:
+        if self.blocked or self.in_flow or self.flow_credits:
             return 0.0
         at = self.last_blocked_at
         return None if at is None else time.monotonic() - at
@@ -782,6 +812,11 @@ class Connection:
         if self.in_flow:  # closing: read the close-ok
             self.in_flow = False
             self.throttle.discard(Reason.FLOW)
+        for credit in self.flow_credits:
+            credit.forget(self)
+        if self.flow_credits:
+            self.flow_credits.clear()
+            self.throttle.discard(Reason.QUEUE_FLOW)
         if self.blocked:
             # Closing: read again, so the client's close-ok (and its own close) arrive.
             self.blocked = False

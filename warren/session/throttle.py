@@ -35,10 +35,14 @@ class Reason(enum.Enum):
     # more until the store has drained below its low-water mark (RabbitMQ's `flow` state; no
     # connection.blocked for it). Its consumers are still sent to.
     FLOW = "flow"
+    # Queue credit: this connection published into a queue whose consumers were taking less
+    # than it sent (warren.broker.queue_flow): read nothing more until the queue lets it go.
+    # Also RabbitMQ's `flow` state; its consumers are still sent to.
+    QUEUE_FLOW = "queue_flow"
 
 
 # Reasons that stop the socket being read, and those that stop deliveries to consumers.
-_STOP_READING = frozenset({Reason.WRITE_BUFFER, Reason.INPUT_HELD, Reason.BLOCKED, Reason.FLOW})
+_STOP_READING = frozenset({Reason.WRITE_BUFFER, Reason.INPUT_HELD, Reason.BLOCKED, Reason.FLOW, Reason.QUEUE_FLOW})
 _STOP_DELIVERING = frozenset({Reason.WRITE_BUFFER, Reason.TICK_OUTPUT})
 
 

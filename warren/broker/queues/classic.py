@@ -16,6 +16,7 @@ from .. import dead_letter
 from ..consumer_set import ConsumerSet
 from ..errors import inequivalent, precondition_failed, rs
 from ..ops import REJECTED
+from ..queue_flow import FLOW_HIGH, FLOW_LOW, QueueCredit
 from ..queue_arguments import EQUIVALENCE_ARGS, check_equivalent_arguments
 from ..queue_settings import PLAIN, QueueSettings, resolve
 from ..stats import new_queue_counters
@@ -91,6 +92,8 @@ class ClassicQueue:
         self._held_dead_letters: list[tuple[QueuedMessage, str]] = []
         self._held_timer: Timer | None = None
         self._waiting_sync = False
+        # The publishers held back until the consumers have taken more (queue_flow.py).
+        self.credit: QueueCredit | None = None
 
     # identity ----------------------------------------------------------------
     @property
@@ -173,6 +176,8 @@ class ClassicQueue:
         if self.consumers.count and not len(store) and self._dispatch(qm):
             return batch
         store.push(qm)
+        if self.consumers.count and store.ready_bytes > FLOW_HIGH:
+            self.vhost.broker.queue_flow.pressed.add(self)  # (queue_flow.py)
         return batch
 
     def _publish_checked(self, message) -> int:
@@ -202,6 +207,8 @@ class ClassicQueue:
             self._drop_over_limit()
         if ttl is not None:
             self.drop_expired()  # (a TTL of 0 expires now) and starts the head's timer
+        if self.consumers.count and store.ready_bytes > FLOW_HIGH:
+            self.vhost.broker.queue_flow.pressed.add(self)
         return batch
 
     def _would_overflow(self, size: int) -> bool:
@@ -261,6 +268,9 @@ class ClassicQueue:
             consumer.channel.deliver(consumer, qm)
             if expiring:
                 self.drop_expired()  # the new head, at once: as RabbitMQ's fetch
+        credit = self.credit
+        if credit is not None and credit.held and store.ready_bytes <= FLOW_LOW:
+            credit.release()
 
     def get(self):
         """basic.get: the next ready message, or None."""
@@ -275,6 +285,17 @@ class ClassicQueue:
         if qm is None:
             self.stats["get_empty"] += 1
         return qm
+
+    def hold_publisher(self, publisher) -> bool:
+        """A connection published into this queue while it pressed: hold it back if the rule
+        of queue_flow.py says so (True: it waits for queue_released())."""
+        if self.credit is None:
+            self.credit = QueueCredit(self)
+        return self.credit.hold(publisher, self._scheduler())
+
+    def _release_publishers(self) -> None:
+        if self.credit is not None and self.credit.held:
+            self.credit.release()
 
     # TTL ---------------------------------------------------------------------
     def _scheduler(self) -> Scheduler | None:
@@ -380,6 +401,7 @@ class ClassicQueue:
                 timer.cancel()
         self._ttl_timer = self._expiry_timer = self._held_timer = None
         self._held_dead_letters.clear()
+        self._release_publishers()
 
     # dead-lettering ----------------------------------------------------------
     def dead_letter(self, qms: list[QueuedMessage], reason: str) -> None:
@@ -483,7 +505,9 @@ class ClassicQueue:
             self.dead_letter([qm], "rejected")  # (or dropped, and counted, without a DLX)
 
     def purge(self) -> int:
-        return self.store.purge()
+        count = self.store.purge()
+        self._release_publishers()
+        return count
 
     # consumers ---------------------------------------------------------------
     def add_consumer(self, consumer) -> None:
@@ -495,8 +519,10 @@ class ClassicQueue:
         next deliver_ready(): after a basic.cancel at once, after a channel closes once its
         unacked messages are back in place (so the successor gets them first, in order)."""
         self.consumers.remove(consumer)
-        if not self.consumers and self.settings.expires is not None:
-            self.touch()
+        if not self.consumers:
+            self._release_publishers()
+            if self.settings.expires is not None:
+                self.touch()
 
     @property
     def unused_auto_delete(self) -> bool:
