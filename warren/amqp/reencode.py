@@ -233,3 +233,26 @@ def longstr(value: bytes | None) -> bytes | None:
     if value is None or value[0] != _LONGSTR:
         return None
     return value[5:]
+
+
+# ---------------------------------------------------------------- a long filled in per delivery
+def long_slot(header: bytes, key: bytes) -> tuple[bytes, bytes]:
+    """(before, after): the content header with `key` set to a long in its headers table (as
+    RabbitMQ's add_header: replaced or added, the table sorted by key, its values as RabbitMQ
+    encodes them again), cut where the long's 8 value octets go. A stream delivery's header
+    is then before + the offset's 8 octets + after: one concatenation per delivery, the
+    re-encoding once per distinct stored header."""
+    props = split_header(header)
+    table = props.get(FLAG_HEADERS)
+    fields = [(k, normalized(v)) for k, v in table_fields(table)] if table is not None else []
+    fields = set_table_value(fields, key, long_value(0))
+    props[FLAG_HEADERS] = encode_fields(fields)
+    whole = join_header(header, props)
+    # Only content-type and content-encoding come before the headers table.
+    at = 14 + sum(len(v) for bit, v in props.items() if bit > FLAG_HEADERS) + 4
+    for k, v in fields:
+        if k == key:
+            at += 1 + len(k) + 1
+            break
+        at += 1 + len(k) + len(v)
+    return whole[:at], whole[at + 8:]

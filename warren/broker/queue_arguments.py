@@ -8,6 +8,7 @@ from ..amqp.codec import table_type_class, table_type_name
 from ..amqp.erlang import erl_s
 from .errors import precondition_failed
 from .publish_checks import MAX_EXPIRY  # also the limit of x-expires and x-message-ttl
+from .stream_offsets import max_age_ms
 
 # Arguments RabbitMQ 3.10 compares when a classic queue is redeclared, in the order it checks
 # them (rabbit_classic_queue:capabilities/0 queue_arguments). x-queue-type is compared too, a
@@ -25,6 +26,11 @@ QUORUM_EQUIVALENCE_ARGS = ("x-dead-letter-exchange", "x-dead-letter-routing-key"
                            "x-quorum-initial-group-size", "x-delivery-limit", "x-message-ttl",
                            "x-queue-leader-locator")
 
+# Arguments RabbitMQ 3.10 compares when a stream is redeclared (rabbit_stream_queue:
+# capabilities/0 queue_arguments, in that order).
+STREAM_EQUIVALENCE_ARGS = ("x-max-length-bytes", "x-queue-type", "x-max-age", "x-stream-max-segment-size-bytes",
+                           "x-initial-cluster-size", "x-queue-leader-locator")
+
 # Arguments of other queue types, which a classic queue refuses.
 NOT_CLASSIC_ARGS = frozenset({"x-max-in-memory-length", "x-max-in-memory-bytes", "x-delivery-limit",
                               "x-dead-letter-strategy", "x-max-age", "x-stream-max-segment-size-bytes",
@@ -35,9 +41,15 @@ NOT_CLASSIC_ARGS = frozenset({"x-max-in-memory-length", "x-max-in-memory-bytes",
 NOT_QUORUM_ARGS = frozenset({"x-max-priority", "x-queue-mode", "x-queue-version", "x-queue-master-locator",
                              "x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size"})
 
-# x-queue-type values Warren has (queue_factory.QUEUE_TYPES); RabbitMQ's other one, stream, is
-# refused as an unknown type would be.
-_QUEUE_TYPES = ("classic", "quorum")
+# Arguments of classic and quorum queues, which a stream refuses.
+NOT_STREAM_ARGS = frozenset({"x-expires", "x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key",
+                             "x-max-length", "x-max-priority", "x-overflow", "x-queue-mode", "x-queue-version",
+                             "x-single-active-consumer", "x-queue-master-locator", "x-max-in-memory-length",
+                             "x-max-in-memory-bytes", "x-delivery-limit", "x-dead-letter-strategy",
+                             "x-quorum-initial-group-size"})
+
+# x-queue-type values (queue_factory.QUEUE_TYPES).
+_QUEUE_TYPES = ("classic", "quorum", "stream")
 
 # A check returns None, or the Erlang term RabbitMQ prints for a bad value.
 Check = Callable[[Any, dict[str, Any]], str | None]
@@ -172,6 +184,26 @@ _QUORUM_CHECKS: tuple[tuple[str, Check], ...] = (
 )
 
 
+def _check_max_age(value: Any, args: dict[str, Any]) -> str | None:
+    if isinstance(value, bytes):
+        return "{unacceptable_type,binary}"
+    err = _str_arg(value)
+    if err is None and max_age_ms(value) is None:
+        return "invalid_max_age"
+    return err
+
+
+# A stream's checks, in RabbitMQ's declare_args() order, those of its queue type only.
+_STREAM_CHECKS: tuple[tuple[str, Check], ...] = (
+    ("x-max-length-bytes", lambda v, a: _non_neg_int_arg(v)),
+    ("x-max-age", _check_max_age),
+    ("x-stream-max-segment-size-bytes", lambda v, a: _non_neg_int_arg(v)),
+    ("x-initial-cluster-size", _check_group_size),
+    ("x-queue-leader-locator", _check_one_of(("client-local", "balanced", "random", "least-leaders"),
+                                             "invalid_queue_locator_arg")),
+)
+
+
 def validate_arguments(args: dict[str, Any] | None, what: str) -> None:
     """Check a new queue's arguments as RabbitMQ 3.10 does; unknown x- arguments are ignored."""
     if not args:
@@ -185,6 +217,8 @@ def validate_arguments(args: dict[str, Any] | None, what: str) -> None:
             raise precondition_failed(f"invalid arg 'x-queue-type' for {what}: {err}")
     if qtype == "quorum":
         _run_checks(args, what, _QUORUM_CHECKS, NOT_QUORUM_ARGS, "rabbit_quorum_queue")
+    elif qtype == "stream":
+        _run_checks(args, what, _STREAM_CHECKS, NOT_STREAM_ARGS, "rabbit_stream_queue")
     else:
         _run_checks(args, what, _CHECKS, NOT_CLASSIC_ARGS, "rabbit_classic_queue")
 
@@ -202,10 +236,11 @@ def _run_checks(args: dict[str, Any], what: str, checks: tuple[tuple[str, Check]
             raise precondition_failed(f"invalid arg '{key}' for {what} of queue type {type_module}")
 
 
-def check_quorum_declare(what: str, durable: bool, exclusive: bool, auto_delete: bool) -> None:
-    """A quorum queue is durable, neither exclusive nor auto-delete: RabbitMQ's checks, in its
-    order (rabbit_quorum_queue:declare), after the arguments'. (An exclusive declare is also
-    non-durable there: the exclusive refusal comes first.)"""
+def check_durable_only(what: str, durable: bool, exclusive: bool, auto_delete: bool) -> None:
+    """A quorum queue or a stream is durable, neither exclusive nor auto-delete: RabbitMQ's
+    checks, in its order (rabbit_quorum_queue:declare, rabbit_stream_queue:declare), after the
+    arguments'. (An exclusive declare is also non-durable there: the exclusive refusal comes
+    first.)"""
     if auto_delete:
         raise precondition_failed(f"invalid property 'auto-delete' for {what}")
     if exclusive:
@@ -216,8 +251,9 @@ def check_quorum_declare(what: str, durable: bool, exclusive: bool, auto_delete:
 
 def check_server_named(args: dict[str, Any] | None) -> None:
     """queue.declare with an empty name: only classic queues may be server-named."""
-    if (args or {}).get("x-queue-type") == "quorum":
-        raise precondition_failed("Cannot declare a server-named queue for type rabbit_quorum_queue")
+    qtype = (args or {}).get("x-queue-type")
+    if qtype in ("quorum", "stream"):
+        raise precondition_failed(f"Cannot declare a server-named queue for type rabbit_{qtype}_queue")
 
 
 def check_equivalent_arguments(what: str, received: dict[str, Any] | None, current: dict[str, Any],

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .errors import rs
-from .queue_arguments import check_quorum_declare
+from .queue_arguments import check_durable_only
 from .queues.classic import ClassicQueue
 from .queues.quorum import QuorumQueue
+from .queues.stream import StreamQueue
 
 if TYPE_CHECKING:
     from ..store import QueueStore
@@ -16,15 +17,17 @@ if TYPE_CHECKING:
 # x-queue-type -> class. queue_arguments.validate_arguments refuses any other type first,
 # with RabbitMQ's error, so a lookup here does not fail.
 QUEUE_TYPES: dict[str, type[ClassicQueue]] = {ClassicQueue.queue_type: ClassicQueue,
-                                              QuorumQueue.queue_type: QuorumQueue}
+                                              QuorumQueue.queue_type: QuorumQueue,
+                                              StreamQueue.queue_type: StreamQueue}
 DEFAULT_QUEUE_TYPE = ClassicQueue.queue_type
 
 
 def make_queue(vhost: VHost, name: str, durable: bool, exclusive_owner: object | None, auto_delete: bool,
                arguments: dict[str, Any] | None, store: QueueStore | None) -> ClassicQueue:
     """A new queue of the type its (validated) x-queue-type argument names, classic if none.
-    A quorum queue's declare properties are checked here, after its arguments, as RabbitMQ does."""
+    A quorum or stream queue's declare properties are checked here, after its arguments, as
+    RabbitMQ does."""
     queue_type = (arguments or {}).get("x-queue-type", DEFAULT_QUEUE_TYPE)
-    if queue_type == QuorumQueue.queue_type:
-        check_quorum_declare(rs("queue", name, vhost.name), durable, exclusive_owner is not None, auto_delete)
+    if queue_type != ClassicQueue.queue_type:
+        check_durable_only(rs("queue", name, vhost.name), durable, exclusive_owner is not None, auto_delete)
     return QUEUE_TYPES[queue_type](vhost, name, durable, exclusive_owner, auto_delete, arguments, store)

@@ -36,6 +36,8 @@ class QueueSettings:
     dead_letter_strategy: str = "at-most-once"
     max_priority: int | None = None
     single_active_consumer: bool = False
+    max_age: str | None = None                        # streams: "7D", "12h", ...
+    stream_max_segment_size_bytes: int | None = None  # streams
 
     @property
     def limited(self) -> bool:
@@ -70,7 +72,8 @@ def resolve(arguments: dict[str, Any], policy: Policy | None, operator_policy: P
         delivery_limit=lookup("delivery-limit"),
         dead_letter_strategy=_text(lookup("dead-letter-strategy")) or "at-most-once",
         max_priority=arguments.get("x-max-priority"),
-        single_active_consumer=arguments.get("x-single-active-consumer") is True)
+        single_active_consumer=arguments.get("x-single-active-consumer") is True,
+        max_age=_text(lookup("max-age")), stream_max_segment_size_bytes=lookup("stream-max-segment-size-bytes"))
 
 
 PLAIN = QueueSettings()

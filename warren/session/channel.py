@@ -367,6 +367,7 @@ class Channel:
         if tag in self.consumers:
             raise not_allowed(f"attempt to reuse consumer tag '{tag}'")
         check_consume_arguments(m.arguments, q.describe(), q.queue_type)
+        q.check_consume(m.no_ack, self.prefetch, self.global_prefetch, m.arguments)
         if q.consumers.exclusive_refused(m.exclusive):
             raise access_refused(f"{q.describe()} in exclusive use")
         consumer = Consumer(tag, self, q, m.no_ack, m.exclusive, m.arguments, self.prefetch,

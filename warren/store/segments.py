@@ -7,7 +7,8 @@ A queue's messages live in numbered segment files (`0000000001.seg`, ...). Each 
     | u32 header length | content header payload | body
 
 (the deadline only with FLAG_EXPIRY: milliseconds since the epoch, so it means the same
-after a restart)
+after a restart; in a stream's segments the same slot holds, with FLAG_CHUNK, the time the
+record's chunk was appended, and the sequence number is the record's offset)
 
 so the content header and body are stored exactly as the publisher sent them. Beside each
 segment an `.ack` file collects 8-byte marks -- a message was acked (or dropped) or was
@@ -41,6 +42,8 @@ SEGMENT_SIZE = 8 << 20
 FLAG_DURABLE = 1   # a persistent message in a durable queue: survives restarts
 FLAG_PAGED = 2     # a transient message paged out of memory: discarded at start-up
 FLAG_EXPIRY = 4    # the record carries its message's TTL deadline (with either of the above)
+FLAG_CHUNK = 8     # a stream's record that starts a chunk: the i64 slot holds the chunk's time
+_SLOT_FLAGS = FLAG_EXPIRY | FLAG_CHUNK
 
 # The record layout, declared here only. A record starts with RECORD_HEAD (its `length`
 # counts every byte after the length and crc), then the route, HEADER_LEN, header, body.
@@ -61,8 +64,9 @@ EXPIRY_SIZE = EXPIRY.size
 
 
 def route_start(flags: int) -> int:
-    """Where a record's route starts, from the record's start (after the deadline, if any)."""
-    return HEAD_SIZE + EXPIRY_SIZE if flags & FLAG_EXPIRY else HEAD_SIZE
+    """Where a record's route starts, from the record's start (after the deadline or the
+    chunk time, if any)."""
+    return HEAD_SIZE + EXPIRY_SIZE if flags & _SLOT_FLAGS else HEAD_SIZE
 
 
 class Record(NamedTuple):
@@ -75,6 +79,7 @@ class Record(NamedTuple):
     body: bytes
     end: int  # the position just after the record: where the next one starts
     expiry: int | None = None  # the TTL deadline, ms since the epoch (FLAG_EXPIRY)
+    stamp: int | None = None   # a stream chunk's time, ms since the epoch (FLAG_CHUNK)
 
 
 MARK_ACK = 0x41        # 'A': settled for good
@@ -114,9 +119,13 @@ CHECKSUMS: dict[bytes, Callable[[Buffer], int]] = {MAGIC: checksum, MAGIC_V1: ch
 
 
 def _fixed(flags: int, seq: int, route: bytes, expiry: int | None) -> bytes:
+    """`expiry` fills the i64 slot: a TTL deadline (FLAG_EXPIRY is set for it), or, when
+    `flags` has FLAG_CHUNK, a stream chunk's time."""
     if expiry is None:
         return _FIXED.pack(flags, seq, len(route))
-    return _FIXED.pack(flags | FLAG_EXPIRY, seq, len(route)) + EXPIRY.pack(expiry)
+    if not flags & FLAG_CHUNK:
+        flags |= FLAG_EXPIRY
+    return _FIXED.pack(flags, seq, len(route)) + EXPIRY.pack(expiry)
 
 
 def encode_record(flags: int, seq: int, route: bytes, header: bytes, body: Buffer, expiry: int | None = None) -> bytes:
@@ -156,9 +165,10 @@ def read_record(data: bytes, pos: int) -> Record:
     start = pos + route_start(flags)
     p = start + route_len
     header_end = p + HEADER_LEN_SIZE + HEADER_LEN.unpack_from(data, p)[0]
-    expiry = EXPIRY.unpack_from(data, pos + HEAD_SIZE)[0] if flags & FLAG_EXPIRY else None
+    slot = EXPIRY.unpack_from(data, pos + HEAD_SIZE)[0] if flags & _SLOT_FLAGS else None
+    chunk = flags & FLAG_CHUNK
     return Record(flags, seq, data[start:p], data[p + HEADER_LEN_SIZE:header_end], data[header_end:end], end,
-                  expiry)
+                  None if chunk else slot, slot if chunk else None)
 
 
 def scan(data: Buffer, start: int = len(MAGIC),

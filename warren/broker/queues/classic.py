@@ -510,6 +510,9 @@ class ClassicQueue:
         return count
 
     # consumers ---------------------------------------------------------------
+    def check_consume(self, no_ack: bool, prefetch: int, global_prefetch: int, arguments: dict | None) -> None:
+        """Refuse a basic.consume this queue type cannot serve (before the consumer exists)."""
+
     def add_consumer(self, consumer) -> None:
         self.consumers.add(consumer)
         self.had_consumers = True

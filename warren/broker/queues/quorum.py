@@ -1,7 +1,7 @@
 """A quorum queue on a single node: a classic queue with RabbitMQ 3.10's quorum semantics
 where they differ (rabbit_quorum_queue.erl, rabbit_fifo.erl, rabbit_fifo_client.erl).
 
-- Durable, never exclusive or auto-delete (queue_arguments.check_quorum_declare), and every
+- Durable, never exclusive or auto-delete (queue_arguments.check_durable_only), and every
   message is written to disk, transient ones too: the Raft log keeps whatever it is given.
 - The delivery count: each time a message comes back (a client's requeue, or its channel
   closing) its count goes up. Past `x-delivery-limit` it is dead-lettered with reason

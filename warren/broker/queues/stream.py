@@ -1,0 +1,253 @@
+"""A stream queue (x-queue-type=stream), as RabbitMQ 3.10 serves one to AMQP 0-9-1 clients
+(rabbit_stream_queue.erl): publishing appends to the stream's log (warren.store.stream),
+consuming reads it from an offset and removes nothing.
+
+- Declared durable only, with the stream's own arguments and policy keys (max-length-bytes,
+  max-age, stream-max-segment-size-bytes: a policy's value beats the argument, RabbitMQ's
+  policy_precedence); basic.get and queue.purge are refused.
+- A consumer needs manual acks and a basic.qos prefetch; acks, nacks and rejects are all
+  just credit. It starts where its `x-stream-offset` says (next by default) and every
+  delivery carries its offset in the `x-stream-offset` header (a long).
+- Consumers see committed offsets only (fsynced: warren.store.stream).
+
+Warren's own: a consumer given a name (`x-stream-consumer-name`, ignored by RabbitMQ) has its
+acked offset kept on the server, starts after it when it gives no `x-stream-offset`, and
+shows its lag in the management API.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ...store.queued_message import QueuedMessage
+from ...store.stream import StreamLog, StreamReader
+from ..errors import not_implemented, precondition_failed
+from ..queue_arguments import STREAM_EQUIVALENCE_ARGS
+from ..queue_settings import QueueSettings
+from ..stream_offsets import OffsetSpec, max_age_ms, parse_offset_spec
+from .classic import ClassicQueue
+from ...amqp.message import Message
+from ...amqp.reencode import long_slot
+
+if TYPE_CHECKING:
+    from ..consumer import Consumer
+    from ..ports import Timer
+
+log = logging.getLogger("warren.stream")
+
+OFFSET_HEADER = b"x-stream-offset"
+CONSUMER_NAME = "x-stream-consumer-name"
+# Deliveries read for one consumer at a time (its credit bounds them too).
+TAKE = 256
+# Seconds between retention checks by age, and between saves of the named consumers' offsets.
+RETENTION_CHECK = 60.0
+TRACKING_SAVE = 1.0
+
+
+class StreamEntry(QueuedMessage):
+    """One delivery of a stream entry: its offset, and the named consumer to credit on ack."""
+
+    __slots__ = ("tracker",)
+
+    def __init__(self, offset: int, message: Message, tracker: str | None):
+        super().__init__(offset, message)
+        self.tracker = tracker
+
+
+class StreamQueue(ClassicQueue):
+    """RabbitMQ's stream queue on this node."""
+
+    queue_type = "stream"
+    EQUIVALENCE_ARGS = STREAM_EQUIVALENCE_ARGS
+    POLICY_WINS = frozenset({"max-length-bytes", "max-age", "stream-max-segment-size-bytes"})
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        assert isinstance(self.store, StreamLog), "a stream queue's store is a StreamLog"
+        self.log: StreamLog = self.store
+        self.log.on_commit = self._committed
+        self.readers: dict[Consumer, StreamReader] = {}
+        self.names: dict[Consumer, str] = {}  # named consumers (x-stream-consumer-name)
+        self._slots: dict[bytes, tuple[bytes, bytes]] = {}  # stored header -> its offset slot
+        self._retention_timer: Timer | None = None
+        self._tracking_timer: Timer | None = None
+
+    # figures -------------------------------------------------------------------
+    @property
+    def message_count(self) -> int:
+        return self.log.count
+
+    # declare and delete ----------------------------------------------------------
+    def check_delete(self, if_unused: bool, if_empty: bool) -> None:
+        """RabbitMQ deletes a stream whatever if-unused and if-empty say."""
+
+    @property
+    def unused_auto_delete(self) -> bool:
+        return False
+
+    def purge(self) -> int:
+        raise not_implemented(f"queue.purge not supported by stream queues {self.describe()}")
+
+    # settings ----------------------------------------------------------------------
+    def apply_settings(self) -> None:
+        super().apply_settings()
+        s = self.settings
+        age = max_age_ms(s.max_age) if s.max_age is not None else None
+        self.log.set_retention(s.max_length_bytes, age, s.stream_max_segment_size_bytes)
+        self._arm_retention()
+
+    def adjust_settings(self, s: QueueSettings) -> QueueSettings:
+        return s
+
+    def _arm_retention(self) -> None:
+        scheduler = self._scheduler()
+        if self._retention_timer is not None or scheduler is None or self.deleted:
+            return
+        if self.log.max_age_ms is not None:
+            self._retention_timer = scheduler.call_later(min(RETENTION_CHECK, self.log.max_age_ms / 1000),
+                                                         self._retention_due)
+
+    def _retention_due(self) -> None:
+        self._retention_timer = None
+        if not self.deleted:
+            self.log.apply_retention()
+            self._arm_retention()
+
+    def start_timers(self) -> None:
+        self._arm_retention()
+
+    def stop_timers(self) -> None:
+        super().stop_timers()
+        for timer in (self._retention_timer, self._tracking_timer):
+            if timer is not None:
+                timer.cancel()
+        self._retention_timer = self._tracking_timer = None
+
+    def touch(self) -> None:
+        """(x-expires does not apply to streams.)"""
+
+    # publish -----------------------------------------------------------------------
+    def publish(self, message) -> int:
+        self.stats["publish"] += 1
+        return self.log.append(message)
+
+    def _committed(self) -> None:
+        """New offsets are committed: consumers waiting at the tail get them."""
+        if self.consumers:
+            self.deliver_ready()
+
+    # consume -----------------------------------------------------------------------
+    def check_consume(self, no_ack: bool, prefetch: int, global_prefetch: int, arguments: dict | None) -> None:
+        """RabbitMQ's refusals of a basic.consume on a stream, in its order."""
+        if not prefetch:
+            raise precondition_failed(f"consumer prefetch count is not set for '{self.describe()}'")
+        if no_ack:
+            raise not_implemented(f"automatic acknowledgement not supported by stream queues {self.describe()}")
+        if parse_offset_spec((arguments or {}).get("x-stream-offset")) is None:
+            raise precondition_failed(f"invalid x-stream-offset for {self.describe()}")
+
+    def add_consumer(self, consumer) -> None:
+        args = consumer.arguments
+        spec = parse_offset_spec(args.get("x-stream-offset"))
+        assert spec is not None  # check_consume refused it
+        name = args.get(CONSUMER_NAME)
+        if isinstance(name, bytes):
+            name = name.decode(errors="replace")
+        if isinstance(name, str) and name:
+            self.names[consumer] = name
+            tracked = self.log.tracked.get(name)
+            if "x-stream-offset" not in args and tracked is not None:
+                spec = OffsetSpec("offset", tracked)
+        self.readers[consumer] = self.log.reader(self._start(spec))
+        super().add_consumer(consumer)
+
+    def _start(self, spec: OffsetSpec) -> int:
+        log_ = self.log
+        if spec.kind == "first":
+            return log_.first_offset
+        if spec.kind == "last":
+            last = log_.last_chunk
+            return last if last is not None else log_.committed
+        if spec.kind == "next":
+            return log_.committed
+        if spec.kind == "timestamp":
+            return log_.offset_at(spec.value)
+        return spec.value
+
+    def remove_consumer(self, consumer) -> None:
+        self.readers.pop(consumer, None)
+        self.names.pop(consumer, None)
+        super().remove_consumer(consumer)
+
+    def deliver_ready(self) -> None:
+        """Each consumer with credit reads on from its own offset."""
+        if self.deleted:
+            return
+        for consumer, reader in list(self.readers.items()):
+            if not consumer.gate.delivering or reader.caught_up:
+                continue
+            credit = consumer.prefetch - consumer.unacked
+            tracker = self.names.get(consumer)
+            deliver = consumer.channel.deliver
+            while credit > 0 and consumer.gate.delivering:
+                entries = reader.take(min(credit, TAKE))
+                if not entries:
+                    break
+                for offset, message in entries:
+                    deliver(consumer, StreamEntry(offset, self._with_offset(message, offset), tracker))
+                credit = consumer.prefetch - consumer.unacked
+
+    def _with_offset(self, message: Message, offset: int) -> Message:
+        """The message as delivered: its header with the x-stream-offset header set."""
+        header = message.header
+        slot = self._slots.get(header)
+        if slot is None:
+            if len(self._slots) >= 1024:
+                self._slots.clear()
+            slot = self._slots[header] = long_slot(header, OFFSET_HEADER)
+        before, after = slot
+        return Message(message.exchange, message.routing_key, message.route,
+                       before + (offset & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big") + after, message.body)
+
+    def get(self):
+        raise not_implemented(f"basic.get not supported by stream queues {self.describe()}")
+
+    # settlement: only credit -------------------------------------------------------------
+    def delivered(self, qm, no_ack: bool, get: bool = False) -> None:
+        self.unacked_count += 1
+        self.stats["deliver"] += 1
+
+    def ack(self, qm) -> None:
+        self.unacked_count -= 1
+        self.stats["ack"] += 1
+        if qm.tracker is not None and not self.deleted:
+            self.log.track(qm.tracker, qm.seq + 1)
+            self._save_tracking_later()
+
+    def reject(self, qm, requeue: bool, closed: bool = False) -> None:
+        self.unacked_count -= 1
+
+    def _save_tracking_later(self) -> None:
+        scheduler = self._scheduler()
+        if self._tracking_timer is None and scheduler is not None:
+            self._tracking_timer = scheduler.call_later(TRACKING_SAVE, self._save_tracking)
+
+    def _save_tracking(self) -> None:
+        self._tracking_timer = None
+        if not self.deleted:
+            self.log.save_tracking()
+
+    # what operators see ------------------------------------------------------------
+    def offsets(self) -> dict[str, Any]:
+        """The stream's offsets and its named consumers' (Warren's extension)."""
+        log_ = self.log
+        return {"first_offset": log_.first_offset, "last_offset": log_.last_offset,
+                "next_offset": log_.committed, "first_timestamp": log_.first_timestamp,
+                "segments": len(log_.segments), "bytes": log_.total_bytes,
+                "consumer_offsets": [{"name": name, "offset": offset, "lag": max(log_.committed - offset, 0)}
+                                     for name, offset in sorted(log_.tracked.items())]}
+
+    def reader_offset(self, consumer) -> int | None:
+        reader = self.readers.get(consumer)
+        return reader.offset if reader is not None else None
