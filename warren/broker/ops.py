@@ -236,6 +236,9 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
     if actor.broker.topic_permissions:  # (tested here: a call per publish costs)
         actor.check_topic("write", x, routing_key)
     message = Message(exchange_name, routing_key, route_bytes, header, body)
+    if x.answers:
+        x.stats["publish_in"] += 1
+        return x.answer(actor, routing_key, message, readable_queue)
     flags = header[12] << 8 | header[13]
     if flags & _CHECKED_PROPS:
         # user_id and expiration, checked after the exchange as RabbitMQ does.

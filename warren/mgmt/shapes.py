@@ -98,8 +98,12 @@ def queue_json(q: ClassicQueue, unacked_bytes: int | None = None, details: bool 
          "operator_policy": op.name if op is not None else None,
          "effective_policy_definition": effective_definition(q.policy, op),
          "single_active_consumer_tag": q.consumers.active.tag if q.consumers.active is not None else None}
-    if q.queue_type == "quorum":  # one node: it leads, and is the only member
+    if q.queue_type != "classic":  # one node: it leads, and is the only member
         d.update({"leader": d["node"], "members": [d["node"]], "online": [d["node"]]})
+    if q.queue_type == "stream":
+        # Warren's: first/last/next offsets, the oldest chunk's time, and the named consumers'
+        # offsets and lag (queues/stream.py).
+        d["stream"] = q.offsets()  # type: ignore[attr-defined]
     ready, unacked = len(q.store), q.unacked_count
     d.update({"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
               "message_bytes": q.store.ready_bytes, "message_bytes_ready": q.store.ready_bytes,
@@ -246,4 +250,16 @@ def consumer_json(consumer: Consumer) -> dict[str, Any]:
         "exclusive": consumer.exclusive,
         "prefetch_count": consumer.prefetch,
         "queue": {"name": consumer.queue.name, "vhost": consumer.queue.vhost.name},
+        **_stream_position(consumer),
     }
+
+
+def _stream_position(consumer: Consumer) -> dict[str, Any]:
+    """Warren's: a stream consumer's next offset and how far behind the stream's end it is."""
+    queue = consumer.queue
+    if queue.queue_type != "stream":
+        return {}
+    offset = queue.reader_offset(consumer)
+    if offset is None:
+        return {}
+    return {"stream_offset": offset, "stream_lag": max(queue.log.committed - offset, 0)}
