@@ -23,6 +23,13 @@
  * second word = number of messages sent) so a consumer knows how many
  * messages to expect and can stop without guessing.
  *
+ * Stream queues (setup --queue-type stream): a consumer may start anywhere
+ * (consume --stream-offset), and several consumers read the same messages.
+ * Each consumer process checks its own deliveries; one that starts at offset
+ * K of a stream one publisher filled from empty expects exactly the messages
+ * K..N-1 and the marker (--expect-from K), and --check-offsets verifies every
+ * delivery's x-stream-offset header against its sequence number.
+ *
  * Results are printed as one JSON line on stdout; diagnostics go to stderr.
  *
  * Performance notes (the load generator must not be the bottleneck on a
@@ -40,6 +47,7 @@
  *  - latencies go to a fixed-size log-linear histogram (~1.6% resolution).
  */
 #define _GNU_SOURCE
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -254,11 +262,15 @@ typedef struct {
   double grace;
   const char *ready_file;
   int lib_consume;
+  const char *stream_offset; /* x-stream-offset consumer argument, or NULL */
+  uint64_t expect_from;      /* first sequence number this consumer should get */
+  int check_offsets;         /* x-stream-offset header must equal the seq */
 
   /* setup */
   const char *queues[MAX_QUEUES];
   int nqueues;
   const char *exchange_type;
+  const char *queue_type; /* x-queue-type argument, or NULL */
   int durable;
   int do_delete;
   int do_purge;
@@ -285,6 +297,8 @@ static void usage(void) {
 "         --frame-max N (131072) --connect-timeout S (10)\n"
 "setup:   --queue Q (repeatable) [--durable] [--exchange X --exchange-type T]\n"
 "         [--bind [--routing-key K]] [--purge] [--delete]\n"
+"         --queue-type T (x-queue-type argument: classic, quorum, stream;\n"
+"         quorum queues and streams need --durable)\n"
 "         --delete deletes the named queues/exchange (if-unused=false) and exits\n"
 "publish: --exchange X ('') --routing-key K (default: --queue) --size N (16)\n"
 "         --count N (0=unlimited) --seconds S (0=unlimited; one of them needed)\n"
@@ -299,6 +313,13 @@ static void usage(void) {
 "         --idle-timeout S (10; stop after S without deliveries, once started)\n"
 "         --grace S (2; after the end marker, wait for stragglers)\n"
 "         --ready-file PATH (created once consuming) --lib-consume\n"
+"         --stream-offset SPEC (x-stream-offset consumer argument: first, last,\n"
+"         next, ... as a long string; an integer as a signed 64-bit long)\n"
+"         --expect-from K (expect exactly the messages K..N-1, N from the end\n"
+"         marker; a message below K counts as unexpected)\n"
+"         --check-offsets (every delivery's x-stream-offset header must equal its\n"
+"         sequence number, the marker's the number of messages: a stream that one\n"
+"         publisher filled from empty)\n"
 "count:   --queue Q [--count N --seconds S]: passive queue.declare; with --count,\n"
 "         retry (reconnecting, every 10 ms) until message_count >= N or S seconds\n"
 "         pass; exit 0 when reached, 1 when not. Times are CLOCK_MONOTONIC ns\n"
@@ -319,7 +340,8 @@ enum {
   O_PERSISTENT, O_RATE, O_BATCH, O_LIBPUB, O_NOMARKER, O_CONFIRM_TO,
   O_QUEUE, O_PREFETCH, O_AUTOACK, O_ACKEVERY, O_IDLE, O_GRACE, O_READY,
   O_LIBCONS, O_SNDBUF, O_XTYPE, O_DURABLE, O_DELETE, O_PURGE, O_BIND, O_QUIET, O_HELP,
-  O_KEY_TMPL, O_HEADER, O_BIND_ARG, O_OPS, O_QUEUE_TMPL, O_START
+  O_KEY_TMPL, O_HEADER, O_BIND_ARG, O_OPS, O_QUEUE_TMPL, O_START,
+  O_QTYPE, O_STREAM_OFFSET, O_EXPECT_FROM, O_CHECK_OFFSETS
 };
 
 static struct option long_opts[] = {
@@ -365,6 +387,10 @@ static struct option long_opts[] = {
     {"ops", required_argument, 0, O_OPS},
     {"queue-template", required_argument, 0, O_QUEUE_TMPL},
     {"start", required_argument, 0, O_START},
+    {"queue-type", required_argument, 0, O_QTYPE},
+    {"stream-offset", required_argument, 0, O_STREAM_OFFSET},
+    {"expect-from", required_argument, 0, O_EXPECT_FROM},
+    {"check-offsets", no_argument, 0, O_CHECK_OFFSETS},
     {0, 0, 0, 0}};
 
 static uint64_t parse_u64(const char *s, const char *what) {
@@ -459,6 +485,10 @@ static void parse_opts(opts_t *o, int argc, char **argv) {
       case O_OPS: o->ops = optarg; break;
       case O_QUEUE_TMPL: o->queue_tmpl = optarg; break;
       case O_START: o->start = parse_u64(optarg, "start"); break;
+      case O_QTYPE: o->queue_type = optarg; break;
+      case O_STREAM_OFFSET: o->stream_offset = optarg; break;
+      case O_EXPECT_FROM: o->expect_from = parse_u64(optarg, "expect-from"); break;
+      case O_CHECK_OFFSETS: o->check_offsets = 1; break;
       default: usage();
     }
   }
@@ -679,9 +709,20 @@ static int cmd_setup(opts_t *o) {
                           0, 0, amqp_empty_table);
     check_reply(amqp_get_rpc_reply(conn), "exchange.declare");
   }
+  amqp_table_entry_t qarg;
+  amqp_table_t qargs = amqp_empty_table;
+  if (o->queue_type) {
+    if (!o->durable && strcmp(o->queue_type, "classic"))
+      die("--queue-type %s needs --durable", o->queue_type);
+    qarg.key = amqp_cstring_bytes("x-queue-type");
+    qarg.value.kind = AMQP_FIELD_KIND_UTF8;
+    qarg.value.value.bytes = amqp_cstring_bytes(o->queue_type);
+    qargs.num_entries = 1;
+    qargs.entries = &qarg;
+  }
   for (int i = 0; i < o->nqueues; i++) {
     amqp_queue_declare(conn, 1, amqp_cstring_bytes(o->queues[i]), 0, o->durable,
-                       0, 0, amqp_empty_table);
+                       0, 0, qargs);
     check_reply(amqp_get_rpc_reply(conn), "queue.declare");
     if (o->do_purge) {
       amqp_queue_purge(conn, 1, amqp_cstring_bytes(o->queues[i]));
@@ -1254,7 +1295,43 @@ typedef struct {
   /* acking */
   uint64_t last_tag, unacked;
   uint64_t acks_sent;
+  /* streams: --expect-from, --check-offsets */
+  uint64_t unexpected;      /* messages below --expect-from */
+  uint64_t first_seq;       /* of the first message (not the marker); UINT64_MAX: none */
+  int d_has_offset;         /* the current delivery's x-stream-offset header */
+  int64_t d_offset;
+  uint64_t offset_errors;   /* header differs from the sequence number */
+  uint64_t no_offset;       /* header missing (or not an integer) */
 } cons_t;
+
+/* The x-stream-offset header of a delivery: 1 and *out, or 0 if it has none
+ * (or one that is not an integer). RabbitMQ and Warren send a long ('l'). */
+static int stream_offset_of(const amqp_basic_properties_t *p, int64_t *out) {
+  if (!p || !(p->_flags & AMQP_BASIC_HEADERS_FLAG)) return 0;
+  for (int i = 0; i < p->headers.num_entries; i++) {
+    const amqp_table_entry_t *e = &p->headers.entries[i];
+    if (e->key.len != 15 || memcmp(e->key.bytes, "x-stream-offset", 15)) continue;
+    const amqp_field_value_t *v = &e->value;
+    switch (v->kind) {
+      case AMQP_FIELD_KIND_I8: *out = v->value.i8; return 1;
+      case AMQP_FIELD_KIND_U8: *out = v->value.u8; return 1;
+      case AMQP_FIELD_KIND_I16: *out = v->value.i16; return 1;
+      case AMQP_FIELD_KIND_U16: *out = v->value.u16; return 1;
+      case AMQP_FIELD_KIND_I32: *out = v->value.i32; return 1;
+      case AMQP_FIELD_KIND_U32: *out = v->value.u32; return 1;
+      case AMQP_FIELD_KIND_I64: *out = v->value.i64; return 1;
+      case AMQP_FIELD_KIND_U64: *out = (int64_t)v->value.u64; return 1;
+      default: return 0;
+    }
+  }
+  return 0;
+}
+
+/* messages this consumer should receive, once the end marker said how many
+ * were published: expected - --expect-from */
+static uint64_t cons_want(const cons_t *c) {
+  return c->expected > c->o->expect_from ? c->expected - c->o->expect_from : 0;
+}
 
 static void cons_ack(cons_t *c) {
   if (c->o->ack_every && c->unacked) {
@@ -1281,6 +1358,14 @@ static void cons_message(cons_t *c, uint64_t tag, int redelivered,
     return;
   }
   uint64_t seq = get_u64le(head), ts = get_u64le(head + 8);
+  if (c->o->check_offsets) {
+    /* in a stream one publisher filled from empty, message seq is at offset
+     * seq and the end marker at offset N (= its count) */
+    if (!c->d_has_offset)
+      c->no_offset++;
+    else if ((uint64_t)c->d_offset != (seq == END_MARKER ? ts : seq))
+      c->offset_errors++;
+  }
   if (seq == END_MARKER) {
     c->received--; /* the marker does not count as a message */
     c->bytes -= size;
@@ -1292,6 +1377,11 @@ static void cons_message(cons_t *c, uint64_t tag, int redelivered,
   c->t_last = now;
   if (seq > ((uint64_t)1 << 40)) {
     c->bad_seq++;
+    return;
+  }
+  if (c->first_seq == UINT64_MAX) c->first_seq = seq;
+  if (seq < c->o->expect_from) {
+    c->unexpected++;
     return;
   }
   if (seq >= c->seen_bits) {
@@ -1317,7 +1407,7 @@ static void cons_message(cons_t *c, uint64_t tag, int redelivered,
 }
 
 static int cons_done(cons_t *c) {
-  if (c->marker_seen && c->unique >= c->expected) return 1;
+  if (c->marker_seen && c->unique >= cons_want(c)) return 1;
   if (c->o->count && c->unique >= c->o->count) return 1;
   return 0;
 }
@@ -1334,14 +1424,35 @@ static int cmd_consume(opts_t *o) {
   memset(&C, 0, sizeof(C));
   cons_t *c = &C;
   c->o = o;
+  c->first_seq = UINT64_MAX;
   hist_init(&c->lat);
+  /* --stream-offset: an integer is a signed 64-bit long ('l'), anything else
+   * (first, last, next, 10m, ...) a long string */
+  amqp_table_entry_t carg;
+  amqp_table_t cargs = amqp_empty_table;
+  if (o->stream_offset) {
+    const char *so = o->stream_offset;
+    char *end;
+    errno = 0;
+    long long v = strtoll(so, &end, 10);
+    carg.key = amqp_cstring_bytes("x-stream-offset");
+    if (*so && !*end && !errno && (isdigit((unsigned char)so[0]) || so[0] == '-')) {
+      carg.value.kind = AMQP_FIELD_KIND_I64;
+      carg.value.value.i64 = (int64_t)v;
+    } else {
+      carg.value.kind = AMQP_FIELD_KIND_UTF8;
+      carg.value.value.bytes = amqp_cstring_bytes(so);
+    }
+    cargs.num_entries = 1;
+    cargs.entries = &carg;
+  }
   c->conn = connect_broker(o, NULL);
   if (o->prefetch) {
     amqp_basic_qos(c->conn, 1, 0, (uint16_t)o->prefetch, 0);
     check_reply(amqp_get_rpc_reply(c->conn), "basic.qos");
   }
   amqp_basic_consume(c->conn, 1, amqp_cstring_bytes(o->queue), amqp_empty_bytes,
-                     0, o->ack_every == 0, 0, amqp_empty_table);
+                     0, o->ack_every == 0, 0, cargs);
   check_reply(amqp_get_rpc_reply(c->conn), "basic.consume");
   if (o->ready_file) {
     FILE *f = fopen(o->ready_file, "w");
@@ -1390,6 +1501,7 @@ static int cmd_consume(opts_t *o) {
       amqp_rpc_reply_t r = amqp_consume_message(c->conn, &env, &tv, 0);
       if (r.reply_type == AMQP_RESPONSE_NORMAL) {
         size_t hl = env.message.body.len < 16 ? env.message.body.len : 16;
+        c->d_has_offset = stream_offset_of(&env.message.properties, &c->d_offset);
         cons_message(c, env.delivery_tag, env.redelivered,
                      (const uint8_t *)env.message.body.bytes, hl,
                      env.message.body.len);
@@ -1438,6 +1550,9 @@ static int cmd_consume(opts_t *o) {
       case AMQP_FRAME_HEADER:
         if (st != S_HEADER) die("unexpected content header");
         d_size = f.payload.properties.body_size;
+        if (o->check_offsets)
+          c->d_has_offset = stream_offset_of(
+              (const amqp_basic_properties_t *)f.payload.properties.decoded, &c->d_offset);
         d_got = 0;
         head_len = 0;
         if (d_size == 0) {
@@ -1478,11 +1593,13 @@ out:
   uint64_t t_end = now_ns();
   close_broker(c->conn);
 
-  uint64_t missing;
+  /* messages expect_from .. N-1 (N from the marker, else the highest seen) */
+  uint64_t missing, want;
   if (c->marker_seen)
-    missing = c->expected > c->unique ? c->expected - c->unique : 0;
+    want = cons_want(c);
   else
-    missing = c->max_seq_plus1 > c->unique ? c->max_seq_plus1 - c->unique : 0;
+    want = c->max_seq_plus1 > o->expect_from ? c->max_seq_plus1 - o->expect_from : 0;
+  missing = want > c->unique ? want - c->unique : 0;
   double span = c->t_last > c->t_first ? (double)(c->t_last - c->t_first) / 1e9 : 0;
   printf("{\"role\":\"consume\",\"queue\":\"%s\",\"prefetch\":%d,\"ack_every\":%d,"
          "\"received\":%" PRIu64 ",\"unique\":%" PRIu64 ",\"duplicates\":%" PRIu64
@@ -1497,6 +1614,17 @@ out:
          c->out_of_order, c->short_bodies, c->bad_seq, c->bytes, c->acks_sent,
          span, (double)(t_end - t0) / 1e9,
          span > 0 ? (double)c->received / span : 0.0, stop_reason);
+  printf("\"expect_from\":%" PRIu64 ",\"unexpected\":%" PRIu64 ",\"first_seq\":",
+         o->expect_from, c->unexpected);
+  if (c->first_seq == UINT64_MAX)
+    printf("null,");
+  else
+    printf("%" PRIu64 ",", c->first_seq);
+  if (o->stream_offset) printf("\"stream_offset\":\"%s\",", o->stream_offset);
+  if (o->check_offsets)
+    printf("\"offset_errors\":%" PRIu64 ",\"no_offset\":%" PRIu64 ",", c->offset_errors,
+           c->no_offset);
+  printf("\"t_first_ns\":%" PRIu64 ",\"t_last_ns\":%" PRIu64 ",", c->t_first, c->t_last);
   hist_json(stdout, "latency", &c->lat);
   printf("}\n");
   fflush(stdout);

@@ -422,7 +422,8 @@ class Scenario:
     rate: float = 0.0   # publish rate limit, msg/s (latency scenario)
     latency: bool = False
     default: bool = True
-    kind: str = "flow"  # flow (1-5), backlog (6), recovery (7), or a scaling kind (8-11)
+    kind: str = "flow"  # flow (1-5), backlog (6), recovery (7), a scaling kind (8-11),
+                        # or streams (12)
 
 
 SCENARIOS: list[Scenario] = [
@@ -476,11 +477,20 @@ SCENARIOS: list[Scenario] = [
     Scenario("11", "{sizes} bodies, transient and persistent, confirms, manual ack",
              "Big bodies: consume MB/s and the broker's peak RSS, transient and persistent.",
              confirm=True, kind="bodies", default=False),
+    # Stream queues: not in the default set (it writes 2 × N KiB per broker).
+    Scenario("12", "streams: {n} × 1 KiB persistent (confirms, window 1000) into a durable "
+                   "classic queue and a stream; 1 consumer drains / reads from first, then "
+                   "10 read the stream from offsets i·N/10 (prefetch 1000, manual ack "
+                   "multiple/100)",
+             "Stream queues against a classic queue: confirmed publish and read rates, "
+             "and the broker's peak RSS with 1 and with 10 readers of the same stream.",
+             size=1024, confirm=True, window=1000, prefetch=1000, ack_every=100,
+             persistent=True, durable=True, kind="streams", default=False),
 ]
 SCENARIO_ALIASES = {"throughput": "1", "confirms": "2", "fanout": "3", "latency": "4",
                     "persistent": "5", "backlog": "6", "recovery": "7",
                     "topology": "8", "topic": "9", "headers": "10", "bodies": "11",
-                    "bigbody": "11"}
+                    "bigbody": "11", "streams": "12", "stream": "12"}
 SCENARIO_GROUPS = {"scaling": ["8", "9", "10", "11"]}
 DEFAULT_BACKLOG = 1_000_000
 
@@ -1030,16 +1040,21 @@ class Integrity:
 
     def __init__(self):
         self.d = {"missing": 0, "duplicates": 0, "nacked": 0, "unconfirmed": 0,
-                  "marker_missing": 0, "stop_reasons": [], "redelivered": 0}
+                  "marker_missing": 0, "stop_reasons": [], "redelivered": 0,
+                  "unexpected": 0, "offset_errors": 0}
         self.any = False
 
-    def add(self, pub: dict, cons: dict | None) -> None:
+    def add(self, pub: dict | None, cons: dict | None) -> None:
+        """A publisher's and/or a consumer's checks (either may be None)."""
         self.any = True
-        self.d["nacked"] += pub.get("nacked", 0)
-        self.d["unconfirmed"] += pub.get("unconfirmed", 0)
+        if pub:
+            self.d["nacked"] += pub.get("nacked", 0)
+            self.d["unconfirmed"] += pub.get("unconfirmed", 0)
         if cons:
-            for k in ("missing", "duplicates", "redelivered"):
+            for k in ("missing", "duplicates", "redelivered", "unexpected"):
                 self.d[k] += cons.get(k, 0)
+            # --check-offsets: a wrong or missing x-stream-offset header
+            self.d["offset_errors"] += cons.get("offset_errors", 0) + cons.get("no_offset", 0)
             self.d["marker_missing"] += 0 if cons["marker_seen"] else 1
             if cons["stop_reason"] not in self.d["stop_reasons"]:
                 self.d["stop_reasons"].append(cons["stop_reason"])
@@ -1343,6 +1358,12 @@ def integrity_text(results: list[dict]) -> str:
     redelivered = sum(r["integrity"].get("redelivered", 0) for r in ok)
     if redelivered:
         extra.append(f"{redelivered} redelivered")
+    unexpected = sum(r["integrity"].get("unexpected", 0) for r in ok)
+    if unexpected:
+        extra.append(f"{unexpected} before the start offset")
+    offset_errors = sum(r["integrity"].get("offset_errors", 0) for r in ok)
+    if offset_errors:
+        extra.append(f"{offset_errors} wrong/missing x-stream-offset")
     if any(r["integrity"]["marker_missing"] for r in ok):
         extra.append("end marker lost")
     reasons = {x for r in ok for x in r["integrity"]["stop_reasons"]} - {"complete", "grace"}

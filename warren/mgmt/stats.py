@@ -224,8 +224,10 @@ def queue_stats(queue, unacked_bytes=None) -> dict:
         message_stats[f] = counts.get(f, 0)
         message_stats[f + "_details"] = {"rate": round(rates.get(f, 0.0), 1)}
     _with_deliver_get(message_stats, rates)
+    # A stream's entries stay in it while delivered: its count is every entry it holds.
+    total = ready if queue.queue_type == "stream" else ready + unacked
     return {
-        "messages": ready + unacked,
+        "messages": total,
         "messages_details": {"rate": round(rates.get("messages", 0.0), 1)},
         "messages_ready": ready,
         "messages_ready_details": {"rate": round(rates.get("messages_ready", 0.0), 1)},

@@ -1,0 +1,145 @@
+"""Warren's extensions to stream queues over AMQP 0-9-1 (issue 12), which RabbitMQ does not
+have: the offsets of a stream on request (`amq.warren.stream-offsets`), consumer offsets kept
+by the server for named consumers, and both in the management API. Warren only."""
+
+import time
+
+import pika
+import pytest
+import requests
+
+from conftest import EXTERNAL
+
+pytestmark = pytest.mark.skipif(bool(EXTERNAL), reason="Warren's extensions")
+
+STREAM = {"x-queue-type": "stream"}
+OFFSETS = "amq.warren.stream-offsets"
+
+
+def stream(ch, name, count=0, **args):
+    ch.queue_declare(name, durable=True, arguments={**STREAM, **args})
+    if count:
+        ch.confirm_delivery()
+        for i in range(count):
+            ch.basic_publish("", name, f"m{i}".encode())
+    return name
+
+
+def ask(conn, name, **headers):
+    """Publish an offsets request for stream `name`; the reply's headers and JSON body."""
+    ch = conn.channel()
+    reply = ch.queue_declare("", exclusive=True).method.queue
+    ch.basic_publish(OFFSETS, name, b"", pika.BasicProperties(reply_to=reply, correlation_id="c1",
+                                                               headers=headers or None))
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        method, props, body = ch.basic_get(reply, auto_ack=True)
+        if method is not None:
+            assert props.correlation_id == "c1" and props.content_type == "application/json"
+            assert (method.exchange, method.routing_key) == ("", reply)
+            ch.close()
+            return props.headers, body
+        time.sleep(0.01)
+    raise AssertionError("no answer")
+
+
+def consume(conn, name, count, prefetch=10, **args):
+    """Consume `count` entries (acking each); their offsets."""
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=prefetch)
+    got = []
+    for method, props, _body in ch.consume(name, arguments=args, inactivity_timeout=5):
+        assert method is not None, f"only {len(got)} of {count} came"
+        got.append(props.headers["x-stream-offset"])
+        ch.basic_ack(method.delivery_tag)
+        if len(got) == count:
+            break
+    ch.close()
+    return got
+
+
+def test_offsets_on_request(connection, names):
+    ch = connection.channel()
+    s = stream(ch, names("so"), count=5)
+    headers, body = ask(connection, s)
+    assert headers["x-stream-first-offset"] == 0 and headers["x-stream-next-offset"] == 5
+    assert headers["x-stream-last-offset"] == 4 and headers["x-stream-messages"] == 5
+    assert 0 <= headers["x-stream-last-chunk"] <= 4
+    assert abs(headers["x-stream-first-timestamp-ms"] / 1000 - time.time()) < 60
+    assert headers["x-stream-segments"] == 1 and headers["x-stream-bytes"] > 5 * 2
+    import json
+    assert json.loads(body)["x-stream-next-offset"] == 5
+    empty = stream(ch, names("so-empty"))
+    headers, _ = ask(connection, empty)
+    assert headers["x-stream-first-offset"] == headers["x-stream-next-offset"] == 0
+    assert "x-stream-last-offset" not in headers and "x-stream-first-timestamp" not in headers
+
+
+def test_offsets_errors_are_answered(connection, names):
+    ch = connection.channel()
+    ch.queue_declare(names("so-classic"))
+    headers, _ = ask(connection, names("so-classic"))
+    assert headers == {"x-error": f"PRECONDITION_FAILED - queue '{names('so-classic')}' in vhost '/' is not a stream"}
+    headers, _ = ask(connection, "so-missing-stream")
+    assert headers == {"x-error": "NOT_FOUND - no queue 'so-missing-stream' in vhost '/'"}
+
+
+def test_offsets_without_reply_to_are_returned_when_mandatory(connection, names):
+    ch = connection.channel()
+    s = stream(ch, names("so-noreply"), count=1)
+    ch = connection.channel()  # (not in confirm mode: pika would raise on the return)
+    returned = []
+    ch.add_on_return_callback(lambda c, m, p, b: returned.append(m.reply_code))
+    ch.basic_publish(OFFSETS, s, b"", mandatory=True)
+    connection.process_data_events(0.3)
+    assert returned == [312]
+
+
+def test_binding_to_the_offsets_exchange_is_refused(channel, names):
+    from conftest import channel_error
+    channel.queue_declare(names("so-bind"))
+    channel_error(lambda: channel.queue_bind(names("so-bind"), OFFSETS, "x"), 406,
+                  f"PRECONDITION_FAILED - exchange '{OFFSETS}' in vhost '/' answers offset requests "
+                  "and cannot be bound")
+
+
+def test_a_named_consumer_resumes_after_its_last_ack(connection, names):
+    ch = connection.channel()
+    s = stream(ch, names("so-named"), count=10)
+    assert consume(connection, s, 4, **{"x-stream-offset": "first", "x-stream-consumer-name": "job"}) == [0, 1, 2, 3]
+    # No x-stream-offset: it starts after its last ack (not at `next`).
+    assert consume(connection, s, 3, **{"x-stream-consumer-name": "job"}) == [4, 5, 6]
+    headers, _ = ask(connection, s, **{"x-stream-consumer-name": "job"})
+    assert headers["x-stream-consumer-offset"] == 7
+    # An explicit offset wins; another name starts at next as any consumer.
+    assert consume(connection, s, 1, **{"x-stream-offset": 2, "x-stream-consumer-name": "job"}) == [2]
+    ch.basic_publish("", s, b"late")
+    assert consume(connection, s, 1, **{"x-stream-offset": 10, "x-stream-consumer-name": "other"}) == [10]
+
+
+def test_named_offsets_survive_a_restart(make_broker, restart_broker):
+    b = make_broker()
+    with pika.BlockingConnection(b.pika_params()) as conn:
+        stream(conn.channel(), "kept", count=6)
+        consume(conn, "kept", 5, **{"x-stream-offset": "first", "x-stream-consumer-name": "job"})
+        time.sleep(1.5)  # saved about once a second
+    b = restart_broker(b)
+    with pika.BlockingConnection(b.pika_params()) as conn:
+        assert consume(conn, "kept", 1, **{"x-stream-consumer-name": "job"}) == [5]
+
+
+def test_the_management_api_shows_offsets_and_lag(broker, connection, names):
+    ch = connection.channel()
+    s = stream(ch, names("so-api"), count=8)
+    consume(connection, s, 3, **{"x-stream-offset": "first", "x-stream-consumer-name": "etl"})
+    reader = connection.channel()
+    reader.basic_qos(prefetch_count=2)
+    reader.basic_consume(s, lambda *a: None, arguments={"x-stream-offset": 1})  # takes 2, never acks
+    connection.process_data_events(0.3)
+    q = requests.get(f"{broker.api}/queues/%2F/{s}", auth=("guest", "guest"), timeout=10).json()
+    assert q["type"] == "stream" and q["durable"] is True and q["messages"] == 8
+    info = q["stream"]
+    assert (info["first_offset"], info["last_offset"], info["next_offset"]) == (0, 7, 8)
+    assert info["consumer_offsets"] == [{"name": "etl", "offset": 3, "lag": 5}]
+    [consumer] = q["consumer_details"]
+    assert consumer["stream_offset"] == 3 and consumer["stream_lag"] == 5  # read 1 and 2
