@@ -1265,9 +1265,149 @@ def run_bodies(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
             cleanup_queue(broker, queue)
 
 
+# --------------------------------------------------------------------------
+# stream queues (12)
+#
+# On each broker: N × 1 KiB persistent messages with confirms into a durable classic
+# queue, drained by one consumer; the same into a stream (x-queue-type=stream), read by
+# one consumer from `first`; then 10 consumers at once on the same stream, consumer i
+# from the numeric offset i·N/10. Every consumer checks that it got exactly the
+# messages it should: the stream was empty, so message seq is at offset seq and the
+# end marker at offset N; a consumer from offset K expects K..N-1 and the marker
+# (loadgen consume --expect-from K), and every delivery's x-stream-offset header must
+# equal its sequence number (--check-offsets).
+
+STREAM_READERS = 10
+
+
+def start_reader(ps: ProcSet, broker: Broker, sc: Scenario, queue: str, deadline: float,
+                 args, name: str, *extra):
+    """Start a consumer as backlog_drain's (prefetch, ack every, bounds) with extra
+    options; returns its ProcSet handle."""
+    copts = ["--queue", queue, "--prefetch", sc.prefetch, "--ack-every", sc.ack_every,
+             "--seconds", f"{deadline:.0f}", "--idle-timeout", max(args.idle_timeout, 60.0),
+             "--grace", 2, *extra]
+    return ps.start(name, broker.port, "consume", *copts)
+
+
+def _span_rate(cons: list[dict]) -> float | None:
+    """Deliveries of several consumers together, divided by the time from the first
+    delivery of any to the last delivery of any."""
+    firsts = [c["t_first_ns"] for c in cons if c.get("t_first_ns")]
+    lasts = [c["t_last_ns"] for c in cons if c.get("t_last_ns")]
+    if not firsts or not lasts or max(lasts) <= min(firsts):
+        return None
+    return sum(c["received"] for c in cons) / ((max(lasts) - min(firsts)) / 1e9)
+
+
+def _div(a, b):
+    return a / b if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
+
+
+def run_streams(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
+    n = backlog_count(args)
+    tag = f"bench.s{sc.key}.{os.getpid()}.{run_no}"
+    classic, stream = f"{tag}.classic", f"{tag}.stream"
+    ps = ProcSet(tempfile.mkdtemp(prefix=f"bench-s{sc.key}-", dir=broker.tmp))
+    sampler = RSSSampler(broker, args.rss_interval).start()
+    result: dict = {"scenario": sc.key, "broker": broker.name, "run": run_no, "count": n}
+    integ = Integrity()
+    cpu: dict[str, float] = {}
+    lg_cpu = 0.0
+    queues = [classic]
+    t0 = time.monotonic()
+    try:
+        # a. durable classic queue: publish with nobody consuming, then drain
+        run_setup(broker.port, "--queue", classic, "--durable")
+        sampler.set_phase("classic-publish")
+        log(f"{broker.name}: classic queue: publishing {n:,} messages")
+        cpub, c1, cpu["classic_publish"] = backlog_publish(ps, broker, sc, classic, n,
+                                                           "classic-pub")
+        sampler.set_phase("classic-drain")
+        log(f"{broker.name}: classic queue: published at {cpub['rate']:,.0f} msg/s; draining")
+        ccons, c2, cpu["classic_drain"] = backlog_drain(ps, broker, sc, classic, n, args,
+                                                        "classic-cons")
+        sampler.set_phase(None)
+        lg_cpu += c1 + c2
+        integ.add(cpub, ccons)
+        log(f"{broker.name}: classic queue: drained at {ccons['rate']:,.0f} msg/s")
+        cleanup_queue(broker, classic)
+        queues = [stream]
+
+        # b. stream: publish, then one consumer from first to the end
+        run_setup(broker.port, "--queue", stream, "--durable", "--queue-type", "stream")
+        sampler.set_phase("stream-publish")
+        log(f"{broker.name}: stream: publishing {n:,} messages")
+        spub, c1, cpu["stream_publish"] = backlog_publish(ps, broker, sc, stream, n,
+                                                          "stream-pub")
+        sampler.set_phase("stream-read")
+        log(f"{broker.name}: stream: published at {spub['rate']:,.0f} msg/s; "
+            f"reading from first")
+        deadline = 120 + n / 1000.0
+        cpu0 = group_cpu_seconds(broker.pid)
+        h = start_reader(ps, broker, sc, stream, deadline, args, "stream-read",
+                         "--stream-offset", "first", "--check-offsets")
+        scons, c2 = ps.finish(h, deadline + 30, f"{broker.name}: stream consumer")
+        cpu["stream_read"] = group_cpu_seconds(broker.pid) - cpu0
+        sampler.set_phase(None)
+        lg_cpu += c1 + c2
+        integ.add(spub, scons)
+        log(f"{broker.name}: stream: 1 consumer read at {scons['rate']:,.0f} msg/s "
+            f"(peak RSS {sampler.peak_mb('stream-read') or 0:.0f} MB)")
+
+        # c. 10 consumers at once, consumer i from offset i·N/10 to the end
+        starts = [i * n // STREAM_READERS for i in range(STREAM_READERS)]
+        total = sum(n - k for k in starts)
+        deadline = 120 + total / 1000.0
+        log(f"{broker.name}: stream: {STREAM_READERS} consumers from offsets "
+            f"{', '.join(f'{k:,}' for k in starts)} ({total:,} deliveries)")
+        sampler.set_phase("stream-read10")
+        cpu0 = group_cpu_seconds(broker.pid)
+        t_c = time.monotonic()
+        handles = [start_reader(ps, broker, sc, stream, deadline, args, f"stream-read10-{i}",
+                                "--stream-offset", k, "--expect-from", k, "--check-offsets")
+                   for i, k in enumerate(starts)]
+        cons10 = []
+        for i, h in enumerate(handles):
+            remaining = max(1.0, deadline + 30 - (time.monotonic() - t_c))
+            c, c3 = ps.finish(h, remaining, f"{broker.name}: stream consumer {i}")
+            lg_cpu += c3
+            cons10.append(c)
+            integ.add(None, c)
+        cpu["stream_read10"] = group_cpu_seconds(broker.pid) - cpu0
+        sampler.set_phase(None)
+        rate10 = _span_rate(cons10)
+        log(f"{broker.name}: stream: {STREAM_READERS} consumers read {rate10 or 0:,.0f} msg/s "
+            f"together (peak RSS {sampler.peak_mb('stream-read10') or 0:.0f} MB)")
+
+        rss1, rss10 = sampler.peak_mb("stream-read"), sampler.peak_mb("stream-read10")
+        m = {
+            "s12_classic_publish_rate": cpub["rate"],
+            "s12_classic_drain_rate": ccons["rate"],
+            "s12_stream_publish_rate": spub["rate"],
+            "s12_stream_read_rate": scons["rate"],
+            "s12_stream_read10_rate": rate10,
+            "s12_publish_stream_classic": _div(spub["rate"], cpub["rate"]),
+            "s12_read_stream_classic": _div(scons["rate"], ccons["rate"]),
+            "s12_rss_read_mb": rss1,
+            "s12_rss_read10_mb": rss10,
+            "s12_rss_read10_read": _div(rss10, rss1),
+        }
+        result.update(pub=[cpub, spub], cons=[ccons, scons, *cons10], metrics=m,
+                      integrity=integ.d, rss=sampler.as_dict(), broker_cpu_phases_s=cpu,
+                      wall_s=time.monotonic() - t0, broker_cpu_s=sum(cpu.values()),
+                      loadgen_cpu_s=lg_cpu)
+        return result
+    finally:
+        sampler.stop()
+        ps.close(args.keep_tmp)
+        for q in queues:  # queue.delete works on streams too
+            cleanup_queue(broker, q)
+
+
 RUNNERS = {"flow": run_scenario, "backlog": run_backlog, "recovery": run_recovery,
            "topology": run_topology, "topic": run_exchange_scaling,
-           "headers": run_exchange_scaling, "bodies": run_bodies}
+           "headers": run_exchange_scaling, "bodies": run_bodies, "streams": run_streams}
 
 
 # metric name, unit, higher-is-better
@@ -1292,6 +1432,18 @@ METRICS = {
     "restart_term_s": ("restart after SIGTERM: s until every message is back", False),
     "restart_kill_s": ("restart after SIGKILL: s until every message is back", False),
     "rss_recovery_mb": ("broker peak RSS MB during the restarts", False),
+    # streams (12)
+    "s12_classic_publish_rate": ("a. classic queue: confirmed publish msg/s", True),
+    "s12_classic_drain_rate": ("a. classic queue: drain msg/s, 1 consumer", True),
+    "s12_stream_publish_rate": ("b. stream: confirmed publish msg/s", True),
+    "s12_stream_read_rate": ("b. stream: read msg/s, 1 consumer from first", True),
+    "s12_stream_read10_rate": ("c. stream: read msg/s, 10 consumers from offsets i·N/10, "
+                               "together", True),
+    "s12_publish_stream_classic": ("publish msg/s, stream / classic", True),
+    "s12_read_stream_classic": ("read msg/s, stream (1 consumer) / classic drain", True),
+    "s12_rss_read_mb": ("b. broker peak RSS MB, 1 stream consumer", False),
+    "s12_rss_read10_mb": ("c. broker peak RSS MB, 10 stream consumers", False),
+    "s12_rss_read10_read": ("peak RSS, 10 stream consumers / 1", False),
 }
 
 
@@ -1435,21 +1587,22 @@ def parse_args(argv=None):
         description="Benchmark Warren against RabbitMQ (same machine, same run).")
     ap.add_argument("--target", choices=["warren", "rabbitmq", "both"], default="both")
     ap.add_argument("--scenario", action="append", default=[],
-                    help="scenario(s) to run: 1-11 or throughput,confirms,fanout,"
+                    help="scenario(s) to run: 1-12 or throughput,confirms,fanout,"
                          "latency,persistent,backlog,recovery,topology,topic,headers,"
-                         "bodies, 'scaling' (8-11) or 'all'; comma-separated or repeated "
-                         "(default: 1-7)")
+                         "bodies,streams, 'scaling' (8-11) or 'all'; comma-separated or "
+                         "repeated (default: 1-7)")
     ap.add_argument("--seconds", type=float, default=10.0,
                     help="publish duration per scenario and broker (default 10)")
     ap.add_argument("--count", type=int, default=0,
                     help="publish this many messages instead of --seconds "
                          "(throughput scenarios)")
     ap.add_argument("--backlog-count", type=int, default=0,
-                    help="messages in the backlog and recovery scenarios 6 and 7 "
+                    help="messages in the backlog and recovery scenarios 6 and 7 and "
+                         "in the queue and stream of scenario 12 "
                          f"(default: --count if given, else {DEFAULT_BACKLOG:,})")
     ap.add_argument("--rss-interval", type=float, default=0.1,
-                    help="seconds between broker RSS samples in scenarios 6 and 7 "
-                         "(default 0.1)")
+                    help="seconds between broker RSS samples in scenarios 6, 7, 11 "
+                         "and 12 (default 0.1)")
     ap.add_argument("--latency-count", type=int, default=0,
                     help="messages for the latency scenario instead of --seconds")
     ap.add_argument("--repeat", type=int, default=1,
@@ -1610,7 +1763,8 @@ def main(argv=None) -> int:
         return exit_code
     print()
     backlog = (f", backlog {backlog_count(args):,} msgs"
-               if any(s.kind in ("backlog", "recovery") for s in scenarios) else "")
+               if any(s.kind in ("backlog", "recovery", "streams") for s in scenarios)
+               else "")
     print(f"Warren vs RabbitMQ — {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, "
           f"{'%g s' % args.seconds if not args.count else '%d msgs' % args.count} per run"
           f"{backlog}, "
