@@ -147,8 +147,14 @@ class StreamReader:
             return []
         recent = stream.recent
         if recent and self.offset >= recent[0][0]:
-            start = self.offset - recent[0][0]
-            taken = [recent[i] for i in range(start, min(start + count, len(recent)))]
+            taken = []
+            room = max_bytes
+            for i in range(self.offset - recent[0][0], min(self.offset - recent[0][0] + count, len(recent))):
+                entry = recent[i]
+                taken.append(entry)
+                room -= len(entry[1].body)
+                if room <= 0:
+                    break
             self.offset = taken[-1][0] + 1
             self.seg = None  # (found again if it ever falls behind `recent`)
             return taken
@@ -173,7 +179,8 @@ class StreamReader:
         committed = stream.committed
         head_size, prefix_size, header_len_size = sg.HEAD_SIZE, sg.PREFIX_SIZE, sg.HEADER_LEN_SIZE
         unpack_head, unpack_header_len = sg.RECORD_HEAD.unpack_from, sg.HEADER_LEN.unpack_from
-        route_start = sg.route_start
+        # (sg.route_start inlined: a call per record costs here, as in DiskQueueStore._load)
+        slot_flags, slot_start = sg.FLAG_CHUNK | sg.FLAG_EXPIRY, head_size + sg.EXPIRY_SIZE
         last_route = b""
         parts = ("", "")
         while len(out) < count and (room > 0 or not out) and self.offset < committed:
@@ -198,7 +205,7 @@ class StreamReader:
                         break
                     chunk = seg.read(self.pos, end)  # one record bigger than a read: read whole
                     size = len(chunk)
-                p = pos + route_start(flags)
+                p = pos + (slot_start if flags & slot_flags else head_size)
                 record_end, pos = end, end
                 if offset < self.offset:
                     continue  # before the reader's offset (it started at an index entry)

@@ -51,7 +51,11 @@ class StreamEntry(QueuedMessage):
     __slots__ = ("tracker",)
 
     def __init__(self, offset: int, message: Message, tracker: str | None):
-        super().__init__(offset, message)
+        # (QueuedMessage's other slots are a queue's bookkeeping, never read for a stream:
+        # one delivery's worth of attributes set here, as this runs for every delivery)
+        self.seq = offset
+        self.message = message
+        self.redelivered = False
         self.tracker = tracker
 
 
