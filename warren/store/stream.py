@@ -489,7 +489,7 @@ class StreamLog:
         if removed:
             while self.recent and self.recent[0][0] < self.first_offset:
                 self._recent_bytes -= len(self.recent.popleft()[1].body)
-            log.info("stream %s: retention removed %d segment(s); first offset now %d", self.directory, removed,
+            log.debug("stream %s: retention removed %d segment(s); first offset now %d", self.directory, removed,
                      self.first_offset)
         return removed
 

@@ -104,6 +104,10 @@ class StreamQueue(ClassicQueue):
     def adjust_settings(self, s: QueueSettings) -> QueueSettings:
         return s
 
+    def _enforce(self) -> None:
+        """(A stream's limits are its retention, applied by its log: nothing is dropped
+        message by message.)"""
+
     def _arm_retention(self) -> None:
         scheduler = self._scheduler()
         if self._retention_timer is not None or scheduler is None or self.deleted:
