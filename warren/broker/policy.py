@@ -191,11 +191,13 @@ def effective_definition(policy, operator_policy) -> dict:
     return {key: policy_value(key, policy, operator_policy) for key in keys}
 
 
-def best(policies: dict, kind: str, name: str):
-    """The policy of `policies` (name -> Policy) that applies to an exchange or queue, or None."""
+def best(policies: dict, kind: str, name: str, keys: frozenset[str] | None = None):
+    """The policy of `policies` (name -> Policy) that applies to an exchange or queue, or None.
+    With `keys` (a queue type's policy keys, rabbit_policy:match_all's is_applicable), a policy
+    with any other key does not apply at all: the next one is taken."""
     found = None
     for policy in policies.values():
-        if policy.applies_to(kind, name):
+        if policy.applies_to(kind, name) and (keys is None or keys.issuperset(policy.definition)):
             if found is None or policy.priority > found.priority or (
                     policy.priority == found.priority and policy.name < found.name):
                 found = policy
@@ -207,8 +209,9 @@ def apply_to_exchange(vhost, exchange) -> None:
 
 
 def apply_to_queue(vhost, queue) -> None:
-    queue.policy = best(vhost.policies, "queue", queue.name) if vhost.policies else None
-    queue.operator_policy = (best(vhost.operator_policies, "queue", queue.name)
+    keys = queue.POLICY_KEYS
+    queue.policy = best(vhost.policies, "queue", queue.name, keys) if vhost.policies else None
+    queue.operator_policy = (best(vhost.operator_policies, "queue", queue.name, keys)
                              if vhost.operator_policies else None)
 
 

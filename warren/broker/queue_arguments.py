@@ -249,6 +249,17 @@ def check_durable_only(what: str, durable: bool, exclusive: bool, auto_delete: b
         raise precondition_failed(f"invalid property 'non-durable' for {what}")
 
 
+# The largest x-stream-max-segment-size-bytes (RabbitMQ's ?MAX_STREAM_MAX_SEGMENT_SIZE).
+MAX_SEGMENT_SIZE = 3_000_000_000
+
+
+def check_segment_size(args: dict[str, Any]) -> None:
+    """A stream's segment size limit: checked after its declare properties, as RabbitMQ does."""
+    size = args.get("x-stream-max-segment-size-bytes")
+    if isinstance(size, int) and size > MAX_SEGMENT_SIZE:
+        raise precondition_failed("Exceeded max value for x-stream-max-segment-size-bytes")
+
+
 def check_server_named(args: dict[str, Any] | None) -> None:
     """queue.declare with an empty name: only classic queues may be server-named."""
     qtype = (args or {}).get("x-queue-type")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .errors import rs
-from .queue_arguments import check_durable_only
+from .queue_arguments import check_durable_only, check_segment_size
 from .queues.classic import ClassicQueue
 from .queues.quorum import QuorumQueue
 from .queues.stream import StreamQueue
@@ -30,4 +30,6 @@ def make_queue(vhost: VHost, name: str, durable: bool, exclusive_owner: object |
     queue_type = (arguments or {}).get("x-queue-type", DEFAULT_QUEUE_TYPE)
     if queue_type != ClassicQueue.queue_type:
         check_durable_only(rs("queue", name, vhost.name), durable, exclusive_owner is not None, auto_delete)
+    if queue_type == StreamQueue.queue_type:
+        check_segment_size(arguments or {})
     return QUEUE_TYPES[queue_type](vhost, name, durable, exclusive_owner, auto_delete, arguments, store)

@@ -144,7 +144,7 @@ class VHost:
         queue.stop_timers()
         if queue.durable:
             self._definitions_changed("queue", (self.name, queue.name))
-        count = queue.message_count
+        count = queue.delete_ok_count
         queue.store.destroy()
         for binding in self.bindings_to(queue):
             self._remove_binding(binding.source, binding.key)

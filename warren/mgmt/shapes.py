@@ -98,8 +98,10 @@ def queue_json(q: ClassicQueue, unacked_bytes: int | None = None, details: bool 
          "operator_policy": op.name if op is not None else None,
          "effective_policy_definition": effective_definition(q.policy, op),
          "single_active_consumer_tag": q.consumers.active.tag if q.consumers.active is not None else None}
-    if q.queue_type != "classic":  # one node: it leads, and is the only member
-        d.update({"leader": d["node"], "members": [d["node"]], "online": [d["node"]]})
+    if q.queue_type != "classic":  # one node: the only member (a stream's JSON has no leader)
+        d.update({"members": [d["node"]], "online": [d["node"]]})
+        if q.queue_type == "quorum":
+            d["leader"] = d["node"]
     if q.queue_type == "stream":
         # Warren's: first/last/next offsets, the oldest chunk's time, and the named consumers'
         # offsets and lag (queues/stream.py).

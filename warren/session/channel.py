@@ -307,8 +307,9 @@ class Channel:
             self.conn.exclusive_queues.append(q)
         self.last_queue = q.name
         if not m.nowait:
-            self.send(spec.QueueDeclareOk(queue=q.name, message_count=q.message_count,
-                                          consumer_count=q.consumer_count))
+            message_count, consumer_count = q.declare_ok_counts()
+            self.send(spec.QueueDeclareOk(queue=q.name, message_count=message_count,
+                                          consumer_count=consumer_count))
 
     def _queue_binding(self, m) -> tuple[str, str]:
         qname = self._queue_name(m.queue)

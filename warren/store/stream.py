@@ -146,7 +146,7 @@ class StreamReader:
         if count <= 0:
             return []
         recent = stream.recent
-        if recent and self.offset >= recent[0][0]:
+        if recent and recent[0][0] <= self.offset <= recent[-1][0]:
             taken = []
             room = max_bytes
             for i in range(self.offset - recent[0][0], min(self.offset - recent[0][0] + count, len(recent))):
@@ -425,7 +425,9 @@ class StreamLog:
 
     # ---------------------------------------------------------------- reading
     def reader(self, offset: int) -> StreamReader:
-        return StreamReader(self, min(max(offset, self.first_offset), self.next_offset))
+        """A reader from `offset`: before the first, from the first; beyond the end, it
+        waits there (the messages before it are never its), as osiris readers do."""
+        return StreamReader(self, max(offset, self.first_offset))
 
     def segment_for(self, offset: int) -> StreamSegment:
         i = bisect.bisect_right(self._firsts, offset) - 1

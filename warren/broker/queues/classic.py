@@ -45,8 +45,11 @@ class ClassicQueue:
     # whether a message that comes back is delivered with a label (label_redelivery(): a
     # quorum queue's x-delivery-count);
     LABELS_REDELIVERIES = False
-    # the arguments a redeclare must repeat (queue_arguments).
+    # the arguments a redeclare must repeat (queue_arguments);
     EQUIVALENCE_ARGS: tuple[str, ...] = EQUIVALENCE_ARGS
+    # the policy keys of the type, if a policy with another key does not apply to it (None:
+    # every policy applies).
+    POLICY_KEYS: frozenset[str] | None = None
 
     def __init__(self, vhost: VHost, name: str, durable: bool = False, exclusive_owner: object | None = None,
                  auto_delete: bool = False, arguments: dict[str, Any] | None = None,
@@ -114,6 +117,15 @@ class ClassicQueue:
     @property
     def consumer_count(self) -> int:
         return len(self.consumers)
+
+    def declare_ok_counts(self) -> tuple[int, int]:
+        """(message_count, consumer_count) of a queue.declare-ok."""
+        return self.message_count, self.consumer_count
+
+    @property
+    def delete_ok_count(self) -> int:
+        """The message_count of a queue.delete-ok."""
+        return self.message_count
 
     def check_equivalent(self, durable: bool, auto_delete: bool, arguments: dict[str, Any] | None) -> None:
         if durable != self.durable:

@@ -27,8 +27,11 @@ from ..queue_arguments import STREAM_EQUIVALENCE_ARGS
 from ..queue_settings import QueueSettings
 from ..stream_offsets import OffsetSpec, max_age_ms, parse_offset_spec
 from .classic import ClassicQueue
+from ...amqp.codec import table_type_name
+from ...amqp.erlang import erl_term
 from ...amqp.message import Message
 from ...amqp.reencode import long_slot
+from ..consumer_set import ConsumerSet
 
 if TYPE_CHECKING:
     from ..consumer import Consumer
@@ -59,18 +62,31 @@ class StreamEntry(QueuedMessage):
         self.tracker = tracker
 
 
+class StreamConsumers(ConsumerSet):
+    """A stream's consumers: an exclusive consume is accepted and not enforced (RabbitMQ 3.10)."""
+
+    __slots__ = ()
+
+    def exclusive_refused(self, exclusive: bool) -> bool:
+        return False
+
+
 class StreamQueue(ClassicQueue):
     """RabbitMQ's stream queue on this node."""
 
     queue_type = "stream"
     EQUIVALENCE_ARGS = STREAM_EQUIVALENCE_ARGS
     POLICY_WINS = frozenset({"max-length-bytes", "max-age", "stream-max-segment-size-bytes"})
+    # A policy with any other key does not apply to a stream (rabbit_stream_queue capabilities).
+    POLICY_KEYS = frozenset({"max-length-bytes", "max-age", "stream-max-segment-size-bytes",
+                             "queue-leader-locator", "initial-cluster-size"})
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         assert isinstance(self.store, StreamLog), "a stream queue's store is a StreamLog"
         self.log: StreamLog = self.store
         self.log.on_commit = self._committed
+        self.consumers = StreamConsumers()
         self.readers: dict[Consumer, StreamReader] = {}
         self.names: dict[Consumer, str] = {}  # named consumers (x-stream-consumer-name)
         self._slots: dict[bytes, tuple[bytes, bytes]] = {}  # stored header -> its offset slot
@@ -81,6 +97,13 @@ class StreamQueue(ClassicQueue):
     @property
     def message_count(self) -> int:
         return self.log.count
+
+    def declare_ok_counts(self) -> tuple[int, int]:
+        return self.log.count, 0  # RabbitMQ's stat/1 for streams: consumers always 0
+
+    @property
+    def delete_ok_count(self) -> int:
+        return 0
 
     # declare and delete ----------------------------------------------------------
     def check_delete(self, if_unused: bool, if_empty: bool) -> None:
@@ -147,13 +170,20 @@ class StreamQueue(ClassicQueue):
 
     # consume -----------------------------------------------------------------------
     def check_consume(self, no_ack: bool, prefetch: int, global_prefetch: int, arguments: dict | None) -> None:
-        """RabbitMQ's refusals of a basic.consume on a stream, in its order."""
+        """RabbitMQ's refusals of a basic.consume on a stream, in its order: the offset
+        argument (where RabbitMQ 3.10 crashes with 541 on a string without digits, a bool, a
+        table or a float, Warren refuses it the same way as "10x"), a per-consumer prefetch,
+        manual acks, no global qos."""
+        offset = (arguments or {}).get("x-stream-offset")
+        if parse_offset_spec(offset) is None:
+            raise precondition_failed(f"invalid arg 'x-stream-offset' for {self.describe()}: "
+                                      f"{{invalid_stream_offset_arg,{{{table_type_name(offset)},{erl_term(offset)}}}}}")
         if not prefetch:
             raise precondition_failed(f"consumer prefetch count is not set for '{self.describe()}'")
         if no_ack:
             raise not_implemented(f"automatic acknowledgement not supported by stream queues {self.describe()}")
-        if parse_offset_spec((arguments or {}).get("x-stream-offset")) is None:
-            raise precondition_failed(f"invalid x-stream-offset for {self.describe()}")
+        if global_prefetch:
+            raise not_implemented(f"{self.describe()} does not support global qos")
 
     def add_consumer(self, consumer) -> None:
         args = consumer.arguments
@@ -234,7 +264,12 @@ class StreamQueue(ClassicQueue):
             self._save_tracking_later()
 
     def reject(self, qm, requeue: bool, closed: bool = False) -> None:
+        """Only its channel closing gives deliveries back (as credit): a client's nack or
+        reject is a connection error, as in RabbitMQ (also basic.recover, where RabbitMQ 3.10
+        fails with 541)."""
         self.unacked_count -= 1
+        if not closed:
+            raise not_implemented(f"basic.nack and basic.reject not supported by stream queues {self.describe()}")
 
     def _save_tracking_later(self) -> None:
         scheduler = self._scheduler()
