@@ -443,6 +443,8 @@ class Channel:
     def _basic_recover(self, m):
         if not m.requeue:
             raise not_implemented("requeue=false")
+        for _qm, queue, _consumer in self.unacked.values():
+            queue.check_recover()
         if isinstance(m, spec.BasicRecover):
             # Before the redeliveries, as RabbitMQ (its queues redeliver after the reply).
             self.send(spec.BasicRecoverOk())

@@ -500,6 +500,9 @@ class ClassicQueue:
         if not self.deleted:
             self.store.settle(qm)
 
+    def check_recover(self) -> None:
+        """Refuse a basic.recover of this queue's deliveries (a stream cannot give them back)."""
+
     def reject(self, qm, requeue: bool, closed: bool = False) -> None:
         """A delivery rejected or nacked, or (requeue, `closed`) given back by its closing
         channel."""

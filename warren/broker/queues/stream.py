@@ -263,10 +263,13 @@ class StreamQueue(ClassicQueue):
             self.log.track(qm.tracker, qm.seq + 1)
             self._save_tracking_later()
 
+    def check_recover(self) -> None:
+        """(RabbitMQ 3.10 fails with 541 here.)"""
+        raise not_implemented(f"basic.recover not supported by stream queues {self.describe()}")
+
     def reject(self, qm, requeue: bool, closed: bool = False) -> None:
         """Only its channel closing gives deliveries back (as credit): a client's nack or
-        reject is a connection error, as in RabbitMQ (also basic.recover, where RabbitMQ 3.10
-        fails with 541)."""
+        reject is a connection error, as in RabbitMQ."""
         self.unacked_count -= 1
         if not closed:
             raise not_implemented(f"basic.nack and basic.reject not supported by stream queues {self.describe()}")
