@@ -105,6 +105,12 @@ class Broker:
             for queue in list(vhost.queues.values()):
                 queue.start_timers()
 
+    def shutdown(self) -> None:
+        """The server stops: queues save what they keep between writes (stream consumer offsets)."""
+        for vhost in self.vhosts.values():
+            for queue in vhost.queues.values():
+                queue.shutdown()
+
     def make_store(self, vhost: str, queue: str, durable: bool,
                    arguments: dict | None = None) -> "QueueStore | StreamLog | None":
         """The store for a new queue (None: the queue's in-memory default), from its validated

@@ -22,6 +22,7 @@ from .limits import check_queue as check_queue_limit
 from .publish_checks import check_properties
 from .queue_arguments import check_server_named
 from .names import server_named
+from . import stream_offsets_request
 from .sender_selected import route_sender_selected
 
 if TYPE_CHECKING:
@@ -229,6 +230,9 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
     if x is None or exchange_name not in actor.writable or x.internal:
         actor.check("write", "exchange", exchange_name)  # before the lookup, as RabbitMQ
         if x is None:
+            if exchange_name == stream_offsets_request.NAME:  # Warren's request, not an exchange
+                request = Message(exchange_name, routing_key, route_bytes, header, body)
+                return stream_offsets_request.answer(actor, vhost, routing_key, request, readable_queue)
             raise not_found(f"no {rs('exchange', exchange_name, vhost.name)}")
         if x.internal:
             raise access_refused(f"cannot publish to internal {x.describe()}")
@@ -236,9 +240,6 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
     if actor.broker.topic_permissions:  # (tested here: a call per publish costs)
         actor.check_topic("write", x, routing_key)
     message = Message(exchange_name, routing_key, route_bytes, header, body)
-    if x.answers:
-        x.stats["publish_in"] += 1
-        return x.answer(actor, routing_key, message, readable_queue)
     flags = header[12] << 8 | header[13]
     if flags & _CHECKED_PROPS:
         # user_id and expiration, checked after the exchange as RabbitMQ does.

@@ -5,7 +5,6 @@ from typing import TYPE_CHECKING, Callable
 
 from .errors import access_refused, not_found, precondition_failed, resource_locked, rs
 from .exchanges import TYPES, Binding, DefaultExchange, Exchange
-from .exchanges.stream_offsets import NAME as STREAM_OFFSETS, StreamOffsetsExchange
 from .policy import apply_to_exchange, apply_to_queue
 from .queue_arguments import validate_arguments
 from .queue_factory import make_queue
@@ -46,8 +45,6 @@ class VHost:
         # RabbitMQ's firehose tracer exchange exists in every vhost (internal: no publishing).
         self.exchanges["amq.rabbitmq.trace"] = TYPES["topic"](self, "amq.rabbitmq.trace", durable=True,
                                                               internal=True)
-        # Warren's: a stream's offsets on request (not a type clients can declare).
-        self.exchanges[STREAM_OFFSETS] = StreamOffsetsExchange(self, STREAM_OFFSETS, durable=True)
 
     # lookups -----------------------------------------------------------------
     def exchange(self, name: str):

@@ -137,6 +137,7 @@ class Server:
                 await asyncio.sleep(0.01)
             persister.run_in_thread = None
             persister.sync_now()
+        self.broker.shutdown()
 
 
 def _show(host: str, port: int) -> str:

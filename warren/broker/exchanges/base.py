@@ -61,8 +61,6 @@ class Exchange:
 
     type_name = ""
     is_default = False
-    # Answers a publish instead of routing it (stream_offsets.py): ops.route asks answer().
-    answers = False
 
     def __init__(self, vhost, name: str, durable: bool = True, auto_delete: bool = False,
                  internal: bool = False, arguments: dict | None = None):

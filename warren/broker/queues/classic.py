@@ -406,6 +406,9 @@ class ClassicQueue:
         self._restart_expiry_timer()
         self._enforce()
 
+    def shutdown(self) -> None:
+        """The broker stops (after its last fsync)."""
+
     def stop_timers(self) -> None:
         """The queue is deleted: cancel its timers."""
         for timer in (self._ttl_timer, self._expiry_timer, self._held_timer):

@@ -155,6 +155,9 @@ class StreamQueue(ClassicQueue):
                 timer.cancel()
         self._retention_timer = self._tracking_timer = None
 
+    def shutdown(self) -> None:
+        self.log.save_tracking()
+
     def touch(self) -> None:
         """(x-expires does not apply to streams.)"""
 
