@@ -1334,6 +1334,11 @@ def run_streams(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
         cleanup_queue(broker, classic)
         queues = [stream]
 
+        # Offsets equal sequence numbers only where a stream's offsets have no gaps: RabbitMQ
+        # spends one offset on a tracking chunk at every segment roll (osiris), so there the
+        # consumers are checked for exactly-once delivery only, not for offsets and ranges.
+        exact = ["--check-offsets"] if broker.name == "warren" else []
+
         # b. stream: publish, then one consumer from first to the end
         run_setup(broker.port, "--queue", stream, "--durable", "--queue-type", "stream")
         sampler.set_phase("stream-publish")
@@ -1346,7 +1351,7 @@ def run_streams(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
         deadline = 120 + n / 1000.0
         cpu0 = group_cpu_seconds(broker.pid)
         h = start_reader(ps, broker, sc, stream, deadline, args, "stream-read",
-                         "--stream-offset", "first", "--check-offsets")
+                         "--stream-offset", "first", *exact)
         scons, c2 = ps.finish(h, deadline + 30, f"{broker.name}: stream consumer")
         cpu["stream_read"] = group_cpu_seconds(broker.pid) - cpu0
         sampler.set_phase(None)
@@ -1365,7 +1370,7 @@ def run_streams(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
         cpu0 = group_cpu_seconds(broker.pid)
         t_c = time.monotonic()
         handles = [start_reader(ps, broker, sc, stream, deadline, args, f"stream-read10-{i}",
-                                "--stream-offset", k, "--expect-from", k, "--check-offsets")
+                                "--stream-offset", k, *(["--expect-from", k, *exact] if exact else []))
                    for i, k in enumerate(starts)]
         cons10 = []
         for i, h in enumerate(handles):
