@@ -148,3 +148,35 @@ def test_the_management_api_shows_offsets_and_lag(broker, connection, names):
     assert info["consumer_offsets"] == [{"name": "etl", "offset": 3, "lag": 5}]
     [consumer] = q["consumer_details"]
     assert consumer["stream_offset"] == 3 and consumer["stream_lag"] == 5  # read 1 and 2
+
+
+def test_retention_removes_segments_under_a_reader(connection, names):
+    """A consumer reading slowly from `first` while retention removes the segments it is in
+    goes on from the new first offset: no error, offsets only grow (Warren: RabbitMQ 3.10 can
+    fail a consumer that attaches while segments are deleted)."""
+    ch = connection.channel()
+    s = stream(ch, names("so-ret"), **{"x-stream-max-segment-size-bytes": 2000, "x-max-length-bytes": 6000})
+    ch.confirm_delivery()
+    for i in range(10):
+        ch.basic_publish("", s, b"%04d" % i + b"." * 300)
+    reader = connection.channel()
+    reader.basic_qos(prefetch_count=1)
+    got = []
+    reader.basic_consume(s, lambda c, m, p, b: got.append((m.delivery_tag, p.headers["x-stream-offset"])),
+                         arguments={"x-stream-offset": "first"})
+    deadline = time.monotonic() + 5
+    while not got and time.monotonic() < deadline:
+        connection.process_data_events(0.05)
+    first = got[0][1]
+    for i in range(10, 200):  # the reader's segment goes
+        ch.basic_publish("", s, b"%04d" % i + b"." * 300)
+    headers, _ = ask(connection, s)
+    assert headers["x-stream-first-offset"] > first + 5
+    while got[-1][1] < 199 and time.monotonic() < deadline + 5:
+        reader.basic_ack(got[-1][0])
+        n = len(got)
+        while len(got) == n and time.monotonic() < deadline + 5:
+            connection.process_data_events(0.05)
+    offsets = [o for _t, o in got]
+    assert offsets[1] >= headers["x-stream-first-offset"]  # jumped past what retention removed
+    assert offsets[1:] == list(range(offsets[1], 200))
