@@ -12,23 +12,9 @@ import time
 import pika
 import pytest
 
+from .publishing import confirmed_publisher
+
 ROUNDS = 6
-
-
-def _publisher(params, stop: threading.Event, confirmed: list, first: int) -> None:
-    """Publish persistent messages with confirms until stopped or cut off; every id appended
-    to `confirmed` was acked by the broker."""
-    try:
-        conn = pika.BlockingConnection(params)
-        ch = conn.channel()
-        ch.confirm_delivery()
-        i = first
-        while not stop.is_set():
-            ch.basic_publish("", "work", str(i).encode(), pika.BasicProperties(delivery_mode=2))
-            confirmed.append(i)
-            i += 1
-    except (pika.exceptions.AMQPError, OSError):
-        pass  # the broker was killed
 
 
 def _rejecter(params, stop: threading.Event, rejected: list) -> None:
@@ -70,7 +56,8 @@ def test_dead_lettered_persistent_messages_survive_kill9(make_broker, restart_br
     rejected: list[int] = []
     for r in range(ROUNDS):
         stop = threading.Event()
-        threads = [threading.Thread(target=_publisher, args=(b.pika_params(), stop, confirmed, r * 10_000_000))]
+        threads = [threading.Thread(target=confirmed_publisher,
+                                    args=(b.pika_params(), "work", stop, confirmed, r * 10_000_000))]
         if reason == "rejected":
             threads.append(threading.Thread(target=_rejecter, args=(b.pika_params(), stop, rejected)))
         for t in threads:

@@ -10,21 +10,9 @@ import time
 
 import pika
 
+from .publishing import confirmed_publisher
+
 ROUNDS = 6
-
-
-def _publisher(params, stop: threading.Event, confirmed: list, first: int) -> None:
-    try:
-        conn = pika.BlockingConnection(params)
-        ch = conn.channel()
-        ch.confirm_delivery()
-        i = first
-        while not stop.is_set():
-            ch.basic_publish("", "log", str(i).encode())
-            confirmed.append(i)
-            i += 1
-    except (pika.exceptions.AMQPError, OSError):
-        pass  # the broker was killed
 
 
 def _reader(params, stop: threading.Event, seen: dict) -> None:
@@ -70,7 +58,8 @@ def test_a_stream_survives_kill9_while_written_and_read(make_broker, restart_bro
     seen: dict[int, list[int]] = {}
     for r in range(ROUNDS):
         stop = threading.Event()
-        threads = [threading.Thread(target=_publisher, args=(b.pika_params(), stop, confirmed, r * 10_000_000)),
+        threads = [threading.Thread(target=confirmed_publisher,
+                                    args=(b.pika_params(), "log", stop, confirmed, r * 10_000_000, False)),
                    threading.Thread(target=_reader, args=(b.pika_params(), stop, seen))]
         for t in threads:
             t.start()
