@@ -94,3 +94,16 @@ def test_no_import_cycles():
         if node not in state:
             visit(node, [])
     assert not cycles
+
+
+def test_the_client_side_stands_alone():
+    """warren.spark (and warren.client) talk to a broker as clients: they import nothing of
+    the broker's own layers, so they run where only the client extras are installed."""
+    wrong = []
+    for name, path in modules():
+        if name.split(".")[1:2] not in (["spark"], ["client"]):
+            continue
+        for target in imports(name, path):
+            if target.split(".")[1:2] not in (["spark"], ["client"]):
+                wrong.append(f"{name} imports {target}")
+    assert not wrong

@@ -1,0 +1,237 @@
+"""What the Spark source and sink ask of the broker, over AMQP 0-9-1 (aiormq): a stream's
+offsets, an exact range of a stream, publishing with confirms.
+
+Against Warren a stream's offsets come from `amq.warren.stream-offsets` (no message is read).
+Against RabbitMQ, which has no such request, they are found by reading: the first offset from
+a consumer at `first`, the next from the last chunk (a consumer at `last` read until idle), so
+each micro-batch costs a read of the stream's last chunk and RECENT_IDLE seconds of waiting,
+and RabbitMQ's offsets have gaps (one at every segment roll), so a range may hold fewer
+entries than its size."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import uuid
+from typing import Any, Awaitable, Callable, TypeVar
+
+import aiormq
+from pamqp import commands as spec
+
+from .connection import Endpoint
+from .offsets import StreamRange
+
+log = logging.getLogger("warren.spark")
+
+OFFSETS_REQUEST = "amq.warren.stream-offsets"
+PREFETCH = 2000        # a range reader's credit (a stream consumer needs one)
+ACK_EVERY = 500
+IDLE = 2.0             # a range whose end is not reached after this long without a delivery is done
+RECENT_IDLE = 0.3      # RabbitMQ: how long to wait for the rest of a stream's last chunk
+
+T = TypeVar("T")
+
+
+class DataLoss(Exception):
+    """Retention removed entries that a range still wanted."""
+
+
+def run(coroutine: Awaitable[T]) -> T:
+    return asyncio.run(coroutine)  # type: ignore[arg-type]
+
+
+async def connect(ep: Endpoint) -> aiormq.abc.AbstractConnection:
+    return await aiormq.connect(ep.url, client_properties={"connection_name": "warren.spark"})
+
+
+# --------------------------------------------------------------------- offsets
+async def stream_offsets(ep: Endpoint, streams: list[str]) -> dict[str, tuple[int, int]]:
+    """{stream: (first offset, next offset)}, committed offsets."""
+    conn = await connect(ep)
+    try:
+        warren = await _is_warren(conn)
+        out = {}
+        for name in streams:
+            out[name] = await (_ask_warren(conn, name) if warren else _read_rabbitmq_offsets(conn, name))
+        return out
+    finally:
+        await conn.close()
+
+
+async def stream_sizes(ep: Endpoint, streams: list[str]) -> dict[str, tuple[int, int]]:
+    """{stream: (bytes, entries)} (Warren only: RabbitMQ has no way to tell without reading)."""
+    conn = await connect(ep)
+    try:
+        if not await _is_warren(conn):
+            raise ValueError("maxBytesPerTrigger needs Warren's offsets request: use maxRecordsPerTrigger")
+        out = {}
+        for name in streams:
+            headers = await _offsets_request(conn, name)
+            out[name] = int(headers["x-stream-bytes"]), int(headers["x-stream-messages"])
+        return out
+    finally:
+        await conn.close()
+
+
+async def _ask_warren(conn: Any, stream: str) -> tuple[int, int]:
+    headers = await _offsets_request(conn, stream)
+    return int(headers["x-stream-first-offset"]), int(headers["x-stream-next-offset"])
+
+
+async def _offsets_request(conn: Any, stream: str) -> dict:
+    """The headers of Warren's answer to an offsets request for `stream`."""
+    ch = await conn.channel()
+    try:
+        reply = (await ch.queue_declare("", exclusive=True, auto_delete=True)).queue
+        got: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        async def on_reply(message: Any) -> None:
+            if not got.done():
+                got.set_result(message.header.properties.headers or {})
+        await ch.basic_consume(reply, on_reply, no_ack=True)
+        correlation = uuid.uuid4().hex
+        await ch.basic_publish(b"", exchange=OFFSETS_REQUEST, routing_key=stream,
+                               properties=spec.Basic.Properties(reply_to=reply, correlation_id=correlation))
+        headers = await asyncio.wait_for(got, 30)
+    finally:
+        if not ch.is_closed:
+            await ch.close()
+    if "x-error" in headers:
+        raise LookupError(f"stream {stream!r}: {headers['x-error']}")
+    return headers
+
+
+async def _read_rabbitmq_offsets(conn: Any, stream: str) -> tuple[int, int]:
+    first = await _edge(conn, stream, "first", 1)
+    last = await _edge(conn, stream, "last", PREFETCH)
+    if first is None or last is None:
+        return 0, 0  # (an empty stream: RabbitMQ gives no way to know more)
+    return first, last + 1
+
+
+async def _edge(conn: Any, stream: str, spec_: str, prefetch: int) -> int | None:
+    """The highest offset a consumer at `spec_` sees before RECENT_IDLE of silence."""
+    ch = await conn.channel()
+    seen: list[int] = []
+    try:
+        await ch.basic_qos(prefetch_count=prefetch)
+        await ch.basic_consume(stream, lambda m: _note(seen, m), arguments={"x-stream-offset": spec_})
+        count = -1
+        while count != len(seen) and (prefetch > 1 or not seen):
+            count = len(seen)
+            await asyncio.sleep(RECENT_IDLE)
+    finally:
+        if not ch.is_closed:
+            await ch.close()
+    return max(seen) if seen else None
+
+
+async def _note(seen: list[int], message: Any) -> None:
+    seen.append(int((message.header.properties.headers or {})["x-stream-offset"]))
+
+
+# --------------------------------------------------------------------- reading a range
+class _RangeRead:
+    """The progress of one range read (read_range)."""
+
+    def __init__(self, r: StreamRange, loop: asyncio.AbstractEventLoop):
+        self.next = r.start           # the offset after the last entry taken
+        self.count = 0                # entries taken
+        self.tag = 0                  # delivery tag of the last entry taken
+        self.acked = 0                # delivery tags acked so far (credit given back)
+        self.gap_at: int | None = None  # the first offset seen, when it was past r.start
+        self.last_seen = loop.time()
+        self.done: asyncio.Future = loop.create_future()
+
+
+async def read_range(ep: Endpoint, r: StreamRange, fail_on_data_loss: bool,
+                     on_message: Callable[[bytes, str, str, str, int, bool, Any], None]) -> int:
+    """Read the entries of [r.start, r.end) of stream r.stream in offset order, calling
+    on_message(body, exchange, routing_key, stream, offset, redelivered, properties) for each;
+    returns how many. The consumer never holds more credit than the range still needs, so
+    the broker sends no entry past it (against Warren). Entries of the range that retention
+    removed raise DataLoss (failOnDataLoss), or are skipped with a warning; a gap that is not
+    retention (RabbitMQ's offsets skip one at each segment roll) is no loss."""
+    loop = asyncio.get_running_loop()
+    conn = await connect(ep)
+    st = _RangeRead(r, loop)
+    prefetch = min(PREFETCH, r.count)
+    try:
+        ch = await conn.channel()
+        await ch.basic_qos(prefetch_count=prefetch)
+
+        async def on_delivery(message: Any) -> None:
+            if st.done.done():
+                return
+            st.last_seen = loop.time()
+            props = message.header.properties
+            offset = int((props.headers or {})["x-stream-offset"])
+            if offset < r.start:
+                return  # (RabbitMQ starts at the chunk that holds r.start)
+            if st.count == 0 and offset > r.start and st.gap_at is None:
+                st.gap_at = offset  # checked against the stream's first offset below
+            if offset >= r.end:
+                st.done.set_result(None)
+                return
+            delivery = message.delivery
+            on_message(message.body, delivery.exchange, delivery.routing_key, r.stream, offset,
+                       delivery.redelivered, props)
+            st.next, st.count, st.tag = offset + 1, st.count + 1, delivery.delivery_tag
+            # Credit back, but never more than the range still needs.
+            if st.tag - st.acked >= ACK_EVERY and st.tag + prefetch <= r.count:
+                await ch.basic_ack(st.tag, multiple=True)
+                st.acked = st.tag
+            if offset == r.end - 1:
+                st.done.set_result(None)
+
+        await ch.basic_consume(r.stream, on_delivery, arguments={"x-stream-offset": r.start})
+        while not st.done.done():
+            await asyncio.wait([st.done], timeout=IDLE)
+            if not st.done.done() and loop.time() - st.last_seen >= IDLE:
+                log.info("stream %r: range %d-%d ended at %d after %.0f s without entries (gaps in the "
+                         "offsets, as RabbitMQ's)", r.stream, r.start, r.end, st.next, IDLE)
+                break
+        if st.gap_at is not None:
+            await _check_loss(conn, r, fail_on_data_loss)
+        return st.count
+    finally:
+        await conn.close()
+
+
+async def _check_loss(conn: Any, r: StreamRange, fail_on_data_loss: bool) -> None:
+    """A range's first entry came after its start: lost to retention if the stream now starts
+    after it (else a gap in RabbitMQ's offsets)."""
+    if await _is_warren(conn):
+        first: int | None = (await _ask_warren(conn, r.stream))[0]
+    else:
+        first = await _edge(conn, r.stream, "first", 1)
+    if first is None or first <= r.start:
+        return
+    gap = (f"stream {r.stream!r}: offsets {r.start} to {min(first, r.end) - 1} of the range {r.start}-{r.end} "
+           "are gone (retention)")
+    if fail_on_data_loss:
+        raise DataLoss(gap + "; failOnDataLoss=false skips them")
+    log.warning("%s: skipped (failOnDataLoss=false)", gap)
+
+
+async def _is_warren(conn: Any) -> bool:
+    """Whether the broker is Warren (it answers offset requests), from connection.start."""
+    return conn.server_properties.get("product") == "Warren"
+
+
+async def offset_at(ep: Endpoint, stream: str, when: datetime.datetime) -> int | None:
+    """The first offset of the first chunk appended at or after `when` (a consumer's
+    timestamp offset spec, on either broker), or None if there is none yet."""
+    conn = await connect(ep)
+    try:
+        ch = await conn.channel()
+        seen: list[int] = []
+        await ch.basic_qos(prefetch_count=1)
+        await ch.basic_consume(stream, lambda m: _note(seen, m), arguments={"x-stream-offset": when})
+        deadline = asyncio.get_running_loop().time() + RECENT_IDLE * 3
+        while not seen and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+        return seen[0] if seen else None
+    finally:
+        await conn.close()

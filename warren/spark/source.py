@@ -1,0 +1,232 @@
+"""`spark.read.format("warren")` and `spark.readStream.format("warren")`: Warren's streams as
+a Spark source (PySpark's Python Data Source API), exactly once into file and Delta sinks.
+
+Stream mode (`stream=NAME[,NAME...]`): a micro-batch is a range of offsets of each stream,
+planned on the driver from the streams' committed offsets and checkpointed by Spark as
+`{"streams": {name: next_offset}}`. Each partition reads its range with its own consumer
+(warren.spark.broker.read_range), and a range read again gives the same entries, so a batch
+replayed after a failure writes the same rows: the Spark checkpoint is the only resume point
+(nothing is kept on the broker).
+
+Options (case-insensitive): `stream`, connection (`uri`, or `host`, `port`, `vhost`, `user`,
+`password`), `startingOffsets` (`earliest` | `latest` | JSON; streaming queries default to
+latest, batch reads to earliest), `startingTimestamp` (ms since the epoch: the first chunk
+appended at or after it), `endingOffsets` (batch reads: `latest` | JSON), `maxRecordsPerTrigger`,
+`maxBytesPerTrigger` (by the stream's average entry size), `minPartitions`,
+`maxRecordsPerPartition` (100,000 by default: a partition's rows are held in memory as Arrow
+batches before they go to Spark), `failOnDataLoss` (true: a range that retention removed
+fails the query; false: it is skipped with a warning)."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from dataclasses import dataclass
+from typing import Iterator, Mapping
+
+from pyspark.sql.datasource import (
+    DataSource, DataSourceReader, DataSourceStreamReader, InputPartition, ReadAllAvailable, ReadLimit,
+)
+from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow
+
+from .broker import offset_at, read_range, run, stream_offsets, stream_sizes
+from .offsets import StreamRange, admit, decode, encode, split, starting
+from .connection import Endpoint, endpoint
+from .rows import SCHEMA_DDL, Batch
+
+log = logging.getLogger("warren.spark")
+
+DEFAULT_MAX_PER_PARTITION = 100_000
+
+
+class RangePartition(InputPartition):
+    """One Spark task's range of one stream (picklable: plain fields)."""
+
+    def __init__(self, stream: str, start: int, end: int):
+        super().__init__((stream, start, end))
+        self.stream, self.start, self.end = stream, start, end
+
+
+def _flag(options: Mapping[str, str], key: str, default: bool) -> bool:
+    value = options.get(key)
+    if value is None:
+        return default
+    if value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError(f"{key} must be true or false, not {value!r}")
+
+
+def _count(options: Mapping[str, str], key: str) -> int | None:
+    value = options.get(key)
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"{key} must be a whole number, not {value!r}") from None
+    if n <= 0:
+        raise ValueError(f"{key} must be above 0, not {n}")
+    return n
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The source's options, checked once on the driver."""
+
+    endpoint: Endpoint
+    streams: tuple[str, ...]
+    starting: str | None
+    starting_timestamp: int | None
+    ending: str
+    max_records: int | None
+    max_bytes: int | None
+    min_partitions: int
+    max_per_partition: int
+    fail_on_data_loss: bool
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, str]) -> SourceOptions:
+        opts = {k.lower(): v for k, v in raw.items()}
+        if "queue" in opts:
+            raise ValueError("queue= (destructive reads) is not available yet: read a stream (stream=NAME)")
+        streams = tuple(s.strip() for s in opts.get("stream", "").split(",") if s.strip())
+        if not streams:
+            raise ValueError("the warren source needs stream=NAME[,NAME...]")
+        if len(set(streams)) != len(streams):
+            raise ValueError(f"stream names a stream twice: {opts['stream']!r}")
+        stamp = opts.get("startingtimestamp")
+        return cls(endpoint(raw), streams, opts.get("startingoffsets"),
+                   int(stamp) if stamp is not None else None, opts.get("endingoffsets", "latest"),
+                   _count(opts, "maxrecordspertrigger"), _count(opts, "maxbytespertrigger"),
+                   _count(opts, "minpartitions") or 1,
+                   _count(opts, "maxrecordsperpartition") or DEFAULT_MAX_PER_PARTITION,
+                   _flag(opts, "failondataloss", True))
+
+
+class _Planner:
+    """What the driver asks of the streams: their offsets, where a query starts, the ranges
+    of a batch."""
+
+    def __init__(self, options: SourceOptions):
+        self.o = options
+
+    def current(self) -> dict[str, tuple[int, int]]:
+        """{stream: (first, next)} committed offsets."""
+        return run(stream_offsets(self.o.endpoint, list(self.o.streams)))
+
+    def start(self, default: str) -> dict[str, int]:
+        now = self.current()
+        first = {s: f for s, (f, _n) in now.items()}
+        next_ = {s: n for s, (_f, n) in now.items()}
+        if self.o.starting_timestamp is not None:
+            when = datetime.datetime.fromtimestamp(self.o.starting_timestamp / 1000, datetime.timezone.utc)
+            start = {}
+            for s in self.o.streams:
+                found = run(offset_at(self.o.endpoint, s, when))
+                start[s] = next_[s] if found is None else found
+            return start
+        return starting(self.o.starting or default, list(self.o.streams), first, next_)
+
+    def partitions(self, start: Mapping[str, int], end: Mapping[str, int]) -> list[RangePartition]:
+        ranges = split(start, end, self.o.min_partitions, self.o.max_per_partition)
+        return [RangePartition(r.stream, r.start, r.end) for r in ranges]
+
+
+def read_partition(options: SourceOptions, partition: RangePartition) -> Iterator:
+    """The rows of one range, as Arrow record batches."""
+    batch = Batch()
+    r = StreamRange(partition.stream, partition.start, partition.end)
+    run(read_range(options.endpoint, r, options.fail_on_data_loss, batch.add))
+    if len(batch):
+        yield batch.record_batch()
+
+
+class WarrenBatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions):
+        self.options = options
+        planner = _Planner(options)
+        self.start = planner.start("earliest")
+        ending = options.ending.strip()
+        if ending == "latest":
+            self.end = {s: n for s, (_f, n) in planner.current().items()}
+        else:
+            given = decode(ending)
+            self.end = {s: given.get(s, self.start[s]) for s in options.streams}
+        self.end = {s: max(self.end[s], self.start[s]) for s in options.streams}
+
+    def partitions(self):
+        return _Planner(self.options).partitions(self.start, self.end)
+
+    def read(self, partition):
+        return read_partition(self.options, partition)
+
+
+class WarrenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: SourceOptions):
+        self.options = options
+        self._target: dict[str, int] | None = None  # Trigger.AvailableNow: the tail at its start
+
+    def initialOffset(self) -> dict:
+        return encode(_Planner(self.options).start("latest"))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_records is not None:
+            return ReadMaxRows(self.options.max_records)
+        if self.options.max_bytes is not None:
+            return ReadMaxBytes(self.options.max_bytes)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = {s: n for s, (_f, n) in _Planner(self.options).current().items()}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        begin = decode(start)
+        available = self._target or {s: n for s, (_f, n) in _Planner(self.options).current().items()}
+        if isinstance(limit, ReadAllAvailable) and self._target is not None:
+            limit = self.getDefaultReadLimit()  # AvailableNow still honours the source's limit
+        return encode(admit(begin, available, self._max_records(limit, begin)))
+
+    def _max_records(self, limit: ReadLimit, begin: Mapping[str, int]) -> int | None:
+        if isinstance(limit, ReadMaxRows):
+            return limit.max_rows
+        if isinstance(limit, ReadMaxBytes):
+            stats = run(stream_sizes(self.options.endpoint, list(self.options.streams)))
+            average = max(1, sum(b for b, _n in stats.values()) // max(1, sum(n for _b, n in stats.values())))
+            return max(1, limit.max_bytes // average)
+        return None
+
+    def reportLatestOffset(self) -> dict:
+        return encode({s: n for s, (_f, n) in _Planner(self.options).current().items()})
+
+    def partitions(self, start: dict, end: dict):
+        begin, stop = decode(start), decode(end)
+        return _Planner(self.options).partitions(begin, stop)
+
+    def read(self, partition):
+        return read_partition(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        """(The Spark checkpoint is the only resume point: nothing to tell the broker.)"""
+
+
+class WarrenDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "warren"
+
+    def schema(self) -> str:
+        return SCHEMA_DDL
+
+    def reader(self, schema) -> WarrenBatchReader:
+        return WarrenBatchReader(SourceOptions.parse(self.options))
+
+    def streamReader(self, schema) -> WarrenStreamReader:
+        return WarrenStreamReader(SourceOptions.parse(self.options))
+
+    def writer(self, schema, overwrite: bool):
+        from .sink import WarrenWriter
+        return WarrenWriter(self.options, schema)
+
+    def streamWriter(self, schema, overwrite: bool):
+        from .sink import WarrenStreamWriter
+        return WarrenStreamWriter(self.options, schema)
