@@ -1,0 +1,45 @@
+"""Spark tests: a local[2] SparkSession with the `warren` format registered, against a real
+`warren server` (tests/conftest.py). They need Java 17+ and the spark extra
+(`pip install -e '.[spark]'`); without them they are skipped, unless WARREN_REQUIRE_SPARK=1
+(CI sets it), which makes a missing Java or PySpark a failure."""
+
+import os
+import shutil
+
+import pytest
+
+REQUIRED = os.environ.get("WARREN_REQUIRE_SPARK") == "1"
+
+
+def _missing() -> str | None:
+    if shutil.which("java") is None:
+        return "no java on PATH (Spark needs Java 17+)"
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        return "pyspark is not installed (pip install -e '.[spark]')"
+    return None
+
+
+@pytest.fixture(scope="session")
+def spark():
+    missing = _missing()
+    if missing:
+        if REQUIRED:
+            pytest.fail(f"WARREN_REQUIRE_SPARK=1 but {missing}")
+        pytest.skip(missing)
+    from pyspark.sql import SparkSession
+
+    from warren.spark import register
+
+    session = (SparkSession.builder.master("local[2]").appName("warren-tests")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.streaming.stopTimeout", "30s").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+
+
+def uri(broker) -> str:
+    return f"amqp://guest:guest@{broker.host}:{broker.port}/%2F"

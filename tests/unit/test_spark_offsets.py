@@ -1,0 +1,90 @@
+"""The Spark source's offset arithmetic and option parsing, without Spark or a broker
+(warren.spark.offsets, warren.spark.connection): the checkpoint format, starting offsets,
+read limits shared between streams, partition boundaries (every offset in exactly one
+partition, none empty) and endpoints that never show a password."""
+
+import json
+import pickle
+
+import pytest
+from hypothesis import given, strategies as st
+
+from warren.spark import offsets as o
+from warren.spark.connection import endpoint
+
+
+def test_the_checkpoint_format_is_stable_json():
+    encoded = o.encode({"b": 5, "a": 7})
+    assert json.dumps(encoded) == '{"streams": {"a": 7, "b": 5}}'
+    assert o.decode(json.dumps(encoded)) == {"a": 7, "b": 5}
+    assert o.decode(encoded) == {"a": 7, "b": 5}
+
+
+@pytest.mark.parametrize("bad", ['{"a": 1}', '{"streams": {"a": -1}}', '{"streams": {"a": "1"}}',
+                                 '{"streams": {"a": true}}', '{"streams": [1]}'])
+def test_bad_offsets_are_refused(bad):
+    with pytest.raises(ValueError):
+        o.decode(bad)
+
+
+def test_starting_offsets():
+    first, next_ = {"a": 3, "b": 0}, {"a": 10, "b": 4}
+    assert o.starting("earliest", ["a", "b"], first, next_) == {"a": 3, "b": 0}
+    assert o.starting("latest", ["a", "b"], first, next_) == {"a": 10, "b": 4}
+    assert o.starting('{"streams": {"a": 5}}', ["a", "b"], first, next_) == {"a": 5, "b": 0}
+    with pytest.raises(ValueError, match="does not read"):
+        o.starting('{"streams": {"c": 5}}', ["a", "b"], first, next_)
+
+
+def test_admission_shares_the_limit_in_name_order():
+    start = {"b": 0, "a": 10}
+    available = {"a": 15, "b": 100}
+    assert o.admit(start, available, None) == {"a": 15, "b": 100}
+    assert o.admit(start, available, 3) == {"a": 13, "b": 0}
+    assert o.admit(start, available, 5) == {"a": 15, "b": 0}
+    assert o.admit(start, available, 8) == {"a": 15, "b": 3}
+    assert o.admit({"a": 20}, {"a": 15}, None) == {"a": 20}  # never backwards
+
+
+def test_split_boundaries():
+    parts = o.split({"a": 0, "b": 5}, {"a": 10, "b": 5}, min_partitions=1, max_per_partition=4)
+    assert [(p.stream, p.start, p.end) for p in parts] == [("a", 0, 4), ("a", 4, 8), ("a", 8, 10)]
+    parts = o.split({"a": 0}, {"a": 3}, min_partitions=8)
+    assert [(p.start, p.end) for p in parts] == [(0, 1), (1, 2), (2, 3)]  # never an empty one
+    assert o.split({"a": 7}, {"a": 7}) == []
+
+
+@given(st.dictionaries(st.sampled_from("abcd"), st.tuples(st.integers(0, 1000), st.integers(0, 1000)),
+                       min_size=1),
+       st.integers(1, 12), st.one_of(st.none(), st.integers(1, 300)))
+def test_split_covers_every_offset_once(ranges, min_partitions, max_per_partition):
+    start = {k: min(v) for k, v in ranges.items()}
+    end = {k: max(v) for k, v in ranges.items()}
+    parts = o.split(start, end, min_partitions, max_per_partition)
+    for name in ranges:
+        mine = sorted((p.start, p.end) for p in parts if p.stream == name)
+        covered = [x for lo, hi in mine for x in range(lo, hi)]
+        assert covered == list(range(start[name], end[name]))
+    assert all(p.count > 0 for p in parts)
+    if max_per_partition:
+        assert all(p.count <= max_per_partition for p in parts)
+    total = sum(end[k] - start[k] for k in ranges)
+    assert len(parts) >= min(min_partitions, total)
+
+
+def test_endpoints_from_options_never_show_the_password():
+    ep = endpoint({"URI": "amqp://alice:s%40cret@broker.example:5673/%2Fprod", "Port": "5680"})
+    assert (ep.host, ep.port, ep.vhost, ep.user, ep.password) == ("broker.example", 5680, "/prod", "alice", "s@cret")
+    assert "s@cret" not in repr(ep) and "cret" not in str(ep) and "cret" not in ep.shown
+    assert ep.url == "amqp://alice:s%40cret@broker.example:5680/%2Fprod"
+    assert endpoint({"host": "h", "user": "u", "password": "p"}).url == "amqp://u:p@h:5672/%2F"
+    with pytest.raises(ValueError):
+        endpoint({"uri": "http://x"})
+
+
+def test_ranges_and_endpoints_pickle():
+    """Spark ships partitions and the reader to its Python workers."""
+    r = o.StreamRange("a", 1, 5)
+    assert pickle.loads(pickle.dumps(r)) == r
+    ep = endpoint({"uri": "amqp://u:p@h:1/v"})
+    assert pickle.loads(pickle.dumps(ep)) == ep
