@@ -14,6 +14,7 @@ from ..amqp import codec
 from ..broker import definitions
 from ..broker.broker import Broker, Limits
 from ..server.disk_monitor import DEFAULT_LIMIT, DiskMonitor
+from ..spark import pipeline
 from ..server.listener import LOOPBACK, Listen, Server
 from ..server.memory_monitor import DEFAULT_PAGING_RATIO, DEFAULT_WATERMARK, MemoryMonitor
 from ..store.definitions import DefinitionsFile
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--log-level", default=None, choices=["debug", "info", "warning", "error"],
                         help="least severe level logged to stderr (default: the config file's "
                              "log.console.level, else info)")
+    pipeline.add_parser(sub)
     return parser
 
 
@@ -146,6 +148,8 @@ def _raise_open_files_limit() -> None:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "pipeline":
+        return pipeline.run(args)
     codec.allow_nesting()  # field tables as deep as the wire accepts survive every later walk
     # A write past a file-size limit must fail with EFBIG (and nack its publishes), not kill us.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -1,0 +1,161 @@
+"""`warren pipeline`: one command for each of the seeds' dead-letter advice, on Spark.
+
+    warren pipeline dlq-audit --stream DLQ --output PATH
+    warren pipeline replay (--input PATH | --stream DLQ) [--where SQL] [--to-exchange X]
+
+`dlq-audit` reads a dead-letter stream (a DLX bound to a stream: Warren appends every dead
+letter there with its x-death) into a parquet table with the death columns flattened, as an
+AvailableNow streaming query with a checkpoint, so a second run appends only the dead letters
+that came since; it prints a progress line per micro-batch and a summary by reason and source
+queue. `replay` republishes selected dead letters, with confirms, to the exchange and routing
+key they first died from (or to the exchange given), keeping their message ids; it is a
+checkpointed AvailableNow query too, so running it again republishes nothing twice.
+
+Both run on local[*] unless --master says otherwise. (Draining a dead-letter *queue*, the
+source's queue mode, is not built yet: dead-letter into a stream instead.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+AUDIT_COLUMNS = ("body", "source", "offset", "exchange", "routing_key", "headers", "properties", "message_id",
+                 "reason", "queue", "death_exchange", "death_routing_keys", "death_count", "last_reason",
+                 "first_death_time", "last_death_time")
+
+
+def add_parser(sub: Any) -> None:
+    pipeline = sub.add_parser("pipeline", help="Spark jobs for dead letters (needs the spark extra)")
+    jobs = pipeline.add_subparsers(dest="job", required=True)
+    for name, text in (("dlq-audit", "read a dead-letter stream into a table, dead-letter details flattened"),
+                       ("replay", "republish selected dead letters where they first died from")):
+        job = jobs.add_parser(name, help=text)
+        job.add_argument("--uri", default="amqp://guest:guest@localhost:5672/%2F",
+                         help="the broker (amqp://user:password@host:port/vhost)")
+        job.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+        job.add_argument("--checkpoint", default=None,
+                         help="Spark checkpoint directory (default: beside the output or input)")
+        if name == "dlq-audit":
+            source = job.add_mutually_exclusive_group(required=True)
+            source.add_argument("--stream", help="the dead-letter stream")
+            source.add_argument("--queue", help="a dead-letter queue (not available yet)")
+            job.add_argument("--output", required=True, help="where the table goes")
+            job.add_argument("--format", default="parquet", choices=["parquet"], help="table format")
+            job.add_argument("--batch", type=int, default=100_000, help="rows per micro-batch")
+        else:
+            source = job.add_mutually_exclusive_group(required=True)
+            source.add_argument("--input", help="a table written by dlq-audit")
+            source.add_argument("--stream", help="a dead-letter stream")
+            job.add_argument("--where", default=None, help="SQL condition on the audit columns (e.g. reason = 'expired')")
+            job.add_argument("--to-exchange", default=None,
+                             help="publish here (with each message's original routing key) instead")
+            job.add_argument("--routing-key", default=None, help="publish with this routing key instead")
+
+
+def run(args: argparse.Namespace) -> int:
+    if getattr(args, "queue", None):
+        print("warren pipeline: draining a dead-letter queue is not available yet; bind the DLX to a stream "
+              "(x-queue-type=stream) and audit that with --stream", file=sys.stderr)
+        return 2
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        print("warren pipeline: needs the spark extra: pip install -e '.[spark]' (and Java 17)", file=sys.stderr)
+        return 2
+    from . import register
+
+    spark = (SparkSession.builder.master(args.master).appName(f"warren pipeline {args.job}")
+             .config("spark.ui.enabled", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    try:
+        return dlq_audit(spark, args) if args.job == "dlq-audit" else replay(spark, args)
+    finally:
+        spark.stop()
+
+
+def flattened(df: Any) -> Any:
+    """The source's rows with the dead-letter details as columns: the first death's reason,
+    queue, exchange and routing keys (what the message was before it ever died), how many
+    times it died, the newest death's reason, and the first and last death times."""
+    from pyspark.sql import functions as F
+
+    oldest = F.element_at("death", -1)
+    times = F.transform("death", lambda d: d["time"])
+    return df.select(
+        "body", "source", "offset", "exchange", "routing_key", "headers", "properties",
+        F.col("properties.message_id").alias("message_id"),
+        F.coalesce(F.col("headers")["x-first-death-reason"], oldest["reason"]).alias("reason"),
+        F.coalesce(F.col("headers")["x-first-death-queue"], oldest["queue"]).alias("queue"),
+        F.coalesce(F.col("headers")["x-first-death-exchange"], oldest["exchange"]).alias("death_exchange"),
+        oldest["routing_keys"].alias("death_routing_keys"),
+        F.aggregate("death", F.lit(0).cast("bigint"), lambda acc, d: acc + F.coalesce(d["count"], F.lit(1))
+                    ).alias("death_count"),
+        F.element_at("death", 1)["reason"].alias("last_reason"),
+        F.array_min(times).alias("first_death_time"), F.array_max(times).alias("last_death_time"))
+
+
+def _progress(query: Any, started: float, seen: set) -> None:
+    for p in query.recentProgress:
+        if p["batchId"] in seen or not p["numInputRows"]:
+            continue
+        seen.add(p["batchId"])
+        rows = sum(q["numInputRows"] for q in query.recentProgress if q["batchId"] in seen)
+        print(f"batch {p['batchId']}: {p['numInputRows']} rows ({rows} in all, "
+              f"{rows / max(time.monotonic() - started, 1e-9):,.0f} rows/s)", flush=True)
+
+
+def _await(query: Any) -> None:
+    started, seen = time.monotonic(), set[int]()
+    while query.isActive:
+        query.awaitTermination(1)
+        _progress(query, started, seen)
+    _progress(query, started, seen)
+    if query.exception() is not None:
+        raise RuntimeError(str(query.exception()))
+
+
+def dlq_audit(spark: Any, args: argparse.Namespace) -> int:
+    source = (spark.readStream.format("warren").option("uri", args.uri).option("stream", args.stream)
+              .option("startingOffsets", "earliest").option("maxRecordsPerTrigger", args.batch).load())
+    checkpoint = args.checkpoint or args.output.rstrip("/") + ".checkpoint"
+    query = (flattened(source).writeStream.format(args.format).option("path", args.output)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    _await(query)
+    table = spark.read.format(args.format).load(args.output)
+    print(f"{table.count()} dead letters in {args.output}; by reason and source queue:")
+    for row in table.groupBy("reason", "queue").count().orderBy("reason", "queue").collect():
+        print(f"  {row['reason'] or '-'}\t{row['queue'] or '-'}\t{row['count']}")
+    return 0
+
+
+def replay(spark: Any, args: argparse.Namespace) -> int:
+    from pyspark.sql import functions as F
+
+    if args.input:
+        schema = spark.read.parquet(args.input).schema
+        rows = spark.readStream.schema(schema).parquet(args.input)
+        checkpoint = args.checkpoint or args.input.rstrip("/") + ".replay-checkpoint"
+    else:
+        rows = flattened(spark.readStream.format("warren").option("uri", args.uri).option("stream", args.stream)
+                         .option("startingOffsets", "earliest").load())
+        checkpoint = args.checkpoint or f"{args.stream}.replay-checkpoint"
+    if args.where:
+        rows = rows.where(args.where)
+    exchange = F.lit(args.to_exchange) if args.to_exchange is not None else F.coalesce("death_exchange", "exchange")
+    key = (F.lit(args.routing_key) if args.routing_key is not None
+           else F.coalesce(F.element_at("death_routing_keys", 1), F.col("routing_key")))
+    out = rows.select(
+        "body", exchange.alias("exchange"), key.alias("routing_key"), "properties",
+        # (the source's headers are strings; the broker's own x- headers are not sent again)
+        F.map_filter("headers", lambda k, v: ~k.startswith("x-")).alias("headers"),
+        F.coalesce("message_id", F.concat(F.lit("replay:"), "source", F.lit(":"), F.col("offset").cast("string")))
+         .alias("message_id"))
+    query = (out.writeStream.format("warren").option("uri", args.uri).option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    _await(query)
+    print("replayed", flush=True)
+    return 0
