@@ -27,7 +27,7 @@ log = logging.getLogger("warren.spark")
 OFFSETS_REQUEST = "amq.warren.stream-offsets"
 PREFETCH = 2000        # a range reader's credit (a stream consumer needs one)
 ACK_EVERY = 500
-IDLE = 2.0             # a range whose end is not reached after this long without a delivery is done
+STALL = 30.0           # a range read that gets nothing for this long fails (its task is retried)
 RECENT_IDLE = 0.3      # RabbitMQ: how long to wait for the rest of a stream's last chunk
 
 T = TypeVar("T")
@@ -103,28 +103,32 @@ async def _offsets_request(conn: Any, stream: str) -> dict:
 
 
 async def _read_rabbitmq_offsets(conn: Any, stream: str) -> tuple[int, int]:
-    first = await _edge(conn, stream, "first", 1)
-    last = await _edge(conn, stream, "last", PREFETCH)
+    first = await _edge(conn, stream, "first")
+    last = await _edge(conn, stream, "last")
     if first is None or last is None:
         return 0, 0  # (an empty stream: RabbitMQ gives no way to know more)
     return first, last + 1
 
 
-async def _edge(conn: Any, stream: str, spec_: str, prefetch: int) -> int | None:
-    """The highest offset a consumer at `spec_` sees before RECENT_IDLE of silence."""
+async def _edge(conn: Any, stream: str, spec_: str) -> int | None:
+    """`first`: the lowest offset a consumer at `first` gets; `last`: the highest a consumer
+    at `last` gets before RECENT_IDLE of silence (RabbitMQ hands out whole chunks, beyond the
+    consumer's credit)."""
     ch = await conn.channel()
     seen: list[int] = []
     try:
-        await ch.basic_qos(prefetch_count=prefetch)
+        await ch.basic_qos(prefetch_count=1 if spec_ == "first" else PREFETCH)
         await ch.basic_consume(stream, lambda m: _note(seen, m), arguments={"x-stream-offset": spec_})
         count = -1
-        while count != len(seen) and (prefetch > 1 or not seen):
+        while count != len(seen) and (spec_ == "last" or not seen):
             count = len(seen)
             await asyncio.sleep(RECENT_IDLE)
     finally:
         if not ch.is_closed:
             await ch.close()
-    return max(seen) if seen else None
+    if not seen:
+        return None
+    return min(seen) if spec_ == "first" else max(seen)
 
 
 async def _note(seen: list[int], message: Any) -> None:
@@ -138,7 +142,8 @@ class _RangeRead:
     def __init__(self, r: StreamRange, loop: asyncio.AbstractEventLoop):
         self.next = r.start           # the offset after the last entry taken
         self.count = 0                # entries taken
-        self.tag = 0                  # delivery tag of the last entry taken
+        self.tag = 0                  # delivery tag of the last delivery
+        self.skipped = 0              # deliveries before r.start (RabbitMQ starts at a chunk)
         self.acked = 0                # delivery tags acked so far (credit given back)
         self.gap_at: int | None = None  # the first offset seen, when it was past r.start
         self.last_seen = loop.time()
@@ -150,9 +155,12 @@ async def read_range(ep: Endpoint, r: StreamRange, fail_on_data_loss: bool,
     """Read the entries of [r.start, r.end) of stream r.stream in offset order, calling
     on_message(body, exchange, routing_key, stream, offset, redelivered, properties) for each;
     returns how many. The consumer never holds more credit than the range still needs, so
-    the broker sends no entry past it (against Warren). Entries of the range that retention
-    removed raise DataLoss (failOnDataLoss), or are skipped with a warning; a gap that is not
-    retention (RabbitMQ's offsets skip one at each segment roll) is no loss."""
+    the broker sends no entry past it (against Warren): acks give back credit until the
+    deliveries the range needs are all granted, no further. Entries of the range that
+    retention removed raise DataLoss (failOnDataLoss), or are skipped with a warning; a gap
+    that is not retention (RabbitMQ's offsets skip one at each segment roll) is no loss. A read
+    that gets nothing for STALL seconds fails, so Spark runs the task again: a range never
+    ends short without saying so."""
     loop = asyncio.get_running_loop()
     conn = await connect(ep)
     st = _RangeRead(r, loop)
@@ -167,31 +175,41 @@ async def read_range(ep: Endpoint, r: StreamRange, fail_on_data_loss: bool,
             st.last_seen = loop.time()
             props = message.header.properties
             offset = int((props.headers or {})["x-stream-offset"])
+            delivery = message.delivery
+            st.tag = delivery.delivery_tag
             if offset < r.start:
-                return  # (RabbitMQ starts at the chunk that holds r.start)
+                st.skipped += 1  # (RabbitMQ starts at the chunk that holds r.start)
+                await give_credit()
+                return
             if st.count == 0 and offset > r.start and st.gap_at is None:
                 st.gap_at = offset  # checked against the stream's first offset below
             if offset >= r.end:
                 st.done.set_result(None)
                 return
-            delivery = message.delivery
             on_message(message.body, delivery.exchange, delivery.routing_key, r.stream, offset,
                        delivery.redelivered, props)
-            st.next, st.count, st.tag = offset + 1, st.count + 1, delivery.delivery_tag
-            # Credit back, but never more than the range still needs.
-            if st.tag - st.acked >= ACK_EVERY and st.tag + prefetch <= r.count:
-                await ch.basic_ack(st.tag, multiple=True)
-                st.acked = st.tag
+            st.next, st.count = offset + 1, st.count + 1
             if offset == r.end - 1:
                 st.done.set_result(None)
+                return
+            await give_credit()
+
+        async def give_credit() -> None:
+            """Ack (credit back) in steps of ACK_EVERY, up to what the range needs granted:
+            every delivery of it (its entries and those skipped before its start) less the
+            prefetch the consumer started with."""
+            target = r.count + st.skipped - prefetch
+            if st.acked < target and (st.tag - st.acked >= ACK_EVERY or st.tag >= target):
+                upto = min(st.tag, target)
+                await ch.basic_ack(upto, multiple=True)
+                st.acked = upto
 
         await ch.basic_consume(r.stream, on_delivery, arguments={"x-stream-offset": r.start})
         while not st.done.done():
-            await asyncio.wait([st.done], timeout=IDLE)
-            if not st.done.done() and loop.time() - st.last_seen >= IDLE:
-                log.info("stream %r: range %d-%d ended at %d after %.0f s without entries (gaps in the "
-                         "offsets, as RabbitMQ's)", r.stream, r.start, r.end, st.next, IDLE)
-                break
+            await asyncio.wait([st.done], timeout=1.0)
+            if not st.done.done() and loop.time() - st.last_seen >= STALL:
+                raise TimeoutError(f"stream {r.stream!r}: the read of {r.start}-{r.end} got nothing for {STALL:.0f} s "
+                                   f"at offset {st.next}")
         if st.gap_at is not None:
             await _check_loss(conn, r, fail_on_data_loss)
         return st.count
@@ -205,7 +223,7 @@ async def _check_loss(conn: Any, r: StreamRange, fail_on_data_loss: bool) -> Non
     if await _is_warren(conn):
         first: int | None = (await _ask_warren(conn, r.stream))[0]
     else:
-        first = await _edge(conn, r.stream, "first", 1)
+        first = await _edge(conn, r.stream, "first")
     if first is None or first <= r.start:
         return
     gap = (f"stream {r.stream!r}: offsets {r.start} to {min(first, r.end) - 1} of the range {r.start}-{r.end} "
