@@ -31,6 +31,6 @@ def test_big_ranges_are_read_exactly(broker, names):
         time.sleep(0.2)
     for start, end in ((0, total), (777, total - 5), (wb.PREFETCH + 1, wb.PREFETCH + 2)):
         got: list[tuple[int, bytes]] = []
-        count = wb.run(wb.read_range(ep, StreamRange(s, start, end), True, lambda b, *rest: got.append((rest[3], b))))
+        count = wb.read_range(ep, StreamRange(s, start, end), True, lambda b, *rest: got.append((rest[3], b)))
         assert count == end - start
         assert got == [(o, b"%d" % o) for o in range(start, end)]

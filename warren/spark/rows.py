@@ -94,6 +94,9 @@ class Batch:
         """One message; `properties`: the pamqp Basic.Properties it came with."""
         c = self.columns
         headers = properties.headers or {}
+        if offset is not None and "x-stream-offset" in headers:
+            # (properties may be shared by deliveries that differ only in their offset)
+            headers = {**headers, "x-stream-offset": offset}
         count = headers.get("x-delivery-count")
         c["body"].append(body)
         c["exchange"].append(exchange)

@@ -136,7 +136,7 @@ def read_partition(options: SourceOptions, partition: RangePartition) -> Iterato
     """The rows of one range, as Arrow record batches."""
     batch = Batch()
     r = StreamRange(partition.stream, partition.start, partition.end)
-    run(read_range(options.endpoint, r, options.fail_on_data_loss, batch.add))
+    read_range(options.endpoint, r, options.fail_on_data_loss, batch.add)
     if len(batch):
         yield batch.record_batch()
 
