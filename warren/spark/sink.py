@@ -95,41 +95,49 @@ class _Publisher:
         return Written(partition, count)
 
     async def _publish(self, rows: Iterator, prefix: str) -> int:
+        """Publish every row, at most maxInFlight unconfirmed at once; raise PublishFailed at
+        the first row the broker does not confirm."""
         conn = await connect(self.endpoint)
         try:
             ch = await conn.channel(publisher_confirms=True)
-            pending: set[asyncio.Future] = set()
+            window = asyncio.Semaphore(self.in_flight)
+            failures: list[PublishFailed] = []
+            running: set[asyncio.Future] = set()
+
+            async def publish_one(body: bytes, exchange: str, routing_key: str, props: spec.Basic.Properties) -> None:
+                try:
+                    result = await asyncio.wait_for(ch.basic_publish(body, exchange=exchange, routing_key=routing_key,
+                                                                     properties=props, mandatory=self.mandatory),
+                                                    self.timeout)
+                    if not isinstance(result, spec.Basic.Ack):
+                        failures.append(PublishFailed(f"the broker answered {type(result).__name__}"))
+                except asyncio.TimeoutError:
+                    failures.append(PublishFailed("no confirm within confirmTimeout"))
+                except Exception as err:  # returned (mandatory), closed channel
+                    failures.append(PublishFailed(f"publish failed: {err}"))
+                finally:
+                    window.release()
+
             n = 0
             for n, row in enumerate(rows, 1):
+                if failures:
+                    break
                 r = row.asDict() if hasattr(row, "asDict") else dict(row)
                 if "body" not in r:
                     raise ValueError("the warren sink needs a body column")
-                publish = ch.basic_publish(
-                    _as_bytes(r["body"]), exchange=_text(r.get("exchange")) or self.exchange,
-                    routing_key=_text(r.get("routing_key")) or self.routing_key,
-                    properties=_properties(r, f"{prefix}:{n}"), mandatory=self.mandatory)
-                pending.add(asyncio.ensure_future(asyncio.wait_for(publish, self.timeout)))
-                if len(pending) >= self.in_flight:
-                    finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    _check(finished)
-            if pending:
-                finished, _ = await asyncio.wait(pending)
-                _check(finished)
+                await window.acquire()
+                task = asyncio.ensure_future(publish_one(
+                    _as_bytes(r["body"]), _text(r.get("exchange")) or self.exchange,
+                    _text(r.get("routing_key")) or self.routing_key, _properties(r, f"{prefix}:{n}")))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            if running:
+                await asyncio.wait(running)
+            if failures:
+                raise failures[0]
             return n
         finally:
             await conn.close()
-
-
-def _check(finished: set[asyncio.Future]) -> None:
-    for future in finished:
-        try:
-            result = future.result()
-        except asyncio.TimeoutError:
-            raise PublishFailed("no confirm within confirmTimeout") from None
-        except Exception as err:  # returned (mandatory), closed channel
-            raise PublishFailed(f"publish failed: {err}") from err
-        if not isinstance(result, spec.Basic.Ack):
-            raise PublishFailed(f"the broker answered {type(result).__name__}")
 
 
 def _application_id() -> str:

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""The Spark source and sink against direct AMQP, on one Warren broker (issue 13).
+
+    python3 bench/spark.py [--count 1000000] [--size 1024] [--master local[2]]
+
+Starts Warren on a free port (a fresh data dir), fills a stream with --count messages of
+--size bytes (confirmed, bench/loadgen), then measures:
+  - direct consume: loadgen reading the stream from `first` (prefetch 1000, ack every 100);
+  - source: spark.readStream.format("warren") from `earliest` into parquet, Trigger.AvailableNow,
+    rows / wall time (a fresh checkpoint; the first micro-batch's time and the per-batch
+    overhead are printed too);
+  - direct publish: loadgen publishing --count messages with confirms (window 1000) to a queue;
+  - sink: a DataFrame of --count rows of --size bytes written with df.write.format("warren")
+    to a queue, rows / wall time of the write.
+Needs the spark extra and Java 17, and `make -C bench`. Prints a Markdown table with the
+source/consume and sink/publish ratios (the goal is at least 0.5 each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LOADGEN = os.path.join(HERE, "loadgen")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def loadgen(port: int, *args) -> dict:
+    out = subprocess.run([LOADGEN, args[0], "--port", str(port), *map(str, args[1:])],
+                         capture_output=True, text=True, check=True, timeout=3600).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--count", type=int, default=1_000_000)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--max-per-partition", type=int, default=50_000)
+    ap.add_argument("--partitions", type=int, default=2, help="minPartitions (default: local[2]'s cores)")
+    ap.add_argument("--per-trigger", type=int, default=250_000, help="maxRecordsPerTrigger")
+    args = ap.parse_args()
+    subprocess.run(["make", "-s", "-C", HERE], check=True)
+    tmp = tempfile.mkdtemp(prefix="bench-spark-")
+    port, mgmt = free_port(), free_port()
+    broker = subprocess.Popen([sys.executable, "-m", "warren", "server", "--port", str(port), "--management-port",
+                               str(mgmt), "--data-dir", os.path.join(tmp, "data")],
+                              stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "broker.log"), "w"))
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        n, size = args.count, args.size
+        loadgen(port, "setup", "--queue", "s", "--durable", "--queue-type", "stream")
+        loadgen(port, "publish", "--routing-key", "s", "--size", size, "--count", n, "--confirm", "--window", 1000,
+                "--persistent")
+        direct = loadgen(port, "consume", "--queue", "s", "--prefetch", 1000, "--ack-every", 100, "--stream-offset",
+                         "first", "--idle-timeout", 5, "--grace", 1)["rate"]
+        from pyspark.sql import SparkSession
+
+        from warren.spark import register
+        spark = (SparkSession.builder.master(args.master).appName("bench-spark")
+                 .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        register(spark)
+        uri = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
+        out = os.path.join(tmp, "out")
+        started = time.monotonic()
+        query = (spark.readStream.format("warren").option("uri", uri).option("stream", "s")
+                 .option("startingOffsets", "earliest").option("maxRecordsPerPartition", args.max_per_partition)
+                 .option("minPartitions", args.partitions).option("maxRecordsPerTrigger", args.per_trigger).load()
+                 .writeStream.format("parquet").option("path", out).option("checkpointLocation", out + ".cp")
+                 .trigger(availableNow=True).start())
+        query.awaitTermination()
+        source_s = time.monotonic() - started
+        rows = spark.read.parquet(out).count()
+        batches = [p for p in query.recentProgress if p["numInputRows"]]
+        overhead = [p["durationMs"]["triggerExecution"] - p["durationMs"].get("addBatch", 0) for p in batches]
+
+        loadgen(port, "setup", "--queue", "q")
+        publish = loadgen(port, "publish", "--routing-key", "q", "--size", size, "--count", n, "--confirm",
+                          "--window", 1000)["rate"]
+        loadgen(port, "setup", "--queue", "q", "--purge")
+        df = spark.range(n).selectExpr(f"cast(repeat('x', {size}) as binary) as body").cache()
+        df.count()
+        started = time.monotonic()
+        df.write.format("warren").option("uri", uri).option("routingKey", "q").mode("append").save()
+        sink_s = time.monotonic() - started
+        spark.stop()
+        rate_in, rate_out = rows / source_s, n / sink_s
+        print(f"\n{n:,} × {size} B, {args.master}, one Warren broker, {time.strftime('%Y-%m-%d %H:%M')}\n")
+        print("| Metric | value |\n|---|---:|")
+        print(f"| direct consume from `first`, msg/s (loadgen) | {direct:,.0f} |")
+        print(f"| source: stream → parquet, rows/s (AvailableNow, {len(batches)} batches) | {rate_in:,.0f} |")
+        print(f"| source / direct consume | {rate_in / direct:.2f} |")
+        print(f"| source: first micro-batch, s / rows it read | {batches[0]['durationMs']['triggerExecution'] / 1000:.1f}"
+              f" / {batches[0]['numInputRows']:,} |")
+        print(f"| source: per-batch overhead outside addBatch, ms (median) | {sorted(overhead)[len(overhead) // 2]:,} |")
+        print(f"| direct publish with confirms, msg/s (loadgen) | {publish:,.0f} |")
+        print(f"| sink: rows/s with confirms | {rate_out:,.0f} |")
+        print(f"| sink / direct publish | {rate_out / publish:.2f} |")
+        assert rows == n + 1, f"{rows} rows, expected {n + 1} (loadgen's end marker included)"
+        return 0
+    finally:
+        broker.terminate()
+        broker.wait(30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
