@@ -4,7 +4,8 @@ Columns: `body` (required, binary or string), and optionally `exchange`, `routin
 `headers` (a map), `properties` (a struct with the source's property names) and `message_id`.
 Options: `exchange` and `routingKey` (for rows without those columns), `mandatory` (an
 unroutable row fails the task), `maxInFlight` (confirms outstanding at once, 1000 by default),
-`confirmTimeout` (seconds, 60), and the connection options of the source.
+`confirmTimeout` (seconds, 60), and the connection options of the source (amqp:// only: the
+sink refuses amqps:// for now).
 
 A task succeeds only once the broker confirmed every row it published: a nack, a return
 (mandatory), a closed connection or a confirm timeout fails it, and Spark runs it again. The
@@ -13,22 +14,27 @@ rows of a task run again are published again, with the same message ids: ids are
 in a batch write (option `writeId`, else the application id), unless the rows have their own
 `message_id`, so a consumer can drop the duplicates a retry makes. Speculative execution would
 publish a task's rows twice at once: warren.spark.register refuses a session that has it on.
+
+The writers take Arrow record batches (DataSourceArrowWriter, DataSourceStreamArrowWriter): a
+column at a time, no Row per row. They publish through warren.spark.wire.Publisher, blocking
+(frames built by hand into a send buffer, acks cut out of each read).
 """
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any, Iterator, Mapping
+from itertools import repeat
+from typing import Any, Iterable, Iterator, Mapping
 
-from pamqp import commands as spec
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import DataSourceStreamArrowWriter
 
-from .broker import connect, run
 from .connection import Endpoint, endpoint
+from .wire import ProtocolError, Publisher, property_template
 
 DEFAULT_IN_FLIGHT = 1000
 _PROPERTY_NAMES = ("content_type", "content_encoding", "delivery_mode", "priority", "correlation_id", "reply_to",
                    "expiration", "message_id", "type", "user_id", "app_id")
+_COLUMNS = ("body", "exchange", "routing_key", "headers", "properties", "message_id")
 
 
 class PublishFailed(Exception):
@@ -48,22 +54,40 @@ def _as_bytes(value: Any) -> bytes:
     return str(value).encode()
 
 
-def _properties(row: Mapping[str, Any], message_id: str) -> spec.Basic.Properties:
-    given = row.get("properties") or {}
-    if hasattr(given, "asDict"):
-        given = given.asDict()
-    props: dict[str, Any] = {name: given.get(name) for name in _PROPERTY_NAMES if given.get(name) is not None}
-    if "type" in props:
-        props["message_type"] = props.pop("type")
-    headers = row.get("headers")
-    if headers:
-        props["headers"] = dict(headers)
-    props["message_id"] = _text(row.get("message_id")) or props.get("message_id") or message_id
-    return spec.Basic.Properties(**props)
-
-
 def _text(value: Any) -> str | None:
     return None if value is None else str(value)
+
+
+def _columns(batch: Any) -> tuple[int, list[Iterable]]:
+    """(rows, [body, exchange, routing_key, headers, properties, message_id]) of a pyarrow
+    RecordBatch (or of one Row, or a dict): each a list, or repeat(None) for a column it does
+    not have. Bodies are bytes."""
+    if hasattr(batch, "schema") and hasattr(batch, "num_rows"):
+        import pyarrow as pa
+
+        names = batch.schema.names
+        if "body" not in names:
+            raise ValueError("the warren sink needs a body column")
+        columns: list[Iterable] = []
+        for name in _COLUMNS:
+            if name not in names:
+                columns.append(repeat(None))
+                continue
+            column = batch.column(names.index(name))
+            values = column.to_pylist()
+            if name == "body":
+                kind = column.type
+                if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+                        or pa.types.is_fixed_size_binary(kind)):
+                    values = [_as_bytes(v) for v in values]
+                elif column.null_count:
+                    values = [b"" if v is None else v for v in values]
+            columns.append(values)
+        return batch.num_rows, columns
+    row = batch.asDict() if hasattr(batch, "asDict") else dict(batch)
+    if "body" not in row:
+        raise ValueError("the warren sink needs a body column")
+    return 1, [[_as_bytes(row["body"])], *([row.get(name)] for name in _COLUMNS[1:])]
 
 
 class _Publisher:
@@ -72,14 +96,19 @@ class _Publisher:
     def __init__(self, options: Mapping[str, str]):
         opts = {k.lower(): v for k, v in options.items()}
         self.endpoint: Endpoint = endpoint(options)
+        if self.endpoint.tls:
+            raise ValueError(f"the warren sink does not support amqps:// yet ({self.endpoint.shown}): "
+                             "publish over amqp://")
         self.exchange = opts.get("exchange", "")
         self.routing_key = opts.get("routingkey", "")
         self.mandatory = opts.get("mandatory", "false").lower() == "true"
         self.in_flight = int(opts.get("maxinflight", DEFAULT_IN_FLIGHT))
+        if self.in_flight < 1:
+            raise ValueError(f"maxInFlight must be at least 1, not {self.in_flight}")
         self.timeout = float(opts.get("confirmtimeout", 60))
         self.write_id = opts.get("writeid")
 
-    def write(self, rows: Iterator) -> Written:
+    def write(self, batches: Iterator) -> Written:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
@@ -91,53 +120,95 @@ class _Publisher:
             prefix = f"{query}:{ctx.getLocalProperty('streaming.sql.batchId')}:{partition}"
         else:
             prefix = f"{self.write_id or _application_id()}:{ctx.stageId()}:{partition}"
-        count = run(self._publish(rows, prefix))
-        return Written(partition, count)
+        return Written(partition, self._publish(batches, prefix))
 
-    async def _publish(self, rows: Iterator, prefix: str) -> int:
-        """Publish every row, at most maxInFlight unconfirmed at once; raise PublishFailed at
-        the first row the broker does not confirm."""
-        conn = await connect(self.endpoint)
+    def _publish(self, batches: Iterable, prefix: str) -> int:
+        """Publish every row of `batches` (Arrow record batches, or Rows), at most maxInFlight
+        unconfirmed at once; return the number of rows once every one is confirmed. Raise
+        PublishFailed at the first row the broker does not confirm (nack, return, a closed
+        channel or connection, confirmTimeout seconds without a confirm)."""
         try:
-            ch = await conn.channel(publisher_confirms=True)
-            window = asyncio.Semaphore(self.in_flight)
-            failures: list[PublishFailed] = []
-            running: set[asyncio.Future] = set()
-
-            async def publish_one(body: bytes, exchange: str, routing_key: str, props: spec.Basic.Properties) -> None:
-                try:
-                    result = await asyncio.wait_for(ch.basic_publish(body, exchange=exchange, routing_key=routing_key,
-                                                                     properties=props, mandatory=self.mandatory),
-                                                    self.timeout)
-                    if not isinstance(result, spec.Basic.Ack):
-                        failures.append(PublishFailed(f"the broker answered {type(result).__name__}"))
-                except asyncio.TimeoutError:
-                    failures.append(PublishFailed("no confirm within confirmTimeout"))
-                except Exception as err:  # returned (mandatory), closed channel
-                    failures.append(PublishFailed(f"publish failed: {err}"))
-                finally:
-                    window.release()
-
+            wire = Publisher(self.endpoint, min(self.timeout, 30.0))
+        except (ProtocolError, OSError) as err:
+            raise PublishFailed(f"cannot publish to {self.endpoint.shown}: {err}") from err
+        confirmed = False
+        try:
+            wire.confirm_select(self.in_flight, self.timeout)
             n = 0
-            for n, row in enumerate(rows, 1):
-                if failures:
-                    break
-                r = row.asDict() if hasattr(row, "asDict") else dict(row)
-                if "body" not in r:
-                    raise ValueError("the warren sink needs a body column")
-                await window.acquire()
-                task = asyncio.ensure_future(publish_one(
-                    _as_bytes(r["body"]), _text(r.get("exchange")) or self.exchange,
-                    _text(r.get("routing_key")) or self.routing_key, _properties(r, f"{prefix}:{n}")))
-                running.add(task)
-                task.add_done_callback(running.discard)
-            if running:
-                await asyncio.wait(running)
-            if failures:
-                raise failures[0]
+            for batch in batches:
+                n = self._batch(wire, batch, prefix, n)
+            wire.wait_confirms()
+            confirmed = True
             return n
+        except (ProtocolError, OSError) as err:  # nacked, returned, closed, timed out
+            raise PublishFailed(f"publish failed: {err}") from err
         finally:
-            await conn.close()
+            if confirmed:
+                wire.close_cleanly()
+            else:
+                wire.sock.settimeout(2.0)  # (a broker that takes nothing any more does not hold the task)
+                wire.close()
+
+    def _batch(self, wire: Publisher, batch: Any, prefix: str, n: int) -> int:
+        """Publish the rows of one batch, numbered from n + 1; the last row's number."""
+        rows, (bodies, exchanges, keys, headers, properties, ids) = _columns(batch)
+        if not rows:
+            return n
+        publish, mandatory = wire.publish, self.mandatory
+        pfx = f"{prefix}:".encode()
+        if all(isinstance(c, repeat) for c in (headers, properties, ids)):
+            if len(pfx) + len(str(n + rows)) > 255:
+                raise ValueError(f"message ids {prefix}:<row> would be longer than 255 octets")
+            before, after = property_template({})
+            if isinstance(exchanges, repeat) and isinstance(keys, repeat):
+                exchange, key = self.exchange, self.routing_key
+                for body in bodies:
+                    n += 1
+                    mid = pfx + b"%d" % n
+                    publish(exchange, key, body, before + bytes((len(mid),)) + mid + after, mandatory)
+                return n
+            for body, exchange, key in zip(bodies, exchanges, keys):
+                n += 1
+                mid = pfx + b"%d" % n
+                publish(_text(exchange) or self.exchange, _text(key) or self.routing_key, body,
+                        before + bytes((len(mid),)) + mid + after, mandatory)
+            return n
+        templates: dict[Any, tuple[bytes, bytes, Any]] = {}
+        for body, exchange, key, head, props, given_id in zip(bodies, exchanges, keys, headers, properties, ids):
+            n += 1
+            before, after, props_id = _template(templates, head, props)
+            mid = (_text(given_id) or props_id or f"{prefix}:{n}").encode()
+            if len(mid) > 255:
+                raise ValueError(f"a message id is at most 255 octets: {mid[:40]!r}…")
+            publish(_text(exchange) or self.exchange, _text(key) or self.routing_key, body,
+                    before + bytes((len(mid),)) + mid + after, mandatory)
+        return n
+
+
+def _template(cache: dict, headers: Any, given: Any) -> tuple[bytes, bytes, Any]:
+    """(before, after, message_id of the properties) of a row's headers and properties, the
+    encoding cached per distinct pair."""
+    if hasattr(given, "asDict"):
+        given = given.asDict()
+    if hasattr(headers, "items"):
+        headers = list(headers.items())
+    try:
+        key = (tuple(headers) if headers else None, tuple(given.items()) if given else None)
+        cached = cache.get(key)
+    except TypeError:  # unhashable values: encoded every time
+        key, cached = None, None
+    if cached is None:
+        given = given or {}
+        props: dict[str, Any] = {name: given.get(name) for name in _PROPERTY_NAMES
+                                 if name != "message_id" and given.get(name) is not None}
+        if headers:
+            props["headers"] = dict(headers)
+        cached = (*property_template(props), _text(given.get("message_id")))
+        if key is not None:
+            if len(cache) > 4096:
+                cache.clear()
+            cache[key] = cached
+    return cached
 
 
 def _application_id() -> str:
@@ -148,7 +219,7 @@ def _application_id() -> str:
         return "write"
 
 
-class WarrenWriter(DataSourceWriter):
+class WarrenWriter(DataSourceArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: Any):
         self.publisher = _Publisher(options)
 
@@ -162,7 +233,7 @@ class WarrenWriter(DataSourceWriter):
         """(What was confirmed stays published: a retry publishes it again, same ids.)"""
 
 
-class WarrenStreamWriter(DataSourceStreamWriter):
+class WarrenStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: Mapping[str, str], schema: Any):
         self.publisher = _Publisher(options)
 
