@@ -21,13 +21,18 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def spark():
+def require_spark() -> None:
+    """Skip the test without Java or PySpark, or fail it if WARREN_REQUIRE_SPARK=1."""
     missing = _missing()
     if missing:
         if REQUIRED:
             pytest.fail(f"WARREN_REQUIRE_SPARK=1 but {missing}")
         pytest.skip(missing)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    require_spark()
     from pyspark.sql import SparkSession
 
     from warren.spark import register
@@ -43,3 +48,19 @@ def spark():
 
 def uri(broker) -> str:
     return f"amqp://guest:guest@{broker.host}:{broker.port}/%2F"
+
+
+def get_all(broker, queue) -> list[tuple]:
+    """(method, properties, body) of every message of the queue, taken with basic.get."""
+    import pika
+
+    conn = pika.BlockingConnection(broker.pika_params())
+    ch = conn.channel()
+    got = []
+    while True:
+        method, props, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            break
+        got.append((method, props, body))
+    conn.close()
+    return got

@@ -1,7 +1,8 @@
 """`warren pipeline dlq-audit` and `replay` end to end: messages rejected and expired into a
 dead-letter stream are audited into a parquet table (the death columns flattened, a summary by
 reason and queue), a filtered subset is replayed to the queue it died in, exactly once, and a
-second replay publishes nothing again."""
+second replay publishes nothing again; a dead-letter queue drained into the same table, a
+second drain adding nothing."""
 
 import argparse
 import subprocess
@@ -12,15 +13,15 @@ import pika
 from warren.cli.main import build_parser
 from warren.spark import pipeline
 
-from .conftest import uri
+from .conftest import get_all, uri
 
 
-def _dead_letters(broker, uid):
-    """work-UID rejects 10 messages and work-ttl-UID expires 5, into the stream dlq-UID."""
+def _dead_letters(broker, uid, dlq_type="stream"):
+    """work-UID rejects 10 messages and work-ttl-UID expires 5, into dlq-UID (a stream)."""
     work, expiring, dlq = f"work-{uid}", f"work-ttl-{uid}", f"dlq-{uid}"
     conn = pika.BlockingConnection(broker.pika_params())
     ch = conn.channel()
-    ch.queue_declare(dlq, durable=True, arguments={"x-queue-type": "stream"})
+    ch.queue_declare(dlq, durable=True, arguments={"x-queue-type": dlq_type})
     to_dlq = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq}
     ch.queue_declare(work, arguments=to_dlq)
     ch.queue_declare(expiring, arguments={**to_dlq, "x-message-ttl": 1})
@@ -43,16 +44,7 @@ def _args(**kw):
 
 
 def _drain(broker, queue):
-    conn = pika.BlockingConnection(broker.pika_params())
-    ch = conn.channel()
-    got = []
-    while True:
-        method, props, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            break
-        got.append((body, props.message_id, props.headers))
-    conn.close()
-    return got
+    return [(body, props.message_id, props.headers) for _m, props, body in get_all(broker, queue)]
 
 
 def test_audit_then_replay_a_subset_exactly_once(spark, broker, uid, tmp_path, capsys):
@@ -79,12 +71,28 @@ def test_audit_then_replay_a_subset_exactly_once(spark, broker, uid, tmp_path, c
     assert _drain(broker, work) == []
 
 
-def test_the_commands_parse_and_refuse_what_is_not_built(broker):
+def test_a_dead_letter_queue_drained_into_the_audit(spark, broker, uid, tmp_path, capsys):
+    work, dlq = _dead_letters(broker, uid, "classic")
+    table = str(tmp_path / "audit")
+    assert pipeline.dlq_audit(spark, _args(uri=uri(broker), queue=dlq, output=table)) == 0
+    out = capsys.readouterr().out
+    assert "batch 0: 4 rows" in out and f"rejected\t{work}\t10" in out and "15 dead letters in" in out
+    assert _drain(broker, dlq) == []
+    assert pipeline.dlq_audit(spark, _args(uri=uri(broker), queue=dlq, output=table)) == 0
+    assert "15 dead letters in" in capsys.readouterr().out
+    rows = spark.read.parquet(table).collect()
+    assert sorted(r.message_id for r in rows) == sorted([str(i) for i in range(10)] + [f"t{i}" for i in range(5)])
+    assert {r.source for r in rows} == {dlq}
+
+
+def test_the_commands_parse(broker):
     args = build_parser().parse_args(["pipeline", "replay", "--stream", "dlq", "--where", "reason = 'x'"])
     assert (args.command, args.job, args.stream, args.where) == ("pipeline", "replay", "dlq", "reason = 'x'")
+    args = build_parser().parse_args(["pipeline", "dlq-audit", "--queue", "dlq", "--output", "x"])
+    assert (args.queue, args.stream, args.batch) == ("dlq", None, None)
     done = subprocess.run([sys.executable, "-m", "warren", "pipeline", "dlq-audit", "--queue", "dlq",
-                           "--output", "x"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "not available yet" in done.stderr
+                           "--stream", "dlq", "--output", "x"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "not allowed with" in done.stderr
 
 
 def test_dlq_audit_as_one_command(spark, broker, uid, tmp_path):

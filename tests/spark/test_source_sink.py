@@ -10,7 +10,7 @@ import time
 import pika
 import pytest
 
-from .conftest import uri
+from .conftest import get_all, uri
 
 MIB = 1 << 20
 
@@ -116,16 +116,7 @@ def test_data_loss_fails_or_is_skipped(spark, broker, uid):
 
 
 def _queue_contents(broker, queue):
-    conn = pika.BlockingConnection(broker.pika_params())
-    ch = conn.channel()
-    got = []
-    while True:
-        method, props, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            break
-        got.append((body, props.message_id, props.headers))
-    conn.close()
-    return got
+    return [(body, props.message_id, props.headers) for _m, props, body in get_all(broker, queue)]
 
 
 def test_the_sink_publishes_every_row_with_confirms(spark, broker, uid):

@@ -1,5 +1,6 @@
 """Warren's data pipeline on Apache Spark: the `warren` data source (streams as a Spark source,
-exactly once into file and Delta sinks) and sink (rows published with confirms).
+exactly once into file and Delta sinks; queues drained at least once) and sink (rows published
+with confirms).
 
     from warren.spark import register
     register(spark)

@@ -1,18 +1,18 @@
 """`warren pipeline`: one command for each of the seeds' dead-letter advice, on Spark.
 
-    warren pipeline dlq-audit --stream DLQ --output PATH
+    warren pipeline dlq-audit (--stream DLQ | --queue DLQ) --output PATH
     warren pipeline replay (--input PATH | --stream DLQ) [--where SQL] [--to-exchange X]
 
 `dlq-audit` reads a dead-letter stream (a DLX bound to a stream: Warren appends every dead
-letter there with its x-death) into a parquet table with the death columns flattened, as an
+letter there with its x-death), or drains a dead-letter queue (acking each dead letter once
+the batch that holds it is in the table: warren.spark.queue_source), into a parquet table with the death columns flattened, as an
 AvailableNow streaming query with a checkpoint, so a second run appends only the dead letters
 that came since; it prints a progress line per micro-batch and a summary by reason and source
 queue. `replay` republishes selected dead letters, with confirms, to the exchange and routing
 key they first died from (or to the exchange given), keeping their message ids; it is a
 checkpointed AvailableNow query too, so running it again republishes nothing twice.
 
-Both run on local[*] unless --master says otherwise. (Draining a dead-letter *queue*, the
-source's queue mode, is not built yet: dead-letter into a stream instead.)
+Both run on local[*] unless --master says otherwise.
 """
 
 from __future__ import annotations
@@ -41,10 +41,11 @@ def add_parser(sub: Any) -> None:
         if name == "dlq-audit":
             source = job.add_mutually_exclusive_group(required=True)
             source.add_argument("--stream", help="the dead-letter stream")
-            source.add_argument("--queue", help="a dead-letter queue (not available yet)")
+            source.add_argument("--queue", help="a dead-letter queue, drained")
             job.add_argument("--output", required=True, help="where the table goes")
             job.add_argument("--format", default="parquet", choices=["parquet"], help="table format")
-            job.add_argument("--batch", type=int, default=100_000, help="rows per micro-batch")
+            job.add_argument("--batch", type=int, default=None,
+                             help="rows per micro-batch (default 100,000 from a stream, 10,000 from a queue)")
         else:
             source = job.add_mutually_exclusive_group(required=True)
             source.add_argument("--input", help="a table written by dlq-audit")
@@ -56,10 +57,6 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if getattr(args, "queue", None):
-        print("warren pipeline: draining a dead-letter queue is not available yet; bind the DLX to a stream "
-              "(x-queue-type=stream) and audit that with --stream", file=sys.stderr)
-        return 2
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -119,8 +116,13 @@ def _await(query: Any) -> None:
 
 
 def dlq_audit(spark: Any, args: argparse.Namespace) -> int:
-    source = (spark.readStream.format("warren").option("uri", args.uri).option("stream", args.stream)
-              .option("startingOffsets", "earliest").option("maxRecordsPerTrigger", args.batch).load())
+    reader = spark.readStream.format("warren").option("uri", args.uri)
+    if args.queue:
+        reader = reader.option("queue", args.queue).option("maxRecordsPerTrigger", args.batch or 10_000)
+    else:
+        reader = (reader.option("stream", args.stream).option("startingOffsets", "earliest")
+                  .option("maxRecordsPerTrigger", args.batch or 100_000))
+    source = reader.load()
     checkpoint = args.checkpoint or args.output.rstrip("/") + ".checkpoint"
     query = (flattened(source).writeStream.format(args.format).option("path", args.output)
              .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())

@@ -8,6 +8,9 @@ planned on the driver from the streams' committed offsets and checkpointed by Sp
 replayed after a failure writes the same rows: the Spark checkpoint is the only resume point
 (nothing is kept on the broker).
 
+Queue mode (`queue=NAME`, streaming only) is warren.spark.queue_source: destructive reads,
+at least once.
+
 Options (case-insensitive): `stream`, connection (`uri`, or `host`, `port`, `vhost`, `user`,
 `password`), `startingOffsets` (`earliest` | `latest` | JSON; streaming queries default to
 latest, batch reads to earliest), `startingTimestamp` (ms since the epoch: the first chunk
@@ -74,6 +77,7 @@ class SourceOptions:
     """The source's options, checked once on the driver."""
 
     endpoint: Endpoint
+    queue: str | None
     streams: tuple[str, ...]
     starting: str | None
     starting_timestamp: int | None
@@ -87,15 +91,15 @@ class SourceOptions:
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> SourceOptions:
         opts = {k.lower(): v for k, v in raw.items()}
-        if "queue" in opts:
-            raise ValueError("queue= (destructive reads) is not available yet: read a stream (stream=NAME)")
+        queue = opts.get("queue", "").strip() or None
         streams = tuple(s.strip() for s in opts.get("stream", "").split(",") if s.strip())
-        if not streams:
-            raise ValueError("the warren source needs stream=NAME[,NAME...]")
+        if bool(queue) == bool(streams):
+            raise ValueError("the warren source needs exactly one of stream=NAME[,NAME...] (offsets) and "
+                             "queue=NAME (destructive reads)")
         if len(set(streams)) != len(streams):
             raise ValueError(f"stream names a stream twice: {opts['stream']!r}")
         stamp = opts.get("startingtimestamp")
-        return cls(endpoint(raw), streams, opts.get("startingoffsets"),
+        return cls(endpoint(raw), queue, streams, opts.get("startingoffsets"),
                    int(stamp) if stamp is not None else None, opts.get("endingoffsets", "latest"),
                    _count(opts, "maxrecordspertrigger"), _count(opts, "maxbytespertrigger"),
                    _count(opts, "minpartitions") or 1,
@@ -218,10 +222,18 @@ class WarrenDataSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema) -> WarrenBatchReader:
-        return WarrenBatchReader(SourceOptions.parse(self.options))
+        options = SourceOptions.parse(self.options)
+        if options.queue:
+            raise ValueError("queue= reads are streaming only (a batch read has no commit to ack at): drain the "
+                             "queue with spark.readStream and Trigger.AvailableNow")
+        return WarrenBatchReader(options)
 
-    def streamReader(self, schema) -> WarrenStreamReader:
-        return WarrenStreamReader(SourceOptions.parse(self.options))
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        options = SourceOptions.parse(self.options)
+        if options.queue:
+            from .queue_source import QueueStreamReader
+            return QueueStreamReader(options)
+        return WarrenStreamReader(options)
 
     def writer(self, schema, overwrite: bool):
         from .sink import WarrenWriter
