@@ -12,6 +12,7 @@ RabbitMQ 3.10 streams too, with the differences warren.spark.broker names."""
 
 from __future__ import annotations
 
+import tempfile
 from typing import Any
 
 __all__ = ["register"]
@@ -23,29 +24,26 @@ def register(spark: Any) -> None:
     if str(spark.conf.get("spark.speculation", "false")).lower() == "true":
         raise ValueError("the warren sink needs spark.speculation=false (a speculative task publishes its rows twice)")
     from .source import WarrenDataSource
-    env = _runner_env(spark)
-    seeded = [k for k in env if k not in spark.sparkContext.environment] if env else []
+    try:
+        environment = spark.sparkContext.environment
+    except Exception:  # (Spark Connect: no context here, and no such runner either)
+        environment = None
+    seeded = [k for k in _RUNNER_ENV if environment is not None and k not in environment]
     for k in seeded:
-        spark.sparkContext.environment[k] = env[k]
+        environment[k] = _RUNNER_ENV[k]
     try:
         spark.dataSource.register(WarrenDataSource)
     finally:
         for k in seeded:
-            del spark.sparkContext.environment[k]
+            del environment[k]
 
 
-def _runner_env(spark: Any) -> dict[str, str]:
-    """The variables Spark 4.2's streaming source runner adds to the registered data source's
-    own environment map (PythonStreamingSourceRunner puts them into PythonFunction.envVars, a
-    java.util.HashMap shared by every query of the format). Added by one query's start while
-    another query's tasks are serialized with that map, they corrupt the task
-    (java.io.OptionalDataException, seen with three warren queries in one session); present
-    from the registration on, every later put only replaces a value. Every runner sets all
-    four before it starts a Python worker, so these values are never the ones used."""
-    try:
-        dirs = spark.sparkContext._jvm.org.apache.spark.SparkEnv.get().blockManager().diskBlockManager().localDirs()
-        local = ",".join(d.getPath() for d in dirs)
-    except Exception:  # (Spark Connect: no JVM here, and no such runner either)
-        return {}
-    return {"SPARK_LOCAL_DIRS": local, "SPARK_AUTH_SOCKET_TIMEOUT": "15", "SPARK_BUFFER_SIZE": "65536",
-            "SPARK_PYTHON_RUNTIME": "PYTHON_WORKER"}
+# The variables Spark 4.2's streaming source runner adds to the registered data source's own
+# environment map (PythonStreamingSourceRunner puts them into PythonFunction.envVars, a
+# java.util.HashMap shared by every query of the format). Added at one query's start while
+# another query's tasks are serialized with that map, they corrupt the task
+# (java.io.OptionalDataException, seen with three warren queries in one session); present from
+# the registration on, every later put only replaces a value. Every runner sets all four
+# before it starts a Python worker, so these values are never the ones used.
+_RUNNER_ENV = {"SPARK_LOCAL_DIRS": tempfile.gettempdir(), "SPARK_AUTH_SOCKET_TIMEOUT": "15",
+               "SPARK_BUFFER_SIZE": "65536", "SPARK_PYTHON_RUNTIME": "PYTHON_WORKER"}

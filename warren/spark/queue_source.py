@@ -279,24 +279,21 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         wanted = stop.fingerprints()
         found: list[Held] = []
         others: list[Held] = []
-        kept = [h for h in self._held if h.position < begin.position]
-        pool = [h for h in self._held if h.position >= begin.position]
-        self._held.clear()
 
-        def sort(h: Held) -> None:
-            if wanted[h.fingerprint] > 0:
-                wanted[h.fingerprint] -= 1
-                found.append(h)
-            else:
-                others.append(h)
+        def sort_held() -> None:  # (all held are from begin on: _committed(begin) acked the rest)
+            while self._held:
+                h = self._held.popleft()
+                if wanted[h.fingerprint] > 0:
+                    wanted[h.fingerprint] -= 1
+                    found.append(h)
+                else:
+                    others.append(h)
 
-        for h in pool:
-            sort(h)
+        sort_held()
         deadline = time.monotonic() + REPLAY_WAIT
         while sum(wanted.values()) and time.monotonic() < deadline:
             consumer.take(sum(wanted.values()), IDLE, self._take)
-            while self._held:
-                sort(self._held.popleft())
+            sort_held()
         missing = sum(wanted.values())
         if missing:
             log.warning("queue %r: %d messages of the batch ending at position %d did not come back to be read "
@@ -307,7 +304,7 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         position = stop.position
         for h in others:
             h.position, position = position, position + 1
-        self._held = deque(kept + found + others)
+        self._held = deque(found + others)
         self._next = position
         return found
 
