@@ -119,6 +119,16 @@ class Job:
         return "\n".join(self.log().splitlines()[-lines:])
 
 
+def kill_all(jobs: list[Job]) -> dict[int, list[int]]:
+    """SIGKILL every job's session; what is left of each (nothing, normally)."""
+    left = {}
+    for job in jobs:
+        job.kill()
+        if _session(job.pgid):
+            left[job.pgid] = _session(job.pgid)
+    return left
+
+
 @pytest.fixture
 def jobs(tmp_path, need_spark):
     """jobs(*args) starts killable_query.py; every job's session is SIGKILLed after the test
@@ -131,11 +141,7 @@ def jobs(tmp_path, need_spark):
         return job
 
     yield start
-    left = {}
-    for job in started:
-        job.kill()
-        if _session(job.pgid):
-            left[job.pgid] = _session(job.pgid)
+    left = kill_all(started)
     assert not left, f"processes outlived their test: {left}"
 
 
@@ -363,11 +369,7 @@ def killed(broker, tmp_path_factory):
         assert started[-1].wait(150) == 0, started[-1].tail()
         k.seconds.append(time.monotonic() - then)
     finally:
-        left = {}
-        for job in started:
-            job.kill()
-            if _session(job.pgid):
-                left[job.pgid] = _session(job.pgid)
+        left = kill_all(started)
     assert not left, f"processes outlived their job: {left}"
     print(f"\nkills: {k.kills}; seconds a run: {[round(s, 1) for s in k.seconds]}")
     yield k

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
-from typing import Any, Iterable
+from typing import Any
 
 import pyarrow as pa
 
@@ -117,14 +117,3 @@ class Batch:
         self.columns = {name: [] for name in ARROW_SCHEMA.names}
         return batch
 
-
-def record_batches(messages: Iterable[tuple], size: int = 8192) -> Iterable[pa.RecordBatch]:
-    """Batches of `size` rows from (body, exchange, routing_key, source, offset, redelivered,
-    properties) tuples."""
-    batch = Batch()
-    for message in messages:
-        batch.add(*message)
-        if len(batch) >= size:
-            yield batch.record_batch()
-    if len(batch):
-        yield batch.record_batch()
