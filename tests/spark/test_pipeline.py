@@ -2,7 +2,7 @@
 dead-letter stream are audited into a parquet table (the death columns flattened, a summary by
 reason and queue), a filtered subset is replayed to the queue it died in, exactly once, and a
 second replay publishes nothing again; a dead-letter queue drained into the same table, a
-second drain adding nothing."""
+second drain adding nothing; a Delta table written exactly once."""
 
 import argparse
 import subprocess
@@ -83,6 +83,36 @@ def test_a_dead_letter_queue_drained_into_the_audit(spark, broker, uid, tmp_path
     rows = spark.read.parquet(table).collect()
     assert sorted(r.message_id for r in rows) == sorted([str(i) for i in range(10)] + [f"t{i}" for i in range(5)])
     assert {r.source for r in rows} == {dlq}
+
+
+def test_audit_into_a_delta_table_exactly_once(spark, broker, uid, tmp_path, capsys):
+    """--format delta (delta-rs, no Delta jar): the table holds each dead letter once, also when
+    Spark replays a batch whose Delta commit was made but whose Spark commit was not (a crash
+    between the two: here commits/N removed from the checkpoint)."""
+    from deltalake import DeltaTable
+
+    work, dlq = _dead_letters(broker, uid)
+    table = str(tmp_path / "audit")
+    args = _args(uri=uri(broker), stream=dlq, output=table, format="delta")
+    assert pipeline.dlq_audit(spark, args) == 0
+    out = capsys.readouterr().out
+    assert "batch 3: 3 rows" in out and "15 dead letters in" in out and f"rejected\t{work}\t10" in out
+    rows = {r["message_id"]: r for r in DeltaTable(table).to_pyarrow_table().to_pylist()}
+    assert sorted(rows) == sorted([str(i) for i in range(10)] + [f"t{i}" for i in range(5)])
+    job = rows["3"]
+    assert (job["reason"], job["queue"], job["death_routing_keys"], job["death_count"], job["body"]) == (
+        "rejected", work, [work], 1, b"job 3")
+    assert rows["t1"]["reason"] == "expired" and job["first_death_time"] is not None
+
+    commits = tmp_path / "audit.checkpoint" / "commits"
+    for name in ("3", ".3.crc"):
+        (commits / name).unlink()  # Spark runs batch 3 again at the next start: the table has it
+    assert pipeline.dlq_audit(spark, args) == 0
+    assert "15 dead letters in" in capsys.readouterr().out
+    assert (commits / "3").exists() and DeltaTable(table).to_pyarrow_table().num_rows == 15
+
+    assert pipeline.replay(spark, _args(uri=uri(broker), input=table)) == 2  # refused, said why
+    assert "a Delta table has no streaming source" in capsys.readouterr().err
 
 
 def test_the_commands_parse(broker):

@@ -15,7 +15,7 @@ import datetime
 import logging
 import socket
 import uuid
-from typing import Any, Awaitable, Callable, TypeVar
+from typing import Any, Awaitable, Callable, Iterator, TypeVar
 
 import aiormq
 from pamqp import commands as spec
@@ -140,9 +140,19 @@ async def _note(seen: list[int], message: Any) -> None:
 # --------------------------------------------------------------------- reading a range
 def read_range(ep: Endpoint, r: StreamRange, fail_on_data_loss: bool,
                on_message: Callable[[bytes, str, str, str, int, bool, Any], None]) -> int:
+    """range_reader() to the end: how many entries it read."""
+    taken = 0
+    for taken in range_reader(ep, r, fail_on_data_loss, on_message):
+        pass
+    return taken
+
+
+def range_reader(ep: Endpoint, r: StreamRange, fail_on_data_loss: bool,
+                 on_message: Callable[[bytes, str, str, str, int, bool, Any], None],
+                 every: int = 0) -> Iterator[int]:
     """Read the entries of [r.start, r.end) of stream r.stream in offset order, calling
-    on_message(body, exchange, routing_key, stream, offset, redelivered, properties) for each;
-    returns how many. The consumer never holds more credit than the range still needs, so
+    on_message(body, exchange, routing_key, stream, offset, redelivered, properties) for each,
+    and yielding how many so far after each `every` of them (0: never) and at the end. The consumer never holds more credit than the range still needs, so
     the broker sends no entry past it (against Warren): acks give back credit until the
     deliveries the range needs are all granted, no further. Entries of the range that
     retention removed raise DataLoss (failOnDataLoss), or are skipped with a warning; a gap
@@ -153,12 +163,13 @@ def read_range(ep: Endpoint, r: StreamRange, fail_on_data_loss: bool,
     wire = Wire(ep, timeout=STALL)
     taken = skipped = acked = 0
     gap_at: int | None = None
+    done = False
     try:
         wire.consume(r.stream, prefetch, {"x-stream-offset": r.start})
 
         def on_delivery(tag: int, redelivered: bool, exchange: str, routing_key: str, props: Any,
                         offset: int | None, body: bytes) -> bool:
-            nonlocal taken, skipped, acked, gap_at
+            nonlocal taken, skipped, acked, gap_at, done
             if offset is None:
                 raise ProtocolError(f"a delivery of stream {r.stream!r} without x-stream-offset")
             if offset < r.start:
@@ -167,10 +178,12 @@ def read_range(ep: Endpoint, r: StreamRange, fail_on_data_loss: bool,
                 if taken == 0 and offset > r.start:
                     gap_at = offset  # checked against the stream's first offset below
                 if offset >= r.end:
+                    done = True
                     return False
                 on_message(body, exchange, routing_key, r.stream, offset, redelivered, props)
                 taken += 1
                 if offset == r.end - 1:
+                    done = True
                     return False
             # Credit back in steps of ACK_EVERY, up to what the range needs granted: every
             # delivery of it (its entries and those before its start) less the prefetch.
@@ -178,19 +191,22 @@ def read_range(ep: Endpoint, r: StreamRange, fail_on_data_loss: bool,
             if acked < target and (tag - acked >= ACK_EVERY or tag >= target):
                 acked = min(tag, target)
                 wire.ack(acked)
-            return True
+            return not every or taken % every != 0 or offset < r.start
 
-        try:
-            wire.deliveries(on_delivery)
-        except socket.timeout:
-            raise TimeoutError(f"stream {r.stream!r}: the read of {r.start}-{r.end} got nothing for {STALL:.0f} s "
-                               f"after {taken} entries") from None
+        while not done:
+            try:
+                wire.deliveries(on_delivery)  # (resumes where it paused)
+            except socket.timeout:
+                raise TimeoutError(f"stream {r.stream!r}: the read of {r.start}-{r.end} got nothing for {STALL:.0f} s "
+                                   f"after {taken} entries") from None
+            if not done:
+                yield taken
         warren = wire.server_properties.get("product") == "Warren"
     finally:
         wire.close()
     if gap_at is not None:
         run(_check_loss(ep, r, fail_on_data_loss, warren))
-    return taken
+    yield taken
 
 
 async def _check_loss(ep: Endpoint, r: StreamRange, fail_on_data_loss: bool, warren: bool) -> None:

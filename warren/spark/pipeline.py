@@ -5,7 +5,8 @@
 
 `dlq-audit` reads a dead-letter stream (a DLX bound to a stream: Warren appends every dead
 letter there with its x-death), or drains a dead-letter queue (acking each dead letter once
-the batch that holds it is in the table: warren.spark.queue_source), into a parquet table with the death columns flattened, as an
+the batch that holds it is in the table: warren.spark.queue_source), into a parquet or Delta
+table (warren.spark.delta) with the death columns flattened, as an
 AvailableNow streaming query with a checkpoint, so a second run appends only the dead letters
 that came since; it prints a progress line per micro-batch and a summary by reason and source
 queue. `replay` republishes selected dead letters, with confirms, to the exchange and routing
@@ -18,6 +19,7 @@ Both run on local[*] unless --master says otherwise.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any
@@ -43,12 +45,13 @@ def add_parser(sub: Any) -> None:
             source.add_argument("--stream", help="the dead-letter stream")
             source.add_argument("--queue", help="a dead-letter queue, drained")
             job.add_argument("--output", required=True, help="where the table goes")
-            job.add_argument("--format", default="parquet", choices=["parquet"], help="table format")
+            job.add_argument("--format", default="parquet", choices=["parquet", "delta"],
+                             help="table format (delta: written with delta-rs, no Delta jar needed)")
             job.add_argument("--batch", type=int, default=None,
                              help="rows per micro-batch (default 100,000 from a stream, 10,000 from a queue)")
         else:
             source = job.add_mutually_exclusive_group(required=True)
-            source.add_argument("--input", help="a table written by dlq-audit")
+            source.add_argument("--input", help="a parquet table written by dlq-audit")
             source.add_argument("--stream", help="a dead-letter stream")
             job.add_argument("--where", default=None, help="SQL condition on the audit columns (e.g. reason = 'expired')")
             job.add_argument("--to-exchange", default=None,
@@ -124,10 +127,16 @@ def dlq_audit(spark: Any, args: argparse.Namespace) -> int:
                   .option("maxRecordsPerTrigger", args.batch or 100_000))
     source = reader.load()
     checkpoint = args.checkpoint or args.output.rstrip("/") + ".checkpoint"
-    query = (flattened(source).writeStream.format(args.format).option("path", args.output)
-             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-    _await(query)
-    table = spark.read.format(args.format).load(args.output)
+    rows = flattened(source).writeStream.option("checkpointLocation", checkpoint).trigger(availableNow=True)
+    if args.format == "delta":
+        from .delta import DeltaBatchWriter, read_table
+
+        app_id = f"warren dlq-audit {os.path.abspath(checkpoint)}"
+        _await(rows.foreachBatch(DeltaBatchWriter(args.output, app_id)).start())
+        table = spark.createDataFrame(read_table(args.output).select(["reason", "queue"]))
+    else:
+        _await(rows.format("parquet").option("path", args.output).start())
+        table = spark.read.parquet(args.output)
     print(f"{table.count()} dead letters in {args.output}; by reason and source queue:")
     for row in table.groupBy("reason", "queue").count().orderBy("reason", "queue").collect():
         print(f"  {row['reason'] or '-'}\t{row['queue'] or '-'}\t{row['count']}")
@@ -138,6 +147,10 @@ def replay(spark: Any, args: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
 
     if args.input:
+        if os.path.isdir(os.path.join(args.input, "_delta_log")):
+            print("warren pipeline replay: --input reads a parquet table; a Delta table has no streaming "
+                  "source without the Delta jar (use --stream, or dlq-audit --format parquet)", file=sys.stderr)
+            return 2
         schema = spark.read.parquet(args.input).schema
         rows = spark.readStream.schema(schema).parquet(args.input)
         checkpoint = args.checkpoint or args.input.rstrip("/") + ".replay-checkpoint"

@@ -81,39 +81,66 @@ def deaths(headers: dict | None) -> list[dict]:
 
 
 class Batch:
-    """Rows gathered column by column, handed out as a pyarrow RecordBatch."""
+    """Rows gathered column by column, handed out as a pyarrow RecordBatch.
+
+    What a message's properties give (timestamp, delivery count, the properties struct, the
+    deaths, the headers map) is worked out once per properties object (the wire reader shares
+    one between deliveries with the same content header) and taken into the columns by index
+    at the end: per row only the body, the routing fields and the offset are appended."""
+
+    _PER_ROW = ("body", "exchange", "routing_key", "source", "offset", "redelivered", "headers")
 
     def __init__(self) -> None:
-        self.columns: dict[str, list] = {name: [] for name in ARROW_SCHEMA.names}
+        self._clear()
+
+    def _clear(self) -> None:
+        self.columns: dict[str, list] = {name: [] for name in self._PER_ROW}
+        self._which: list[int] = []  # per row: its entry in _shared
+        self._shared: list[tuple] = []  # (properties, delivery_count, timestamp, props, deaths)
+        self._seen: dict[int, tuple[int, list | None, int]] = {}  # id(properties) -> (entry, header pairs, offset at)
 
     def __len__(self) -> int:
-        return len(self.columns["body"])
+        return len(self._which)
 
     def add(self, body: bytes, exchange: str, routing_key: str, source: str, offset: int | None,
             redelivered: bool, properties: Any) -> None:
         """One message; `properties`: the pamqp Basic.Properties it came with."""
+        known = self._seen.get(id(properties))
+        if known is None:
+            known = self._seen[id(properties)] = self._learn(properties)
+        entry, pairs, offset_at = known
         c = self.columns
-        headers = properties.headers or {}
-        if offset is not None and "x-stream-offset" in headers:
-            # (properties may be shared by deliveries that differ only in their offset)
-            headers = {**headers, "x-stream-offset": offset}
-        count = headers.get("x-delivery-count")
         c["body"].append(body)
         c["exchange"].append(exchange)
         c["routing_key"].append(routing_key)
         c["source"].append(source)
         c["offset"].append(offset)
         c["redelivered"].append(redelivered)
-        c["delivery_count"].append(int(count) if isinstance(count, int) and not isinstance(count, bool) else None)
-        c["timestamp"].append(_utc(properties.timestamp))
-        c["headers"].append([(str(k), header_text(v)) for k, v in headers.items()] if headers else None)
+        if offset_at >= 0 and offset is not None:
+            # (the broker's x-stream-offset differs per delivery of one properties object)
+            pairs = pairs.copy()
+            pairs[offset_at] = ("x-stream-offset", str(offset))
+        c["headers"].append(pairs)
+        self._which.append(entry)
+
+    def _learn(self, properties: Any) -> tuple[int, list | None, int]:
+        headers = properties.headers or {}
+        count = headers.get("x-delivery-count")
         props = {name: getattr(properties, name, None) for name in _PROPERTY_FIELDS}
         props["type"] = props.pop("message_type")
-        c["properties"].append(props)
-        c["death"].append(deaths(headers))
+        self._shared.append((properties,  # (held: its id must not be reused while this batch lives)
+                             int(count) if isinstance(count, int) and not isinstance(count, bool) else None,
+                             _utc(properties.timestamp), props, deaths(headers)))
+        pairs = [(str(k), header_text(v)) for k, v in headers.items()] if headers else None
+        offset_at = list(headers).index("x-stream-offset") if "x-stream-offset" in headers else -1
+        return len(self._shared) - 1, pairs, offset_at
 
     def record_batch(self) -> pa.RecordBatch:
-        batch = pa.RecordBatch.from_pydict(self.columns, schema=ARROW_SCHEMA)
-        self.columns = {name: [] for name in ARROW_SCHEMA.names}
+        c = self.columns
+        which = pa.array(self._which, pa.int32())
+        shared = list(zip(*self._shared)) or [()] * 5
+        for i, name in enumerate(("delivery_count", "timestamp", "properties", "death"), start=1):
+            c[name] = pa.array(shared[i], ARROW_SCHEMA.field(name).type).take(which)
+        batch = pa.RecordBatch.from_pydict(c, schema=ARROW_SCHEMA)
+        self._clear()
         return batch
-

@@ -32,6 +32,7 @@ _DELIVER = (60 << 16) | 60
 _II = struct.Struct(">I")
 _Q = struct.Struct(">Q")
 _q = struct.Struct(">q")
+_TAG = struct.Struct(">QB")  # basic.deliver: delivery tag, redelivered
 _OFFSET_FIELD = b"\x0fx-stream-offsetl"  # shortstr key, then the long's type octet
 FRAME_MAX = 131072
 
@@ -53,7 +54,7 @@ class Wire:
         self.buf = bytearray()
         self.pos = 0
         self.server_properties: dict = {}
-        self._decoded: dict[bytes, tuple[Any, int]] = {}
+        self._decoded: dict[bytes, Any] = {}  # content header without its offset value -> properties
         self._partial: tuple[tuple | None, list[bytes], int] = (None, [], 0)
         self._handshake(ep)
 
@@ -130,7 +131,7 @@ class Wire:
         x-stream-offset, body) for each delivery until it returns False. `properties` may be
         shared between deliveries (decoded once per distinct header): do not change it."""
         buf = self.buf
-        decoded = self._decoded  # header without its offset value -> (properties, where)
+        properties_of = self._properties_of
         # the delivery whose content is arriving, kept across calls: a read that times out
         # (the queue source's driver polls) resumes where it stopped
         pending, parts, left = self._partial
@@ -146,25 +147,9 @@ class Wire:
                     parts.append(bytes(buf[start:end - 1]))
                     left -= size
                 elif ftype == 2:  # content header
-                    body_size = _Q.unpack_from(buf, start + 4)[0]
-                    raw = bytes(buf[start:end - 1])
-                    at = raw.find(_OFFSET_FIELD)
-                    offset = None
-                    key = raw
-                    if at >= 0:
-                        value = at + len(_OFFSET_FIELD)
-                        offset = _q.unpack_from(raw, value)[0]
-                        key = raw[:value] + raw[value + 8:]
-                    cached = decoded.get(key)
-                    if cached is None:
-                        header = ContentHeader()
-                        header.unmarshal(raw)
-                        if len(decoded) > 4096:
-                            decoded.clear()
-                        cached = decoded[key] = (header.properties, 0)
                     assert pending is not None, "a content header without its basic.deliver"
-                    pending = (*pending, cached[0], offset)
-                    left = body_size
+                    left = _Q.unpack_from(buf, start + 4)[0]
+                    pending = (*pending, *properties_of(bytes(buf[start:end - 1])))
                     parts = []
                 elif ftype == 1:
                     if _II.unpack_from(buf, start)[0] != _DELIVER:
@@ -178,11 +163,33 @@ class Wire:
                         continue
                     p = start + 4
                     p += 1 + buf[p]  # consumer tag
-                    tag, redelivered = struct.unpack_from(">QB", buf, p)
+                    tag, redelivered = _TAG.unpack_from(buf, p)
                     p += 9
                     exchange = buf[p + 1:p + 1 + buf[p]].decode("utf-8", "surrogateescape")
                     p += 1 + buf[p]
                     routing_key = buf[p + 1:p + 1 + buf[p]].decode("utf-8", "surrogateescape")
+                    # The usual case, taken in one step: the content header and a body in one
+                    # frame are in the buffer already (the loop's way takes 1.5 times as long).
+                    h = end
+                    if n - h >= 19 and buf[h] == 2:  # (the body size ends at octet 19)
+                        header_end = h + 8 + _II.unpack_from(buf, h + 3)[0]
+                        body_size = _Q.unpack_from(buf, h + 11)[0]
+                        if header_end <= n and (body_size == 0 or (
+                                n - header_end >= 7 and buf[header_end] == 3
+                                and _II.unpack_from(buf, header_end + 3)[0] == body_size
+                                and header_end + 8 + body_size <= n)):
+                            properties, offset = properties_of(bytes(buf[h + 7:header_end - 1]))
+                            if body_size:
+                                end = header_end + 8 + body_size
+                                body = bytes(buf[header_end + 7:end - 1])
+                            else:
+                                end, body = header_end, b""
+                            self.pos = pos = end
+                            if not on_delivery(tag, bool(redelivered), exchange, routing_key, properties, offset,
+                                               body):
+                                self._partial = (None, [], 0)
+                                return
+                            continue
                     pending = (tag, bool(redelivered), exchange, routing_key)
                 pos = end
                 if pending is not None and len(pending) == 6 and left == 0:
@@ -198,6 +205,25 @@ class Wire:
             self._fill()
             buf = self.buf
 
+    def _properties_of(self, raw: bytes) -> tuple[Any, int | None]:
+        """A content header's properties (decoded once per distinct header but for the value
+        of x-stream-offset) and its x-stream-offset."""
+        at = raw.find(_OFFSET_FIELD)
+        offset = None
+        key = raw
+        if at >= 0:
+            value = at + len(_OFFSET_FIELD)
+            offset = _q.unpack_from(raw, value)[0]
+            key = raw[:value] + raw[value + 8:]
+        properties = self._decoded.get(key)
+        if properties is None:
+            header = ContentHeader()
+            header.unmarshal(raw)
+            if len(self._decoded) > 4096:
+                self._decoded.clear()
+            properties = self._decoded[key] = header.properties
+        return properties, offset
+
 
 # ---------------------------------------------------------------------------- publishing
 #
@@ -210,7 +236,6 @@ class Wire:
 _FRAME = struct.Struct(">BHI")
 _CONTENT = struct.Struct(">BHIHHQ")  # content header frame: type, channel, size, class, weight, body size
 _ACK = (60 << 16) | 80
-_TAG = struct.Struct(">QB")
 _FRAME_END = b"\xce"
 FLUSH_AT = 1 << 17  # bytes buffered before a sendall()
 _SHORTSTR, _OCTET, _TABLE, _TIMESTAMP = range(4)
