@@ -64,3 +64,19 @@ def get_all(broker, queue) -> list[tuple]:
         got.append((method, props, body))
     conn.close()
     return got
+
+
+def require_dead_letters_in_streams(broker) -> None:
+    """Skip on a RabbitMQ before 3.13: it drops dead letters routed to a stream (fixed by
+    rabbitmq-server#7846 in 3.11/3.12) and gives stream consumers no x-death (#11173, 3.13), so
+    a dead-letter stream needs Warren there (the README says so)."""
+    import pika
+
+    conn = pika.BlockingConnection(broker.pika_params())
+    server = conn._impl.server_properties
+    conn.close()
+    product, version = server.get("product", b""), server.get("version", b"")
+    product = product.decode() if isinstance(product, bytes) else product
+    version = version.decode() if isinstance(version, bytes) else version
+    if product == "RabbitMQ" and tuple(int(v) for v in version.split(".")[:2]) < (3, 13):
+        pytest.skip(f"RabbitMQ {version} drops dead letters routed to a stream (rabbitmq-server#7846, #11173)")

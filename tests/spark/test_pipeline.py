@@ -13,11 +13,13 @@ import pika
 from warren.cli.main import build_parser
 from warren.spark import pipeline
 
-from .conftest import get_all, uri
+from .conftest import get_all, require_dead_letters_in_streams, uri
 
 
 def _dead_letters(broker, uid, dlq_type="stream"):
     """work-UID rejects 10 messages and work-ttl-UID expires 5, into dlq-UID (a stream)."""
+    if dlq_type == "stream":
+        require_dead_letters_in_streams(broker)
     work, expiring, dlq = f"work-{uid}", f"work-ttl-{uid}", f"dlq-{uid}"
     conn = pika.BlockingConnection(broker.pika_params())
     ch = conn.channel()
@@ -126,11 +128,11 @@ def test_the_commands_parse(broker):
 
 
 def test_dlq_audit_as_one_command(spark, broker, uid, tmp_path):
-    """The command itself, in its own Spark (local[2])."""
-    _work, dlq = _dead_letters(broker, uid)
+    """The command itself, in its own Spark (local[2]), draining a dead-letter queue."""
+    _work, dlq = _dead_letters(broker, uid, "classic")
     table = str(tmp_path / "audit")
     done = subprocess.run([sys.executable, "-m", "warren", "pipeline", "dlq-audit", "--uri", uri(broker),
-                           "--master", "local[2]", "--stream", dlq, "--output", table],
+                           "--master", "local[2]", "--queue", dlq, "--output", table],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "15 dead letters in" in done.stdout and "rejected" in done.stdout

@@ -31,6 +31,7 @@ PREFETCH = 2000        # a range reader's credit (a stream consumer needs one)
 ACK_EVERY = 500
 STALL = 30.0           # a range read that gets nothing for this long fails (its task is retried)
 RECENT_IDLE = 0.3      # RabbitMQ: how long to wait for the rest of a stream's last chunk
+RECENT_MOST = 1.2      # ... and at most, while publishers keep appending (the tail is then what came by then)
 
 T = TypeVar("T")
 
@@ -115,16 +116,19 @@ async def _read_rabbitmq_offsets(conn: Any, stream: str) -> tuple[int, int]:
 async def _edge(conn: Any, stream: str, spec_: str) -> int | None:
     """`first`: the lowest offset a consumer at `first` gets; `last`: the highest a consumer
     at `last` gets before RECENT_IDLE of silence (RabbitMQ hands out whole chunks, beyond the
-    consumer's credit)."""
+    consumer's credit), or by RECENT_MOST while it keeps growing."""
     ch = await conn.channel()
     seen: list[int] = []
     try:
         await ch.basic_qos(prefetch_count=1 if spec_ == "first" else PREFETCH)
         await ch.basic_consume(stream, lambda m: _note(seen, m), arguments={"x-stream-offset": spec_})
-        count = -1
+        count, waited = -1, 0.0
         while count != len(seen) and (spec_ == "last" or not seen):
+            if spec_ == "last" and seen and waited >= RECENT_MOST:
+                break  # (every offset delivered is committed: the highest seen is a tail the stream had)
             count = len(seen)
             await asyncio.sleep(RECENT_IDLE)
+            waited += RECENT_IDLE
     finally:
         if not ch.is_closed:
             await ch.close()
