@@ -34,3 +34,25 @@ def test_big_ranges_are_read_exactly(broker, names):
         count = wb.read_range(ep, StreamRange(s, start, end), True, lambda b, *rest: got.append((rest[3], b)))
         assert count == end - start
         assert got == [(o, b"%d" % o) for o in range(start, end)]
+
+
+def test_a_range_read_pauses_and_resumes_in_steps(broker, names):
+    """range_reader(every=N) hands its rows over every N entries (a partition's Arrow batches)
+    and picks up where it paused, also around bodies spanning several frames (frame_max is
+    128 KiB) and a content header alone in its frame (an empty body)."""
+    s = names("sr-steps")
+    conn = pika.BlockingConnection(broker.pika_params())
+    ch = conn.channel()
+    ch.queue_declare(s, durable=True, arguments={"x-queue-type": "stream"})
+    ch.confirm_delivery()
+    bodies = [b"%d:" % i + (b"x" * (300_000 if i % 10 == 3 else 0 if i % 10 == 7 else 100)) for i in range(95)]
+    bodies[7] = b""
+    for body in bodies:
+        ch.basic_publish("", s, body)
+    conn.close()
+    ep = endpoint({"uri": f"amqp://guest:guest@{broker.host}:{broker.port}/%2F"})
+    got: list[tuple[int, bytes]] = []
+    steps = [(n, len(got)) for n in wb.range_reader(ep, StreamRange(s, 5, 95), True,
+                                                     lambda b, *rest: got.append((rest[3], b)), every=20)]
+    assert steps == [(20, 20), (40, 40), (60, 60), (80, 80), (90, 90)]
+    assert got == [(o, bodies[o]) for o in range(5, 95)]

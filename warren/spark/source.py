@@ -40,8 +40,9 @@ from .rows import SCHEMA_DDL, Batch
 log = logging.getLogger("warren.spark")
 
 DEFAULT_MAX_PER_PARTITION = 100_000
-# Rows per Arrow record batch a partition hands Spark: the JVM converts one while the next is
-# read, and a partition of 1 KiB messages is not held whole (8,192: measured on 2026-11-27).
+# Rows per Arrow record batch a partition hands Spark, so that a partition is never held whole
+# (100,000 × 1 KiB: 100 MB). Measured on 2026-11-27 (500,000 × 1 KiB into parquet, local[2]):
+# 8,192 and 50,000 alike (26,400 and 28,000 rows/s, noisy), 2,048 slower (21,900).
 ROWS_PER_BATCH = 8192
 
 

@@ -1,0 +1,94 @@
+"""A blocking facade: the same asynchronous ReliablePublisher, run on a private event loop
+in a background thread, so threaded code gets the same guarantees without a second
+implementation.
+
+    with ReliablePublisher(url) as pub:
+        pub.publish(b"hello", routing_key="orders")
+"""
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from concurrent.futures import Future
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+from . import publisher as _async
+from .errors import ConfirmTimeout, ExchangeNotFound, Nacked, PublishError, Returned
+from .message import OutgoingMessage
+
+T = TypeVar("T")
+
+
+class ReliablePublisher:
+    """Takes the asynchronous ReliablePublisher's arguments; every method blocks until
+    the asynchronous one returns and raises what it raises. Safe to call from several
+    threads (the calls run concurrently on the loop)."""
+
+    def __init__(self, url: str, **kwargs: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever,
+                                        name="warren-client", daemon=True)
+        self._thread.start()
+        # Built on the loop: its asyncio primitives must belong to that loop.
+        self._publisher: _async.ReliablePublisher = self._call(self._make(url, kwargs))
+
+    @staticmethod
+    async def _make(url: str, kwargs: dict[str, Any]) -> _async.ReliablePublisher:
+        return _async.ReliablePublisher(url, **kwargs)
+
+    def _call(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        return future.result(timeout)
+
+    def __enter__(self) -> Self:
+        self.open()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def open(self) -> None:
+        try:
+            self._call(self._publisher.open())
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        try:
+            self._call(self._publisher.close())
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def publish(self, body: bytes, exchange: str = "", routing_key: str = "",
+                message_id: str | None = None, properties: dict[str, Any] | None = None) -> str:
+        return self._call(self._publisher.publish(body, exchange, routing_key, message_id,
+                                                  properties))
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._call(self._publisher.flush(timeout))
+
+    def unconfirmed(self, older_than: float | None = None) -> list[OutgoingMessage]:
+        return self._call(self._publisher.unconfirmed(older_than))
+
+    def unpark(self) -> int:
+        return self._call(self._publisher.unpark())
+
+    @classmethod
+    def recover(cls, url: str, *, outbox: str, **kwargs: Any) -> list[OutgoingMessage]:
+        with cls(url, outbox=outbox, **kwargs) as publisher:
+            publisher.flush()
+            return publisher.unconfirmed()
+
+
+__all__ = ["ReliablePublisher", "OutgoingMessage", "PublishError", "Nacked", "Returned",
+           "ExchangeNotFound", "ConfirmTimeout"]
