@@ -14,7 +14,8 @@ import pika
 import pytest
 
 from tests.conftest import free_port, get_all
-from warren.client import ConfirmTimeout, ExchangeNotFound, Nacked, ReliablePublisher, Returned
+from warren.client import (ConfirmTimeout, ExchangeNotFound, Nacked, OutboxLocked,
+                           ReliablePublisher, Returned)
 from warren.client import blocking
 from warren.client.outbox import Outbox
 
@@ -146,7 +147,7 @@ async def test_outbox_parks_missing_exchange_and_unpark_resends(broker, uid, tmp
         await pub.flush(timeout=20)
         [parked] = await pub.unconfirmed()
         assert (parked.message_id, parked.body) == (mid, b"waits")
-        assert "not found" in parked.error
+        assert parked.parked and "not found" in parked.error
         assert await pub.unconfirmed(older_than=3600) == []
         conn = pika.BlockingConnection(broker.pika_params())
         ch = conn.channel()
@@ -169,6 +170,12 @@ async def test_outbox_back_pressure_when_broker_unreachable(tmp_path):
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(pub.publish(b"6th", routing_key="q"), 0.5)
         assert len(await pub.unconfirmed()) == 5
+        # A second process (or publisher) on the same outbox would send every row twice.
+        with pytest.raises(OutboxLocked):
+            async with ReliablePublisher(url, outbox=str(tmp_path / "o.db")):
+                pass
+        with pytest.raises(TypeError):
+            await pub.publish(b"x", properties={"no_such_property": 1})
 
 
 CRASHING_PUBLISHER = textwrap.dedent("""
@@ -245,3 +252,25 @@ async def test_confirm_timeout_and_resend_across_broker_restart(make_broker, uid
         again.stop(signal.SIGKILL)
         with pytest.raises(ConfirmTimeout):
             await pub.publish(b"never", routing_key=q)
+
+
+@pytest.mark.asyncio
+async def test_outbox_resends_across_broker_restart(make_broker, uid, tmp_path):
+    own = make_broker()
+    q = f"rp-{uid}"
+    declare(own, q)
+    url = own.url + "?reconnect_interval=0.2"
+    async with ReliablePublisher(url, outbox=str(tmp_path / "o.db"), confirm_timeout=1,
+                                 resend_delay=0.2) as pub:
+        await pub.publish(b"before", routing_key=q)
+        await pub.flush(timeout=10)
+        own.stop(signal.SIGKILL)
+        ids = [await pub.publish(b"during-%d" % i, routing_key=q) for i in range(20)]
+        await asyncio.sleep(1.5)  # at least one ConfirmTimeout round
+        stuck = await pub.unconfirmed()
+        assert sorted(m.message_id for m in stuck) == sorted(ids)
+        again = make_broker(data_dir=own.data_dir, port=own.port)
+        await pub.flush(timeout=20)
+        assert await pub.unconfirmed() == []
+    got = take(again, q)
+    assert {b for b, _ in got} == {b"before"} | {b"during-%d" % i for i in range(20)}

@@ -31,7 +31,11 @@ class ReliablePublisher:
                                         name="warren-client", daemon=True)
         self._thread.start()
         # Built on the loop: its asyncio primitives must belong to that loop.
-        self._publisher: _async.ReliablePublisher = self._call(self._make(url, kwargs))
+        try:
+            self._publisher: _async.ReliablePublisher = self._call(self._make(url, kwargs))
+        except BaseException:
+            self._stop_loop()
+            raise
 
     @staticmethod
     async def _make(url: str, kwargs: dict[str, Any]) -> _async.ReliablePublisher:

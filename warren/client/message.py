@@ -18,10 +18,12 @@ class OutgoingMessage:
     properties: dict[str, Any] = field(default_factory=dict)
     created: float = field(default_factory=time.time)
     attempts: int = 0
-    # Why the message is parked (not resent automatically), None while it is pending.
+    # The last failure (nack, timeout, ...), None if none so far.
     error: str | None = None
     # The outbox row, None when there is no outbox.
     seq: int | None = None
+    # Parked outbox messages (unroutable, no such exchange) wait for unpark().
+    parked: bool = False
 
 
 def make_message(body: bytes, exchange: str, routing_key: str, message_id: str | None,

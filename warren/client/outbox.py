@@ -94,7 +94,7 @@ class Outbox:
             self._db.execute("UPDATE outbox SET parked = 0 WHERE parked = 1")
             self._db.execute("COMMIT")
         for m in rows:
-            m.error = None
+            m.parked = False
         return rows
 
     def count(self) -> tuple[int, int]:
@@ -120,7 +120,7 @@ class Outbox:
             "SELECT seq, message_id, exchange, routing_key, body, properties, created, attempts, "
             f"error, parked FROM outbox {where} ORDER BY seq", args).fetchall()
         return [OutgoingMessage(bytes(body), exchange, routing_key, message_id, json.loads(props),
-                                created, attempts, error if parked else None, seq)
+                                created, attempts, error, seq, bool(parked))
                 for seq, message_id, exchange, routing_key, body, props, created, attempts, error,
                 parked in rows]
 

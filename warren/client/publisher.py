@@ -140,6 +140,12 @@ class ReliablePublisher:
             await self._changed.wait_for(lambda: self._rows < self.outbox_limit)
             self._rows += 1
             self._unsettled += 1
+        # Shielded: a caller cancelled while the row is being committed must not leave a
+        # stored row that this process never sends.
+        await asyncio.shield(asyncio.ensure_future(self._store(message)))
+
+    async def _store(self, message: OutgoingMessage) -> None:
+        assert self._inserts is not None
         try:
             await self._inserts.submit(message)
         except BaseException:
@@ -165,7 +171,7 @@ class ReliablePublisher:
                 # Resending will not help until someone adds the binding or exchange: keep
                 # the row, visible in unconfirmed(), instead of losing the message.
                 log.warning("outbox: parked %s: %s", message.message_id, e.reason)
-                message.error = e.reason
+                message.error, message.parked = e.reason, True
                 await asyncio.to_thread(self._outbox.failed, message.seq, message.attempts,
                                         e.reason, True)
                 await self._change(unsettled=-1)
@@ -204,7 +210,7 @@ class ReliablePublisher:
 
     async def unconfirmed(self, older_than: float | None = None) -> list[OutgoingMessage]:
         """Messages published more than `older_than` seconds ago and not confirmed yet (all
-        of them when None); with an outbox, parked ones too, their `error` set."""
+        of them when None); with an outbox, parked ones too (`parked` set, `error` says why)."""
         if self._outbox is not None:
             return await asyncio.to_thread(self._outbox.unconfirmed, older_than)
         return _older(self._inflight.values(), older_than)

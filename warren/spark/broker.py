@@ -156,7 +156,8 @@ def range_reader(ep: Endpoint, r: StreamRange, fail_on_data_loss: bool,
                  every: int = 0) -> Iterator[int]:
     """Read the entries of [r.start, r.end) of stream r.stream in offset order, calling
     on_message(body, exchange, routing_key, stream, offset, redelivered, properties) for each,
-    and yielding how many so far after each `every` of them (0: never) and at the end. The consumer never holds more credit than the range still needs, so
+    and yielding how many so far after each `every` of them (0: never) and at the end. The
+    consumer never holds more credit than the range still needs, so
     the broker sends no entry past it (against Warren): acks give back credit until the
     deliveries the range needs are all granted, no further. Entries of the range that
     retention removed raise DataLoss (failOnDataLoss), or are skipped with a warning; a gap

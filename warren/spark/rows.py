@@ -116,7 +116,7 @@ class Batch:
         c["source"].append(source)
         c["offset"].append(offset)
         c["redelivered"].append(redelivered)
-        if offset_at >= 0 and offset is not None:
+        if pairs is not None and offset_at >= 0 and offset is not None:
             # (the broker's x-stream-offset differs per delivery of one properties object)
             pairs = pairs.copy()
             pairs[offset_at] = ("x-stream-offset", str(offset))
