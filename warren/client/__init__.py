@@ -1,14 +1,22 @@
-"""warren.client: a reliable AMQP publisher on top of aio-pika (publisher confirms, resends,
-an optional durable SQLite outbox). It needs only aio-pika, not the broker's dependencies.
+"""warren.client: a reliable AMQP publisher and consumer on top of aio-pika (publisher
+confirms, resends, an optional durable SQLite outbox; batched acks, retry queues with
+growing delays, a DLQ, deduplication of redeliveries). It needs only aio-pika, not the
+broker's dependencies.
 
     async with ReliablePublisher("amqp://guest:guest@localhost/") as pub:
         await pub.publish(b"hello", routing_key="orders")   # returns once confirmed
 """
 
+from .consumer import ReliableConsumer
+from .dedup import IdempotencyStore, MemoryStore, SqliteStore
 from .errors import ConfirmTimeout, ExchangeNotFound, Nacked, PublishError, Returned
+from .incoming import ConsumedMessage
 from .message import OutgoingMessage
 from .outbox import OutboxLocked
 from .publisher import ReliablePublisher
+from .topology import WorkQueue, declare_work_queue, drain_dlq
 
 __all__ = ["ReliablePublisher", "OutgoingMessage", "PublishError", "Nacked", "Returned",
-           "ExchangeNotFound", "ConfirmTimeout", "OutboxLocked"]
+           "ExchangeNotFound", "ConfirmTimeout", "OutboxLocked", "ReliableConsumer",
+           "ConsumedMessage", "IdempotencyStore", "MemoryStore", "SqliteStore", "WorkQueue",
+           "declare_work_queue", "drain_dlq"]

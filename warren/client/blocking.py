@@ -1,20 +1,26 @@
-"""A blocking facade: the same asynchronous ReliablePublisher, run on a private event loop
-in a background thread, so threaded code gets the same guarantees without a second
-implementation.
+"""A blocking facade: the same asynchronous ReliablePublisher and ReliableConsumer, run on
+a private event loop in a background thread, so threaded code gets the same guarantees
+without a second implementation.
 
     with ReliablePublisher(url) as pub:
         pub.publish(b"hello", routing_key="orders")
+
+    with ReliableConsumer(url, "orders", handle) as consumer:   # handle(message) in a thread
+        consumer.run()                                          # until stop() or Ctrl-C
 """
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
+from . import consumer as _consumer
 from . import publisher as _async
+from . import topology as _topology
 from .errors import ConfirmTimeout, ExchangeNotFound, Nacked, PublishError, Returned
+from .incoming import ConsumedMessage
 from .message import OutgoingMessage
 
 T = TypeVar("T")
@@ -94,5 +100,75 @@ class ReliablePublisher:
             return publisher.unconfirmed()
 
 
-__all__ = ["ReliablePublisher", "OutgoingMessage", "PublishError", "Nacked", "Returned",
+class ReliableConsumer:
+    """Takes the asynchronous ReliableConsumer's arguments, but `handler` is a plain
+    function; it runs in a worker thread (asyncio.to_thread), one message at a time, so
+    it may block without stalling the connection's heartbeats."""
+
+    def __init__(self, url: str, queue: "str | _topology.WorkQueue",
+                 handler: Callable[[ConsumedMessage], None], **kwargs: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever,
+                                        name="warren-consumer", daemon=True)
+        self._thread.start()
+
+        async def in_thread(message: ConsumedMessage) -> None:
+            await asyncio.to_thread(handler, message)
+
+        async def make() -> _consumer.ReliableConsumer:
+            return _consumer.ReliableConsumer(url, queue, in_thread, **kwargs)
+
+        self._consumer: _consumer.ReliableConsumer = self._call(make())
+
+    def _call(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+
+    @property
+    def consumer(self) -> _consumer.ReliableConsumer:
+        """The asynchronous consumer (its counters: handled, duplicates, ...)."""
+        return self._consumer
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Consume in the background; return once consuming."""
+        self._call(self._consumer.start(timeout))
+
+    def run(self) -> None:
+        """Block until stop() (from another thread) or Ctrl-C; raise what ended the
+        consumer otherwise."""
+        try:
+            self._call(self._consumer.wait())
+        except KeyboardInterrupt:
+            self.stop()
+
+    def stop(self) -> None:
+        if not self._loop.is_closed():
+            self._call(self._consumer.stop())
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        try:
+            self._call(self._consumer.__aexit__(None, None, None))
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
+
+
+def declare_work_queue(url: str, name: str, *, retry_delays: Sequence[float] = (1.0, 5.0, 30.0),
+                       max_attempts: int | None = None,
+                       arguments: dict[str, Any] | None = None) -> _topology.WorkQueue:
+    return asyncio.run(_topology.declare_work_queue(
+        url, name, retry_delays=retry_delays, max_attempts=max_attempts, arguments=arguments))
+
+
+__all__ = ["ReliablePublisher", "ReliableConsumer", "ConsumedMessage", "declare_work_queue", "OutgoingMessage", "PublishError", "Nacked", "Returned",
            "ExchangeNotFound", "ConfirmTimeout"]
