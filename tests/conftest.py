@@ -6,6 +6,7 @@ broker are skipped then.
 """
 
 import base64
+import functools
 import hashlib
 import json
 import os
@@ -74,11 +75,14 @@ class BrokerProcess:
 
 
 def start_broker(*extra_args, data_dir=None, port=None, wait=True, preexec_fn=None,
-                 rlimit_fsize=None, pass_host=True) -> BrokerProcess:
+                 rlimit_fsize=None, pass_host=True, _retries=2) -> BrokerProcess:
     """Start `python -m warren server` and wait until it accepts connections.
     preexec_fn runs in the child before exec; rlimit_fsize sets its RLIMIT_FSIZE (bytes);
     pass_host=False leaves out `--host 127.0.0.1` (the broker's default addresses apply), as
     does a --host in extra_args (--host is repeatable: the test's own must not add to it)."""
+    again = functools.partial(start_broker, *extra_args, data_dir=data_dir, port=port, wait=wait,
+                              preexec_fn=preexec_fn, rlimit_fsize=rlimit_fsize, pass_host=pass_host,
+                              _retries=_retries - 1)
     if rlimit_fsize is not None:
         inner = preexec_fn
 
@@ -104,6 +108,11 @@ def start_broker(*extra_args, data_dir=None, port=None, wait=True, preexec_fn=No
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
             if proc.poll() is not None:
+                if (mgmt_port is not None and _retries > 0
+                        and f"{mgmt_port}): address already in use" in broker.log()[-2000:]):
+                    # free_port()'s management port was taken before the broker bound it
+                    # (a client's ephemeral port, seen once in CI's kill -9 torture): another
+                    return again()
                 raise RuntimeError(f"broker exited with {proc.returncode}:\n{broker.log()}")
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
