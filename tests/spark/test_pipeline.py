@@ -116,6 +116,14 @@ def test_audit_into_a_delta_table_exactly_once(spark, broker, uid, tmp_path, cap
     assert pipeline.replay(spark, _args(uri=uri(broker), input=table)) == 2  # refused, said why
     assert "a Delta table has no streaming source" in capsys.readouterr().err
 
+    empty = f"dlq-empty-{uid}"
+    conn = pika.BlockingConnection(broker.pika_params())
+    conn.channel().queue_declare(empty, durable=True, arguments={"x-queue-type": "stream"})
+    conn.close()
+    assert pipeline.dlq_audit(spark, _args(uri=uri(broker), stream=empty, output=str(tmp_path / "none"),
+                                           format="delta")) == 0
+    assert "0 dead letters in" in capsys.readouterr().out
+
 
 def test_the_commands_parse(broker):
     args = build_parser().parse_args(["pipeline", "replay", "--stream", "dlq", "--where", "reason = 'x'"])

@@ -44,7 +44,12 @@ class DeltaBatchWriter:
                         commit_properties=CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)]))
 
 
-def read_table(path: str) -> pa.Table:
+def read_table(path: str) -> pa.Table | None:
+    """The table's rows; None before its first commit (no micro-batch had rows to write)."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
-    return DeltaTable(path).to_pyarrow_table()
+    try:
+        return DeltaTable(path).to_pyarrow_table()
+    except TableNotFoundError:
+        return None

@@ -133,7 +133,11 @@ def dlq_audit(spark: Any, args: argparse.Namespace) -> int:
 
         app_id = f"warren dlq-audit {os.path.abspath(checkpoint)}"
         _await(rows.foreachBatch(DeltaBatchWriter(args.output, app_id)).start())
-        table = spark.createDataFrame(read_table(args.output).select(["reason", "queue"]))
+        found = read_table(args.output)
+        if found is None:
+            print(f"0 dead letters in {args.output}: no table written (nothing to audit)")
+            return 0
+        table = spark.createDataFrame(found.select(["reason", "queue"]))
     else:
         _await(rows.format("parquet").option("path", args.output).start())
         table = spark.read.parquet(args.output)
