@@ -26,16 +26,31 @@ from .message import OutgoingMessage
 T = TypeVar("T")
 
 
-class ReliablePublisher:
+class _PrivateLoop:
+    """An event loop of its own, running in a daemon thread, that blocking calls wait on."""
+
+    def __init__(self, name: str) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def _call(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        return future.result(timeout)
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+
+class ReliablePublisher(_PrivateLoop):
     """Takes the asynchronous ReliablePublisher's arguments; every method blocks until
     the asynchronous one returns and raises what it raises. Safe to call from several
     threads (the calls run concurrently on the loop)."""
 
     def __init__(self, url: str, **kwargs: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever,
-                                        name="warren-client", daemon=True)
-        self._thread.start()
+        super().__init__("warren-client")
         # Built on the loop: its asyncio primitives must belong to that loop.
         try:
             self._publisher: _async.ReliablePublisher = self._call(self._make(url, kwargs))
@@ -46,10 +61,6 @@ class ReliablePublisher:
     @staticmethod
     async def _make(url: str, kwargs: dict[str, Any]) -> _async.ReliablePublisher:
         return _async.ReliablePublisher(url, **kwargs)
-
-    def _call(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
-        return future.result(timeout)
 
     def __enter__(self) -> Self:
         self.open()
@@ -74,11 +85,6 @@ class ReliablePublisher:
         finally:
             self._stop_loop()
 
-    def _stop_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
-
     def publish(self, body: bytes, exchange: str = "", routing_key: str = "",
                 message_id: str | None = None, properties: dict[str, Any] | None = None) -> str:
         return self._call(self._publisher.publish(body, exchange, routing_key, message_id,
@@ -100,17 +106,14 @@ class ReliablePublisher:
             return publisher.unconfirmed()
 
 
-class ReliableConsumer:
+class ReliableConsumer(_PrivateLoop):
     """Takes the asynchronous ReliableConsumer's arguments, but `handler` is a plain
     function; it runs in a worker thread (asyncio.to_thread), one message at a time, so
     it may block without stalling the connection's heartbeats."""
 
     def __init__(self, url: str, queue: "str | _topology.WorkQueue",
                  handler: Callable[[ConsumedMessage], None], **kwargs: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever,
-                                        name="warren-consumer", daemon=True)
-        self._thread.start()
+        super().__init__("warren-consumer")
 
         async def in_thread(message: ConsumedMessage) -> None:
             await asyncio.to_thread(handler, message)
@@ -119,9 +122,6 @@ class ReliableConsumer:
             return _consumer.ReliableConsumer(url, queue, in_thread, **kwargs)
 
         self._consumer: _consumer.ReliableConsumer = self._call(make())
-
-    def _call(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
 
     @property
     def consumer(self) -> _consumer.ReliableConsumer:
@@ -158,9 +158,7 @@ class ReliableConsumer:
         try:
             self._call(self._consumer.__aexit__(None, None, None))
         finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
-            self._loop.close()
+            self._stop_loop()
 
 
 def declare_work_queue(url: str, name: str, *, retry_delays: Sequence[float] = (1.0, 5.0, 30.0),
