@@ -8,15 +8,16 @@ broker's dependencies.
 """
 
 from .consumer import ReliableConsumer
+from .counting import CountingPublisher, Outcome
 from .dedup import IdempotencyStore, MemoryStore, SqliteStore
 from .errors import ConfirmTimeout, ExchangeNotFound, Nacked, PublishError, Returned
 from .incoming import ConsumedMessage
 from .message import OutgoingMessage
 from .outbox import OutboxLocked
 from .publisher import ReliablePublisher
-from .topology import WorkQueue, declare_work_queue, drain_dlq
+from .topology import ShardSet, WorkQueue, declare_sharded_queues, declare_work_queue, drain_dlq
 
-__all__ = ["ReliablePublisher", "OutgoingMessage", "PublishError", "Nacked", "Returned",
+__all__ = ["ReliablePublisher", "CountingPublisher", "Outcome", "OutgoingMessage", "PublishError", "Nacked", "Returned",
            "ExchangeNotFound", "ConfirmTimeout", "OutboxLocked", "ReliableConsumer",
            "ConsumedMessage", "IdempotencyStore", "MemoryStore", "SqliteStore", "WorkQueue",
-           "declare_work_queue", "drain_dlq"]
+           "declare_work_queue", "drain_dlq", "ShardSet", "declare_sharded_queues"]

@@ -17,8 +17,10 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from . import consumer as _consumer
+from . import counting as _counting
 from . import publisher as _async
 from . import topology as _topology
+from .counting import Outcome
 from .errors import ConfirmTimeout, ExchangeNotFound, Nacked, PublishError, Returned
 from .incoming import ConsumedMessage
 from .message import OutgoingMessage
@@ -44,23 +46,21 @@ class _PrivateLoop:
         self._loop.close()
 
 
-class ReliablePublisher(_PrivateLoop):
-    """Takes the asynchronous ReliablePublisher's arguments; every method blocks until
-    the asynchronous one returns and raises what it raises. Safe to call from several
-    threads (the calls run concurrently on the loop)."""
+class _OpenClose(_PrivateLoop):
+    """A publisher made, opened and closed on the private loop: its asyncio primitives
+    must belong to that loop."""
 
-    def __init__(self, url: str, **kwargs: Any) -> None:
+    def __init__(self, make: Callable[[], Any]) -> None:
         super().__init__("warren-client")
-        # Built on the loop: its asyncio primitives must belong to that loop.
         try:
-            self._publisher: _async.ReliablePublisher = self._call(self._make(url, kwargs))
+            self._inner = self._call(self._on_loop(make))
         except BaseException:
             self._stop_loop()
             raise
 
     @staticmethod
-    async def _make(url: str, kwargs: dict[str, Any]) -> _async.ReliablePublisher:
-        return _async.ReliablePublisher(url, **kwargs)
+    async def _on_loop(make: Callable[[], T]) -> T:
+        return make()
 
     def __enter__(self) -> Self:
         self.open()
@@ -72,7 +72,7 @@ class ReliablePublisher(_PrivateLoop):
 
     def open(self) -> None:
         try:
-            self._call(self._publisher.open())
+            self._call(self._inner.open())
         except BaseException:
             self._stop_loop()
             raise
@@ -81,9 +81,19 @@ class ReliablePublisher(_PrivateLoop):
         if self._loop.is_closed():
             return
         try:
-            self._call(self._publisher.close())
+            self._call(self._inner.close())
         finally:
             self._stop_loop()
+
+
+class ReliablePublisher(_OpenClose):
+    """Takes the asynchronous ReliablePublisher's arguments; every method blocks until
+    the asynchronous one returns and raises what it raises. Safe to call from several
+    threads (the calls run concurrently on the loop)."""
+
+    def __init__(self, url: str, **kwargs: Any) -> None:
+        super().__init__(lambda: _async.ReliablePublisher(url, **kwargs))
+        self._publisher: _async.ReliablePublisher = self._inner
 
     def publish(self, body: bytes, exchange: str = "", routing_key: str = "",
                 message_id: str | None = None, properties: dict[str, Any] | None = None) -> str:
@@ -104,6 +114,30 @@ class ReliablePublisher(_PrivateLoop):
         with cls(url, outbox=outbox, **kwargs) as publisher:
             publisher.flush()
             return publisher.unconfirmed()
+
+
+class CountingPublisher(_OpenClose):
+    """Takes the asynchronous CountingPublisher's arguments; on_settled is called on the
+    facade's own thread (keep it short, or hand the outcome to your thread)."""
+
+    def __init__(self, url: str, on_settled: _counting.Settled, **kwargs: Any) -> None:
+        super().__init__(lambda: _counting.CountingPublisher(url, on_settled, **kwargs))
+        self._publisher: _counting.CountingPublisher = self._inner
+
+    @property
+    def last_sent(self) -> int:
+        return self._publisher.last_sent
+
+    @property
+    def last_settled(self) -> int:
+        return self._publisher.last_settled
+
+    def send(self, body: bytes, exchange: str = "", routing_key: str = "",
+             properties: dict[str, Any] | None = None) -> int:
+        return self._call(self._publisher.send(body, exchange, routing_key, properties))
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._call(self._publisher.flush(timeout))
 
 
 class ReliableConsumer(_PrivateLoop):
@@ -168,5 +202,11 @@ def declare_work_queue(url: str, name: str, *, retry_delays: Sequence[float] = (
         url, name, retry_delays=retry_delays, max_attempts=max_attempts, arguments=arguments))
 
 
-__all__ = ["ReliablePublisher", "ReliableConsumer", "ConsumedMessage", "declare_work_queue", "OutgoingMessage", "PublishError", "Nacked", "Returned",
-           "ExchangeNotFound", "ConfirmTimeout"]
+def declare_sharded_queues(url: str, exchange: str, shards: int,
+                           **kwargs: Any) -> _topology.ShardSet:
+    return asyncio.run(_topology.declare_sharded_queues(url, exchange, shards, **kwargs))
+
+
+__all__ = ["ReliablePublisher", "CountingPublisher", "Outcome", "ReliableConsumer",
+           "ConsumedMessage", "declare_work_queue", "declare_sharded_queues", "OutgoingMessage", "PublishError", "Nacked",
+           "Returned", "ExchangeNotFound", "ConfirmTimeout"]
