@@ -371,3 +371,57 @@ def test_blocking_consumer(broker, uid):
     assert handled == [(b"fine", 0), (b"flaky", 1)]
     assert ready(broker, q) == 0 and ready(broker, topology.dlq) == 0
     delete(broker, q, topology.dlq, topology.parking, *topology.retry_queues)
+
+
+@pytest.mark.asyncio
+async def test_concurrent_handlers_ack_only_the_settled_prefix(broker, uid):
+    q = f"rc-{uid}"
+    await declare_work_queue(broker.url, q, retry_delays=(1.0,))
+    publish(broker, q, *(str(i).encode() for i in range(10)))
+    gate = asyncio.Event()
+    handled = []
+
+    async def slow_first(message):
+        if message.body == b"0":
+            await gate.wait()
+        handled.append(message.body)
+
+    # Message 0 is held while 1-9 finish: a multiple ack would cover 0, so none goes out.
+    consumer = ReliableConsumer(broker.url, q, slow_first, prefetch=10, ack_batch=2,
+                                ack_idle=0.1, concurrency=4)
+    task = asyncio.create_task(consumer.run())
+    await until(lambda: len(handled) == 9, what="9 handled around a slow one")
+    await asyncio.sleep(0.3)
+    await crash(task)
+    await ready_becomes(broker, q, 10)
+
+    # Four at a time, everything acked in the end; the 9 redelivered ones already handled
+    # are dropped as duplicates.
+    running = peak = 0
+    handled.clear()
+    gate.set()
+
+    async def busy(message):
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.05 if int(message.body) % 3 else 0.15)
+        running -= 1
+        handled.append(message.body)
+
+    publish(broker, q, *(str(i).encode() for i in range(10, 40)))
+    consumer = ReliableConsumer(broker.url, q, busy, prefetch=20, ack_batch=5, ack_idle=0.1,
+                                concurrency=4, store=consumer.store)
+    async with consumer:
+        await until(lambda: consumer.handled + consumer.duplicates == 40, what="40 settled")
+        await ready_becomes(broker, q, 0)
+    assert peak == 4 and consumer.duplicates == 9
+    assert sorted(handled, key=int) == [b"0"] + [str(i).encode() for i in range(10, 40)]
+    assert len(handled) == 31
+    # Nothing left unacked: a new consumer finds the queue empty.
+    conn, ch = pika_channel(broker)
+    assert ch.queue_declare(q, passive=True).method.message_count == 0
+    conn.close()
+    with pytest.raises(ValueError):
+        ReliableConsumer(broker.url, q, busy, concurrency=0)
+    delete(broker, q, f"{q}.dlq", f"{q}.parking", f"{q}.retry.0")

@@ -45,14 +45,18 @@ class ReliableConsumer:
                  declare: Callable[[AbstractChannel], Awaitable[Any]] | None = None,
                  queue_arguments: dict[str, Any] | None = None,
                  dedup: bool = True, store: "str | IdempotencyStore | None" = None,
-                 store_size: int = 10_000, reconnect_delay: float = 0.5) -> None:
+                 store_size: int = 10_000, reconnect_delay: float = 0.5,
+                 concurrency: int = 1) -> None:
         """queue: a name, or declare_work_queue()'s result to retry failed messages
         (without it a failed message is rejected to the DLQ). ack_batch: acks per
         basic.ack(multiple) (default prefetch // 2); ack_idle: the longest a handled
         message waits for its ack. poison: exception types after which the message is
         rejected without requeue (to the DLQ), never retried. declare / queue_arguments:
         how to re-declare the queue after the broker cancelled the consumer. store: None
-        for an in-memory LRU of store_size ids, a path for SQLite, or an IdempotencyStore."""
+        for an in-memory LRU of store_size ids, a path for SQLite, or an IdempotencyStore.
+        concurrency: how many messages the handler may work on at once (1: in order)."""
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
         self.url = url
         self.topology = queue if isinstance(queue, WorkQueue) else None
         self.queue = queue.name if isinstance(queue, WorkQueue) else queue
@@ -67,6 +71,7 @@ class ReliableConsumer:
         # A store given as an object is the caller's to close.
         self._owns_store = dedup and (store is None or isinstance(store, str))
         self.reconnect_delay = reconnect_delay
+        self.concurrency = concurrency
         # Counters, for logs and tests.
         self.handled = self.duplicates = self.rejected = self.retried = self.parked = 0
         self.cancellations = 0
@@ -198,11 +203,14 @@ class ReliableConsumer:
         connection.close_callbacks.add(on_close)
         acks = AckBatch(self.ack_batch, self.ack_idle,
                         self.store.flush if self.store else lambda: None)
+        handlers = _Handlers(self.concurrency, wake=lambda: inbox.put_nowait(None))
         try:
             tag = await queue.consume(on_message)
             self._consuming.set()
             while True:
+                handlers.raise_failure()
                 if self._stopping.is_set():
+                    await handlers.finish()
                     await acks.flush()
                     await queue.cancel(tag)
                     return False
@@ -216,13 +224,16 @@ class ReliableConsumer:
                     await acks.flush()
                     continue
                 if item is not None:
-                    await self._handle(channel, item, acks)
+                    acks.received(item)
+                    await handlers.run(self._handle(channel, item, acks))
                 elif cancelled:
+                    await handlers.finish()
                     await acks.flush()
                     return True
                 elif channel.is_closed:
                     raise _Lost("channel closed")
         except BaseException:
+            await handlers.cancel()
             acks.forget()
             raise
         finally:
@@ -248,6 +259,7 @@ class ReliableConsumer:
                         mid, self.queue, type(e).__name__, e)
             self.rejected += 1
             await delivery.reject(requeue=False)
+            acks.rejected(delivery)
             return
         except Exception as e:
             await self._failed(channel, message, delivery, e, acks)
@@ -267,6 +279,7 @@ class ReliableConsumer:
                         "to the DLQ", message.message_id, self.queue, why)
             self.rejected += 1
             await delivery.reject(requeue=False)
+            acks.rejected(delivery)
             return
         failures = message.attempt + 1
         if failures >= self.topology.max_attempts:
@@ -285,3 +298,47 @@ class ReliableConsumer:
             routing_key=target, mandatory=True)
         # Confirmed: the copy is safe, the original can go.
         await acks.add(delivery)
+
+
+class _Handlers:
+    """Runs handlers one at a time (awaited in place: in delivery order) or, with
+    concurrency > 1, as up to that many tasks; the first unexpected error of a task (a
+    lost channel while settling) is raised by the consume loop, which wake() prompts."""
+
+    def __init__(self, concurrency: int, wake: Callable[[], None]) -> None:
+        self._slots = asyncio.Semaphore(concurrency) if concurrency > 1 else None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._failure: BaseException | None = None
+        self._wake = wake
+
+    async def run(self, handling: Awaitable[None]) -> None:
+        if self._slots is None:
+            await handling
+            return
+        await self._slots.acquire()
+        task = asyncio.ensure_future(handling)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: "asyncio.Task[None]") -> None:
+        self._tasks.discard(task)
+        assert self._slots is not None
+        self._slots.release()
+        if not task.cancelled() and task.exception() is not None and self._failure is None:
+            self._failure = task.exception()
+            self._wake()
+
+    def raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    async def finish(self) -> None:
+        """Let the running handlers end (stop(), a cancel by the broker)."""
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.raise_failure()
+
+    async def cancel(self) -> None:
+        """The channel is gone: their messages go back to the queue anyway."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
