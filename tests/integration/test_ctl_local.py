@@ -140,6 +140,9 @@ def test_every_verb_without_flags(broker, local, guarded_vhost, uid, tmp_path):
         assert local("-q", "list_vhost_limits", "-p", vhost) == '{"max-queues":100}\n'
         assert f'{vhost}\t{{"max-queues":100}}' in local("list_vhost_limits", "--global")
         local("clear_vhost_limits", "-p", vhost)
+        local("set_vhost_missing_exchange", "-p", vhost, f"x-{uid}")  # Warren's capture exchange
+        assert f"{vhost}\tx-{uid}" in local("list_vhosts", "name", "missing_exchange")
+        local("clear_vhost_missing_exchange", "-p", vhost)
         local("set_user_limits", user, '{"max-channels": 10}')
         assert local("-q", "list_user_limits", "--user", user) == '{"max-channels":10}\n'
         local("clear_user_limits", user, "all")

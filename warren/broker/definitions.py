@@ -11,7 +11,7 @@ from .auth import MD5, SHA256, SHA512, User, invalid_regexp
 from .errors import AMQPError
 from .exchanges import TYPES
 from .policy import Policy, PolicyError, set_policy
-from . import limits, parameters as runtime_parameters
+from . import limits, missing_exchange, parameters as runtime_parameters
 
 
 class DefinitionsError(ValueError):
@@ -116,10 +116,15 @@ def _fail(on_error, kind, item, message):
 QUEUE_TYPES = ("classic", "quorum", "stream")
 
 
+_ABSENT = object()
+
+
 def _load_vhost(broker, v) -> bool:
     """RabbitMQ's put_vhost: description and tags from the top-level keys, else from
     "metadata", else empty (an existing vhost listed without them loses its own);
-    default_queue_type (in "metadata") only when the vhost is created. Whether it was."""
+    default_queue_type (in "metadata") only when the vhost is created. Warren's
+    missing_exchange likewise (warren.broker.missing_exchange), but an existing vhost listed
+    without it keeps its own. Whether the vhost was created."""
     name = v["name"]
     if not isinstance(name, str):
         raise DefinitionsError("a vhost's name must be a string")
@@ -130,6 +135,15 @@ def _load_vhost(broker, v) -> bool:
     description = "" if description is None else str(description)
     tags = _tags(v.get("tags", metadata.get("tags")))
     default_queue_type = metadata.get("default_queue_type")
+    # Warren's capture exchange: from the top level, else "metadata"; absent, an existing
+    # vhost keeps its own (RabbitMQ's exports never have it); checked before anything changes.
+    capture = v[missing_exchange.SETTING] if missing_exchange.SETTING in v else metadata.get(
+        missing_exchange.SETTING, _ABSENT)
+    if capture is not _ABSENT:
+        try:
+            capture = missing_exchange.validate(capture)
+        except missing_exchange.SettingError as err:
+            raise DefinitionsError(f"{err} (vhost '{name}')") from None
     vhost = broker.vhosts.get(name)
     if vhost is None:
         if default_queue_type is not None and default_queue_type not in QUEUE_TYPES:
@@ -141,6 +155,9 @@ def _load_vhost(broker, v) -> bool:
         created = False
     if (description, tags) != (vhost.description, vhost.tags):
         vhost.description, vhost.tags = description, tags
+        broker.mark_definitions_changed("vhost", vhost.name)
+    if capture is not _ABSENT and capture != vhost.missing_exchange:
+        vhost.missing_exchange = capture
         broker.mark_definitions_changed("vhost", vhost.name)
     return created
 
@@ -302,6 +319,8 @@ def _vhost_json(vhost) -> dict:
     metadata = {"description": vhost.description, "tags": list(vhost.tags)}
     if vhost.default_queue_type is not None:
         metadata["default_queue_type"] = vhost.default_queue_type
+    if vhost.missing_exchange is not None:  # Warren's (RabbitMQ's import ignores the key)
+        metadata[missing_exchange.SETTING] = vhost.missing_exchange
     return {"name": vhost.name, "limits": [], "metadata": metadata}
 
 

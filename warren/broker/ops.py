@@ -19,6 +19,7 @@ from ..amqp.properties import FLAG_EXPIRATION, FLAG_HEADERS, FLAG_USER_ID
 from .errors import access_refused, command_invalid, not_found, precondition_failed, rs
 from .exchanges import TYPES
 from .limits import check_queue as check_queue_limit
+from . import missing_exchange
 from .publish_checks import check_properties
 from .queue_arguments import check_server_named
 from .names import server_named
@@ -233,6 +234,8 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
             if exchange_name == stream_offsets_request.NAME:  # Warren's request, not an exchange
                 request = Message(exchange_name, routing_key, route_bytes, header, body)
                 return stream_offsets_request.answer(actor, vhost, routing_key, request, readable_queue)
+            if vhost.missing_exchange is not None:  # Warren's opt-in capture (else RabbitMQ's 404)
+                return _route_captured(actor, exchange_name, routing_key, route_bytes, header, body)
             raise not_found(f"no {rs('exchange', exchange_name, vhost.name)}")
         if x.internal:
             raise access_refused(f"cannot publish to internal {x.describe()}")
@@ -246,6 +249,34 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
         message.ttl = check_properties(message.properties, actor.user)
     if flags & FLAG_HEADERS and b"CC" in header:
         # CC / BCC headers (b"CC" is in both) add routing keys; checked after those, as RabbitMQ.
+        queues = route_sender_selected(vhost, x, message)
+    else:
+        queues = vhost.route(x, routing_key, message)
+    xstats = x.stats
+    xstats["publish_in"] += 1
+    xstats["publish_out"] += len(queues)
+    return message, queues
+
+
+def _route_captured(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes, header: bytes,
+                    body: bytes) -> tuple[Message, list]:
+    """route() for a publish to an exchange missing from a vhost with a capture exchange
+    (warren.broker.missing_exchange): the message, with its x-warren-missing-exchange
+    header, is published to the capture exchange as if the publisher had named it (the same
+    property checks and routing), or 404 as RabbitMQ when nothing captures it. The publisher's
+    write permission on `exchange_name` was checked; none is needed on the capture exchange
+    (the operator's configuration, which may be internal), and topic permissions are not
+    checked there."""
+    vhost = actor.vhost
+    captured = missing_exchange.capture(vhost, exchange_name, route_bytes, header)
+    if captured is None:
+        raise not_found(f"no {rs('exchange', exchange_name, vhost.name)}")
+    x, route_bytes, header = captured
+    message = Message(x.name, routing_key, route_bytes, header, body)
+    flags = header[12] << 8 | header[13]
+    if flags & _CHECKED_PROPS:
+        message.ttl = check_properties(message.properties, actor.user)
+    if b"CC" in header:
         queues = route_sender_selected(vhost, x, message)
     else:
         queues = vhost.route(x, routing_key, message)

@@ -27,6 +27,9 @@ class VHost:
         # RabbitMQ's default_queue_type metadata (set when an import creates the vhost), given
         # to declares without x-queue-type by ops.declare_queue.
         self.default_queue_type: str | None = None
+        # Warren's capture exchange for publishes to missing exchanges (None: off, RabbitMQ's
+        # 404): warren.broker.missing_exchange.
+        self.missing_exchange: str | None = None
         self.default_exchange = DefaultExchange(self, "", durable=True)
         self.exchanges: dict = {"": self.default_exchange}
         self.queues: dict = {}

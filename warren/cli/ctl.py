@@ -376,10 +376,13 @@ CONSUMER_ITEMS = _items(
     active=lambda o: o.get("active", True),
     activity_status=lambda o: o.get("activity_status", "up" if o.get("active", True) else "waiting"),
 )
-VHOST_ITEMS = _items(["cluster_state", "default_queue_type", "description", "name", "tags", "tracing"],
+VHOST_ITEMS = _items(["cluster_state", "default_queue_type", "description", "missing_exchange", "name", "tags",
+                      "tracing"],
                      description=lambda o: o.get("description", _get("metadata", "description")(o)),
                      tags=lambda o: o.get("tags", _get("metadata", "tags")(o)),
-                     default_queue_type=_get("default_queue_type", default="classic"))
+                     default_queue_type=_get("default_queue_type", default="classic"),
+                     # Warren's capture exchange (an extension; "" when off)
+                     missing_exchange=_get("missing_exchange", default=""))
 
 
 def user_tags(obj) -> list:
@@ -634,11 +637,15 @@ def set_user_tags(ctx, args):
 
 # vhosts and permissions
 
-@verb("add_vhost", "add_vhost <vhost>", (1, 1), help="Creates a virtual host.")
+@verb("add_vhost", "add_vhost <vhost> [--missing-exchange <exchange>]", (1, 1), options=("missing-exchange",),
+      help="Creates a virtual host. --missing-exchange (a Warren extension) names the exchange "
+           "that captures publishes to exchanges missing there (see set_vhost_missing_exchange).")
 def add_vhost(ctx, args):
     (vhost,) = args
     ctx.out.info(f'Adding vhost "{vhost}" ...')
-    ctx.api.put(f"/vhosts/{q(vhost)}", {})
+    capture = ctx.options.get("missing-exchange")
+    body = {} if capture is None else {"missing_exchange": capture}
+    _put_vhost(ctx, vhost, body)
     if ctx.api.last_status == 201 and not ctx.api.local:
         # The HTTP API gives the user who creates a vhost full permissions on it; rabbitmqctl's
         # add_vhost grants nothing, and neither does warrenctl's (the control socket grants none).
@@ -647,6 +654,61 @@ def add_vhost(ctx, args):
         except HttpError as err:
             if err.status != 404:
                 raise
+    if capture is not None:
+        _check_missing_exchange(ctx, vhost, capture or None)
+
+
+def _put_vhost(ctx, vhost, body) -> None:
+    try:
+        ctx.api.put(f"/vhosts/{q(vhost)}", body)
+    except HttpError as err:
+        if err.status == 400:  # an invalid missing_exchange: the broker's reason
+            raise CtlError(EX_DATAERR, f"Error:\n{err.reason}") from None
+        raise
+
+
+def _check_missing_exchange(ctx, vhost, expected) -> None:
+    """The broker took the setting (a broker without Warren's extension, RabbitMQ, ignores
+    it: an error, never a silent no-op)."""
+    got = (ctx.api.get(f"/vhosts/{q(vhost)}") or {}).get("missing_exchange")
+    if got != expected:
+        raise CtlError(EX_SOFTWARE, "Error:\nthe broker ignored missing_exchange: it has no capture of "
+                                    "publishes to missing exchanges (a Warren extension; is it Warren?)")
+
+
+def _set_missing_exchange(ctx, capture) -> None:
+    try:
+        existing = ctx.api.get(f"/vhosts/{q(ctx.vhost)}") or {}
+    except HttpError as err:
+        if err.status == 404:  # a PUT would create it
+            raise vhost_missing(ctx, ctx.vhost) from None
+        raise
+    # Description and tags sent back as they are (a PUT without them may clear them elsewhere).
+    body = {"description": existing.get("description", ""), "tags": ",".join(user_tags(existing)),
+            "missing_exchange": capture}
+    _put_vhost(ctx, ctx.vhost, body)
+    _check_missing_exchange(ctx, ctx.vhost, capture)
+
+
+@verb("set_vhost_missing_exchange", "set_vhost_missing_exchange [--vhost <vhost>] <exchange>", (1, 1),
+      help="Warren extension: publishes to exchanges that do not exist in the vhost are routed through "
+           "<exchange> (with an x-warren-missing-exchange header naming the one used) instead of "
+           "closing the channel with 404.")
+def set_vhost_missing_exchange(ctx, args):
+    (exchange,) = args
+    if exchange == "":
+        raise UsageError(f"Error (argument validation): the exchange name is empty "
+                         f"(use clear_vhost_missing_exchange to turn the capture off)\n\n"
+                         f"{verb_help('set_vhost_missing_exchange')}")
+    ctx.out.info(f'Setting the missing-exchange capture of vhost "{ctx.vhost}" to "{exchange}" ...')
+    _set_missing_exchange(ctx, exchange)
+
+
+@verb("clear_vhost_missing_exchange", "clear_vhost_missing_exchange [--vhost <vhost>]",
+      help="Warren extension: publishes to missing exchanges of the vhost get 404 again (as in RabbitMQ).")
+def clear_vhost_missing_exchange(ctx, args):
+    ctx.out.info(f'Clearing the missing-exchange capture of vhost "{ctx.vhost}" ...')
+    _set_missing_exchange(ctx, None)
 
 
 @verb("delete_vhost", "delete_vhost <vhost>", (1, 1), help="Deletes a virtual host.")
@@ -1435,7 +1497,7 @@ REMOTE_SETTINGS = ("host", "port", "user", "password")
 GLOBAL_FLAGS = {"quiet", "silent", "no-table-headers", "help"}
 SHORT = {"p": "vhost", "q": "quiet", "s": "silent", "t": "timeout", "?": "help", "h": "help"}
 VERB_SHORT = {"e": "if-empty", "u": "if-unused"}
-VERB_VALUE_OPTIONS = {"priority", "apply-to"}
+VERB_VALUE_OPTIONS = {"priority", "apply-to", "missing-exchange"}
 VERB_FLAGS = {"if-empty", "if-unused", "global"}
 FORMATTERS = ("table", "json")
 

@@ -1,9 +1,11 @@
 """/api/vhosts: list, create (the creating user gets full permissions, as in RabbitMQ),
-update description and tags, delete (closing the vhost's connections), permissions."""
+update description and tags (and Warren's missing_exchange, warren.broker.missing_exchange),
+delete (closing the vhost's connections), permissions."""
 
 from aiohttp import web
 
 from ...amqp.constants import CONNECTION_FORCED
+from ...broker import missing_exchange
 from ..access import ADMIN, ANY, VISIBLE_VHOSTS, access
 from ..app import bad_request, json_response, not_found, trusted
 from ..resources import flush, list_response, read_body
@@ -22,6 +24,26 @@ def _tags(value) -> list:
     raise bad_request("tags must be a list or a comma-separated string")
 
 
+_ABSENT = object()
+
+
+def _missing_exchange(body: dict):
+    """Warren's capture exchange from a PUT (top level or in "metadata", as the
+    definitions have it): the exchange name, None to turn it off (null or ""), or _ABSENT
+    when the body does not name it (the vhost keeps its own). 400 for an invalid value."""
+    metadata = body.get("metadata")
+    if missing_exchange.SETTING in body:
+        value = body[missing_exchange.SETTING]
+    elif isinstance(metadata, dict) and missing_exchange.SETTING in metadata:
+        value = metadata[missing_exchange.SETTING]
+    else:
+        return _ABSENT
+    try:
+        return missing_exchange.validate(value)
+    except missing_exchange.SettingError as err:
+        raise bad_request(str(err)) from None
+
+
 def vhost_json(vhost) -> dict:
     broker = vhost.broker
     ready = sum(len(q.store) for q in vhost.queues.values())
@@ -29,10 +51,13 @@ def vhost_json(vhost) -> dict:
     metadata = {"description": vhost.description, "tags": list(vhost.tags)}
     if vhost.default_queue_type is not None:  # set by an import, as RabbitMQ shows it
         metadata["default_queue_type"] = vhost.default_queue_type
-    return {"name": vhost.name, "description": vhost.description, "tags": list(vhost.tags),
-            "default_queue_type": vhost.default_queue_type or "undefined", "metadata": metadata,
-            "tracing": False, "cluster_state": {node_name(broker): "running"},
-            "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
+    out = {"name": vhost.name, "description": vhost.description, "tags": list(vhost.tags),
+           "default_queue_type": vhost.default_queue_type or "undefined", "metadata": metadata,
+           "tracing": False, "cluster_state": {node_name(broker): "running"},
+           "messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked}
+    if vhost.missing_exchange is not None:  # Warren's extension: shown only when set
+        metadata[missing_exchange.SETTING] = out[missing_exchange.SETTING] = vhost.missing_exchange
+    return out
 
 
 def permission_json(user: str, vhost: str, p) -> dict:
@@ -65,6 +90,7 @@ async def put_vhost(request):
     if description is not None and not isinstance(description, str):
         raise bad_request("description must be a string")
     tags = _tags(body["tags"]) if "tags" in body else None
+    capture = _missing_exchange(body)
     vhost = broker.vhosts.get(name)
     created = vhost is None
     if created:
@@ -78,6 +104,8 @@ async def put_vhost(request):
         vhost.description, changed = description, True
     if tags is not None and tags != vhost.tags:
         vhost.tags, changed = tags, True
+    if capture is not _ABSENT and capture != vhost.missing_exchange:
+        vhost.missing_exchange, changed = capture, True
     if changed:
         broker.mark_definitions_changed("vhost", name)
     flush(request)
