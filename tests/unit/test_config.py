@@ -132,6 +132,12 @@ def test_bad_bytesize(text):
     ("management.tcp.port = 0", {"management_port": 0}),
     ("management.tcp.ip = 0.0.0.0", {"management_host": "0.0.0.0"}),
     ("management.tcp.ip = ::1", {"management_host": "::1"}),
+    ("prometheus.tcp.port = 15693", {"prometheus_port": 15693}),
+    ("prometheus.tcp.port = 0", {"prometheus_port": 0}),
+    ("prometheus.tcp.ip = 0.0.0.0", {"prometheus_host": "0.0.0.0"}),
+    ("prometheus.tcp.ip = ::", {"prometheus_host": "::"}),
+    ("prometheus.return_per_object_metrics = true", {"prometheus_per_object": True}),
+    ("prometheus.return_per_object_metrics = false", {"prometheus_per_object": False}),
     ("log.console.level = debug", {"log_level": logging.DEBUG}),
     ("log.console.level = notice", {"log_level": logging.INFO + 5}),
     ("log.console.level = warning", {"log_level": logging.WARNING}),
@@ -192,6 +198,10 @@ def test_new_style_keys(line, expected):
     ("management.tcp.port = 99999", "expected a port number from 1 to 65535, got 99999"),
     ("management.tcp.port = http", "expected an integer, got 'http'"),
     ("management.tcp.ip = localhost", "expected an IPv4 or IPv6 address, got 'localhost'"),
+    ("prometheus.tcp.port = 65536", "expected a port number from 1 to 65535, got 65536"),
+    ("prometheus.tcp.port = none", "expected an integer, got 'none'"),
+    ("prometheus.tcp.ip = localhost", "expected an IPv4 or IPv6 address, got 'localhost'"),
+    ("prometheus.return_per_object_metrics = yes", "expected true or false, got 'yes'"),
     ("log.console.level = verbose", "expected one of debug, info, notice, warning, error, critical, alert, "
                                     "emergency, none, got 'verbose'"),
     ("log.console.level = DEBUG", "expected one of debug, info, notice, warning, error, critical, alert, "
@@ -463,9 +473,25 @@ def test_erlang_management_and_warren_sections():
         "rabbitmq.config:1: warren.queue_window: expected an integer from 1 to 2147483647, got 0"]
 
 
+def test_erlang_prometheus_section():
+    assert erl('[{rabbitmq_prometheus, [{tcp_config, [{port, 15693}, {ip, "0.0.0.0"}]},\n'
+               '                        {return_per_object_metrics, true}]}].') == {
+        "prometheus_port": 15693, "prometheus_host": "0.0.0.0", "prometheus_per_object": True}
+    assert erl('[{rabbitmq_prometheus, [{tcp_config, [{port, 0}]}]}].') == {"prometheus_port": 0}
+    assert erl_errors('[{rabbitmq_prometheus, [{return_per_object_metrics, yes}]}].') == [
+        "rabbitmq.config:1: rabbitmq_prometheus.return_per_object_metrics: expected true or false, got yes"]
+    assert erl_errors('[{rabbitmq_prometheus, [{tcp_config, [{port, 70000}]}]}].') == [
+        "rabbitmq.config:1: rabbitmq_prometheus.tcp_config.port: expected a port number from 1 to 65535, "
+        "got 70000"]
+    assert erl_errors('[{rabbitmq_prometheus, [{ssl_config, [{port, 15691}]}]}].') == [
+        "rabbitmq.config:1: rabbitmq_prometheus.ssl_config: unknown key (did you mean "
+        "rabbitmq_prometheus.tcp_config?)"]
+
+
 def test_erlang_structure_errors():
     assert erl_errors("[{kernel, [{inet_dist_listen_min, 25672}]}].") == [
-        "rabbitmq.config:1: kernel: unknown application (Warren reads rabbit, rabbitmq_management, warren)"]
+        "rabbitmq.config:1: kernel: unknown application (Warren reads rabbit, rabbitmq_management, "
+        "rabbitmq_prometheus, warren)"]
     assert erl_errors("{rabbit, []}.") == [
         "rabbitmq.config:1: expected a list of {application, [{key, value}]} tuples such as "
         "[{rabbit, [{heartbeat, 30}]}], got {rabbit,[]}"]
@@ -482,7 +508,8 @@ def test_erlang_every_error_is_reported():
     assert erl_errors(text) == [
         "rabbitmq.config:2: rabbit.heartbeat: expected an integer, got x",
         "rabbitmq.config:4: rabbit.frame_max: expected 0 (no limit) or a size from 4096 to 4294967295 bytes, got 1",
-        "rabbitmq.config:6: nope: unknown application (Warren reads rabbit, rabbitmq_management, warren)"]
+        "rabbitmq.config:6: nope: unknown application (Warren reads rabbit, rabbitmq_management, "
+        "rabbitmq_prometheus, warren)"]
 
 
 def test_the_seed_example_from_the_issue():

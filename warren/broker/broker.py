@@ -13,6 +13,7 @@ from .durability import Durability
 from .errors import precondition_failed
 from .ports import Scheduler
 from .queue_flow import QueueFlow
+from .stats import RetiredCounters, new_node_counters
 from .vhost import VHost
 
 if TYPE_CHECKING:
@@ -49,6 +50,10 @@ class Broker:
     connections: set = field(default_factory=set)
     # Message counters of the channels that have closed (the overview's totals include them).
     message_totals: dict = field(default_factory=dict)
+    # The counters of deleted queues and exchanges and closed connections, and the node's
+    # events (connections opened, queues created, logins...): warren.broker.stats.
+    retired: RetiredCounters = field(default_factory=RetiredCounters)
+    node_counters: dict = field(default_factory=new_node_counters)
     cluster_name: str = "warren@localhost"
     # Set over the API or by imported definitions (RabbitMQ's cluster_name global runtime
     # parameter): only then is it exported, and so kept across a restart.
@@ -140,6 +145,12 @@ class Broker:
         connections is the caller's business."""
         vhost = self.vhosts.pop(name, None)
         if vhost is not None:
+            # Its queues and exchanges go with it: their counts stay in the node's totals.
+            self.node_counters["queues_deleted"] += len(vhost.queues)
+            for queue in vhost.queues.values():
+                self.retired.queue_deleted(queue)
+            for exchange in vhost.exchanges.values():
+                self.retired.exchange_deleted(exchange)
             for key in [k for k in self.permissions if k[1] == name]:
                 del self.permissions[key]
             for key in [k for k in self.topic_permissions if k[1] == name]:

@@ -169,6 +169,8 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
     elif name.startswith("amq."):
         raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
     actor.check("configure", "queue", name)
+    counters = actor.broker.node_counters
+    counters["queues_declared"] += 1  # as RabbitMQ: every non-passive declare allowed to configure
     if name not in vhost.queues:  # only a new queue counts against max-queues (after configure)
         check_queue_limit(vhost, name)
     dlx = args.get("x-dead-letter-exchange")
@@ -180,7 +182,9 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
         actor.check("write", "exchange", dlx if isinstance(dlx, str) else dlx.decode(errors="replace"))
     owner = actor.connection if exclusive else None
     q, created = vhost.declare_queue(name, durable and not exclusive, owner, auto_delete, args)
-    if not created:
+    if created:
+        counters["queues_created"] += 1
+    else:
         q.touch()
     return q, created
 

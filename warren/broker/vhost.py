@@ -93,6 +93,8 @@ class VHost:
         if if_unused and x.bindings:
             raise precondition_failed(f"{x.describe()} in use")
         del self.exchanges[name]
+        if self.broker is not None:
+            self.broker.retired.exchange_deleted(x)
         if x.durable:
             self._definitions_changed("exchange", (self.name, name))
         for binding in x.clear_bindings():
@@ -141,6 +143,9 @@ class VHost:
             return 0
         del self.queues[queue.name]
         queue.deleted = True
+        if self.broker is not None:
+            self.broker.node_counters["queues_deleted"] += 1
+            self.broker.retired.queue_deleted(queue)
         queue.stop_timers()
         if queue.durable:
             self._definitions_changed("queue", (self.name, queue.name))

@@ -7,7 +7,8 @@
   (`[{rabbit, [{heartbeat, 30}, {disk_free_limit, {mem_relative, 1.0}}]}].`), chosen when the
   file name ends in `.config` or the first thing in the file is `[`. The term is parsed as
   Erlang would (atoms, quoted atoms, strings, binaries, integers incl. `16#ff` and `$c`,
-  floats, lists, tuples, `%` comments); sections `rabbit`, `rabbitmq_management` and `warren`.
+  floats, lists, tuples, `%` comments); sections `rabbit`, `rabbitmq_management`,
+  `rabbitmq_prometheus` and `warren`.
 
 Only the keys Warren supports are accepted; an unknown key, a bad value or a bad unit is an
 error naming the file, the line (for the Erlang format, the line where the `{key, value}`
@@ -25,6 +26,8 @@ load_config() returns a dict with the settings present in the file (nothing for 
   consumer_timeout              ms a delivery may stay unacked (None: no limit, classic
                                 format's `undefined`)
   management_port, management_host
+  prometheus_port, prometheus_host   the Prometheus endpoint (prometheus.tcp.*; port 0: off)
+  prometheus_per_object         prometheus.return_per_object_metrics (bool)
   log_level                     a Python logging level
   queue_window                  warren.queue_window
   vm_memory_high_watermark      ("relative", float) or ("absolute", bytes)
@@ -209,6 +212,10 @@ def _management_port(value: int) -> int:
     return 0 if value == 0 else _port(value)  # 0: no management API, as --management-port 0
 
 
+def _prometheus_port(value: int) -> int:
+    return 0 if value == 0 else _port(value)  # 0: no Prometheus endpoint, as --prometheus-port 0
+
+
 # RabbitMQ's log levels (log.console.level) as Python logging levels.
 LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO + 5,
               "warning": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL,
@@ -376,6 +383,9 @@ _NEW_STYLE = {
     "disk_free_limit.absolute": _disk_limit("absolute"),
     "management.tcp.port": _simple("management_port", lambda v: _management_port(_integer(v))),
     "management.tcp.ip": _simple("management_host", _ip),
+    "prometheus.tcp.port": _simple("prometheus_port", lambda v: _prometheus_port(_integer(v))),
+    "prometheus.tcp.ip": _simple("prometheus_host", _ip),
+    "prometheus.return_per_object_metrics": _simple("prometheus_per_object", _boolean),
     "log.console.level": _simple("log_level", _log_level),
     "warren.queue_window": _simple("queue_window", lambda v: _in_range(_integer(v), 1, 2 ** 31 - 1)),
 }
@@ -724,6 +734,12 @@ def _erl_float(term) -> float:
     raise ValueError(f"expected a float such as 0.5, got {format_term(term)}")
 
 
+def _erl_boolean(term) -> bool:
+    if isinstance(term, Atom) and term.name in ("true", "false"):
+        return term.name == "true"
+    raise ValueError(f"expected true or false, got {format_term(term)}")
+
+
 def _erl_list(term, what="a list") -> list:
     if not isinstance(term, list):
         raise ValueError(f"expected {what}, got {format_term(term)}")
@@ -868,6 +884,13 @@ def _erl_management_listener(settings, value, line, key):
     })
 
 
+def _erl_prometheus_listener(settings, value, line, key):
+    _erl_proplist(value, line, key, settings, {
+        "port": _erl_simple("prometheus_port", lambda v: _prometheus_port(_erl_int(v))),
+        "ip": _erl_simple("prometheus_host", lambda v: _ip(_erl_text(v))),
+    })
+
+
 _ERLANG_RABBIT = {
     "tcp_listeners": _erl_tcp_listeners,
     "default_user": _erl_simple("default_user", _erl_text),
@@ -893,6 +916,8 @@ _ERLANG_APPS = {
     "rabbit": _ERLANG_RABBIT,
     # tcp_config since 3.7; listener is the older name RabbitMQ still reads.
     "rabbitmq_management": {"tcp_config": _erl_management_listener, "listener": _erl_management_listener},
+    "rabbitmq_prometheus": {"tcp_config": _erl_prometheus_listener,
+                            "return_per_object_metrics": _erl_simple("prometheus_per_object", _erl_boolean)},
     "warren": {"queue_window": _erl_simple("queue_window", lambda v: _in_range(_erl_int(v), 1, 2 ** 31 - 1))},
 }
 

@@ -1472,7 +1472,7 @@ def status(ctx, args):
 
 
 def _purpose(listener) -> str:
-    return {"amqp": "AMQP 0-9-1", "http": "HTTP API",
+    return {"amqp": "AMQP 0-9-1", "http": "HTTP API", "http/prometheus": "Prometheus exporter API over HTTP",
             "clustering": "inter-node and CLI tool communication"}.get(listener.get("protocol"), "")
 
 

@@ -26,6 +26,16 @@ log = logging.getLogger("warren")
 
 
 
+def _port_or_zero(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number from 0 to 65535, got '{text}'")
+    return port
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="warren", description="Warren AMQP 0-9-1 broker")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -47,6 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--management-port", type=int, default=None, metavar="PORT",
                         help="port of the management HTTP API (default: the config file's management.tcp.port, "
                              "else 15672; 0 disables it); it listens on 127.0.0.1 unless management.tcp.ip says")
+    server.add_argument("--prometheus-port", type=_port_or_zero, default=None, metavar="PORT",
+                        help="port of the Prometheus metrics (/metrics, /metrics/per-object; default: the config "
+                             "file's prometheus.tcp.port, else 15692, skipped (logged) if that one is taken; "
+                             "0 turns them off); it listens on 127.0.0.1 unless prometheus.tcp.ip says")
     server.add_argument("--queue-window", type=int, default=None, metavar="N",
                         help="ready messages a queue keeps in memory at most; it pages to disk before "
                              "that when memory passes the paging ratio of the watermark (default: the "
@@ -225,6 +239,13 @@ def main(argv=None) -> int:
         from ..mgmt.app import ManagementService  # aiohttp is loaded only when the API is on
         services.append(ManagementService(config.get("management_host", "127.0.0.1"), management_port or None,
                                           socket_path))
+    prometheus_port = args.prometheus_port if args.prometheus_port is not None else config.get("prometheus_port")
+    if prometheus_port != 0:
+        from ..mgmt.prometheus import DEFAULT_PORT, PrometheusService
+        # The default port is a convenience: taken (another broker on this machine), no metrics.
+        services.append(PrometheusService(config.get("prometheus_host", "127.0.0.1"), prometheus_port or DEFAULT_PORT,
+                                          config.get("prometheus_per_object", False),
+                                          required=prometheus_port is not None))
     server = Server(broker, services=services, listen=listen)
     try:
         asyncio.run(_serve(server, broker))

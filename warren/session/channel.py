@@ -21,7 +21,7 @@ from ..broker.errors import (
     AMQPError, access_refused, channel_error, command_invalid, not_allowed, not_found, not_implemented,
     precondition_failed, unexpected_frame,
 )
-from ..broker.stats import new_channel_counters
+from ..broker.stats import RECEIVED_CONFIRM, new_channel_counters
 from ..broker.names import server_named
 from . import frame_errors
 from .ack_timeout import AckTimeout
@@ -708,9 +708,12 @@ class Channel:
         """The channel is closing: cancel its consumers and requeue what it holds."""
         if self.state == CLOSING:
             return
-        totals = self.conn.broker.message_totals  # the overview's counters outlive the channel
+        broker = self.conn.broker
+        totals = broker.message_totals  # the overview's counters outlive the channel
         for key, value in self.stats.items():
             totals[key] = totals.get(key, 0) + value
+        totals[RECEIVED_CONFIRM] = totals.get(RECEIVED_CONFIRM, 0) + self.publish_seq
+        broker.node_counters["channels_closed"] += 1
         if self.ack_timeout is not None:
             self.ack_timeout.stop()
         consumers = list(self.consumers.values())

@@ -438,6 +438,7 @@ class Connection:
         # channel_max bounds how many are open, which is what protects memory.
         channel = Channel(self, ch)
         self.channels[ch] = channel
+        self.broker.node_counters["channels_opened"] += 1
         self.send_method(ch, spec.ChannelOpenOk(channel_id=b""))
 
     def decode(self, payload):
@@ -507,6 +508,7 @@ class Connection:
         if user is not None and user.name in self.broker.loopback_users and not _is_loopback(self.peer[0]):
             log.warning("user '%s' can only connect via localhost (from %s)", user.name, self.peer[0])
             user = None
+        self.broker.node_counters["auth_attempts_failed" if user is None else "auth_attempts_succeeded"] += 1
         if user is None:
             log.warning("authentication failed for %s from %s", creds[0], self.name)
             # Clients that do not announce the capability just see the socket close (AMQP 0-9-1).
@@ -559,6 +561,7 @@ class Connection:
         self.state = OPEN
         self.transport.handshake_done()
         self.broker.connections.add(self)
+        self.broker.node_counters["connections_opened"] += 1
         alarms = self.broker.alarms
         alarms.subscribe(self._alarms_changed)
         self.alarmed = bool(alarms)
@@ -804,7 +807,11 @@ class Connection:
             if not queue.deleted:
                 queue.vhost.delete_queue(queue)
         self.exclusive_queues.clear()
-        self.broker.connections.discard(self)
+        broker = self.broker
+        if self in broker.connections:  # it was open: the node's totals keep its traffic
+            broker.connections.discard(self)
+            broker.node_counters["connections_closed"] += 1
+            broker.retired.connection_closed(self)
         self.broker.alarms.unsubscribe(self._alarms_changed)
         persister = self.broker.persister
         if persister is not None:

@@ -43,8 +43,9 @@ def exchange_types() -> list:
 
 def listeners(request) -> list:
     """As RabbitMQ: one entry per address and port listened on (AMQP on each address bound,
-    e.g. 127.0.0.1 and ::1), then the API's. warrenctl's control socket is not one (RabbitMQ
-    lists no CLI entry but its Erlang distribution port, which Warren has not)."""
+    e.g. 127.0.0.1 and ::1), then the API's, then the Prometheus endpoint's. warrenctl's
+    control socket is not one (RabbitMQ lists no CLI entry but its Erlang distribution port,
+    which Warren has not)."""
     broker = request.app["broker"]
     server = request.app["server"]
     node = stats.node_name(broker)
@@ -57,6 +58,10 @@ def listeners(request) -> list:
         if port:
             out.append({"ip_address": _management_host(request), "node": node,
                         "port": port, "protocol": "http", "socket_opts": {}})
+        for service in getattr(server, "services", ()):
+            if getattr(service, "listening", False):  # the Prometheus endpoint (warren.mgmt.prometheus)
+                out.append({"ip_address": service.host, "node": node, "port": service.port,
+                            "protocol": "http/prometheus", "socket_opts": {}})
     return out
 
 

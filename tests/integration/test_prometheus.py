@@ -1,0 +1,266 @@
+"""The Prometheus endpoint (warren.mgmt.prometheus) of a real `warren server`, scraped over a
+socket: values that follow the traffic, the per-object split, the port's settings, and a real
+Prometheus server (Debian's `prometheus`) scraping it and answering queries about it.
+
+Warren's own: each test starts its broker (make_broker), so they skip against RabbitMQ,
+whose plugin tests/unit/test_prometheus_metrics.py compares the names with (a saved copy).
+The Prometheus test needs the binary: skipped without it, except in CI (CI=true or
+WARREN_REQUIRE_PROMETHEUS=1, which .ci/run sets after installing it), where it must run.
+"""
+
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pika
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import EXTERNAL, free_port
+
+AMQP = (("protocol", "amqp091"),)
+CLASSIC = (("protocol", "amqp091"), ("queue_type", "rabbit_classic_queue"))
+
+
+def scrape(port: int, path: str = "/metrics") -> dict:
+    """{(sample name, sorted label items): value}, read with prometheus_client's parser; the
+    types too, under (family name, "TYPE")."""
+    r = requests.get(f"http://127.0.0.1:{port}{path}", timeout=10)
+    assert r.status_code == 200
+    assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    out: dict = {}
+    for family in text_string_to_metric_families(r.text):
+        out[(family.name, "TYPE")] = family.type
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def wait_for(predicate, timeout=10.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+@pytest.fixture
+def metrics_broker(make_broker):
+    port = free_port()
+    b = make_broker("--prometheus-port", str(port))
+    b.metrics_port = port
+    return b
+
+
+def test_scraped_values_follow_the_traffic(metrics_broker, uid):
+    b, port = metrics_broker, metrics_broker.metrics_port
+    before = scrape(port)
+    assert before[("rabbitmq_queue_messages_ready", "TYPE")] == "gauge"
+    assert before[("rabbitmq_global_messages_received", "TYPE")] == "counter"
+    assert before[("rabbitmq_build_info", "TYPE")] == "unknown"  # "untyped" in the text, as RabbitMQ's
+    assert before[("rabbitmq_connections", ())] == 0
+    queue = f"metrics-{uid}"
+    conn = pika.BlockingConnection(b.pika_params())
+    ch = conn.channel()
+    ch.confirm_delivery()
+    ch.queue_declare(queue)
+    for i in range(25):
+        ch.basic_publish("", queue, b"x" * 100)
+    during = scrape(port)
+    assert during[("rabbitmq_connections", ())] == 1
+    assert during[("rabbitmq_channels", ())] == 1
+    assert during[("rabbitmq_process_open_tcp_sockets", ())] == 1
+    assert during[("rabbitmq_queue_messages_ready", ())] == 25
+    assert during[("rabbitmq_queue_messages_ready_bytes", ())] == 2500
+    assert during[("rabbitmq_queues", ())] == 1
+    assert during[("rabbitmq_global_messages_received_total", AMQP)] == 25
+    assert during[("rabbitmq_global_messages_confirmed_total", AMQP)] == 25
+    assert during[("rabbitmq_channel_messages_published_total", ())] == 25
+    per_object = scrape(port, "/metrics/per-object")
+    assert per_object[("rabbitmq_queue_messages_ready", (("queue", queue), ("vhost", "/")))] == 25
+    assert ("rabbitmq_queue_messages_ready", ()) not in per_object
+    assert ("rabbitmq_alarms_memory_used_watermark", ()) not in per_object  # as RabbitMQ's
+    assert during[("rabbitmq_alarms_memory_used_watermark", ())] == 0
+
+    got = []
+    ch.basic_qos(prefetch_count=10)
+    ch.basic_consume(queue, lambda c, m, p, body: got.append(m.delivery_tag))
+    while len(got) < 10:
+        conn.process_data_events(0.1)
+    held = scrape(port)
+    assert held[("rabbitmq_queue_messages_unacked", ())] == 10
+    assert held[("rabbitmq_queue_messages_ready", ())] == 15
+    assert held[("rabbitmq_channel_consumers", ())] == 1
+    assert held[("rabbitmq_global_consumers", AMQP)] == 1
+    assert held[("rabbitmq_global_messages_delivered_consume_manual_ack_total", CLASSIC)] == 10
+    acked = 0
+    while acked < 25:
+        if len(got) > acked:
+            ch.basic_ack(got[-1], multiple=True)
+            acked = len(got)
+        conn.process_data_events(0.05)
+    conn.close()
+    after = wait_for(lambda: (s := scrape(port))[("rabbitmq_connections", ())] == 0 and s)
+    assert after[("rabbitmq_queue_messages", ())] == 0
+    assert after[("rabbitmq_global_messages_delivered_total", CLASSIC)] == 25
+    assert after[("rabbitmq_global_messages_acknowledged_total", CLASSIC)] == 25
+    assert after[("rabbitmq_channel_messages_acked_total", ())] == 25  # the closed channel's too
+    assert after[("rabbitmq_connections_opened_total", ())] == after[("rabbitmq_connections_closed_total", ())] == 1
+    assert after[("rabbitmq_connection_incoming_bytes_total", ())] > 2500
+    assert after[("process_cpu_seconds_total", ())] > 0
+    assert after[("rabbitmq_process_resident_memory_bytes", ())] > 10_000_000
+    assert after[("rabbitmq_resident_memory_limit_bytes", ())] > after[("rabbitmq_process_resident_memory_bytes", ())]
+    assert after[("rabbitmq_disk_space_available_bytes", ())] > after[("rabbitmq_disk_space_available_limit_bytes", ())]
+    assert 0 < after[("rabbitmq_process_open_fds", ())] < after[("rabbitmq_process_max_fds", ())]
+    assert requests.get(f"http://127.0.0.1:{port}/metrics/detailed", timeout=10).status_code == 404
+    gzipped = requests.get(f"http://127.0.0.1:{port}/metrics", headers={"Accept-Encoding": "gzip"}, timeout=10)
+    assert gzipped.headers["Content-Encoding"] == "gzip" and "rabbitmq_queues " in gzipped.text
+    # The overview lists the endpoint as RabbitMQ lists its plugin's.
+    listeners = requests.get(b.api + "/overview", auth=("guest", "guest"), timeout=10).json()["listeners"]
+    assert [(x["ip_address"], x["port"]) for x in listeners if x["protocol"] == "http/prometheus"] == [
+        ("127.0.0.1", port)]
+
+
+def test_the_config_file_keys(make_broker, tmp_path):
+    port = free_port()
+    config = tmp_path / "rabbitmq.conf"
+    config.write_text(f"prometheus.tcp.port = {port}\nprometheus.tcp.ip = 127.0.0.1\n"
+                      "prometheus.return_per_object_metrics = true\n")
+    make_broker("--config", str(config))
+    assert ("rabbitmq_queues", ()) in scrape(port)
+    assert ("rabbitmq_queue_messages_ready", ()) not in scrape(port)  # per object, with no queue
+
+
+def test_port_zero_turns_it_off_and_a_taken_port_stops_the_start(make_broker, tmp_path):
+    b = make_broker("--prometheus-port", "0")
+    assert "Prometheus" not in b.log()
+    listeners = requests.get(b.api + "/overview", auth=("guest", "guest"), timeout=10).json()["listeners"]
+    assert not [x for x in listeners if x["protocol"] == "http/prometheus"]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "warren", "server", "--port", str(free_port()),
+                                 "--management-port", "0", "--prometheus-port", str(port),
+                                 "--data-dir", str(tmp_path / "data")],
+                                capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"warren: cannot listen for Prometheus on 127.0.0.1:{port}: Address already in use" in result.stderr
+
+
+def test_the_default_port_taken_is_only_logged(make_broker):
+    """15692 when nobody chose it: another broker on the machine may hold it (this test holds
+    it, or another broker of the suite does)."""
+    holder = socket.socket()
+    try:
+        holder.bind(("127.0.0.1", 15692))
+        holder.listen()
+    except OSError:
+        pass  # taken already
+    try:
+        b = make_broker()
+        assert wait_for(lambda: "Prometheus metrics not served: cannot listen on 127.0.0.1:15692" in b.log(), 5)
+    finally:
+        holder.close()
+
+
+# ------------------------------------------------------------------------ a real Prometheus
+def prometheus_binary() -> str:
+    binary = shutil.which("prometheus") or ("/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus") else None)
+    if binary is None:
+        if os.environ.get("CI") == "true" or os.environ.get("WARREN_REQUIRE_PROMETHEUS") == "1":
+            pytest.fail("the prometheus binary is missing (.ci/run installs Debian's prometheus package)")
+        pytest.skip("no prometheus binary (apt-get install prometheus); CI installs it and runs this test")
+    return binary
+
+
+def test_a_real_prometheus_scrapes_it(make_broker, uid):
+    """Prometheus 2.42 starts scraping some 5 s after it starts (its scrape manager takes new
+    targets every 5 s): it is started first, the broker and its traffic meanwhile."""
+    if EXTERNAL:
+        pytest.skip("needs to start its own Warren broker")
+    binary = prometheus_binary()
+    port = free_port()
+    workdir = tempfile.mkdtemp(prefix="warren-prometheus-")
+    with open(os.path.join(workdir, "prometheus.yml"), "w") as f:
+        f.write(f"""global:
+  scrape_interval: 500ms
+  scrape_timeout: 500ms
+scrape_configs:
+  - job_name: warren
+    static_configs:
+      - targets: ['127.0.0.1:{port}']
+  - job_name: warren-per-object
+    metrics_path: /metrics/per-object
+    static_configs:
+      - targets: ['127.0.0.1:{port}']
+    relabel_configs:  # an instance of its own, so the dashboard's joins on instance stay one-to-one
+      - target_label: instance
+        replacement: warren-per-object
+""")
+    web = free_port()
+    log = open(os.path.join(workdir, "prometheus.log"), "wb")
+    proc = subprocess.Popen([binary, f"--config.file={workdir}/prometheus.yml",
+                             f"--storage.tsdb.path={workdir}/data", f"--web.listen-address=127.0.0.1:{web}",
+                             "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT)
+    conn = None
+    api = f"http://127.0.0.1:{web}/api/v1/query"
+
+    def query(expr):
+        try:
+            r = requests.get(api, params={"query": expr}, timeout=5)
+        except requests.ConnectionError:  # not listening yet
+            assert proc.poll() is None, pathlib.Path(workdir, "prometheus.log").read_text()
+            return []
+        return r.json()["data"]["result"] if r.status_code == 200 else []
+
+    def value(expr):
+        result = query(expr)
+        return float(result[0]["value"][1]) if len(result) == 1 else None
+
+    try:
+        b = make_broker("--prometheus-port", str(port))
+        queue = f"scraped-{uid}"
+        conn = pika.BlockingConnection(b.pika_params())
+        ch = conn.channel()
+        ch.queue_declare(queue)
+        for _ in range(7):
+            ch.basic_publish("", queue, b"m")
+        # Both jobs up, and the gauge as the RabbitMQ-Overview dashboard asks for it (joined
+        # with the node's identity, by cluster name; the left side of /metrics only, as a
+        # Prometheus that scrapes the dashboard's one endpoint has it).
+        assert wait_for(lambda: value('sum(up{job=~"warren.*"})') == 2, 20), query("up")
+        ready = ('sum(rabbitmq_queue_messages_ready{job="warren"} * on(instance) group_left(rabbitmq_cluster) '
+                 'rabbitmq_identity_info{rabbitmq_cluster="warren@localhost", namespace=""})')
+        assert wait_for(lambda: value(ready) == 7, 10), query(ready)
+        per_queue = f'rabbitmq_queue_messages_ready{{job="warren-per-object",queue="{queue}",vhost="/"}}'
+        assert wait_for(lambda: value(per_queue) == 7, 10), query(per_queue)
+        for _ in range(3):
+            ch.basic_publish("", queue, b"m")
+        received = 'rabbitmq_global_messages_received_total{job="warren",protocol="amqp091"}'
+        assert wait_for(lambda: value(received) == 10, 10), query(received)
+        assert value('rabbitmq_connections{job="warren"}') == 1
+        assert value('rabbitmq_resident_memory_limit_bytes{job="warren"} - '
+                     'rabbitmq_process_resident_memory_bytes{job="warren"}') > 0
+        nodes = query('rabbitmq_build_info * on(instance) group_left(rabbitmq_cluster, rabbitmq_node) '
+                      'rabbitmq_identity_info{job="warren"}')
+        assert [(n["metric"]["rabbitmq_node"], n["metric"]["rabbitmq_version"]) for n in nodes] == [
+            ("warren@localhost", "3.10.8")]
+    finally:
+        if conn is not None:
+            conn.close()
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        shutil.rmtree(workdir, ignore_errors=True)
