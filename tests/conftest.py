@@ -22,6 +22,9 @@ import uuid
 import pytest
 
 EXTERNAL = os.environ.get("WARREN_TEST_BROKER")
+# Unique per run, the same in every pytest-xdist worker: names built from it at import time
+# end up in test ids, which the workers' collections must agree on.
+RUN_ID = (os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex)[:8]
 
 
 def free_port() -> int:

@@ -10,21 +10,20 @@ only) the module is skipped.
 """
 
 import os
-import uuid
 
 import pika
 import pytest
 import requests
 from amqpstorm.management import ManagementApi
 
-from conftest import EXTERNAL, BrokerProcess, start_broker
+from conftest import EXTERNAL, RUN_ID, BrokerProcess, start_broker
 
 MGMT = os.environ.get("WARREN_TEST_MGMT")
 pytestmark = pytest.mark.skipif(bool(EXTERNAL) and not MGMT,
                                 reason="the comparison RabbitMQ node has no management plugin")
 
 ADMIN = ("guest", "guest")
-SUFFIX = uuid.uuid4().hex[:6]
+SUFFIX = RUN_ID[:6]
 
 
 class Target:

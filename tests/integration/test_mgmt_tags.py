@@ -19,20 +19,19 @@ connection or channel asked by a non-monitoring user; Warren 404).
 import os
 import re
 import time
-import uuid
 from urllib.parse import quote
 
 import pika
 import pytest
 import requests
 
-from conftest import EXTERNAL, DefinitionsBroker, password_hash
+from conftest import EXTERNAL, RUN_ID, DefinitionsBroker, password_hash
 
 MGMT = os.environ.get("WARREN_TEST_MGMT")
 pytestmark = pytest.mark.skipif(bool(EXTERNAL) and not MGMT,
                                 reason="the comparison RabbitMQ node has no management plugin")
 
-SUFFIX = uuid.uuid4().hex[:6]
+SUFFIX = RUN_ID[:6]
 VT = f"tags-{SUFFIX}"        # the vhost every user but noperm has permissions in
 VO = f"tags-other-{SUFFIX}"  # where only noperm has permissions
 PASSWORD = "tags-pw"

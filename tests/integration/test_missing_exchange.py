@@ -14,7 +14,7 @@ import subprocess
 import pika
 import pytest
 import requests
-from pika.exceptions import ChannelClosedByBroker, UnroutableError
+from pika.exceptions import UnroutableError
 
 from conftest import EXTERNAL, channel_error, get_all
 

@@ -19,12 +19,11 @@ RabbitMQ 3.10.8 node.
 import json
 import re
 import time
-import uuid
 
 import pika
 import pytest
 
-from conftest import drain
+from conftest import RUN_ID, drain
 from .dlx_helpers import (DLRK, DLX, EXPIRES, MAX_LENGTH, OVERFLOW, TTL, Policies, bodies, confirmed, deaths, get_n,
                           get_one, message_count, policies, queue_exists, wait_count, wait_until)
 
@@ -52,7 +51,7 @@ def wait_max_length(ch, q, n, timeout=10.0):
 
 # ------------------------------------------------------------------------------ the catalogue
 
-M = uuid.uuid4().hex[:8]  # this module's prefix tag
+M = RUN_ID  # this module's prefix tag
 DLQ = f"pol-dlq-{M}"      # where the catalogue's DLX policies send dead letters
 
 

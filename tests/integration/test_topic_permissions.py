@@ -15,17 +15,16 @@ tests/integration/test_topic_permissions.py`). The restart tests are Warren's on
 
 import os
 import signal
-import uuid
 from urllib.parse import quote
 
 import pika
 import pytest
 import requests
 
-from conftest import EXTERNAL, DefinitionsBroker, channel_error, password_hash
+from conftest import EXTERNAL, RUN_ID, DefinitionsBroker, channel_error, password_hash
 
 MGMT = os.environ.get("WARREN_TEST_MGMT")
-SUFFIX = uuid.uuid4().hex[:6]
+SUFFIX = RUN_ID[:6]
 VHOST = f"topic-perm-{SUFFIX}"
 USER, PASSWORD = f"tp.user-{SUFFIX}", "tp-secret"
 MGMT_USER = f"tp-mgmt-{SUFFIX}"  # tagged management: no access to these admin-only routes
