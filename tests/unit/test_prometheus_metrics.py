@@ -11,7 +11,7 @@ from pamqp import commands, frame
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from warren.mgmt.metrics import registries
+from warren.mgmt.metrics import endpoints
 
 from .fake_transport import PROTOCOL_HEADER, Client, FakeTransport, durable_broker, make_connection
 
@@ -83,14 +83,14 @@ def reference(endpoint: str) -> dict:
 
 def scrape(client: Client, per_object_metrics: bool = False) -> tuple[dict, dict]:
     server = SimpleNamespace(broker=client.broker, protocols={object()}, services=[])
-    default, per_object = registries(server, per_object_metrics)
-    return (families(generate_latest(default).decode()), families(generate_latest(per_object).decode()))
+    default, per_object = endpoints(server, per_object_metrics)
+    return (families(generate_latest(default.read()).decode()), families(generate_latest(per_object.read()).decode()))
 
 
 def values(client: Client, per_object: bool = False) -> dict:
     """{(sample name, sorted label items): value} of one scrape."""
     server = SimpleNamespace(broker=client.broker, protocols=set(), services=[])
-    registry = registries(server)[1 if per_object else 0]
+    registry = endpoints(server)[1 if per_object else 0].read()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples}
 

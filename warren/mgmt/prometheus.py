@@ -18,13 +18,14 @@ start fails.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from .metrics import registries
+from .metrics import Endpoint, endpoints
 
 log = logging.getLogger("warren.mgmt")
 
@@ -32,9 +33,13 @@ DEFAULT_PORT = 15692
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # RabbitMQ's (and the format generate_latest writes)
 
 
-def _handler(registry):
+def _handler(endpoint: Endpoint):
     async def metrics(request: web.Request) -> web.Response:
-        response = web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE})
+        # The broker is read here, on its loop (the model has no locks); the samples are made
+        # and written out in a thread.
+        reading = endpoint.read()
+        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, reading)
+        response = web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
         if "gzip" in request.headers.get("Accept-Encoding", ""):
             response.enable_compression()
         return response
@@ -42,7 +47,7 @@ def _handler(registry):
 
 
 def make_app(server, per_object_metrics: bool = False) -> web.Application:
-    default, per_object = registries(server, per_object_metrics)
+    default, per_object = endpoints(server, per_object_metrics)
     app = web.Application()
     app.add_routes([web.get("/metrics", _handler(default)), web.get("/metrics/per-object", _handler(per_object))])
     return app
