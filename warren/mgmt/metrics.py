@@ -133,21 +133,34 @@ def routed_total(broker) -> int:
     return total
 
 
-def queue_rows(broker, queues: list) -> list[tuple[dict[str, str], tuple[float, ...]]]:
+def queue_rows(broker, queues: list, per_object: bool) -> list[tuple[dict[str, str], tuple[float, ...]]]:
     """({vhost, queue}, values in _QUEUE_GAUGES' order) for every queue, counted as the
-    management API counts them (a stream's messages are every entry it holds)."""
+    management API counts them (a stream's messages are every entry it holds); not per
+    object, one row of their sums (and no object made per queue: the scrape of a broker with
+    many queues stays short on its loop)."""
     unacked_bytes = stats.unacked_bytes_by_queue(broker)
     rows: list[tuple[dict[str, str], tuple[float, ...]]] = []
+    sums = [0] * 7
     for queue in queues:
         store = queue.store
         ready = len(store)
         unacked = queue.unacked_count
         ready_bytes = store.ready_bytes
-        held_bytes = unacked_bytes.get(queue, 0)
+        held_bytes = unacked_bytes.get(queue, 0) if unacked_bytes else 0
         total = ready if queue.queue_type == "stream" else ready + unacked
-        rows.append(({"vhost": queue.vhost.name, "queue": queue.name},
-                     (ready, unacked, total, queue.consumer_count, ready_bytes + held_bytes, ready_bytes, held_bytes)))
-    return rows
+        if per_object:
+            rows.append(({"vhost": queue.vhost.name, "queue": queue.name},
+                         (ready, unacked, total, queue.consumer_count, ready_bytes + held_bytes, ready_bytes,
+                          held_bytes)))
+        else:
+            sums[0] += ready
+            sums[1] += unacked
+            sums[2] += total
+            sums[3] += queue.consumer_count
+            sums[4] += ready_bytes + held_bytes
+            sums[5] += ready_bytes
+            sums[6] += held_bytes
+    return rows if per_object else [(NO_LABELS, tuple(sums))]
 
 
 # ------------------------------------------------------------------------- the node
@@ -218,7 +231,8 @@ class Reading:
     node_counters: dict[str, int]
     alarms: tuple[int, int]  # disk, memory
     node: list[tuple[str, str, float]]  # (name, help, value) of the node's gauges that have a value
-    queues: Rows  # ({vhost, queue}, values in _QUEUE_GAUGES' order)
+    queues: Rows  # ({vhost, queue}, values in _QUEUE_GAUGES' order); one row of sums if not per object
+    queue_count: int
     channels: Rows  # ({channel}, values in _CHANNEL_GAUGES' order): labels only when per object
     connections: Rows  # ({channel}, values in _CONNECTION_COUNTERS' order + channels)
     retired_connections: dict[str, int]
@@ -252,7 +266,8 @@ def read(server, per_object: bool) -> Reading:
         node_counters=dict(broker.node_counters),
         alarms=(int(DISK in broker.alarms), int(MEMORY in broker.alarms)),
         node=[(name, documentation, value) for name, documentation, value in node if value is not None],
-        queues=queue_rows(broker, queues),
+        queues=queue_rows(broker, queues, per_object),
+        queue_count=len(queues),
         channels=[({"channel": channel_name(ch)} if per_object else no_label,
                    tuple(value(ch) for _, _, value in _CHANNEL_GAUGES)) for ch in channels],
         # Labelled "channel", as RabbitMQ 3.10.8 labels a connection's metrics (by its pid).
@@ -381,7 +396,7 @@ def families(r: Reading, per_object: bool, alarms: bool) -> Iterator[Metric]:
     yield one("gauge", "rabbitmq_connections", "Connections currently open", len(r.connections))
     yield one("gauge", "rabbitmq_channels", "Channels currently open", len(r.channels))
     yield one("gauge", "rabbitmq_consumers", "Consumers currently connected", consumers)
-    yield one("gauge", "rabbitmq_queues", "Queues available", len(r.queues))
+    yield one("gauge", "rabbitmq_queues", "Queues available", r.queue_count)
     # RabbitMQ's erlang_version has no Warren counterpart: python_version stands beside it.
     yield family("untyped", "rabbitmq_build_info", "RabbitMQ & Erlang/OTP version info",
                  [({"rabbitmq_version": RABBITMQ_VERSION, "prometheus_plugin_version": __version__,

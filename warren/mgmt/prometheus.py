@@ -39,7 +39,8 @@ def _handler(endpoint: Endpoint):
         # and written out in a thread.
         reading = endpoint.read()
         body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, reading)
-        response = web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+        # (compressed in a thread too, past 64 KiB)
+        response = web.Response(body=body, headers={"Content-Type": CONTENT_TYPE}, zlib_executor_size=64 * 1024)
         if "gzip" in request.headers.get("Accept-Encoding", ""):
             response.enable_compression()
         return response
