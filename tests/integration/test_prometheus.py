@@ -159,11 +159,12 @@ def test_the_default_port_taken_is_only_logged(make_broker):
     """15692 when nobody chose it: another broker on the machine may hold it (this test holds
     it, or another broker of the suite does)."""
     holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the broker's (a TIME_WAIT is no listener)
     try:
         holder.bind(("127.0.0.1", 15692))
         holder.listen()
     except OSError:
-        pass  # taken already
+        pass  # another listener has it
     try:
         b = make_broker()
         assert wait_for(lambda: "Prometheus metrics not served: cannot listen on 127.0.0.1:15692" in b.log(), 5)
