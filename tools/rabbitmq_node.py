@@ -11,6 +11,9 @@ node, /var/lib/rabbitmq or ~/.erlang.cookie, and several can run side by side:
 - mnesia, log, pid file, plugins file (no plugins unless asked for) and config paths
   in the temp dir; the broker runs with its default configuration (user guest/guest).
 
+conf=["key = value", ...] (command line: --conf "key = value", repeatable) adds lines to
+the node's rabbitmq.conf, e.g. a TLS listener and its ssl_options.*.
+
 With plugins=["rabbitmq_management"] (command line: --plugins rabbitmq_management) the
 management plugin also runs, on a free port of 127.0.0.1: node.mgmt_port, node.mgmt_api
 ("http://127.0.0.1:PORT/api"); `run` then also sets WARREN_TEST_MGMT to that URL.
@@ -269,7 +272,8 @@ class RabbitMQNode:
     def __init__(self, nodename: str | None = None, *, server: str | None = None,
                  rabbitmqctl: str | None = None, start_timeout: float = 60.0,
                  keep_tmp: bool = False, tmp_prefix: str = "rabbitmq-node-",
-                 plugins: list[str] | tuple[str, ...] = (), log=_log):
+                 plugins: list[str] | tuple[str, ...] = (), conf: list[str] | tuple[str, ...] = (),
+                 log=_log):
         self.nodename = nodename or f"warren-test-{os.getpid()}@localhost"
         self.server = server or default_rabbitmq_bin("rabbitmq-server")
         self.rabbitmqctl = rabbitmqctl or default_rabbitmq_bin("rabbitmqctl")
@@ -278,6 +282,7 @@ class RabbitMQNode:
         self.tmp_prefix = tmp_prefix
         self.log = log
         self.plugins = list(plugins)
+        self.conf = list(conf)  # extra rabbitmq.conf lines
         self.port = 0
         self.mgmt_port = 0  # the management plugin's HTTP port, if it is enabled
         self.dist_port = 0
@@ -387,9 +392,12 @@ class RabbitMQNode:
         os.chmod(cookie_path, 0o400)
         with open(os.path.join(t, "enabled_plugins"), "w") as f:
             f.write(f"[{','.join(self.plugins)}].\n")
+        conf = list(self.conf)
         if self.mgmt_port:
+            conf[:0] = [f"management.tcp.ip = {self.host}", f"management.tcp.port = {self.mgmt_port}"]
+        if conf:
             with open(os.path.join(t, "rabbitmq.conf"), "w") as f:
-                f.write(f"management.tcp.ip = {self.host}\nmanagement.tcp.port = {self.mgmt_port}\n")
+                f.write("".join(line + "\n" for line in conf))
         open(os.path.join(t, "rabbitmq-env.conf"), "w").close()
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("RABBITMQ_", "ERL_"))}
@@ -516,7 +524,7 @@ def _run(args) -> int:
     atexit.register(kill_all_children)
     node = RabbitMQNode(args.nodename, server=args.rabbitmq_server,
                         rabbitmqctl=args.rabbitmqctl, start_timeout=args.start_timeout,
-                        keep_tmp=args.keep_tmp, plugins=args.plugins)
+                        keep_tmp=args.keep_tmp, plugins=args.plugins, conf=args.conf)
     proc = None
     try:
         try:
@@ -580,6 +588,9 @@ def main(argv=None) -> int:
     run.add_argument("--plugins", default=[], type=lambda v: [p for p in v.split(",") if p],
                      help="comma-separated plugins to enable, e.g. rabbitmq_management "
                           "(default none); with it, WARREN_TEST_MGMT is set too")
+    run.add_argument("--conf", default=[], action="append", metavar="'KEY = VALUE'",
+                     help="a line for the node's rabbitmq.conf (repeatable), e.g. "
+                          "'listeners.ssl.default = 5671'")
     run.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run")
     args = ap.parse_args(argv)
     return _run(args)

@@ -35,9 +35,10 @@ FRAME_MAX = 131072  # what open_connection tunes
 class FakeTransport:
     """The Transport port (warren/broker/ports.py), recording what the connection asks of it."""
 
-    def __init__(self, peer=PEER, local=LOCAL):
+    def __init__(self, peer=PEER, local=LOCAL, tls=None):
         self.peer = peer
         self.local = local
+        self.tls = tls                   # a warren.broker.ports.TLSInfo: a connection over TLS
         self.data = bytearray()          # written and not yet read by frames()
         self.write_count = 0
         self.closed = False

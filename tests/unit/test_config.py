@@ -217,7 +217,7 @@ def test_new_style_bad_values(line, reason):
 @pytest.mark.parametrize("line, message", [
     ("nonsense.key = 1", "warren.conf:1: nonsense.key: unknown key"),
     ("hearbeat = 30", "warren.conf:1: hearbeat: unknown key (did you mean heartbeat?)"),
-    ("listeners.ssl.default = 5671", "warren.conf:1: listeners.ssl.default: unknown key (did you mean "
+    ("listeners.tpc.default = 5672", "warren.conf:1: listeners.tpc.default: unknown key (did you mean "
                                      "listeners.tcp.default?)"),
     ("default_permissions.delete = .*", "warren.conf:1: default_permissions.delete: unknown key (did you mean "
                                         "default_permissions.write?)"),

@@ -9,6 +9,7 @@ transport and the scheduler.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
 if TYPE_CHECKING:
@@ -16,11 +17,21 @@ if TYPE_CHECKING:
     from .consumer import Consumer
 
 
+@dataclass(frozen=True)
+class TLSInfo:
+    """What a connection over TLS knows of its TLS session (set once the handshake is done)."""
+
+    protocol: str                  # as OpenSSL names it: "TLSv1.3"
+    cipher: str                    # OpenSSL's name of the suite: "TLS_AES_256_GCM_SHA384"
+    peer_cert: bytes | None = None  # the client's certificate (DER), verified; None if it sent none
+
+
 class Transport(Protocol):
     """The byte pipe under one AMQP connection (the server's asyncio protocol)."""
 
     peer: tuple[str, int]   # the client's address
     local: tuple[str, int]  # the address the client connected to
+    tls: TLSInfo | None     # None: not over TLS
 
     def write(self, data: bytes) -> None: ...
 

@@ -26,6 +26,16 @@ load_config() returns a dict with the settings present in the file (nothing for 
   consumer_timeout              ms a delivery may stay unacked (None: no limit, classic
                                 format's `undefined`)
   management_port, management_host
+  ssl_listeners                 [(host or None, port), ...]: the AMQPS listeners (listeners.ssl.*)
+  ssl_options                   {cacertfile, certfile, keyfile, password, verify ("verify_peer" or
+                                "verify_none"), fail_if_no_peer_cert (bool), versions (["tlsv1.2",
+                                "tlsv1.3"])}: the TLS of the AMQPS listeners (warren.server.tls)
+  ssl_handshake_timeout         seconds a client has to finish the TLS handshake
+  management_ssl                the API's HTTPS listener (management.ssl.*): {port, ip, and the
+                                TLS options as in ssl_options}
+  auth_mechanisms               the SASL mechanisms offered: a tuple of PLAIN, AMQPLAIN, EXTERNAL
+  ssl_cert_login_from           where EXTERNAL takes the user name from: "distinguished_name" or
+                                "common_name"
   prometheus_port, prometheus_host   the Prometheus endpoint (prometheus.tcp.*; port 0: off)
   prometheus_per_object         prometheus.return_per_object_metrics (bool)
   log_level                     a Python logging level
@@ -42,9 +52,11 @@ import difflib
 import ipaddress
 import logging
 import math
+import os
 import re
 
 from ..amqp.erlang import erl_atom, erl_binary, erl_string
+from ..session import sasl, x509
 
 log = logging.getLogger("warren.config")
 
@@ -216,6 +228,53 @@ def _prometheus_port(value: int) -> int:
     return 0 if value == 0 else _port(value)  # 0: no Prometheus endpoint, as --prometheus-port 0
 
 
+# TLS ------------------------------------------------------------------------------------
+# The TLS options of a listener (ssl_options.* for AMQPS, management.ssl.* for HTTPS) Warren
+# implements; RabbitMQ's others (ciphers, depth, crl_check, dhfile, honor_cipher_order,
+# client_renegotiation, ...) are refused as unknown keys.
+TLS_VERSIONS = ("tlsv1.2", "tlsv1.3")
+
+
+def _file(text: str) -> str:
+    # RabbitMQ's file_accessible validator: the file must exist and be readable at start.
+    if not os.path.isfile(text) or not os.access(text, os.R_OK):
+        raise ValueError(f"'{text}' is not a readable file")
+    return text
+
+
+def _verify(text: str) -> str:
+    if text not in ("verify_peer", "verify_none"):
+        raise ValueError(f"expected verify_peer or verify_none, got '{text}'")
+    return text
+
+
+def _tls_version(text: str) -> str:
+    if text in ("tlsv1", "tlsv1.1", "sslv3"):
+        raise ValueError(f"{text} is not supported (Warren allows tlsv1.2 and tlsv1.3)")
+    if text not in TLS_VERSIONS:
+        raise ValueError(f"expected tlsv1.2 or tlsv1.3, got '{text}'")
+    return text
+
+
+def _mechanism(text: str) -> str:
+    if text not in sasl.KNOWN:
+        raise ValueError(f"expected one of {', '.join(sasl.KNOWN)} (the mechanisms Warren has), got '{text}'")
+    return text
+
+
+def _cert_login_from(text: str) -> str:
+    if text in ("subject_alternative_name", "subject_alt_name"):
+        raise ValueError(f"{text} is not supported (Warren takes the user name from the "
+                         "distinguished_name or the common_name)")
+    if text not in x509.LOGIN_FROM:
+        raise ValueError(f"expected distinguished_name or common_name, got '{text}'")
+    return text
+
+
+_TLS_OPTIONS = {"cacertfile": _file, "certfile": _file, "keyfile": _file, "password": lambda v: v,
+                "verify": _verify, "fail_if_no_peer_cert": _boolean}
+
+
 # RabbitMQ's log levels (log.console.level) as Python logging levels.
 LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO + 5,
               "warning": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL,
@@ -240,12 +299,51 @@ class _Settings:
         self.warnings: list = []
         self.config: dict = {}
         self.listeners: dict = {}  # name -> (host, port, line, key)
+        self.ssl_listeners: dict = {}  # name -> (host, port, line, key)
+        # "ssl_options" / "management.ssl" -> option -> (value, line, key) (versions: a dict
+        # name -> version as the value)
+        self.tls: dict = {"ssl_options": {}, "management.ssl": {}}
+        self.auth_mechanisms: dict = {}  # name (auth_mechanisms.NAME) -> mechanism
         self.user_tags = None  # name -> bool
         self.permissions: dict = {}  # configure/read/write -> (regex, line, key)
         self.loopback = None  # name -> bool
         self.loopback_none = False
         self.watermark: dict = {}  # "relative"/"absolute" -> value
         self.disk_limit: dict = {}  # "relative"/"absolute" -> value
+
+    def _tls_result(self, config: dict) -> None:
+        """The TLS settings: AMQPS listeners and their options, the API's HTTPS listener,
+        mechanisms. A TLS listener needs a certificate and its key; verify_peer needs the CAs."""
+        if self.ssl_listeners:
+            config["ssl_listeners"] = [(host, port) for host, port, _, _ in
+                                       sorted(self.ssl_listeners.values(), key=lambda v: v[2])]
+        first_listener = min(self.ssl_listeners.values(), key=lambda v: v[2], default=None)
+        for prefix, name in (("ssl_options", "ssl_options"), ("management.ssl", "management_ssl")):
+            given = self.tls[prefix]
+            if not given and not (prefix == "ssl_options" and first_listener is not None):
+                continue
+            options = {option: value for option, (value, _, _) in given.items() if option != "versions"}
+            if "versions" in given:
+                options["versions"] = sorted(set(given["versions"][0].values()))
+            if prefix == "management.ssl":
+                options.setdefault("port", 15671)  # RabbitMQ's default HTTPS port
+                line, key = min((line, key) for _, line, key in given.values())  # (given: not empty)
+            elif first_listener is not None:
+                _, _, line, key = first_listener
+            else:
+                line = None  # ssl_options without a TLS listener: checked, unused (as in RabbitMQ)
+            config[name] = options
+            if line is None:
+                continue
+            missing = [f"{prefix}.{k}" for k in ("certfile", "keyfile") if k not in options]
+            if missing:
+                self.error(line, key, f"a TLS listener needs {' and '.join(missing)}")
+            if options.get("verify") == "verify_peer" and "cacertfile" not in options:
+                _, vline, vkey = given["verify"]
+                self.error(vline, vkey, f"verify_peer needs {prefix}.cacertfile (the CAs client "
+                                        "certificates are checked against)")
+        if self.auth_mechanisms:
+            config["auth_mechanisms"] = tuple(dict.fromkeys(self.auth_mechanisms.values()))
 
     def error(self, line, key, reason) -> None:
         self.errors.append(f"{self.path}:{line}: {key}: {reason}" if key else f"{self.path}:{line}: {reason}")
@@ -261,6 +359,7 @@ class _Settings:
             config["port"] = port
             if host is not None:
                 config["host"] = host
+        self._tls_result(config)
         if self.user_tags is not None:
             config["default_user_tags"] = [tag for tag, on in self.user_tags.items() if on]
         if self.permissions:
@@ -311,6 +410,34 @@ def _listeners_none(settings, key, rest, value, line):
 def _listener_key(settings, key, rest, value, line):
     host, port = _listener(value)
     settings.listeners[rest] = (host, port, line, key)
+
+
+def _ssl_listeners_none(settings, key, rest, value, line):
+    if value != "none":
+        raise ValueError(f"expected none or listeners.ssl.NAME = PORT, got '{value}'")
+    settings.ssl_listeners = {}
+
+
+def _ssl_listener_key(settings, key, rest, value, line):
+    host, port = _listener(value)
+    settings.ssl_listeners[rest] = (host, port, line, key)
+
+
+def _tls_option(prefix, name, convert):
+    def handle(settings, key, rest, value, line):
+        settings.tls[prefix][name] = (convert(value), line, key)
+    return handle
+
+
+def _tls_version_key(prefix):
+    def handle(settings, key, rest, value, line):
+        versions = settings.tls[prefix].setdefault("versions", ({}, line, key))[0]
+        versions[rest] = _tls_version(value)
+    return handle
+
+
+def _auth_mechanism(settings, key, rest, value, line):
+    settings.auth_mechanisms[rest] = _mechanism(value)
 
 
 def _user_tag(settings, key, rest, value, line):
@@ -387,6 +514,18 @@ _NEW_STYLE = {
     "prometheus.tcp.ip": _simple("prometheus_host", _ip),
     "prometheus.return_per_object_metrics": _simple("prometheus_per_object", _boolean),
     "log.console.level": _simple("log_level", _log_level),
+    "listeners.ssl": _ssl_listeners_none,
+    "listeners.ssl.*": _ssl_listener_key,
+    **{f"ssl_options.{name}": _tls_option("ssl_options", name, convert) for name, convert in _TLS_OPTIONS.items()},
+    "ssl_options.versions.*": _tls_version_key("ssl_options"),
+    "ssl_handshake_timeout": _simple("ssl_handshake_timeout", lambda v: _handshake_timeout(_integer(v))),
+    "auth_mechanisms.*": _auth_mechanism,
+    "ssl_cert_login_from": _simple("ssl_cert_login_from", _cert_login_from),
+    "management.ssl.port": _tls_option("management.ssl", "port", lambda v: _port(_integer(v))),
+    "management.ssl.ip": _tls_option("management.ssl", "ip", _ip),
+    **{f"management.ssl.{name}": _tls_option("management.ssl", name, convert)
+       for name, convert in _TLS_OPTIONS.items()},
+    "management.ssl.versions.*": _tls_version_key("management.ssl"),
     "warren.queue_window": _simple("queue_window", lambda v: _in_range(_integer(v), 1, 2 ** 31 - 1)),
 }
 
@@ -407,6 +546,11 @@ def _new_style_handler(key: str):
 
 
 def _unknown_key(key: str) -> str:
+    for prefix in ("ssl_options.", "management.ssl."):
+        if key.startswith(prefix):
+            return (f"unknown key (Warren's TLS options: {', '.join(prefix + k for k in _TLS_OPTIONS)}, "
+                    f"{prefix}versions.N" + (f", {prefix}port, {prefix}ip" if prefix == "management.ssl." else "")
+                    + ")")
     last = key.rsplit(".", 1)[-1]  # "listeners.ssl.default" is closest to "listeners.tcp.default"
     names = [k[:-1] + last if k.endswith(".*") else k for k in _NEW_STYLE]
     close = difflib.get_close_matches(key, names, n=1)
@@ -802,6 +946,74 @@ def _erl_tcp_listeners(settings, value, line, key):
     settings.listeners = listeners
 
 
+def _erl_ssl_listeners(settings, value, line, key):
+    # As tcp_listeners; [] (no TLS listener) is RabbitMQ's default.
+    settings.ssl_listeners = {}
+    if _erl_list(value, "a list of ports or {\"IP\", Port} tuples"):
+        tcp = settings.listeners
+        _erl_tcp_listeners(settings, value, line, key)  # (sets settings.listeners once all are valid)
+        settings.ssl_listeners, settings.listeners = settings.listeners, tcp
+
+
+def _erl_true_false(term) -> bool:
+    if isinstance(term, Atom) and term.name in ("true", "false"):
+        return term.name == "true"
+    raise ValueError(f"expected true or false, got {format_term(term)}")
+
+
+def _erl_atom_text(term) -> str:
+    if isinstance(term, Atom):
+        return term.name
+    raise ValueError(f"expected an atom, got {format_term(term)}")
+
+
+def _erl_atom_value(convert):
+    """An atom's name through a new-style converter, its errors showing the term as Erlang does."""
+    def parse(term):
+        name = _erl_atom_text(term)
+        try:
+            return convert(name)
+        except ValueError as err:
+            raise ValueError(str(err).replace(f"'{name}'", format_term(term))) from None
+    return parse
+
+
+def _erl_tls_options(prefix, listener=False):
+    """The handler of a proplist of TLS options (rabbit's ssl_options, rabbitmq_management's
+    ssl_config, which also has port and ip)."""
+    def option(name, convert):
+        def handle(settings, value, line, key):
+            settings.tls[prefix][name] = (convert(value), line, key)
+        return handle
+
+    def versions(settings, value, line, key):
+        items = _erl_list(value, "a list of atoms such as ['tlsv1.2', 'tlsv1.3']")
+        settings.tls[prefix]["versions"] = ({str(i): _erl_atom_value(_tls_version)(v) for i, v in enumerate(items)},
+                                            line, key)
+
+    handlers = {"cacertfile": option("cacertfile", lambda v: _file(_erl_text(v))),
+                "certfile": option("certfile", lambda v: _file(_erl_text(v))),
+                "keyfile": option("keyfile", lambda v: _file(_erl_text(v))),
+                "password": option("password", _erl_text),
+                "verify": option("verify", _erl_atom_value(_verify)),
+                "fail_if_no_peer_cert": option("fail_if_no_peer_cert", _erl_true_false),
+                "versions": versions}
+    if listener:
+        handlers["port"] = option("port", lambda v: _port(_erl_int(v)))
+        handlers["ip"] = option("ip", lambda v: _ip(_erl_text(v)))
+
+    def handle(settings, value, line, key):
+        _erl_proplist(value, line, key, settings, handlers)
+    return handle
+
+
+def _erl_auth_mechanisms(settings, value, line, key):
+    items = _erl_list(value, "a list of atoms such as ['PLAIN', 'AMQPLAIN', 'EXTERNAL']")
+    settings.auth_mechanisms = {str(i): _erl_atom_value(_mechanism)(v) for i, v in enumerate(items)}
+    if not items:
+        raise ValueError("[] (no mechanism: nobody could log in) is not supported")
+
+
 def _erl_user_tags(settings, value, line, key):
     tags = _erl_list(value, "a list of atoms such as [administrator]")
     for tag in tags:
@@ -910,12 +1122,18 @@ _ERLANG_RABBIT = {
                                                          lambda v: _classic_paging_ratio(_erl_float(v))),
     "disk_free_limit": _erl_disk_free_limit,
     "log": _erl_log,
+    "ssl_listeners": _erl_ssl_listeners,
+    "ssl_options": _erl_tls_options("ssl_options"),
+    "ssl_handshake_timeout": _erl_simple("ssl_handshake_timeout", lambda v: _handshake_timeout(_erl_int(v))),
+    "auth_mechanisms": _erl_auth_mechanisms,
+    "ssl_cert_login_from": _erl_simple("ssl_cert_login_from", _erl_atom_value(_cert_login_from)),
 }
 
 _ERLANG_APPS = {
     "rabbit": _ERLANG_RABBIT,
     # tcp_config since 3.7; listener is the older name RabbitMQ still reads.
-    "rabbitmq_management": {"tcp_config": _erl_management_listener, "listener": _erl_management_listener},
+    "rabbitmq_management": {"tcp_config": _erl_management_listener, "listener": _erl_management_listener,
+                            "ssl_config": _erl_tls_options("management.ssl", listener=True)},
     "rabbitmq_prometheus": {"tcp_config": _erl_prometheus_listener,
                             "return_per_object_metrics": _erl_simple("prometheus_per_object", _erl_boolean)},
     "warren": {"queue_window": _erl_simple("queue_window", lambda v: _in_range(_erl_int(v), 1, 2 ** 31 - 1))},

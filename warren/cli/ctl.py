@@ -1472,7 +1472,8 @@ def status(ctx, args):
 
 
 def _purpose(listener) -> str:
-    return {"amqp": "AMQP 0-9-1", "http": "HTTP API", "http/prometheus": "Prometheus exporter API over HTTP",
+    return {"amqp": "AMQP 0-9-1", "amqp/ssl": "AMQP 0-9-1 over TLS", "http": "HTTP API",
+            "https": "HTTP API over TLS (HTTPS)", "http/prometheus": "Prometheus exporter API over HTTP",
             "clustering": "inter-node and CLI tool communication"}.get(listener.get("protocol"), "")
 
 

@@ -17,6 +17,7 @@ from ..server.disk_monitor import DEFAULT_LIMIT, DiskMonitor
 from ..spark import pipeline
 from ..server.listener import LOOPBACK, Listen, Server
 from ..server.memory_monitor import DEFAULT_PAGING_RATIO, DEFAULT_WATERMARK, MemoryMonitor
+from ..server.tls import HANDSHAKE_TIMEOUT, TLSError, server_context
 from ..store.definitions import DefinitionsFile
 from ..store.persister import Persister
 from .config import ConfigError, load_config
@@ -150,6 +151,18 @@ def _listen_addresses(hosts: list[str] | None, port: int | None, config: dict) -
     return out
 
 
+def _tls_listen(config: dict, context) -> list[Listen]:
+    """The AMQPS listeners (listeners.ssl.*): an entry with a port alone means the loopbacks,
+    as for listeners.tcp.*."""
+    out: list[Listen] = []
+    for host, port in config.get("ssl_listeners", ()):
+        for listen in ([Listen(host, port, tls=context)] if host is not None else
+                       [Listen(d.host, port, d.optional, tls=context) for d in LOOPBACK]):
+            if all((listen.host, listen.port) != (o.host, o.port) for o in out):
+                out.append(listen)
+    return out
+
+
 def _raise_open_files_limit() -> None:
     """Each queue segment holds two file descriptors: allow as many as the system lets us."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -197,6 +210,16 @@ def main(argv=None) -> int:
     _recover_definitions(broker, store, config)
     if "loopback_users" in config:
         broker.loopback_users = config["loopback_users"]
+    broker.auth_mechanisms = config.get("auth_mechanisms", broker.auth_mechanisms)
+    broker.ssl_cert_login_from = config.get("ssl_cert_login_from", broker.ssl_cert_login_from)
+    # The TLS contexts now: a certificate that cannot be used stops the start with its reason.
+    try:
+        amqps = server_context(config["ssl_options"]) if "ssl_listeners" in config else None
+        https_options = config.get("management_ssl")
+        https_context = server_context(https_options, "management.ssl") if https_options else None
+    except TLSError as err:
+        print(f"warren: {err}", file=sys.stderr)
+        return 2
     if args.definitions:
         try:
             with open(args.definitions) as f:
@@ -215,7 +238,7 @@ def main(argv=None) -> int:
             print(f"warren: cannot write definitions to {store.path}: {err}", file=sys.stderr)
             return 1
         broker.definitions_flushed()
-    listen = _listen_addresses(args.host, args.port, config)
+    listen = _listen_addresses(args.host, args.port, config) + _tls_listen(config, amqps)
     try:
         import uvloop
         uvloop.install()
@@ -225,8 +248,9 @@ def main(argv=None) -> int:
     # less often, and leave what exists at start-up out of every collection.
     gc.freeze()
     gc.set_threshold(50_000, 50, 100)
+    # As RabbitMQ: with management.ssl.* and no management.tcp.*, the API is on HTTPS only.
     management_port = args.management_port if args.management_port is not None else config.get(
-        "management_port", 15672)
+        "management_port", 0 if https_options else 15672)
     # The resource alarms first: they are on before the API answers and a client connects.
     memory = MemoryMonitor(broker, config.get("vm_memory_high_watermark", DEFAULT_WATERMARK),
                            paging_ratio=config.get("vm_memory_high_watermark_paging_ratio", DEFAULT_PAGING_RATIO))
@@ -235,10 +259,14 @@ def main(argv=None) -> int:
     # The API over TCP (unless its port is 0) and, with a data dir, on warrenctl's control
     # socket there (even with the TCP port off: rabbitmqctl needs no management plugin).
     socket_path = control_socket(args.data_dir) if args.data_dir else None
-    if management_port or socket_path:
-        from ..mgmt.app import ManagementService  # aiohttp is loaded only when the API is on
+    if management_port or socket_path or https_options:
+        from ..mgmt.app import HTTPS, ManagementService  # aiohttp is loaded only when the API is on
+        https = None
+        if https_options and https_context is not None:
+            https = HTTPS(https_options.get("ip", config.get("management_host", "127.0.0.1")),
+                          https_options["port"], https_context, https_options)
         services.append(ManagementService(config.get("management_host", "127.0.0.1"), management_port or None,
-                                          socket_path))
+                                          socket_path, https=https))
     prometheus_port = args.prometheus_port if args.prometheus_port is not None else config.get("prometheus_port")
     if prometheus_port != 0:
         from ..mgmt.prometheus import DEFAULT_PORT, PrometheusService
@@ -246,7 +274,9 @@ def main(argv=None) -> int:
         services.append(PrometheusService(config.get("prometheus_host", "127.0.0.1"), prometheus_port or DEFAULT_PORT,
                                           config.get("prometheus_per_object", False),
                                           required=prometheus_port is not None))
-    server = Server(broker, services=services, listen=listen)
+    server = Server(broker, services=services, listen=listen,
+                    tls_handshake_timeout=config.get("ssl_handshake_timeout", HANDSHAKE_TIMEOUT))
+    server.tls_options = config.get("ssl_options", {}) if amqps is not None else {}
     try:
         asyncio.run(_serve(server, broker))
     except OSError as err:

@@ -12,9 +12,10 @@ import logging
 import os
 import pkgutil
 import socket
+import ssl
 import struct
 import tempfile
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import web
 
@@ -194,13 +195,29 @@ def make_app(broker, server=None, service: "ManagementService | None" = None) ->
     return app
 
 
-class ManagementService:
-    """The API on host:port (port None: not over TCP) and on the control socket (a Unix
-    socket path, or None), as one of the server's services (warren.server.listener.Service)."""
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
 
-    def __init__(self, host: str, port: int | None, control_socket: str | None = None):
+
+class HTTPS(NamedTuple):
+    """The API's HTTPS listener (management.ssl.*): its address, TLS context and the options
+    it was made from (what the API shows of them)."""
+    host: str
+    port: int
+    context: ssl.SSLContext
+    options: dict
+
+
+class ManagementService:
+    """The API on host:port (port None: not over TCP), over HTTPS if `https` says where, and
+    on the control socket (a Unix socket path, or None), as one of the server's services
+    (warren.server.listener.Service)."""
+
+    def __init__(self, host: str, port: int | None, control_socket: str | None = None,
+                 https: HTTPS | None = None):
         self.host = host
         self.port = port
+        self.https = https
         self.control_socket = control_socket
         self._control_inode: tuple[int, int] | None = None  # of the socket file we made
         self._runner: web.AppRunner | None = None
@@ -211,6 +228,10 @@ class ManagementService:
         if self.port:
             await web.TCPSite(runner, self.host, self.port, reuse_address=True).start()
             log.info("management API listening on http://%s:%d/api/", self.host, self.port)
+        if self.https is not None:
+            https = self.https
+            await web.TCPSite(runner, https.host, https.port, ssl_context=https.context, reuse_address=True).start()
+            log.info("management API listening on https://%s:%d/api/", _url_host(https.host), https.port)
         if self.control_socket is not None:
             try:
                 sock = self._bind_control_socket(self.control_socket)

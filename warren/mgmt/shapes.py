@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from ..broker.policy import effective_definition
+from ..session import x509
 from .resources import properties_key, table_json
 from .stats import (channel_stats, connection_stats, exchange_stats, node_name, queue_stats,
                     unacked_bytes_by_queue)
@@ -145,6 +146,27 @@ def _blocked_age(conn: Connection) -> float | str:
     return "infinity" if age is None else round(age, 1)
 
 
+def tls_json(conn: Connection) -> dict[str, Any]:
+    """ssl and the TLS session's fields, as RabbitMQ's reader shows them (null when not over
+    TLS, the peer_cert_* ones also when the client sent no certificate)."""
+    tls = conn.tls
+    info: dict[str, Any] = {"peer_cert_issuer": None, "peer_cert_subject": None, "peer_cert_validity": None,
+                            "ssl": tls is not None, "ssl_cipher": None, "ssl_hash": None,
+                            "ssl_key_exchange": None, "ssl_protocol": None}
+    if tls is None:
+        return info
+    key_exchange, cipher, mac = x509.cipher_suite(tls.cipher)
+    info.update(ssl_protocol=tls.protocol.lower(), ssl_cipher=cipher, ssl_hash=mac or None,
+                ssl_key_exchange=key_exchange)
+    if tls.peer_cert is not None:
+        try:
+            info.update(peer_cert_issuer=x509.issuer(tls.peer_cert), peer_cert_subject=x509.subject(tls.peer_cert),
+                        peer_cert_validity=x509.validity(tls.peer_cert))
+        except x509.CertificateError:
+            pass
+    return info
+
+
 def connection_json(conn: Connection) -> dict[str, Any]:
     broker = conn.broker
     user, vhost = conn.user, conn.vhost
@@ -160,18 +182,11 @@ def connection_json(conn: Connection) -> dict[str, Any]:
         "host": host,
         "name": f"{peer_host}:{peer_port} -> {host}:{port}",
         "node": node_name(broker),
-        "peer_cert_issuer": None,
-        "peer_cert_subject": None,
-        "peer_cert_validity": None,
         "peer_host": peer_host,
         "peer_port": peer_port,
         "port": port,
         "protocol": PROTOCOL,
-        "ssl": False,
-        "ssl_cipher": None,
-        "ssl_hash": None,
-        "ssl_key_exchange": None,
-        "ssl_protocol": None,
+        **tls_json(conn),
         # running, flow (read no faster than the store accepts, now or in the last 5 s),
         # blocking (an alarm is on), blocked (its publishing is held by an alarm).
         # last_blocked_by / last_blocked_age are the seed's (RabbitMQ 3.10's API lacks them).

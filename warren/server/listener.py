@@ -1,14 +1,17 @@
 """The listening server: accepts connections and shuts down cleanly on a signal."""
 
 import asyncio
+import functools
 import logging
 import os
 import signal
+import ssl
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, NamedTuple, Protocol, Sequence
 
 from .memory import MemoryReclaimer, tune_gc
 from .scheduler import LoopScheduler
+from .tls import HANDSHAKE_TIMEOUT, TLSServerProtocol
 from .transport import AMQPProtocol
 
 log = logging.getLogger("warren.server")
@@ -25,10 +28,12 @@ class Service(Protocol):
 
 class Listen(NamedTuple):
     """One AMQP address to listen on. An optional one (the default ::1) is skipped with a
-    log line when the machine cannot bind it (no IPv6), instead of failing the start."""
+    log line when the machine cannot bind it (no IPv6), instead of failing the start. With
+    `tls` (a server-side context, warren.server.tls), it is an AMQPS listener."""
     host: str
     port: int
     optional: bool = False
+    tls: ssl.SSLContext | None = None
 
 
 # Clients resolve "localhost" to ::1 first (Node >= 17 among them): listen on both loopbacks.
@@ -37,12 +42,16 @@ LOOPBACK = (Listen("127.0.0.1", 5672), Listen("::1", 5672, optional=True))
 
 class Server:
     def __init__(self, broker, host="127.0.0.1", port=5672, services: Sequence[Service] = (),
-                 listen: Sequence[Listen] = ()):
+                 listen: Sequence[Listen] = (), tls_handshake_timeout: float = HANDSHAKE_TIMEOUT):
         self.broker = broker
         self.listen = list(listen) or [Listen(host, port)]
-        self.host = self.listen[0].host  # the first address bound (what the API shows)
-        self.port = self.listen[0].port
+        plain = [listen for listen in self.listen if listen.tls is None] or self.listen
+        self.host = plain[0].host  # the first address bound (what the API shows)
+        self.port = plain[0].port
         self.addresses: list[tuple[str, int]] = []  # every (host, port) bound, set by start()
+        self.tls_addresses: list[tuple[str, int]] = []  # those of the TLS listeners
+        self.tls_options: dict = {}  # the ssl_options of the TLS listeners (what the API shows)
+        self.tls_handshake_timeout = tls_handshake_timeout
         self.services = list(services)
         self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self.protocols: set = set()
@@ -65,15 +74,21 @@ class Server:
 
     async def _bind(self) -> None:
         """One server per address, bound in order. Port 0 takes the port the first such
-        address got, so every address of a listener shares one port."""
+        address got, so every address of a listener shares one port (the TLS listeners
+        theirs)."""
         assert self.loop is not None
-        chosen: dict[int, int] = {}  # requested port 0 -> the port the kernel gave
+        chosen: dict[tuple[int, bool], int] = {}  # requested port 0 (and TLS?) -> the port the kernel gave
         try:
             for listen in self.listen:
-                port = chosen.get(listen.port, listen.port)
+                key = (listen.port, listen.tls is not None)
+                port = chosen.get(key, listen.port)
+                factory: Callable[[], asyncio.Protocol] = lambda: AMQPProtocol(self)
+                if listen.tls is not None:  # the TLS layer in front of it (warren.server.tls)
+                    factory = functools.partial(TLSServerProtocol, listen.tls, factory, self.loop,
+                                                self.tls_handshake_timeout)
                 try:
-                    server = await self.loop.create_server(
-                        lambda: AMQPProtocol(self), listen.host, port, reuse_address=True, backlog=1024)
+                    server = await self.loop.create_server(factory, listen.host, port, reuse_address=True,
+                                                           backlog=1024)
                 except OSError as err:
                     reason = os.strerror(err.errno) if err.errno and err.errno > 0 else str(err)
                     if not listen.optional:
@@ -83,8 +98,8 @@ class Server:
                     continue
                 self._servers.append(server)
                 bound = server.sockets[0].getsockname()[1]
-                chosen.setdefault(listen.port, bound)
-                self.addresses.append((listen.host, bound))
+                chosen.setdefault(key, bound)
+                (self.addresses if listen.tls is None else self.tls_addresses).append((listen.host, bound))
         except BaseException:
             for bound_server in self._servers:
                 bound_server.close()
@@ -95,6 +110,9 @@ class Server:
         self.host, self.port = self.addresses[0]
         log.info("Warren listening for AMQP 0-9-1 on %s",
                  ", ".join(_show(host, port) for host, port in self.addresses))
+        if self.tls_addresses:
+            log.info("Warren listening for AMQP 0-9-1 over TLS on %s",
+                     ", ".join(_show(host, port) for host, port in self.tls_addresses))
 
     async def serve(self):
         await self.start()

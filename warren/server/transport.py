@@ -6,7 +6,9 @@ import time
 
 from ..amqp.constants import INTERNAL_ERROR
 from ..session.connection import Connection, ConnectionState
+from ..broker.ports import TLSInfo
 from .error_log import ErrorLog
+from .tls import session_info
 
 log = logging.getLogger("warren.server")
 # Bugs reached from the network: one line per connection, a traceback per place per minute.
@@ -21,6 +23,7 @@ class AMQPProtocol(asyncio.Protocol):
 
     peer: tuple[str, int]
     local: tuple[str, int]
+    tls: TLSInfo | None
 
     def __init__(self, server):
         self.server = server
@@ -29,6 +32,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.conn = None
         self.peer = ("?", 0)
         self.local = ("?", 0)
+        self.tls = None  # over TLS: its session, known once the handshake is done
         self.reading = True
         self.last_recv = self.last_send = time.monotonic()
         self.heartbeat_timer = None
@@ -43,6 +47,8 @@ class AMQPProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername") or ("?", 0)
         local = transport.get_extra_info("sockname") or ("?", 0)
         self.peer, self.local = (peer[0], peer[1]), (local[0], local[1])
+        # (On a TLS listener asyncio calls this once the TLS handshake has succeeded.)
+        self.tls = session_info(transport)
         self.conn = Connection(self.server.broker, self)
         self.server.protocols.add(self)
         self.handshake_timer = self.loop.call_later(

@@ -30,7 +30,8 @@ from ..broker.errors import (
 from ..broker.limits import check_channel, check_connection
 from . import frame_errors
 from .channel import Channel
-from .sasl import MECHANISMS, credentials
+from . import sasl, x509
+from .sasl import credentials
 from .throttle import Reason, Throttle
 
 if TYPE_CHECKING:
@@ -128,6 +129,7 @@ class Connection:
         self.broker = broker
         self.transport = transport
         self.peer = transport.peer
+        self.tls = transport.tls  # a warren.broker.ports.TLSInfo over TLS, else None
         self.state = AWAIT_HEADER
         # Received bytes not handled yet: the reads themselves (immutable bytes, so frames are
         # sliced out of them and no view can see them change), from head_pos of the first.
@@ -241,8 +243,11 @@ class Connection:
         self.send_method(0, spec.ConnectionStart(
             version_major=0, version_minor=9,
             server_properties=server_properties(self.broker.cluster_name),
-            mechanisms=MECHANISMS.encode(), locales=b"en_US"))
+            mechanisms=" ".join(self._mechanisms()).encode(), locales=b"en_US"))
         return True
+
+    def _mechanisms(self) -> list[str]:
+        return sasl.offered(self.broker.auth_mechanisms, self.tls is not None)
 
     def _refuse_protocol(self) -> None:
         # As the spec says: answer with the protocol header we do speak, then close.
@@ -498,19 +503,33 @@ class Connection:
         caps = self.client_properties.get("capabilities")
         self.capabilities = caps if isinstance(caps, dict) else {}
         mechanism = method.mechanism
-        if mechanism not in MECHANISMS.split():
-            raise command_invalid(f"unknown authentication mechanism '{mechanism}'")
-        creds = credentials(mechanism, method.response)
-        if creds is None:
-            # RabbitMQ: a protocol error in the handshake, not a refused login.
-            raise syntax_error(f"{mechanism} response {bytes(method.response)!r} invalid")
-        user = self.broker.authenticate(*creds)
+        if mechanism not in self._mechanisms():
+            raise command_invalid(f"{'invalid' if sasl.known(mechanism) else 'unknown'} "
+                                  f"authentication mechanism '{mechanism}'")
+        refused: str | None = None  # why, in RabbitMQ's log words (EXTERNAL)
+        if mechanism == "EXTERNAL":
+            name, refused = self._external_user()
+            # rabbitmq_auth_mechanism_ssl: the user must exist; no password is checked.
+            user = self.broker.users.get(name) if refused is None else None
+            if user is None and refused is None:
+                refused = f"user '{name}' - invalid credentials"
+        else:
+            creds = credentials(mechanism, method.response)
+            if creds is None:
+                # RabbitMQ: a protocol error in the handshake, not a refused login.
+                raise syntax_error(f"{mechanism} response {bytes(method.response)!r} invalid")
+            name = creds[0]
+            user = self.broker.authenticate(*creds)
         if user is not None and user.name in self.broker.loopback_users and not _is_loopback(self.peer[0]):
             log.warning("user '%s' can only connect via localhost (from %s)", user.name, self.peer[0])
+            refused = f"user '{user.name}' can only connect via localhost"
             user = None
         self.broker.node_counters["auth_attempts_failed" if user is None else "auth_attempts_succeeded"] += 1
         if user is None:
-            log.warning("authentication failed for %s from %s", creds[0], self.name)
+            if mechanism == "EXTERNAL":
+                log.warning("EXTERNAL login refused from %s: %s", self.name, refused)
+            else:
+                log.warning("authentication failed for %s from %s", name, self.name)
             # Clients that do not announce the capability just see the socket close (AMQP 0-9-1).
             raise AMQPError(403, f"Login was refused using authentication mechanism {mechanism}. "
                                  "For details see the broker logfile.",
@@ -521,6 +540,20 @@ class Connection:
         self.state = AWAIT_TUNE_OK
         self.send_method(0, spec.ConnectionTune(channel_max=limits.channel_max, frame_max=limits.frame_max,
                                                 heartbeat=limits.heartbeat))
+
+    def _external_user(self) -> tuple[str, str | None]:
+        """(user name from the client's certificate, None), or (name or "", why it has none)
+        in rabbitmq_auth_mechanism_ssl's words."""
+        tls = self.tls
+        if tls is None:  # (not offered then)
+            return "", "not a TLS-enabled connection"
+        if tls.peer_cert is None:
+            return "", "connection peer presented no TLS (x.509) certificate"
+        try:
+            name = x509.login_name(tls.peer_cert, self.broker.ssl_cert_login_from)
+        except x509.CertificateError:
+            name = None
+        return ("", "no name found") if name is None else (name, None)
 
     def _tune_ok(self, method) -> None:
         limits = self.broker.limits

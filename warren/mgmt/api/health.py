@@ -4,6 +4,8 @@ with RabbitMQ 3.10's answers (200 {"status":"ok"}; 503 {"status":"failed", ...})
 /api/healthchecks/alarms is Warren's alias of /api/health/checks/alarms (the name the issue
 uses; RabbitMQ 3.10 only has the latter)."""
 
+import datetime
+
 from aiohttp import web
 
 from ...amqp.properties import encode_header
@@ -13,6 +15,8 @@ from ..access import ANY, VHOST, access
 from .. import stats
 from ..app import ApiError, bad_request, json_response, not_found
 from ..resources import actor, check_vhost_access
+from ...session import x509
+from .overview import listeners
 
 routes = web.RouteTableDef()
 
@@ -20,6 +24,12 @@ OK = {"status": "ok"}
 ALIVENESS_QUEUE = "aliveness-test"
 ALIVENESS_BODY = b"test_message"
 TIME_UNITS = ("days", "weeks", "months", "years")
+# RabbitMQ's seconds per unit (a month is a twelfth of 365 days).
+_UNIT_SECONDS = {"days": 86400, "weeks": 86400 * 7, "months": 86400 * 365 / 12, "years": 86400 * 365}
+# RabbitMQ's other names of the protocols Warren listens for (rabbit_mgmt_wm_health_check_protocol_listener).
+_PROTOCOL_NAMES = {"amqp091": "amqp", "amqp0.9.1": "amqp", "amqp0-9-1": "amqp", "amqp0_9_1": "amqp",
+                   "amqps": "amqp/ssl", "http1": "http", "http1.1": "http", "http_api": "http",
+                   "management": "http", "management_ui": "http", "ui": "http"}
 
 
 def _failed(data: dict) -> web.Response:
@@ -102,18 +112,53 @@ async def certificate_expiration(request):
     if request.match_info["unit"] not in TIME_UNITS:
         raise bad_request("Time unit not recognised. Supported units: days, weeks, months, years.")
     try:
-        int(request.match_info["within"])
+        within = int(request.match_info["within"])
     except ValueError:
         raise bad_request("Invalid value for 'within'") from None
-    return json_response(OK)  # Warren has no TLS listeners: no certificate expires
+    deadline = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(
+        seconds=within * _UNIT_SECONDS[request.match_info["unit"]])
+    expiring = [entry for entry in _tls_listener_expiry(request, deadline) if entry is not None]
+    if expiring:
+        return _failed({"reason": "Certificates expiring", "expired": expiring})
+    return json_response(OK)
+
+
+def _tls_listener_expiry(request, deadline: datetime.datetime) -> list:
+    """As RabbitMQ: for each AMQPS listener whose certfile or cacertfile holds a certificate
+    that expires before `deadline`, the files and those certificates' expiry times."""
+    server = request.app["server"]
+    options = getattr(server, "tls_options", {})
+    out: list = []
+    for host, port in getattr(server, "tls_addresses", ()):
+        dates = {name: _expiring(options.get(name), deadline) for name in ("certfile", "cacertfile")}
+        if not any(dates.values()):
+            out.append(None)
+            continue
+        out.append({"node": stats.node_name(request.app["broker"]), "protocol": "amqp/ssl", "interface": host,
+                    "port": port, "certfile": options.get("certfile"), "cacertfile": options.get("cacertfile"),
+                    "certfile_expires_on": dates["certfile"], "cacertfile_expires_on": dates["cacertfile"]})
+    return out
+
+
+def _expiring(path: str | None, deadline: datetime.datetime) -> list:
+    """The expiry times ("2026-11-30 8:10:05", as RabbitMQ writes them) of the certificates in
+    a PEM file that expire before `deadline`."""
+    if not path:
+        return []
+    try:
+        with open(path, "rb") as f:
+            certificates = x509.pem_certificates(f.read())
+        ends = [x509.not_after(der) for der in certificates]
+    except (OSError, x509.CertificateError) as err:
+        return [f"cannot read {path}: {err}"]
+    return [f"{t.year}-{t.month:02}-{t.day:02} {t.hour}:{t.minute:02}:{t.second:02}" for t in ends if t < deadline]
 
 
 def _listeners(request) -> list:
-    """(protocol, port) of every listener."""
-    server = request.app["server"]
+    """(protocol, port) of every listener, as GET /api/overview lists them."""
+    if request.app["server"] is not None:
+        return list(dict.fromkeys((entry["protocol"], entry["port"]) for entry in listeners(request)))
     out = []
-    if server is not None:
-        out.append(("amqp", server.port))
     sockname = request.transport.get_extra_info("sockname") if request.transport else None
     if sockname:
         out.append(("http", sockname[1]))
@@ -137,12 +182,13 @@ async def port_listener(request):
 @access(ANY)
 async def protocol_listener(request):
     protocol = request.match_info["protocol"]
-    protocols = [p for p, _ in _listeners(request)]
-    # RabbitMQ accepts the protocol's other names too (amqp091, amqp0-9-1 ...).
-    wanted = "amqp" if protocol.lower() in ("amqp", "amqp091", "amqp0-9-1", "amqp0.9.1") else protocol.lower()
+    protocols = list(dict.fromkeys(p for p, _ in _listeners(request)))
+    # RabbitMQ accepts the protocol's other names too (amqp091, amqps ...) and answers with
+    # the listener's name.
+    wanted = _PROTOCOL_NAMES.get(protocol.lower(), protocol.lower())
     if wanted in protocols:
-        return json_response({"status": "ok", "protocol": protocol})
-    return _failed({"reason": "No active listener", "missing": protocol, "protocols": protocols})
+        return json_response({"status": "ok", "protocol": wanted})
+    return _failed({"reason": "No active listener", "missing": wanted, "protocols": protocols})
 
 
 @routes.get("/api/aliveness-test/{vhost}")

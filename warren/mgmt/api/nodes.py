@@ -8,7 +8,7 @@ import time
 from aiohttp import web
 
 from ... import __version__
-from ...session.sasl import MECHANISMS
+from ...session import sasl
 from ..access import MONITOR, access
 from .. import stats
 from ..resources import item_response, list_response
@@ -34,7 +34,9 @@ def node_info(request) -> dict:
     return {
         **resource_figures(request),
         "applications": [{"description": "Warren AMQP 0-9-1 broker", "name": "warren", "version": __version__}],
-        "auth_mechanisms": [{"description": "", "enabled": True, "name": m} for m in MECHANISMS.split()],
+        # As RabbitMQ with rabbitmq_auth_mechanism_ssl: EXTERNAL is listed once auth_mechanisms has it.
+        "auth_mechanisms": [{"description": sasl.DESCRIPTIONS[m], "enabled": m in broker.auth_mechanisms, "name": m}
+                            for m in sasl.KNOWN if m != "EXTERNAL" or m in broker.auth_mechanisms],
         "being_drained": False,
         "config_files": [],
         "contexts": contexts(request),

@@ -54,10 +54,18 @@ def listeners(request) -> list:
         addresses = server.addresses or [(server.host, server.port)]
         out.extend({"ip_address": host, "node": node, "port": port, "protocol": "amqp", "socket_opts": {}}
                     for host, port in addresses)
+        # The TLS listeners, with their ssl_options as RabbitMQ shows them (not the password).
+        tls_opts = tls_socket_opts(getattr(server, "tls_options", {}))
+        out.extend({"ip_address": host, "node": node, "port": port, "protocol": "amqp/ssl", "socket_opts": tls_opts}
+                    for host, port in getattr(server, "tls_addresses", ()))
         port = _management_port(request)
         if port:
             out.append({"ip_address": _management_host(request), "node": node,
                         "port": port, "protocol": "http", "socket_opts": {}})
+        https = getattr(request.app["management"], "https", None)
+        if https is not None:
+            out.append({"ip_address": https.host, "node": node, "port": https.port, "protocol": "https",
+                        "socket_opts": {"port": https.port, "ssl": True, "ssl_opts": tls_socket_opts(https.options)}})
         for service in getattr(server, "services", ()):
             if getattr(service, "listening", False):  # the Prometheus endpoint (warren.mgmt.prometheus)
                 out.append({"ip_address": service.host, "node": node, "port": service.port,
@@ -65,8 +73,18 @@ def listeners(request) -> list:
     return out
 
 
+def tls_socket_opts(options: dict) -> dict:
+    """A TLS listener's options as the listeners show them: the files, verify,
+    fail_if_no_peer_cert and versions given (never the key's password)."""
+    return {k: v for k, v in options.items() if k in ("cacertfile", "certfile", "keyfile", "verify",
+                                                      "fail_if_no_peer_cert", "versions")}
+
+
 def _management_port(request):
-    """The API's TCP port (None if it listens on the control socket only)."""
+    """The API's plain HTTP port (None if it listens on the control socket only)."""
+    service = request.app["management"]
+    if request.secure and service is not None:  # asked over HTTPS
+        return service.port
     sockname = request.transport.get_extra_info("sockname") if request.transport else None
     if isinstance(sockname, tuple):  # asked over TCP (over the control socket: a path)
         return sockname[1]
