@@ -955,12 +955,6 @@ def _erl_ssl_listeners(settings, value, line, key):
         settings.ssl_listeners, settings.listeners = settings.listeners, tcp
 
 
-def _erl_true_false(term) -> bool:
-    if isinstance(term, Atom) and term.name in ("true", "false"):
-        return term.name == "true"
-    raise ValueError(f"expected true or false, got {format_term(term)}")
-
-
 def _erl_atom_text(term) -> str:
     if isinstance(term, Atom):
         return term.name
@@ -996,7 +990,7 @@ def _erl_tls_options(prefix, listener=False):
                 "keyfile": option("keyfile", lambda v: _file(_erl_text(v))),
                 "password": option("password", _erl_text),
                 "verify": option("verify", _erl_atom_value(_verify)),
-                "fail_if_no_peer_cert": option("fail_if_no_peer_cert", _erl_true_false),
+                "fail_if_no_peer_cert": option("fail_if_no_peer_cert", _erl_boolean),
                 "versions": versions}
     if listener:
         handlers["port"] = option("port", lambda v: _port(_erl_int(v)))
