@@ -27,6 +27,21 @@ EXTERNAL = os.environ.get("WARREN_TEST_BROKER")
 RUN_ID = (os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex)[:8]
 
 
+# With pytest-xdist (`-n 2 --dist loadgroup`, the README's command) every module stays on one
+# worker (its module fixtures are made once), and the Spark and kill -9 suites share one
+# group: they run one after the other, never two Spark JVMs or two crash loops at once on
+# CI's 2 cores, while the other worker takes the rest.
+_HEAVY = ("tests/spark/", "tests/crash/")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            path = item.nodeid.split("::", 1)[0]
+            heavy = path.startswith(_HEAVY)
+            item.add_marker(pytest.mark.xdist_group("heavy" if heavy else path))
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
