@@ -58,28 +58,24 @@ class Outbox:
             self._db.close()
         self._lock_file.close()
 
-    def add_many(self, messages: list[OutgoingMessage]) -> None:
-        """One transaction (one fsync) for a whole batch: group commit."""
+    def write(self, new: list[OutgoingMessage], confirmed: Iterable[int]) -> None:
+        """Insert `new` (setting their seq) and delete the rows `confirmed`, in one
+        transaction (one fsync): group commit."""
         rows = [(m.message_id, m.exchange, m.routing_key, m.body, dump_properties(m.properties),
-                 m.created) for m in messages]
+                 m.created) for m in new]
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 cur = self._db.cursor()
-                for message, row in zip(messages, rows):
+                for message, row in zip(new, rows):
                     cur.execute("INSERT INTO outbox (message_id, exchange, routing_key, body, "
                                 "properties, created) VALUES (?, ?, ?, ?, ?, ?)", row)
                     message.seq = cur.lastrowid
+                cur.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in confirmed])
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
-
-    def delete_many(self, seqs: Iterable[int]) -> None:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            self._db.executemany("DELETE FROM outbox WHERE seq = ?", [(s,) for s in seqs])
-            self._db.execute("COMMIT")
 
     def failed(self, seq: int, attempts: int, error: str, park: bool) -> None:
         """Note a failed round of sends; a parked row is not resent until unpark()."""

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, Self
 
-from .batch import Batcher
+from .batch import GroupCommit
 from .errors import ExchangeNotFound, PublishError, Returned
 from .link import Link, amqp_properties
 from .message import OutgoingMessage, dump_properties, make_message
@@ -36,19 +36,28 @@ class ReliablePublisher:
         # next round; parked ones (unroutable, no exchange) wait for unpark().
         self.resend_delay = resend_delay
         self._link = Link(url, mandatory=mandatory, nack_attempts=nack_attempts)
+        self.max_in_flight = max_in_flight
         self._slots = asyncio.Semaphore(max_in_flight)
         # Keyed by id(): a caller may publish the same message_id twice.
         self._inflight: dict[int, OutgoingMessage] = {}
         # Counts the messages neither confirmed nor parked; flush() waits for zero.
         self._unsettled = 0
         self._rows = 0  # outbox rows, parked included: the back-pressure bound
-        self._changed = asyncio.Condition()
+        # Set while _unsettled is zero (for flush) and while _rows < outbox_limit (for
+        # back-pressure); _change() keeps them in step with the counters. (Events, not a
+        # Condition: a confirm then costs no lock and no notify when nobody waits.)
+        self._settled = asyncio.Event()
+        self._settled.set()
+        self._room = asyncio.Event()
+        self._room.set()
         self._outbox: Outbox | None = None
+        # Outbox rows to send, and the tasks that send them, one row at a time each: at most
+        # max_in_flight of them, started as the queue needs them (a task per row would cost
+        # four times as much), _idle_senders of them waiting for a row.
         self._queue: asyncio.Queue[OutgoingMessage] = asyncio.Queue()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._sender: asyncio.Task[None] | None = None
-        self._inserts: Batcher[OutgoingMessage] | None = None
-        self._deletes: Batcher[int] | None = None
+        self._senders: list[asyncio.Task[None]] = []
+        self._idle_senders = 0
+        self._writer: GroupCommit | None = None
         self._open = False
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -62,35 +71,33 @@ class ReliablePublisher:
         await self.close()
 
     async def open(self) -> None:
+        left: list[OutgoingMessage] = []
         if self.outbox_path is None:
             await self._link.open(wait=True)
         else:
             outbox = self._outbox = await asyncio.to_thread(Outbox, self.outbox_path)
-            self._inserts = Batcher(outbox.add_many)
-            self._deletes = Batcher(outbox.delete_many)
+            self._writer = GroupCommit(outbox.write, self._stored, self._deleted)
             # Rows a previous (perhaps crashed) process left are sent first.
             left = await asyncio.to_thread(outbox.pending)
-            self._rows, _ = await asyncio.to_thread(outbox.count)
-            self._unsettled = len(left)
-            for message in left:
-                self._queue.put_nowait(message)
+            rows, _ = await asyncio.to_thread(outbox.count)
+            self._change(rows=rows, unsettled=len(left))
             if left:
                 log.info("outbox %s: resending %d messages left unconfirmed",
                          self.outbox_path, len(left))
             await self._link.open(wait=False)
-            self._sender = asyncio.create_task(self._send_outbox())
         self._open = True
+        for message in left:  # queued before any new publish
+            self._enqueue(message)
 
     async def close(self) -> None:
         """Stop sending; outbox rows not yet confirmed stay for the next open()."""
         self._open = False
-        tasks = [t for t in (self._sender, *self._tasks) if t is not None]
-        for task in tasks:
+        for task in self._senders:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for batcher in (self._inserts, self._deletes):
-            if batcher is not None:
-                await batcher.drain()
+        await asyncio.gather(*self._senders, return_exceptions=True)
+        self._senders = []
+        if self._writer is not None:
+            await self._writer.drain()
         await self._link.close()
         if self._outbox is not None:
             await asyncio.to_thread(self._outbox.close)
@@ -123,48 +130,68 @@ class ReliablePublisher:
 
     async def _publish_now(self, message: OutgoingMessage) -> None:
         # Counted before waiting for a slot, so that flush() waits for this one too.
-        self._unsettled += 1
+        self._change(unsettled=1)
         self._inflight[id(message)] = message
         try:
             async with self._slots:
                 await self._link.deliver(message, self.confirm_timeout)
         finally:
             self._inflight.pop(id(message), None)
-            await self._change(unsettled=-1)
+            self._change(unsettled=-1)
 
     async def _publish_to_outbox(self, message: OutgoingMessage) -> None:
-        assert self._inserts is not None
+        assert self._writer is not None
         dump_properties(message.properties)  # a TypeError here, not in the writer thread
-        async with self._changed:
-            # Back-pressure: a full outbox makes the caller wait for confirmations.
-            await self._changed.wait_for(lambda: self._rows < self.outbox_limit)
-            self._rows += 1
-            self._unsettled += 1
-        # Shielded: a caller cancelled while the row is being committed must not leave a
-        # stored row that this process never sends.
-        await asyncio.shield(asyncio.ensure_future(self._store(message)))
+        # Back-pressure: a full outbox makes the caller wait for confirmations.
+        while self._rows >= self.outbox_limit:
+            await self._room.wait()
+        self._change(rows=1, unsettled=1)
+        # A caller cancelled while the row is being committed must not leave a stored row
+        # that this process never sends: _stored(), not this caller, queues it for sending.
+        await self._writer.insert(message)
 
-    async def _store(self, message: OutgoingMessage) -> None:
-        assert self._inserts is not None
-        try:
-            await self._inserts.submit(message)
-        except BaseException:
-            await self._change(rows=-1, unsettled=-1)
-            raise
+    def _stored(self, messages: list[OutgoingMessage], error: BaseException | None) -> None:
+        if error is not None:
+            self._change(rows=-len(messages), unsettled=-len(messages))
+            return
+        for message in messages:
+            self._enqueue(message)
+
+    def _deleted(self, seqs: list[int], error: BaseException | None) -> None:
+        if error is not None:
+            # Confirmed all the same; the rows stay, and a later open() sends them again.
+            log.error("outbox: could not delete %d confirmed rows: %s", len(seqs), error)
+            self._change(unsettled=-len(seqs))
+            return
+        self._change(rows=-len(seqs), unsettled=-len(seqs))
+
+    def _enqueue(self, message: OutgoingMessage) -> None:
         self._queue.put_nowait(message)
+        if (self._open and self._queue.qsize() > self._idle_senders
+                and len(self._senders) < self.max_in_flight):
+            self._senders.append(asyncio.create_task(self._send_outbox()))
+
+    def _resend_later(self, message: OutgoingMessage) -> None:
+        asyncio.get_running_loop().call_later(self.resend_delay, self._enqueue, message)
 
     async def _send_outbox(self) -> None:
         while True:
-            message = await self._queue.get()
-            await self._slots.acquire()
-            task = asyncio.create_task(self._send_row(message))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._idle_senders += 1
+            try:
+                message = await self._queue.get()
+            finally:
+                self._idle_senders -= 1
+            try:
+                await self._send_row(message)
+            except Exception:
+                # E.g. the outbox file failed while noting a nack: the row stays, try again.
+                log.exception("outbox: sending %s failed", message.message_id)
+                self._resend_later(message)
 
     async def _send_row(self, message: OutgoingMessage) -> None:
-        assert self._outbox is not None and self._deletes is not None and message.seq is not None
+        assert self._outbox is not None and self._writer is not None and message.seq is not None
+        self._inflight[id(message)] = message
         try:
-            self._inflight[id(message)] = message
             try:
                 await self._link.deliver(message, self.confirm_timeout)
             except (Returned, ExchangeNotFound) as e:
@@ -174,7 +201,7 @@ class ReliablePublisher:
                 message.error, message.parked = e.reason, True
                 await asyncio.to_thread(self._outbox.failed, message.seq, message.attempts,
                                         e.reason, True)
-                await self._change(unsettled=-1)
+                self._change(unsettled=-1)
                 return
             except Exception as e:
                 # Nacked, ConfirmTimeout, or anything unexpected: the row stays and is sent
@@ -184,20 +211,24 @@ class ReliablePublisher:
                         "outbox: will resend %s: %s", message.message_id, reason)
                 await asyncio.to_thread(self._outbox.failed, message.seq, message.attempts,
                                         reason, False)
-                asyncio.get_running_loop().call_later(
-                    self.resend_delay, self._queue.put_nowait, message)
+                self._resend_later(message)
                 return
-            await self._deletes.submit(message.seq)
-            await self._change(rows=-1, unsettled=-1)
+            # Settled once the delete is committed (_deleted); the sender goes on meanwhile.
+            self._writer.delete(message.seq)
         finally:
             self._inflight.pop(id(message), None)
-            self._slots.release()
 
-    async def _change(self, rows: int = 0, unsettled: int = 0) -> None:
-        async with self._changed:
-            self._rows += rows
-            self._unsettled += unsettled
-            self._changed.notify_all()
+    def _change(self, rows: int = 0, unsettled: int = 0) -> None:
+        self._rows += rows
+        self._unsettled += unsettled
+        if self._unsettled:
+            self._settled.clear()
+        else:
+            self._settled.set()
+        if self._rows < self.outbox_limit:
+            self._room.set()
+        else:
+            self._room.clear()
 
     # -- inspection ----------------------------------------------------------------------
 
@@ -205,8 +236,8 @@ class ReliablePublisher:
         """Wait until every message is confirmed (or parked, with an outbox); TimeoutError
         after `timeout` seconds."""
         async with asyncio.timeout(timeout):
-            async with self._changed:
-                await self._changed.wait_for(lambda: self._unsettled == 0)
+            while self._unsettled:
+                await self._settled.wait()
 
     async def unconfirmed(self, older_than: float | None = None) -> list[OutgoingMessage]:
         """Messages published more than `older_than` seconds ago and not confirmed yet (all
@@ -220,9 +251,9 @@ class ReliablePublisher:
         if self._outbox is None:
             return 0
         messages = await asyncio.to_thread(self._outbox.unpark)
-        await self._change(unsettled=len(messages))
+        self._change(unsettled=len(messages))
         for message in messages:
-            self._queue.put_nowait(message)
+            self._enqueue(message)
         return len(messages)
 
 
