@@ -27,19 +27,22 @@ EXTERNAL = os.environ.get("WARREN_TEST_BROKER")
 RUN_ID = (os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex)[:8]
 
 
-# With pytest-xdist (`-n 2 --dist loadgroup`, the README's command) every module stays on one
-# worker (its module fixtures are made once), and the Spark and kill -9 suites share one
-# group: they run one after the other, never two Spark JVMs or two crash loops at once on
-# CI's 2 cores, while the other worker takes the rest.
+# With pytest-xdist (`-n 2`, the README's command) tests are handed out by module (a module's
+# fixtures are made once, on one worker), and the Spark and kill -9 suites form one unit that
+# runs on one worker, one test after another: never two Spark JVMs or crash loops at once on
+# CI's 2 cores. (xdist's own --dist loadgroup ignores xdist_group marks under pytest 9.)
 _HEAVY = ("tests/spark/", "tests/crash/")
 
 
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            path = item.nodeid.split("::", 1)[0]
-            heavy = path.startswith(_HEAVY)
-            item.add_marker(pytest.mark.xdist_group("heavy" if heavy else path))
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesHeavyTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "heavy" if path.startswith(_HEAVY) else path
+
+    return ModulesHeavyTogether(config, log)
 
 
 def free_port() -> int:

@@ -8,10 +8,16 @@ import pika
 import pytest
 
 from tests.client.test_reliable_consumer import delete, pika_channel, take, until
+from tests.integration.test_consistent_hash import consistent_hash_available  # noqa: F401
 from warren.client import ReliableConsumer, ReliablePublisher, declare_sharded_queues
 from warren.client import blocking
 
 pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def _needs_type(consistent_hash_available):
+    """Skip on a RabbitMQ without the rabbitmq_consistent_hash_exchange plugin."""
 
 
 def drop_exchange(broker, name):

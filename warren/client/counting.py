@@ -100,7 +100,7 @@ class CountingPublisher:
                        props: aiormq.spec.Basic.Properties) -> None:
         async with asyncio.timeout(self.confirm_timeout):
             while True:
-                channel = await self._link._open_channel()
+                channel = await self._link.channel()
                 try:
                     await channel.basic_publish(body, exchange=exchange, routing_key=routing_key,
                                                 properties=props, mandatory=self._link.mandatory)

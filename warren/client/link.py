@@ -76,6 +76,13 @@ class Link:
         if self._connection is not None:
             await self._connection.close()
 
+    async def channel(self) -> aiormq.abc.AbstractChannel:
+        """The confirm-mode channel to publish on, (re)opened first if need be."""
+        channel = self._underlay
+        if channel is None or channel.is_closed:
+            channel = await self._open_channel()
+        return channel
+
     async def _open_channel(self) -> aiormq.abc.AbstractChannel:
         await self._connected.wait()
         assert self._connection is not None
@@ -106,7 +113,7 @@ class Link:
             message.attempts += 1
             try:
                 channel = self._underlay
-                if channel is None or channel.is_closed:
+                if channel is None or channel.is_closed:  # channel()'s test, without a timer
                     async with asyncio.timeout_at(deadline):
                         channel = await self._open_channel()
                 # aiormq bounds the publish and its confirm by `timeout` (TimeoutError), and
@@ -117,6 +124,8 @@ class Link:
                     timeout=deadline - loop.time())
                 return
             except TimeoutError:
+                if self._underlay is not None and not self._underlay.is_closed:
+                    last_error = "sent; no confirm from the broker"
                 continue  # the deadline check above raises ConfirmTimeout
             except aiormq.exceptions.PublishError as e:  # before DeliveryError: a subclass
                 frame = e.frame
