@@ -116,6 +116,47 @@ async def test_missing_exchange_raises_and_publisher_keeps_working(broker, uid):
 
 
 @pytest.mark.asyncio
+async def test_a_missing_exchange_is_declared_when_told_how(broker, uid, tmp_path):
+    q = f"rp-{uid}"
+    declare(broker, q)
+    exchanges = {f"orders-{uid}": "fanout",
+                 f"events-{uid}": {"type": "topic", "durable": False},
+                 f"amq.mine-{uid}": "fanout"}  # a reserved name: the broker refuses it
+    async with ReliablePublisher(broker.url, exchanges=exchanges, confirm_timeout=15) as pub:
+        # The first publish to each finds it missing (404), declares it and sends again:
+        # unroutable until bound, which says the exchange is there now.
+        with pytest.raises(Returned):
+            await pub.publish(b"first", exchange=f"orders-{uid}")
+        with pytest.raises(ExchangeNotFound):  # not one we know how to declare
+            await pub.publish(b"x", exchange=f"unknown-{uid}")
+    conn = pika.BlockingConnection(broker.pika_params())
+    ch = conn.channel()
+    ch.exchange_declare(f"orders-{uid}", "fanout", passive=True)
+    ch.queue_bind(q, f"orders-{uid}")
+    conn.close()
+    async with ReliablePublisher(broker.url, exchanges=exchanges, outbox=str(tmp_path / "o.db"),
+                                 resend_delay=0.2) as pub:
+        await pub.publish(b"second", exchange=f"orders-{uid}")
+        await pub.publish(b"event", exchange=f"events-{uid}", routing_key="a.b")
+        await pub.flush(timeout=15)
+        parked = await pub.unconfirmed()
+        # events: declared (topic, transient), then returned unroutable: parked.
+        assert [m.body for m in parked] == [b"event"] and "NO_ROUTE" in parked[0].error
+        # A declaration the broker refuses parks the message with the reason.
+        await pub.publish(b"refused", exchange=f"amq.mine-{uid}")
+        await pub.flush(timeout=15)
+        refused = [m for m in await pub.unconfirmed() if m.body == b"refused"]
+        assert refused and "declaring it failed" in refused[0].error, refused
+        assert "ACCESS_REFUSED" in refused[0].error
+    # The 404s close the shared channel: "second" may have been resent (a duplicate with the
+    # same id), never lost.
+    got = take(broker, q)
+    assert {b for b, _ in got} == {b"second"} and len({m for _, m in got}) == 1
+    with pytest.raises(ValueError):
+        ReliablePublisher(broker.url, exchanges={"x": {"kind": "topic"}})
+
+
+@pytest.mark.asyncio
 async def test_outbox_publishes_everything_and_empties(broker, uid, tmp_path):
     q = f"rp-{uid}"
     declare(broker, q)

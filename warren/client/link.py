@@ -8,6 +8,8 @@ same message_id lets consumers drop the duplicate).
 
 import asyncio
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 import aio_pika
 import aiormq
@@ -28,8 +30,12 @@ _TRANSIENT = (ConnectionError, OSError, aiormq.exceptions.AMQPError,
 
 class Link:
     def __init__(self, url: str, *, mandatory: bool, nack_attempts: int,
-                 retry_delay: float = 0.1) -> None:
+                 retry_delay: float = 0.1,
+                 exchanges: Mapping[str, str | Mapping[str, Any]] | None = None) -> None:
         self.url = url
+        # How to declare exchanges that may be missing: name -> type, or exchange_declare's
+        # arguments (type, durable, auto_delete, internal, arguments).
+        self.exchanges = {name: _exchange_spec(spec) for name, spec in (exchanges or {}).items()}
         self.mandatory = mandatory
         self.nack_attempts = nack_attempts
         self.retry_delay = retry_delay
@@ -144,8 +150,13 @@ class Link:
                 # The 404 may be another message's, published on the same channel: ask.
                 last_error = str(e)
                 if await self._exchange_missing(message.exchange, remaining):
-                    raise ExchangeNotFound(message.message_id,
-                                           f"exchange {message.exchange!r} not found") from e
+                    if message.exchange not in self.exchanges:
+                        raise ExchangeNotFound(message.message_id,
+                                               f"exchange {message.exchange!r} not found") from e
+                    # Told how: declare it, then send again.
+                    failed = await self._declare(message.exchange, remaining)
+                    if failed:
+                        raise ExchangeNotFound(message.message_id, failed) from e
             except _TRANSIENT as e:
                 last_error = f"{type(e).__name__}: {e}"
                 log.debug("resending %s after %s", message.message_id, last_error)
@@ -153,24 +164,51 @@ class Link:
                                     max(0.0, deadline - loop.time())))
 
     async def _exchange_missing(self, exchange: str, timeout: float) -> bool:
-        """A passive declare on a throw-away plain aiormq channel (a robust one would try
-        to restore itself after the 404)."""
         if exchange == "":
             return False
         try:
-            async with asyncio.timeout(timeout):
-                underlay = await self._open_channel()
-                probe = await underlay.connection.channel()
-                try:
-                    await probe.exchange_declare(exchange, passive=True)
-                finally:
-                    if not probe.is_closed:
-                        await probe.close()
+            await self._on_spare_channel(timeout, exchange=exchange, passive=True)
         except aiormq.exceptions.ChannelNotFoundEntity:
             return True
         except (TimeoutError, *_TRANSIENT):
             return False
         return False
+
+    async def _declare(self, exchange: str, timeout: float) -> str | None:
+        """Declare `exchange` as self.exchanges says; the reason it failed, or None."""
+        try:
+            await self._on_spare_channel(timeout, exchange=exchange, **self.exchanges[exchange])
+        except aiormq.exceptions.ChannelClosed as e:  # 406 (another type), 403, ...
+            return f"exchange {exchange!r} not found, and declaring it failed: {e}"
+        except (TimeoutError, *_TRANSIENT):
+            return None  # e.g. a lost connection: the next round tries again
+        log.info("declared missing exchange %r", exchange)
+        return None
+
+    async def _on_spare_channel(self, timeout: float, **declare: Any) -> None:
+        """exchange_declare on a throw-away plain aiormq channel (a robust one would try to
+        restore itself after a channel error)."""
+        async with asyncio.timeout(timeout):
+            underlay = await self._open_channel()
+            spare = await underlay.connection.channel()
+            try:
+                await spare.exchange_declare(**declare)
+            finally:
+                if not spare.is_closed:
+                    await spare.close()
+
+
+def _exchange_spec(spec: str | Mapping[str, Any]) -> dict[str, Any]:
+    """exchange_declare's keyword arguments; durable unless said otherwise."""
+    given = {"type": spec} if isinstance(spec, str) else dict(spec)
+    unknown = set(given) - {"type", "durable", "auto_delete", "internal", "arguments"}
+    if unknown:
+        raise ValueError(f"unknown exchange settings {sorted(unknown)}")
+    return {"exchange_type": given.get("type", "direct"),
+            "durable": given.get("durable", True),
+            "auto_delete": given.get("auto_delete", False),
+            "internal": given.get("internal", False),
+            "arguments": given.get("arguments")}
 
 
 def amqp_properties(message: OutgoingMessage) -> aiormq.spec.Basic.Properties:

@@ -5,7 +5,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -27,7 +27,8 @@ class ReliablePublisher:
     def __init__(self, url: str, *, outbox: str | os.PathLike[str] | None = None,
                  confirm_timeout: float = 30.0, mandatory: bool = True,
                  max_in_flight: int = 1000, outbox_limit: int = 100_000,
-                 nack_attempts: int = 3, resend_delay: float = 1.0) -> None:
+                 nack_attempts: int = 3, resend_delay: float = 1.0,
+                 exchanges: Mapping[str, str | Mapping[str, Any]] | None = None) -> None:
         self.url = url
         self.confirm_timeout = confirm_timeout
         self.outbox_path = os.fspath(outbox) if outbox is not None else None
@@ -35,7 +36,11 @@ class ReliablePublisher:
         # How long a message that failed (nack, timeout) waits in the outbox before its
         # next round; parked ones (unroutable, no exchange) wait for unpark().
         self.resend_delay = resend_delay
-        self._link = Link(url, mandatory=mandatory, nack_attempts=nack_attempts)
+        # exchanges: how to declare an exchange a publish finds missing (name -> type, or
+        # {"type", "durable", "auto_delete", "internal", "arguments"}); the others' messages
+        # raise ExchangeNotFound, or are parked with an outbox.
+        self._link = Link(url, mandatory=mandatory, nack_attempts=nack_attempts,
+                          exchanges=exchanges)
         self.max_in_flight = max_in_flight
         self._slots = asyncio.Semaphore(max_in_flight)
         # Keyed by id(): a caller may publish the same message_id twice.
