@@ -230,7 +230,7 @@ def test_corrupt_record_in_earlier_segment_is_quarantined(make_broker, restart_b
     log = b.log()
     target = os.path.join(b.data_dir, "quarantine",
                           f"{os.path.basename(queue_dir(b))}-{os.path.basename(segs[0])}")
-    assert "ERROR" in log and f"corrupt segment {segs[0]}" in log, log
+    assert "[error]" in log and f"corrupt segment {segs[0]}" in log, log
     assert f"checksum mismatch at offset {bad_offset}" in log, log
     assert f"copied to {target}" in log, log
     with open(target, "rb") as f:

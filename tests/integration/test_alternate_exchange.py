@@ -121,7 +121,7 @@ def test_missing_ae_drops_and_warns(broker, connection, channel, names):
         while f"alternate exchange '{missing}'" not in broker.log() and time.monotonic() < deadline:
             time.sleep(0.02)
         warnings = [line for line in broker.log().splitlines() if f"alternate exchange '{missing}'" in line]
-        assert warnings and all("WARNING" in line and f"exchange '{x}' in vhost '/'" in line
+        assert warnings and all("[warning]" in line and f"exchange '{x}' in vhost '/'" in line
                                 and "does not exist" in line for line in warnings)
 
 

@@ -328,10 +328,10 @@ def test_log_level_from_the_file_and_the_flag(make_broker, tmp_path):
     quiet = make_broker("--config", config)
     assert quiet.log() == ""  # the INFO lines ("Warren listening ...") are not logged
     loud = make_broker("--config", config, "--log-level", "info")
-    assert "INFO warren.server: Warren listening for AMQP 0-9-1 on 127.0.0.1:" in loud.log()
+    assert "[info] <warren.server> Warren listening for AMQP 0-9-1 on 127.0.0.1:" in loud.log()
     debug = make_broker("--config", write(tmp_path, "debug.config",
                                           "[{rabbit, [{log, [{console, [{level, debug}]}]}]}].\n"))
-    assert "INFO warren.server: Warren listening for AMQP 0-9-1 on 127.0.0.1:" in debug.log()
+    assert "[info] <warren.server> Warren listening for AMQP 0-9-1 on 127.0.0.1:" in debug.log()
 
 
 def _paged_files(b):

@@ -267,7 +267,7 @@ def test_corrupt_definitions_file_does_not_stop_the_broker(make_broker, restart_
         f.truncate(os.path.getsize(path) // 2)  # a torn file
     b = make_broker(data_dir=b.data_dir)
     log = b.log()
-    assert f"ERROR warren.definitions: definitions file {path} is corrupt (" in log
+    assert f"[error] <warren.definitions> definitions file {path} is corrupt (" in log
     aside = glob.glob(path + ".corrupt-*")
     assert len(aside) == 1
     assert f"moved the unusable definitions file to {aside[0]}" in log

@@ -450,7 +450,7 @@ def test_erlang_rabbit_keys(entry, expected):
      "expected one of debug, info, notice, warning, error, critical, alert, emergency, none, got 'verbose'"),
     ('{log, [{console, [{level, "debug"}]}]}', "log.console.level",
      'expected one of debug, info, notice, warning, error, critical, alert, emergency, none, got "debug"'),
-    ("{log, [{file, [{level, debug}]}]}", "log.file", "unknown key"),
+    ("{log, [{syslog, [{level, debug}]}]}", "log.syslog", "unknown key"),
     ("{log, console}", "log", "expected a list of {key, value} tuples, got console"),
     ("{hearbeat, 30}", "hearbeat", "unknown key (did you mean rabbit.heartbeat?)"),
     ("{cluster_name, <<\"x\">>}", "cluster_name", "unknown key"),

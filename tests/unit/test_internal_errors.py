@@ -132,7 +132,8 @@ def test_internal_error_closes_with_541_and_the_log_stays_bounded(server, log_te
     text = log_text()
     assert text.count("Traceback") == 1, text[:3000]
     assert text.count("RecursionError") == 300 + 1  # a line each, and the traceback's last line
-    assert len(text) < 120_000, f"{len(text)} bytes of log for 300 connections"
+    # (with RabbitMQ's lines of each connection, ~700 bytes: accepted, granted, error, closing)
+    assert len(text) < 340_000, f"{len(text)} bytes of log for 300 connections"
     assert "frames not shown" in text  # the recursion's middle is cut
     assert not server.protocols and not server.broker.connections
 

@@ -203,7 +203,8 @@ def test_external_refusals(caplog, peer_cert, users, peer, reason):
     start_ok(conn)
     [(_, close)] = transport.frames()
     assert (close.reply_code, close.reply_text) == (403, LOGIN_REFUSED)
-    assert f"EXTERNAL login refused from {peer}:50000: {reason}" in caplog.text
+    assert (f"Error on AMQP connection {conn.log_id} ({peer}:50000 -> 127.0.0.1:5672, state: starting):\n"
+            f"EXTERNAL login refused: {reason}") in caplog.text
 
 
 @pytest.mark.parametrize("mechanisms, mechanism, word", [
@@ -216,7 +217,8 @@ def test_mechanisms_not_offered_are_invalid_unknown_ones_unknown(caplog, mechani
     conn, transport, _ = start(broker_with(mechanisms=mechanisms))
     start_ok(conn, mechanism=mechanism, capabilities=False)
     assert transport.frames() == [] and conn.state.name == "CLOSED"
-    assert f"COMMAND_INVALID - {word} authentication mechanism '{mechanism}'" in caplog.text
+    assert (f"{{handshake_error,starting,0,{{amqp_error,command_invalid,\"{word} authentication mechanism "
+            f"'{mechanism}'\",") in caplog.text
 
 
 # The TLS layer -----------------------------------------------------------------------------

@@ -38,7 +38,17 @@ load_config() returns a dict with the settings present in the file (nothing for 
                                 "common_name"
   prometheus_port, prometheus_host   the Prometheus endpoint (prometheus.tcp.*; port 0: off)
   prometheus_per_object         prometheus.return_per_object_metrics (bool)
-  log_level                     a Python logging level
+  log_level                     the console's level, a Python logging level (log.console.level)
+  log_console                   bool: log to the console (log.console; Warren's default true)
+  log_console_stdio             "stdout" or "stderr" (log.console.stdio; Warren's default stderr)
+  log_file                      a path, or False (log.file = false): the log file (warren.cli.logs)
+  log_dir                       a writable directory: relative log files go there (log.dir)
+  log_file_level                RabbitMQ's level name (also =debug, !=info, <=notice, <warning)
+  log_file_rotation_size        bytes (log.file.rotation.size; units such as 10MiB also taken)
+  log_file_rotation_count       archives kept (log.file.rotation.count)
+  log_file_rotation_date        a parsed date spec, warren.cli.logs.parse_date_spec
+  log_file_rotation_compress    bool: gzip the archives
+  log_connection_level, log_channel_level   Python logging levels of those categories
   queue_window                  warren.queue_window
   vm_memory_high_watermark      ("relative", float) or ("absolute", bytes)
   vm_memory_high_watermark_paging_ratio  float
@@ -56,6 +66,7 @@ import os
 import re
 
 from ..amqp.erlang import erl_atom, erl_binary, erl_string
+from . import logs
 from ..session import sasl, x509
 
 log = logging.getLogger("warren.config")
@@ -276,15 +287,55 @@ _TLS_OPTIONS = {"cacertfile": _file, "certfile": _file, "keyfile": _file, "passw
 
 
 # RabbitMQ's log levels (log.console.level) as Python logging levels.
-LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO + 5,
-              "warning": logging.WARNING, "error": logging.ERROR, "critical": logging.CRITICAL,
-              "alert": logging.CRITICAL, "emergency": logging.CRITICAL, "none": logging.CRITICAL + 10}
+LOG_LEVELS = logs.LEVELS
+# log.file.level's: those and its filters (only one level, or all below one).
+FILE_LOG_LEVELS = [*LOG_LEVELS, *logs.FILE_LEVEL_FILTERS]
+MAX_LOG_FILES = 1000  # log.file.rotation.count: the archives are renamed one by one at each rotation
 
 
 def _log_level(text: str) -> int:
     if text not in LOG_LEVELS:
         raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}, got '{text}'")
     return LOG_LEVELS[text]
+
+
+def _file_log_level(text: str) -> str:
+    if text not in FILE_LOG_LEVELS:
+        raise ValueError(f"expected one of {', '.join(FILE_LOG_LEVELS)}, got '{text}'")
+    return text
+
+
+def _log_file(text: str):
+    # RabbitMQ's schema: false or a file name (relative ones under log.dir).
+    if text == "false":
+        return False
+    if text == "true":
+        raise ValueError("expected a file path, or false to log to no file, got 'true'")
+    return text
+
+
+def _log_dir(text: str) -> str:
+    # RabbitMQ's dir_writable validator: a file can be created there.
+    if not os.path.isdir(text) or not os.access(text, os.W_OK | os.X_OK):
+        raise ValueError(f"'{text}' is not a writable directory")
+    return text
+
+
+def _stdio(text: str) -> str:
+    if text not in ("stdout", "stderr"):
+        raise ValueError(f"expected stdout or stderr, got '{text}'")
+    return text
+
+
+def _rotation_size(value) -> int:
+    size = parse_information_unit(value)
+    if size < 1:
+        raise ValueError(f"expected a positive number of bytes, got {value}")
+    return size
+
+
+def _rotation_count(value: int) -> int:
+    return _in_range(value, 0, MAX_LOG_FILES, "a number of archived files")
 
 
 # What both formats build --------------------------------------------------------------
@@ -513,7 +564,18 @@ _NEW_STYLE = {
     "prometheus.tcp.port": _simple("prometheus_port", lambda v: _prometheus_port(_integer(v))),
     "prometheus.tcp.ip": _simple("prometheus_host", _ip),
     "prometheus.return_per_object_metrics": _simple("prometheus_per_object", _boolean),
+    "log.console": _simple("log_console", _boolean),
     "log.console.level": _simple("log_level", _log_level),
+    "log.console.stdio": _simple("log_console_stdio", _stdio),
+    "log.dir": _simple("log_dir", _log_dir),
+    "log.file": _simple("log_file", _log_file),
+    "log.file.level": _simple("log_file_level", _file_log_level),
+    "log.file.rotation.size": _simple("log_file_rotation_size", _rotation_size),
+    "log.file.rotation.count": _simple("log_file_rotation_count", lambda v: _rotation_count(_integer(v))),
+    "log.file.rotation.date": _simple("log_file_rotation_date", logs.parse_date_spec),
+    "log.file.rotation.compress": _simple("log_file_rotation_compress", _boolean),
+    "log.connection.level": _simple("log_connection_level", _log_level),
+    "log.channel.level": _simple("log_channel_level", _log_level),
     "listeners.ssl": _ssl_listeners_none,
     "listeners.ssl.*": _ssl_listener_key,
     **{f"ssl_options.{name}": _tls_option("ssl_options", name, convert) for name, convert in _TLS_OPTIONS.items()},
@@ -1070,17 +1132,52 @@ def _erl_disk_free_limit(settings, value, line, key):
 
 
 def _erl_log(settings, value, line, key):
-    _erl_proplist(value, line, key, settings, {"console": _erl_log_console})
+    _erl_proplist(value, line, key, settings, {"console": _erl_log_console, "file": _erl_log_file,
+                                               "categories": _erl_log_categories})
+
+
+def _erl_level(convert, names):
+    def parse(term):
+        if not isinstance(term, Atom):
+            raise ValueError(f"expected one of {', '.join(names)}, got {format_term(term)}")
+        return convert(term.name)
+    return parse
+
+
+_erl_log_level = _erl_level(_log_level, LOG_LEVELS)
 
 
 def _erl_log_console(settings, value, line, key):
-    _erl_proplist(value, line, key, settings, {"level": _erl_log_level})
+    _erl_proplist(value, line, key, settings, {
+        "enabled": _erl_simple("log_console", _erl_boolean),
+        "level": _erl_simple("log_level", _erl_log_level),
+        "stdio": _erl_simple("log_console_stdio", _erl_atom_value(_stdio)),
+    })
 
 
-def _erl_log_level(settings, value, line, key):
-    if not isinstance(value, Atom):
-        raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}, got {format_term(value)}")
-    settings.config["log_level"] = _log_level(value.name)
+def _erl_log_file_name(term):
+    if term == Atom("false"):
+        return False
+    return _log_file(_erl_text(term))
+
+
+def _erl_log_file(settings, value, line, key):
+    _erl_proplist(value, line, key, settings, {
+        "file": _erl_simple("log_file", _erl_log_file_name),
+        "level": _erl_simple("log_file_level", _erl_level(_file_log_level, FILE_LOG_LEVELS)),
+        "size": _erl_simple("log_file_rotation_size", lambda v: _rotation_size(_erl_int(v))),
+        "count": _erl_simple("log_file_rotation_count", lambda v: _rotation_count(_erl_int(v))),
+        "date": _erl_simple("log_file_rotation_date", lambda v: logs.parse_date_spec(_erl_text(v))),
+        "compress": _erl_simple("log_file_rotation_compress", _erl_boolean),
+    })
+
+
+def _erl_log_categories(settings, value, line, key):
+    def category(name):
+        def handle(settings, value, line, key):
+            _erl_proplist(value, line, key, settings, {"level": _erl_simple(f"log_{name}_level", _erl_log_level)})
+        return handle
+    _erl_proplist(value, line, key, settings, {"connection": category("connection"), "channel": category("channel")})
 
 
 def _erl_management_listener(settings, value, line, key):
@@ -1116,6 +1213,7 @@ _ERLANG_RABBIT = {
                                                          lambda v: _classic_paging_ratio(_erl_float(v))),
     "disk_free_limit": _erl_disk_free_limit,
     "log": _erl_log,
+    "log_root": _erl_simple("log_dir", lambda v: _log_dir(_erl_text(v))),
     "ssl_listeners": _erl_ssl_listeners,
     "ssl_options": _erl_tls_options("ssl_options"),
     "ssl_handshake_timeout": _erl_simple("ssl_handshake_timeout", lambda v: _handshake_timeout(_erl_int(v))),

@@ -21,6 +21,7 @@ from ..server.tls import HANDSHAKE_TIMEOUT, TLSError, server_context
 from ..store.definitions import DefinitionsFile
 from ..store.persister import Persister
 from .config import ConfigError, load_config
+from . import logs
 from .local import DATA_DIR_ENV, DEFAULT_DATA_DIR, control_socket
 
 log = logging.getLogger("warren")
@@ -68,8 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "config file's warren.queue_window, else 32768)")
     server.add_argument("--definitions", default=None, help="RabbitMQ definitions JSON to load at start")
     server.add_argument("--log-level", default=None, choices=["debug", "info", "warning", "error"],
-                        help="least severe level logged to stderr (default: the config file's "
-                             "log.console.level, else info)")
+                        help="least severe level logged to the console (default: the config file's "
+                             "log.console.level, else info); the config file's log.* keys set the rest")
     pipeline.add_parser(sub)
     return parser
 
@@ -188,8 +189,11 @@ def main(argv=None) -> int:
             print(f"warren: {line}", file=sys.stderr)
         return 2
     # Command-line flags win over the config file.
-    level = args.log_level.upper() if args.log_level else config.get("log_level", logging.INFO)
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        logs.configure(config, logs.LEVELS[args.log_level] if args.log_level else None)
+    except logs.LogSetupError as err:
+        print(f"warren: {err}", file=sys.stderr)
+        return 2
     for message in warnings:
         log.warning("%s", message)
     limits = Limits(**{k: config[k] for k in ("channel_max", "frame_max", "heartbeat", "max_message_size",

@@ -56,6 +56,7 @@ class Server:
         self.loop: asyncio.AbstractEventLoop | None = None  # set by start()
         self.protocols: set = set()
         self._servers: list[asyncio.AbstractServer] = []
+        self._listening: list[tuple[str, str]] = []  # (RabbitMQ's kind of listener, address) bound
         self._stopped = None
 
     async def start(self):
@@ -71,6 +72,8 @@ class Server:
         for service in self.services:
             await service.start(self)
         await self._bind()
+        # RabbitMQ's line once it is ready (what tools wait for); Warren has no plugins.
+        log.info("Server startup complete; 0 plugins started.")
 
     async def _bind(self) -> None:
         """One server per address, bound in order. Port 0 takes the port the first such
@@ -99,11 +102,16 @@ class Server:
                 self._servers.append(server)
                 bound = server.sockets[0].getsockname()[1]
                 chosen.setdefault(key, bound)
+                # RabbitMQ's lines, one per address (and "stopped ..." at shutdown).
+                self._listening.append(("TCP listener" if listen.tls is None else "TLS (SSL) listener",
+                                        _show(listen.host, bound)))
+                log.info("started %s on %s", *self._listening[-1])
                 (self.addresses if listen.tls is None else self.tls_addresses).append((listen.host, bound))
         except BaseException:
             for bound_server in self._servers:
                 bound_server.close()
             self._servers.clear()
+            self._listening.clear()
             raise
         if not self.addresses:
             raise OSError("no AMQP address could be bound")
@@ -135,6 +143,8 @@ class Server:
         log.info("shutting down: closing %d connections", len(self.protocols))
         for server in self._servers:
             server.close()
+        for kind, address in self._listening:
+            log.info("stopped %s on %s", kind, address)
         self.reclaimer.stop()
         for service in self.services:
             await service.stop()

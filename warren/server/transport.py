@@ -5,6 +5,7 @@ import logging
 import time
 
 from ..amqp.constants import INTERNAL_ERROR
+from ..session import connection_log
 from ..session.connection import Connection, ConnectionState
 from ..broker.ports import TLSInfo
 from .error_log import ErrorLog
@@ -167,7 +168,7 @@ class AMQPProtocol(asyncio.Protocol):
         now = time.monotonic()
         # Heartbeat monitoring is suspended while the connection is not read, as RabbitMQ.
         if self.reading and now - self.last_recv > 2 * seconds:
-            log.warning("missed heartbeats from client %s, timeout: %ss", self.conn.name, seconds)
+            connection_log.ended(self.conn, f"missed heartbeats from client, timeout: {seconds}s")
             self.conn.connection_lost()
             self.close()
             return
@@ -181,5 +182,7 @@ class AMQPProtocol(asyncio.Protocol):
         # RabbitMQ closes the socket without a word in every handshake state, tune-ok included.
         self.handshake_timer = None
         if self.conn.state < ConnectionState.OPEN and not self.closed:
-            log.warning("handshake timeout from %s", self.conn.name)
+            # RabbitMQ's reason names what its reader was waiting for.
+            waiting = "handshake" if self.conn.state == ConnectionState.AWAIT_HEADER else "frame_header"
+            connection_log.ended(self.conn, f"{{handshake_timeout,{waiting}}}")
             self.close()

@@ -23,7 +23,7 @@ from ..broker.errors import (
 )
 from ..broker.stats import RECEIVED_CONFIRM, new_channel_counters
 from ..broker.names import server_named
-from . import frame_errors
+from . import connection_log, frame_errors
 from .ack_timeout import AckTimeout
 from .transaction import Transaction, TxPublish
 
@@ -242,9 +242,9 @@ class Channel:
     def error(self, err: AMQPError, class_id: int = 0, method_id: int = 0) -> None:
         """Close the channel (soft error) or the connection (hard error) with RabbitMQ's code."""
         if err.closes_connection:
-            self.conn.connection_error(err, *(err.method_ids or (class_id, method_id)))
+            self.conn.connection_error(err, *(err.method_ids or (class_id, method_id)), channel=self.id)
             return
-        log.info("channel %s:%d error: %s", self.conn.name, self.id, err.reply_text)
+        connection_log.channel_error(self.conn, self.id, err.code, err.text, class_id, method_id)
         self.release()
         self.send(spec.ChannelClose(reply_code=err.code, reply_text=err.reply_text,
                                     class_id=class_id, method_id=method_id))

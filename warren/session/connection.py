@@ -8,7 +8,6 @@ piece per loop tick (`flush`), after the durable state the replies promise is wr
 from __future__ import annotations
 
 import enum
-import logging
 import platform
 import struct
 import time
@@ -19,8 +18,8 @@ from .. import __version__
 from ..amqp import spec
 from ..amqp.codec import DecodeError, MalformedUTF8
 from ..amqp.constants import (
-    CONNECTION_FORCED, FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD,
-    FRAME_MIN_SIZE, PROTOCOL_HEADER,
+    ACCESS_REFUSED, CONNECTION_FORCED, FRAME_BODY, FRAME_END, FRAME_HEADER, FRAME_HEARTBEAT, FRAME_METHOD,
+    FRAME_MIN_SIZE, NOT_ALLOWED, PROTOCOL_HEADER, REPLY_NAMES,
 )
 from ..amqp.frames import HEARTBEAT, body_part, method_frame
 from ..broker.errors import (
@@ -28,7 +27,7 @@ from ..broker.errors import (
     syntax_error, unexpected_frame,
 )
 from ..broker.limits import check_channel, check_connection
-from . import frame_errors
+from . import connection_log, frame_errors
 from .channel import Channel
 from . import sasl, x509
 from .sasl import credentials
@@ -40,8 +39,6 @@ if TYPE_CHECKING:
     from ..broker.ports import Timer, Transport
     from ..broker.queue_flow import QueueCredit
     from ..broker.vhost import VHost
-
-log = logging.getLogger("warren.connection")
 
 _FRAME_HEAD = struct.Struct(">BHI")
 _unpack_head = _FRAME_HEAD.unpack_from
@@ -174,6 +171,11 @@ class Connection:
         self.exclusive_queues: list = []
         self.close_ok_timer: Timer | None = None  # the delayed close-ok (CLOSE_OK_DELAY)
         self.name = f"{self.peer[0]}:{self.peer[1]}"
+        # Its log lines (warren.session.connection_log): its id there, whether it has sent a
+        # byte, whether its last line is written.
+        self.log_id = connection_log.new_id()
+        self.data_seen = False
+        self.end_logged = False
         self.connected_at = int(time.time() * 1000)
         # Traffic counters (warren.mgmt.stats): bytes and reads in, bytes and writes out.
         self.recv_oct = self.recv_cnt = self.send_oct = self.send_cnt = 0
@@ -230,6 +232,8 @@ class Connection:
                 self._process_input()
 
     def _read_protocol_header(self) -> bool:
+        if not self.data_seen and self.pending_len:
+            connection_log.accepting(self)
         if self.pending_len < 8:
             head = self._peek(self.pending_len)
             if not (PROTOCOL_HEADER.startswith(head) or _LEGACY_0_9_HEADER.startswith(head)):
@@ -251,6 +255,7 @@ class Connection:
 
     def _refuse_protocol(self) -> None:
         # As the spec says: answer with the protocol header we do speak, then close.
+        connection_log.ended(self, connection_log.bad_header(self._peek(min(8, self.pending_len))))
         self.state = CLOSED
         self.transport.write(PROTOCOL_HEADER)
         self.transport.close()
@@ -521,15 +526,11 @@ class Connection:
             name = creds[0]
             user = self.broker.authenticate(*creds)
         if user is not None and user.name in self.broker.loopback_users and not _is_loopback(self.peer[0]):
-            log.warning("user '%s' can only connect via localhost (from %s)", user.name, self.peer[0])
             refused = f"user '{user.name}' can only connect via localhost"
             user = None
         self.broker.node_counters["auth_attempts_failed" if user is None else "auth_attempts_succeeded"] += 1
         if user is None:
-            if mechanism == "EXTERNAL":
-                log.warning("EXTERNAL login refused from %s: %s", self.name, refused)
-            else:
-                log.warning("authentication failed for %s from %s", name, self.name)
+            connection_log.login_refused(self, mechanism, refused or f"user '{name}' - invalid credentials")
             # Clients that do not announce the capability just see the socket close (AMQP 0-9-1).
             raise AMQPError(403, f"Login was refused using authentication mechanism {mechanism}. "
                                  "For details see the broker logfile.",
@@ -592,6 +593,7 @@ class Connection:
             raise AMQPError(err.code, err.text, (10, 40))
         self.vhost = vhost
         self.state = OPEN
+        connection_log.granted(self)
         self.transport.handshake_done()
         self.broker.connections.add(self)
         self.broker.node_counters["connections_opened"] += 1
@@ -778,18 +780,34 @@ class Connection:
         self.flush()
 
     # ---------------------------------------------------------------- closing
-    def connection_error(self, err: AMQPError, class_id: int = 0, method_id: int = 0) -> None:
-        if self.state in (CLOSING, CLOSED):
+    def connection_error(self, err: AMQPError, class_id: int = 0, method_id: int = 0, channel: int = 0) -> None:
+        """Close the connection for `err`, logged as RabbitMQ's reader logs it in each state."""
+        state = self.state
+        if state in (CLOSING, CLOSED):
             return
-        if self.state in (AWAIT_START_OK, AWAIT_TUNE_OK) and not err.handshake_reply:
+        reason = connection_log.amqp_error_term(err.code, err.text, class_id, method_id)
+        if state in (AWAIT_START_OK, AWAIT_TUNE_OK) and not err.handshake_reply:
             # Before tune-ok RabbitMQ answers (almost) nothing: it waits, then drops the socket.
-            log.warning("handshake error from %s: %s", self.name, err.reply_text)
+            # (A refused login is logged where it is refused, and ends as a clean close.)
+            if not (state == AWAIT_START_OK and err.code == ACCESS_REFUSED):
+                connection_log.ended(self, f"{{handshake_error,{_STATE_NAMES[state]},{channel},{reason}}}")
             self._release()
             self.state = CLOSED
             self.transport.close_later(SILENT_CLOSE_DELAY)
             return
-        log.warning("closing connection %s: %s", self.name, err.reply_text)
-        self.close(err.code, err.reply_text, class_id, method_id)
+        if state == AWAIT_TUNE_OK:
+            connection_log.ended(self, f"failed to negotiate connection parameters: {err.text}")
+        elif state == AWAIT_OPEN and err.code == NOT_ALLOWED:
+            connection_log.handshake_refused(self, "opening", err.text)
+        elif state == AWAIT_OPEN:
+            connection_log.hard_error(self, "opening", channel, f"{{handshake_error,opening,{reason}}}")
+        elif state == OPEN:
+            connection_log.hard_error(self, self._log_state(), channel, connection_log.connection_exception(
+                err.code, err.text, class_id, method_id))
+        self._send_close(err.code, err.reply_text, class_id, method_id)
+
+    def _log_state(self) -> str:
+        return "blocked" if self.blocked else "running"
 
     def abort(self) -> None:
         """Drop the connection without a word, as RabbitMQ does when its reader crashes."""
@@ -800,6 +818,14 @@ class Connection:
     def close(self, code: int = CONNECTION_FORCED, text: str = "CONNECTION_FORCED - broker forced connection closure with reason 'shutdown'",
               class_id: int = 0, method_id: int = 0) -> None:
         """Start a server-initiated close: send connection.close and wait for close-ok."""
+        if self.state == OPEN:
+            # As RabbitMQ logs a connection it is told to close (shutdown, the API's close).
+            name = REPLY_NAMES.get(code, "")
+            connection_log.hard_error(self, self._log_state(), 0, connection_log.connection_exception(
+                code, text[len(name) + 3:] if text.startswith(f"{name} - ") else text, class_id, method_id))
+        self._send_close(code, text, class_id, method_id)
+
+    def _send_close(self, code: int, text: str, class_id: int = 0, method_id: int = 0) -> None:
         if self.state in (CLOSING, CLOSED):
             return
         if self.state == AWAIT_HEADER:
@@ -825,6 +851,9 @@ class Connection:
         self.flush()
 
     def connection_lost(self) -> None:
+        # Once either side has sent connection.close, the socket's end is no surprise (RabbitMQ's
+        # reader counts itself closed once it has sent its close).
+        connection_log.ended(self, clean=self.state in (CLOSING, CLOSED))
         if self.close_ok_timer is not None:  # the client did not wait for its close-ok
             self.close_ok_timer.cancel()
             self.close_ok_timer = None
