@@ -342,7 +342,37 @@ def test_a_nacked_row_fails_the_write(spark, broker, uid):
     assert [body for _, body, _ in _drain(broker, q)] == [b"r0"]
 
 
-def test_amqps_is_refused_clearly(spark):
-    df = spark.createDataFrame([(b"x",)], "body BINARY")
-    with pytest.raises(Exception, match="does not support amqps"):
-        df.write.format("warren").option("uri", "amqps://guest:guest@127.0.0.1:5671/%2F").mode("append").save()
+def test_source_and_sink_over_amqps(spark, tmp_path, uid):
+    """The sink publishes and the source reads a stream over TLS (amqps:// and the CA in
+    `cacertfile`); a broker certificate the client does not trust fails the write."""
+    import pika
+    from tests.conftest import EXTERNAL, free_port, start_broker
+    from tests.tls_certs import TestCerts
+    if EXTERNAL:
+        pytest.skip("starts its own Warren with a TLS listener")
+    certs = TestCerts.make(str(tmp_path))
+    port = free_port()
+    conf = tmp_path / "rabbitmq.conf"
+    conf.write_text(f"listeners.ssl.default = {port}\nssl_options.certfile = {certs.server_cert}\n"
+                    f"ssl_options.keyfile = {certs.server_key}\n")
+    broker = start_broker("--config", str(conf))
+    try:
+        stream = f"tls-{uid}"
+        conn = pika.BlockingConnection(broker.pika_params())
+        conn.channel().queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+        conn.close()
+        url = f"amqps://guest:guest@localhost:{port}/%2F"
+        df = spark.createDataFrame([(b"m%d" % i,) for i in range(50)], "body BINARY")
+        (df.write.format("warren").option("uri", url).option("cacertfile", certs.ca)
+         .option("routingKey", stream).mode("append").save())
+        got = (spark.read.format("warren").option("uri", url).option("cacertfile", certs.ca)
+               .option("stream", stream).load().select("body").collect())
+        assert sorted(bytes(r.body) for r in got) == sorted(b"m%d" % i for i in range(50))
+        # Without the CA the system's trust store does not know the test CA.
+        with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
+            df.write.format("warren").option("uri", url).option("routingKey", stream).mode("append").save()
+        with pytest.raises(Exception, match="need an amqps:// uri"):
+            (df.write.format("warren").option("uri", uri(broker)).option("cacertfile", certs.ca)
+             .mode("append").save())
+    finally:
+        broker.stop()

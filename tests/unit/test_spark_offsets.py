@@ -82,6 +82,16 @@ def test_endpoints_from_options_never_show_the_password():
         endpoint({"uri": "http://x"})
 
 
+def test_tls_endpoints():
+    ep = endpoint({"uri": "amqps://u:p@h/%2F", "CACertFile": "/ca.pem", "verify": "verify_none"})
+    assert (ep.tls, ep.port, ep.cacertfile, ep.verify) == (True, 5671, "/ca.pem", False)
+    assert endpoint({"uri": "amqps://h"}).verify and endpoint({"uri": "amqp://h"}).ssl_context() is None
+    with pytest.raises(ValueError, match="need an amqps:// uri"):
+        endpoint({"uri": "amqp://h", "certfile": "/c.pem"})
+    with pytest.raises(ValueError, match="verify_peer or verify_none"):
+        endpoint({"uri": "amqps://h", "verify": "yes"})
+
+
 def test_ranges_and_endpoints_pickle():
     """Spark ships partitions and the reader to its Python workers."""
     r = o.StreamRange("a", 1, 5)

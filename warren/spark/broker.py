@@ -45,7 +45,8 @@ def run(coroutine: Awaitable[T]) -> T:
 
 
 async def connect(ep: Endpoint) -> aiormq.abc.AbstractConnection:
-    return await aiormq.connect(ep.url, client_properties={"connection_name": "warren.spark"})
+    return await aiormq.connect(ep.url, client_properties={"connection_name": "warren.spark"},
+                                context=ep.ssl_context())
 
 
 # --------------------------------------------------------------------- offsets

@@ -1,10 +1,13 @@
-"""Where the Spark source and sink connect: the `uri` option, or host/port/vhost/user/password.
+"""Where the Spark source and sink connect: the `uri` option, or host/port/vhost/user/password;
+over TLS with an amqps:// uri (options `cacertfile`, `certfile`, `keyfile`, `verify`, named
+after RabbitMQ's ssl_options).
 
 The password is kept out of every repr and log line: a Spark plan, a task's error or a
 progress line may print the options."""
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass, field
 from typing import Mapping
 from urllib.parse import quote, unquote, urlsplit
@@ -18,6 +21,23 @@ class Endpoint:
     user: str = "guest"
     password: str = field(default="guest", repr=False)
     tls: bool = False
+    # TLS: the CAs to trust (None: the system's), a client certificate and key (for the
+    # EXTERNAL mechanism or a broker that asks for one), whether to verify the broker.
+    cacertfile: str | None = None
+    certfile: str | None = None
+    keyfile: str | None = None
+    verify: bool = True
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if not self.tls:
+            return None
+        context = ssl.create_default_context(cafile=self.cacertfile)
+        if self.certfile:
+            context.load_cert_chain(self.certfile, self.keyfile)
+        if not self.verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
 
     @property
     def url(self) -> str:
@@ -54,5 +74,13 @@ def endpoint(options: Mapping[str, str]) -> Endpoint:
         port = int(opts.get("port", base.port))
     except ValueError:
         raise ValueError(f"port must be a number, not {opts['port']!r}") from None
+    verify = opts.get("verify", "verify_peer")
+    if verify not in ("verify_peer", "verify_none"):
+        raise ValueError(f"verify must be verify_peer or verify_none, not {verify!r}")
+    tls_options = [k for k in ("cacertfile", "certfile", "keyfile", "verify") if k in opts]
+    if tls_options and not base.tls:
+        raise ValueError(f"{', '.join(tls_options)} need an amqps:// uri")
     return Endpoint(opts.get("host", base.host), port, opts.get("vhost", base.vhost),
-                    opts.get("user", base.user), opts.get("password", base.password), base.tls)
+                    opts.get("user", base.user), opts.get("password", base.password), base.tls,
+                    opts.get("cacertfile"), opts.get("certfile"), opts.get("keyfile"),
+                    verify == "verify_peer")

@@ -4,8 +4,7 @@ Columns: `body` (required, binary or string), and optionally `exchange`, `routin
 `headers` (a map), `properties` (a struct with the source's property names) and `message_id`.
 Options: `exchange` and `routingKey` (for rows without those columns), `mandatory` (an
 unroutable row fails the task), `maxInFlight` (confirms outstanding at once, 1000 by default),
-`confirmTimeout` (seconds, 60), and the connection options of the source (amqp:// only: the
-sink refuses amqps:// for now).
+`confirmTimeout` (seconds, 60), and the connection options of the source (amqps:// too).
 
 A task succeeds only once the broker confirmed every row it published: a nack, a return
 (mandatory), a closed connection or a confirm timeout fails it, and Spark runs it again. The
@@ -96,9 +95,6 @@ class _Publisher:
     def __init__(self, options: Mapping[str, str]):
         opts = {k.lower(): v for k, v in options.items()}
         self.endpoint: Endpoint = endpoint(options)
-        if self.endpoint.tls:
-            raise ValueError(f"the warren sink does not support amqps:// yet ({self.endpoint.shown}): "
-                             "publish over amqp://")
         self.exchange = opts.get("exchange", "")
         self.routing_key = opts.get("routingkey", "")
         self.mandatory = opts.get("mandatory", "false").lower() == "true"

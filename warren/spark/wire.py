@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import select
 import socket
+import ssl
 import struct
 from typing import Any, Callable, Mapping
 
@@ -47,10 +48,12 @@ class Wire:
     connection_name = "warren.spark stream reader"  # as the broker's connection list shows it
 
     def __init__(self, ep: Endpoint, timeout: float = 30.0):
-        if ep.tls:
-            raise ProtocolError("amqps is not supported by the stream reader yet")
-        self.sock = socket.create_connection((ep.host, ep.port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock = socket.create_connection((ep.host, ep.port), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        context = ep.ssl_context()
+        if context is not None:
+            sock = context.wrap_socket(sock, server_hostname=ep.host)
+        self.sock = sock
         self.buf = bytearray()
         self.pos = 0
         self.server_properties: dict = {}
@@ -372,7 +375,7 @@ class Publisher(Wire):
         self.published += 1
         if len(out) >= FLUSH_AT:
             self.flush()
-            if self._poller.poll(0):
+            if self._readable(0):
                 self._read()
 
     def _method(self, exchange: str, routing_key: str, mandatory: bool) -> bytes:
@@ -398,10 +401,15 @@ class Publisher(Wire):
         """Read until at most `most` messages are unconfirmed; `timeout` seconds without one
         more confirmed raises ConfirmTimeout."""
         while self.published - self.settled - len(self.acked_above) > most:
-            if not self._poller.poll(self.timeout * 1000):
+            if not self._readable(self.timeout * 1000):
                 raise ConfirmTimeout(f"no confirm within {self.timeout:g} s "
                                      f"({self.unconfirmed} of {self.published} messages unconfirmed)")
             self._read()
+
+    def _readable(self, timeout_ms: float) -> bool:
+        # TLS may hold decrypted bytes the socket no longer shows to poll().
+        pending = isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
+        return pending or bool(self._poller.poll(timeout_ms))
 
     def _read(self) -> None:
         """Take what the socket has (it has something: polled) and handle the whole frames in
