@@ -45,10 +45,40 @@ def pytest_xdist_make_scheduler(config, log):
     return ModulesHeavyTogether(config, log)
 
 
+# Test brokers' ports come from below the kernel's ephemeral range (32768-60999 by default),
+# one slice per pytest-xdist worker, handed out in turn: the port of a broker killed and about
+# to be restarted (tests/crash) is never given to another worker's broker or taken by a
+# client's outgoing connection in between.
+_PORTS = (10000, 32000)
+
+
+def _port_slice() -> tuple[int, int]:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    size = (_PORTS[1] - _PORTS[0]) // max(1, workers)
+    return _PORTS[0] + index * size, _PORTS[0] + (index + 1) * size
+
+
+# Shared by this file's two module objects (pytest's `conftest` and `tests.conftest`, which
+# some tests import): one cursor, so they never both hand out a port not yet bound.
+_port_cursor: list[int] = sys.modules.setdefault("_warren_test_port_cursor", [])  # type: ignore[arg-type]
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    low, high = _port_slice()
+    if not _port_cursor:
+        _port_cursor.append(low + os.getpid() % (high - low))
+    for _ in range(high - low):
+        port = _port_cursor[0]
+        _port_cursor[0] = low + (port + 1 - low) % (high - low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {low}-{high}")
 
 
 class BrokerProcess:
