@@ -253,10 +253,16 @@ def _file(text: str) -> str:
     return text
 
 
-def _verify(text: str) -> str:
-    if text not in ("verify_peer", "verify_none"):
-        raise ValueError(f"expected verify_peer or verify_none, got '{text}'")
-    return text
+def _one_of(first: str, second: str):
+    """A validator of a value that is `first` or `second`."""
+    def check(text: str) -> str:
+        if text not in (first, second):
+            raise ValueError(f"expected {first} or {second}, got '{text}'")
+        return text
+    return check
+
+
+_verify = _one_of("verify_peer", "verify_none")
 
 
 def _tls_version(text: str) -> str:
@@ -321,10 +327,7 @@ def _log_dir(text: str) -> str:
     return text
 
 
-def _stdio(text: str) -> str:
-    if text not in ("stdout", "stderr"):
-        raise ValueError(f"expected stdout or stderr, got '{text}'")
-    return text
+_stdio = _one_of("stdout", "stderr")
 
 
 def _rotation_size(value) -> int:
