@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pika
+import pytest
 
 from warren.cli.main import build_parser
 from warren.spark import pipeline
@@ -144,3 +145,42 @@ def test_dlq_audit_as_one_command(spark, broker, uid, tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "15 dead letters in" in done.stdout and "rejected" in done.stdout
+
+
+def test_audit_and_replay_over_amqps(spark, uid, tmp_path, capsys):
+    """--uri amqps:// with --cacertfile: the dead-letter queue drained and replayed over TLS; the
+    broker's certificate is refused without the CA that signed it."""
+    from tests.conftest import EXTERNAL, free_port, start_broker
+    from tests.tls_certs import TestCerts
+    if EXTERNAL:
+        pytest.skip("starts its own Warren with a TLS listener")
+    certs = TestCerts.make(str(tmp_path))
+    port = free_port()
+    conf = tmp_path / "rabbitmq.conf"
+    conf.write_text(f"listeners.ssl.default = {port}\nssl_options.certfile = {certs.server_cert}\n"
+                    f"ssl_options.keyfile = {certs.server_key}\n")
+    broker = start_broker("--config", str(conf))
+    try:
+        work, dlq = _dead_letters(broker, uid, "classic")
+        tls = f"amqps://guest:guest@localhost:{port}/%2F"
+        table = str(tmp_path / "audit")
+        with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED"):
+            pipeline.dlq_audit(spark, _args(uri=tls, queue=dlq, output=str(tmp_path / "refused")))
+        assert pipeline.dlq_audit(spark, _args(uri=tls, queue=dlq, output=table, cacertfile=certs.ca)) == 0
+        assert "15 dead letters in" in capsys.readouterr().out
+        assert _drain(broker, dlq) == []
+        replay = _args(uri=tls, input=table, where="reason = 'rejected'", cacertfile=certs.ca)
+        assert pipeline.replay(spark, replay) == 0
+        assert sorted(m for _, m, _ in _drain(broker, work)) == sorted(str(i) for i in range(10))
+    finally:
+        broker.stop()
+
+
+def test_the_tls_flags_parse():
+    args = build_parser().parse_args(["pipeline", "replay", "--stream", "dlq", "--uri", "amqps://h/%2F",
+                                      "--cacertfile", "ca.pem", "--certfile", "c.pem", "--keyfile", "k.pem",
+                                      "--verify", "verify_none"])
+    assert (args.cacertfile, args.certfile, args.keyfile, args.verify) == ("ca.pem", "c.pem", "k.pem", "verify_none")
+    done = subprocess.run([sys.executable, "-m", "warren", "pipeline", "replay", "--stream", "dlq",
+                           "--verify", "maybe"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "invalid choice: 'maybe'" in done.stderr

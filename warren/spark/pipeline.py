@@ -29,6 +29,13 @@ AUDIT_COLUMNS = ("body", "source", "offset", "exchange", "routing_key", "headers
                  "first_death_time", "last_death_time")
 
 
+# The source's and sink's TLS options (warren.spark.connection), for an amqps:// --uri.
+TLS_FLAGS = {"cacertfile": "CA certificates to trust the broker by (PEM; default: the system's)",
+             "certfile": "client certificate (PEM), for EXTERNAL or a broker that asks for one",
+             "keyfile": "the client certificate's key (PEM)",
+             "verify": "verify_peer (default) or verify_none"}
+
+
 def add_parser(sub: Any) -> None:
     pipeline = sub.add_parser("pipeline", help="Spark jobs for dead letters (needs the spark extra)")
     jobs = pipeline.add_subparsers(dest="job", required=True)
@@ -36,7 +43,10 @@ def add_parser(sub: Any) -> None:
                        ("replay", "republish selected dead letters where they first died from")):
         job = jobs.add_parser(name, help=text)
         job.add_argument("--uri", default="amqp://guest:guest@localhost:5672/%2F",
-                         help="the broker (amqp://user:password@host:port/vhost)")
+                         help="the broker (amqp://user:password@host:port/vhost, or amqps://)")
+        for option, text in TLS_FLAGS.items():
+            job.add_argument(f"--{option}", default=None, help=text,
+                             choices=["verify_peer", "verify_none"] if option == "verify" else None)
         job.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
         job.add_argument("--checkpoint", default=None,
                          help="Spark checkpoint directory (default: beside the output or input)")
@@ -118,8 +128,17 @@ def _await(query: Any) -> None:
         raise RuntimeError(str(query.exception()))
 
 
+def _broker(reader_or_writer: Any, args: argparse.Namespace) -> Any:
+    """The `warren` format with the broker's address and the TLS options given."""
+    out = reader_or_writer.format("warren").option("uri", args.uri)
+    for option in TLS_FLAGS:
+        if getattr(args, option, None) is not None:
+            out = out.option(option, getattr(args, option))
+    return out
+
+
 def dlq_audit(spark: Any, args: argparse.Namespace) -> int:
-    reader = spark.readStream.format("warren").option("uri", args.uri)
+    reader = _broker(spark.readStream, args)
     if args.queue:
         reader = reader.option("queue", args.queue).option("maxRecordsPerTrigger", args.batch or 10_000)
     else:
@@ -159,7 +178,7 @@ def replay(spark: Any, args: argparse.Namespace) -> int:
         rows = spark.readStream.schema(schema).parquet(args.input)
         checkpoint = args.checkpoint or args.input.rstrip("/") + ".replay-checkpoint"
     else:
-        rows = flattened(spark.readStream.format("warren").option("uri", args.uri).option("stream", args.stream)
+        rows = flattened(_broker(spark.readStream, args).option("stream", args.stream)
                          .option("startingOffsets", "earliest").load())
         checkpoint = args.checkpoint or f"{args.stream}.replay-checkpoint"
     if args.where:
@@ -173,7 +192,7 @@ def replay(spark: Any, args: argparse.Namespace) -> int:
         F.map_filter("headers", lambda k, v: ~k.startswith("x-")).alias("headers"),
         F.coalesce("message_id", F.concat(F.lit("replay:"), "source", F.lit(":"), F.col("offset").cast("string")))
          .alias("message_id"))
-    query = (out.writeStream.format("warren").option("uri", args.uri).option("checkpointLocation", checkpoint)
+    query = (_broker(out.writeStream, args).option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
     _await(query)
     print("replayed", flush=True)
