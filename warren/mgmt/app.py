@@ -21,7 +21,7 @@ from aiohttp import web
 
 from ..amqp import codec
 from ..broker.auth import User
-from . import access, api
+from . import access, api, webui
 
 log = logging.getLogger("warren.mgmt")
 
@@ -90,6 +90,8 @@ async def auth_middleware(request, handler):
         # As RabbitMQ (cowboy): an unknown path (404) or method (405) is answered before
         # authentication.
         return await handler(request)
+    if request.match_info.route.resource in request.app["public"]:
+        return await handler(request)  # the web UI's files (warren.mgmt.webui)
     local = _control_peer(request)
     if local is not None:
         if not local:
@@ -191,6 +193,9 @@ def make_app(broker, server=None, service: "ManagementService | None" = None) ->
         # amqpstorm's healthchecks.get() asks for /api/healthchecks/node/.
         app.add_routes([web.RouteDef(r.method, r.path + "/", r.handler, r.kwargs)
                         for r in module.routes if isinstance(r, web.RouteDef)])
+    # The web UI's page and files, public as in RabbitMQ (the page logs in to the API).
+    app["ui_assets"] = webui.load_assets()
+    app["public"] = frozenset(route.resource for route in app.add_routes(webui.routes))
     app["fixed_paths"] = frozenset(r.canonical for r in app.router.resources() if isinstance(r, web.PlainResource))
     return app
 
