@@ -68,8 +68,8 @@ export class Chart {
       label.textContent = short(value) + this.unit;
       this.svg.append(label);
     }
-    if (samples.length > 1) {
-      const seconds = Math.round(span / 1000);
+    const seconds = Math.round(span / 1000);
+    if (samples.length > 1 && seconds > 0) {
       const label = svg("text", { x: x0, y: HEIGHT - 4, "font-size": 11, fill: "#666" });
       label.textContent = `last ${seconds} s`;
       this.svg.append(label);

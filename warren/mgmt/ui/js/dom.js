@@ -156,5 +156,7 @@ export function showError(err) {
 }
 
 export function clearError() {
-  document.getElementById("error").hidden = true;
+  const box = document.getElementById("error");
+  box.hidden = true;
+  box.textContent = "";
 }

@@ -27,7 +27,7 @@ function users() {
     { title: "", cell: (u) => remove(`/users/${api.seg(u.name)}`, `user ${u.name}`, refresh) },
   ], await api.get("/users"), { id: "users-table", rowAttrs: (u) => ({ "data-name": u.name }) }), (refresh) => {
     const name = input("add-user-name", { required: true });
-    const password = input("add-user-password", { type: "password" });
+    const password = input("add-user-password", { type: "password", autocomplete: "new-password" });
     const tags = input("add-user-tags", { placeholder: "administrator, monitoring, policymaker, management" });
     return form({ id: "add-user-form", class: "inline" }, [
       h("label", {}, "Username", name), h("label", {}, "Password", password), h("label", {}, "Tags", tags),
