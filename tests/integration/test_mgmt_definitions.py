@@ -116,7 +116,7 @@ def test_rabbitmq_export_imports(make_broker):
     assert (exported["topic_permissions"], exported["global_parameters"]) == (
         RABBITMQ_EXPORT["topic_permissions"], RABBITMQ_EXPORT["global_parameters"])
     assert api.get("/cluster-name").json() == {"name": "rabbit@example"}
-    # A federation upstream (or shovel) fails an import, as in a RabbitMQ without the plugin
+    # A federation upstream fails an import, as in a RabbitMQ without the plugin
     # (tests/integration/test_parameters.py).
     assert [(u["name"], u["password_hash"], u["tags"]) for u in exported["users"]] == [
         (u["name"], u["password_hash"], u["tags"] if isinstance(u["tags"], list) else u["tags"].split(","))

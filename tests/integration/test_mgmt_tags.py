@@ -613,6 +613,11 @@ def test_every_route_is_in_the_matrix():
     # test_alarm_monitors.py::test_settings_endpoints_are_for_administrators.
     exercised += [(m, f"/nodes/X/{p}") for m in ("GET", "HEAD", "PUT")
                   for p in ("vm-memory-high-watermark", "disk-free-limit")]
+    # The shovel management plugin's routes: tested per tag in test_shovel_move.py::test_who_may_do_what
+    # (a RabbitMQ with only the management plugin has none of them).
+    exercised += [(m, p) for m in ("GET", "HEAD") for p in ("/shovels", "/shovels/X", "/shovels/vhost/X/X",
+                                                             "/shovels/vhost/X/X/restart")]
+    exercised += [("DELETE", "/shovels/vhost/X/X"), ("DELETE", "/shovels/vhost/X/X/restart")]
     concrete = [(m, re.sub(r"\{[^}]*\}", "X", p)) for m, p in exercised]
     missing = []
     for info in pkgutil.iter_modules(api.__path__):

@@ -1,8 +1,8 @@
 """Runtime parameters over the management API, as RabbitMQ 3.10 with only the management
 plugin: /api/parameters[/component[/vhost[/name]]] (the core's components: vhost-limits,
 operator_policy, and policy for reading) and /api/global-parameters[/name], in definitions
-and across a restart. Components of plugins Warren does not have (shovel,
-federation-upstream) are refused exactly as such a RabbitMQ refuses them.
+and across a restart. Components of plugins Warren does not have (federation-upstream) are
+refused exactly as such a RabbitMQ refuses them; shovels are tests/integration/test_shovel_move.py's.
 
 Against RabbitMQ: `python tools/rabbitmq_node.py run --plugins rabbitmq_management -- python
 -m pytest -q tests/integration/test_parameters.py`; without its management API (CI's node)
@@ -68,7 +68,6 @@ def api(broker):
 
 # --------------------------------------------------------------- vhost parameters
 @pytest.mark.parametrize("component,value", [
-    ("shovel", {"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "dest-queue": "b"}),
     ("federation-upstream", {"uri": "amqp://"}),
     ("no-such-component", {"a": 1}),
 ])

@@ -15,6 +15,7 @@ from .ports import Scheduler
 from .queue_flow import QueueFlow
 from .stats import RetiredCounters, new_node_counters
 from .vhost import VHost
+from . import shovel
 
 if TYPE_CHECKING:
     from ..store.definitions import DefinitionsFile
@@ -114,6 +115,7 @@ class Broker:
         for vhost in list(self.vhosts.values()):
             for queue in list(vhost.queues.values()):
                 queue.start_timers()
+        shovel.start_all(self)  # (on the loop's next turn: every queue is recovered by then)
 
     def shutdown(self) -> None:
         """The server stops: queues save what they keep between writes (stream consumer offsets)."""
@@ -150,6 +152,7 @@ class Broker:
         connections is the caller's business."""
         vhost = self.vhosts.pop(name, None)
         if vhost is not None:
+            shovel.vhost_deleted(self, vhost)  # its shovel parameters go with it
             # Its queues and exchanges go with it: their counts stay in the node's totals.
             self.node_counters["queues_deleted"] += len(vhost.queues)
             for queue in vhost.queues.values():

@@ -1,9 +1,9 @@
 """Runtime parameters, as RabbitMQ 3.10's rabbit_runtime_parameters with the components its
 core registers and no plugin's: per vhost, "vhost-limits" (the vhost's limits, see
 warren.broker.limits) and "operator_policy" (warren.broker.policy); "policy" is listed and read
-here but set through the policies only. Any other component - "shovel", "federation-upstream"
-- is refused as RabbitMQ without those plugins refuses it ("component ... not found"), never
-stored.
+here but set through the policies only; and "shovel", the shovel plugin's dynamic shovels
+within this broker (warren.broker.shovel). Any other component - "federation-upstream" - is
+refused as RabbitMQ without its plugin refuses it ("component ... not found"), never stored.
 
 Global parameters take any name and any JSON value; "cluster_name" is the broker's name
 (Broker.cluster_name), the others live in Broker.global_parameters.
@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 from ..amqp.erlang import erl_json, erl_list
 from .limits import PARAMETER_NAME, LimitError, clear_vhost_limits, set_vhost_limits, validate_vhost_limits, value_json
 from .policy import Policy, PolicyError, clear_policy, set_policy
+from . import shovel
 
 if TYPE_CHECKING:
+    from .auth import User
     from .broker import Broker
     from .vhost import VHost
 
@@ -49,6 +51,8 @@ def _of_vhost(vhost: VHost, component: str | None) -> list[dict]:
         out.extend(p.to_parameter() for p in vhost.operator_policies.values())
     if component == POLICY:
         out.extend(p.to_parameter(POLICY) for p in vhost.policies.values())
+    if component in (None, shovel.COMPONENT):
+        out.extend(shovel.parameters(vhost))
     return out
 
 
@@ -65,8 +69,10 @@ def lookup(vhost: VHost, component: str, name: str) -> dict | None:
     return None
 
 
-def set_parameter(vhost: VHost, component: str, name: str, value: Any) -> bool:
-    """Set a runtime parameter (validated as RabbitMQ validates it); True if it is new."""
+def set_parameter(vhost: VHost, component: str, name: str, value: Any, user: User | None = None) -> bool:
+    """Set a runtime parameter (validated as RabbitMQ validates it); True if it is new.
+    `user`: who sets it (a shovel's URIs must name vhosts it may use); None: unchecked (an
+    import, the control socket), as RabbitMQ's internal user."""
     if component == POLICY:
         raise ParameterError("policies may not be set using this method")
     if component == VHOST_LIMITS:
@@ -80,6 +86,11 @@ def set_parameter(vhost: VHost, component: str, name: str, value: Any) -> bool:
         return set_vhost_limits(vhost, limits)
     if component == OPERATOR_POLICY:
         return set_policy(vhost, _operator_policy(vhost, name, value), operator=True)
+    if component == shovel.COMPONENT and vhost.broker is not None:
+        try:
+            return shovel.set_shovel(vhost.broker, vhost, name, value, user)
+        except shovel.ShovelError as err:
+            raise _validation_failed(err.errors) from None
     raise _validation_failed([f"component {component} not found"])
 
 
@@ -89,6 +100,8 @@ def clear_parameter(vhost: VHost, component: str, name: str) -> bool:
         return name == PARAMETER_NAME and clear_vhost_limits(vhost)
     if component == OPERATOR_POLICY:
         return clear_policy(vhost, name, operator=True)
+    if component == shovel.COMPONENT and vhost.broker is not None:
+        return shovel.clear_shovel(vhost.broker, vhost, name)
     if component == POLICY and name in vhost.policies:
         # RabbitMQ fails with a 500 and keeps the policy; refused with a reason here.
         raise ParameterError("policies may not be cleared using this method")

@@ -43,6 +43,8 @@ class VHost:
         # The "limits" runtime parameter (max-connections, max-queues): None while there is none
         # (warren.broker.limits).
         self.limits: dict[str, int] | None = None
+        # name -> warren.broker.shovel.Shovel: the vhost's "shovel" runtime parameters, running.
+        self.shovels: dict = {}
         for xname, xtype in PREDECLARED:
             self.exchanges[xname] = TYPES[xtype](self, xname, durable=True)
         # RabbitMQ's firehose tracer exchange exists in every vhost (internal: no publishing).

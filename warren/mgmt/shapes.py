@@ -245,16 +245,14 @@ def channel_json(channel: Channel, details: bool = False) -> dict[str, Any]:
 
 
 def consumer_json(consumer: Consumer) -> dict[str, Any]:
-    channel = cast("Channel", consumer.channel)  # the consumers shown are AMQP channels'
-    conn = channel.conn
-    (peer_host, peer_port), _ = addresses(conn)
-    active, activity_status = consumer.queue.consumers.activity(consumer)
-    return {
-        "ack_required": not consumer.no_ack,
-        "active": active,
-        "activity_status": activity_status,
-        "arguments": consumer.arguments,
-        "channel_details": {
+    internal = getattr(consumer.channel, "channel_details", None)
+    if internal is not None:  # a shovel's (warren.broker.shovel): no AMQP channel
+        details = {**internal(), "node": node_name(consumer.queue.vhost.broker)}
+    else:
+        channel = cast("Channel", consumer.channel)
+        conn = channel.conn
+        (peer_host, peer_port), _ = addresses(conn)
+        details = {
             "connection_name": connection_name(conn),
             "name": channel_name(channel),
             "node": node_name(conn.broker),
@@ -262,7 +260,14 @@ def consumer_json(consumer: Consumer) -> dict[str, Any]:
             "peer_host": peer_host,
             "peer_port": peer_port,
             "user": channel.user,
-        },
+        }
+    active, activity_status = consumer.queue.consumers.activity(consumer)
+    return {
+        "ack_required": not consumer.no_ack,
+        "active": active,
+        "activity_status": activity_status,
+        "arguments": consumer.arguments,
+        "channel_details": details,
         "consumer_tag": consumer.tag,
         "exclusive": consumer.exclusive,
         "prefetch_count": consumer.prefetch,

@@ -1,12 +1,13 @@
 """/api/parameters[/component[/vhost[/name]]] and /api/global-parameters[/name]: RabbitMQ's
-runtime parameters (warren.broker.parameters: the core's components only, so "shovel" and
-"federation-upstream" are refused as RabbitMQ without those plugins refuses them)."""
+runtime parameters (warren.broker.parameters: the core's components and "shovel", this
+broker's dynamic shovels; "federation-upstream" is refused as RabbitMQ without its plugin
+refuses it)."""
 
 from aiohttp import web
 
 from ...broker import parameters
 from ..access import GLOBAL_PARAMETERS, IN_LOGIN_VHOSTS, POLICIES, access
-from ..app import bad_request, json_response, not_found
+from ..app import bad_request, json_response, not_found, trusted
 from ..resources import flush, html_escaped, list_response, read_value, vhost_for_change, vhost_or_404
 
 routes = web.RouteTableDef()
@@ -47,7 +48,8 @@ async def put_one(request):
     vhost = vhost_for_change(request)
     value = await read_value(request)
     try:
-        created = parameters.set_parameter(vhost, request.match_info["component"], request.match_info["name"], value)
+        created = parameters.set_parameter(vhost, request.match_info["component"], request.match_info["name"], value,
+                                           None if trusted(request) else request["user"])
     except parameters.ParameterError as err:
         raise bad_request(html_escaped(str(err))) from None
     flush(request)

@@ -1,0 +1,83 @@
+"""/api/shovels: the shovel management plugin's status resource (rabbit_shovel_mgmt, RabbitMQ
+3.10.8) for this broker's dynamic shovels (warren.broker.shovel; they are created and
+deleted as runtime parameters of component "shovel", /api/parameters/shovel/...).
+
+- GET /api/shovels, /api/shovels/{vhost}: the shovels' status (name, vhost, type "dynamic",
+  state starting/running/terminated, src_uri, src_queue or src_exchange(+_key), dest_uri,
+  dest_queue / dest_exchange(+_key), reason when terminated, node, timestamp).
+- GET /api/shovels/vhost/{vhost}/{name}[/restart]: as RabbitMQ, the list of the vhost's
+  shovels (404 unless that one exists).
+- DELETE /api/shovels/vhost/{vhost}/{name}: deletes the shovel (its parameter); DELETE
+  .../restart stops it and starts it again.
+
+Access as rabbit_shovel_mgmt: monitoring and administrator users ("Not monitor user"), who
+see (and may delete) the shovels of the vhosts they have permissions in - administrators
+too, as RabbitMQ's filter_vhost_user.
+"""
+
+from aiohttp import web
+
+from ...broker import shovel
+from ..access import MONITOR, ListFilter, access, login_vhosts, visible
+from ..app import CONTROL_USER, not_found
+from ..resources import flush, list_response, vhost_or_404
+from ..stats import node_name
+
+routes = web.RouteTableDef()
+
+# rabbit_shovel_mgmt_util:filter_vhost_user: only the vhosts the user may log in to, whatever
+# its tags (warrenctl on the control socket sees all).
+IN_OWN_VHOSTS = ListFilter(("vhost",), lambda user: user is CONTROL_USER, login_vhosts)
+
+
+def _statuses(request, vhost=None) -> list:
+    broker = request.app["broker"]
+    node = node_name(broker)
+    return [s.status(node) for s in shovel.statuses(broker) if vhost is None or s.vhost == vhost.name]
+
+
+def _found(request, vhost) -> None:
+    """404 unless the named shovel is one the user sees."""
+    name = request.match_info["name"]
+    if not any(s["name"] == name for s in visible(request, _statuses(request, vhost))):
+        raise not_found()
+
+
+@routes.get("/api/shovels")
+@access(MONITOR, lists=IN_OWN_VHOSTS)
+async def list_all(request):
+    return list_response(request, _statuses(request))
+
+
+@routes.get("/api/shovels/{vhost}")
+@access(MONITOR, lists=IN_OWN_VHOSTS)
+async def list_vhost(request):
+    return list_response(request, _statuses(request, vhost_or_404(request)))
+
+
+@routes.get("/api/shovels/vhost/{vhost}/{name}")
+@routes.get("/api/shovels/vhost/{vhost}/{name}/restart")
+@access(MONITOR, lists=IN_OWN_VHOSTS)
+async def get_one(request):
+    vhost = vhost_or_404(request)
+    _found(request, vhost)
+    return list_response(request, _statuses(request, vhost))
+
+
+@routes.delete("/api/shovels/vhost/{vhost}/{name}")
+@access(MONITOR, lists=IN_OWN_VHOSTS)
+async def delete_one(request):
+    vhost = vhost_or_404(request)
+    _found(request, vhost)
+    shovel.clear_shovel(request.app["broker"], vhost, request.match_info["name"])
+    flush(request)
+    return web.Response(status=204)
+
+
+@routes.delete("/api/shovels/vhost/{vhost}/{name}/restart")
+@access(MONITOR, lists=IN_OWN_VHOSTS)
+async def restart_one(request):
+    vhost = vhost_or_404(request)
+    _found(request, vhost)
+    shovel.restart(request.app["broker"], vhost, request.match_info["name"])
+    return web.Response(status=204)
