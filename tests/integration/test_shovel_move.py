@@ -69,7 +69,8 @@ class Api:
 
     def clean(self):
         for name in self.vhosts:
-            for p in self.call("GET", f"/parameters/shovel/{q(name)}").json() or []:
+            r = self.call("GET", f"/parameters/shovel/{q(name)}")
+            for p in r.json() if r.status_code == 200 else []:
                 self.call("DELETE", f"/parameters/shovel/{q(name)}/{q(p['name'])}")
             self.call("DELETE", f"/vhosts/{q(name)}")
         for name in self.users:
@@ -218,6 +219,22 @@ def test_a_number_of_messages(api, broker):
     conn.close()
 
 
+def test_a_full_destination_refuses(api, broker):
+    """The destination's length limit (reject-publish) nacks what does not fit: the shovel
+    gives those back to the source; as in RabbitMQ, they count as handled for queue-length."""
+    vhost = api.vhost()
+    conn = connect(broker, vhost)
+    ch = conn.channel()
+    declare(ch, "q1")
+    ch.queue_declare("q2", durable=True, arguments={"x-max-length": 3, "x-overflow": "reject-publish"})
+    publish(ch, "q1", [b"1", b"2", b"3", b"4", b"5"])
+    assert put_shovel(api, vhost, "full", move_value(vhost, "q1", "q2")).status_code == 201
+    wait(lambda: gone(api, vhost, "full"), what="the shovel to delete itself")
+    assert [b for b, _ in drain(ch, "q2")] == [b"1", b"2", b"3"]
+    assert [b for b, _ in drain(ch, "q1")] == [b"4", b"5"]
+    conn.close()
+
+
 def _status(s: dict) -> dict:
     assert isinstance(s.pop("node"), str)
     assert len(s.pop("timestamp")) == len("2026-11-27 11:09:04")
@@ -279,6 +296,9 @@ def test_exchanges_and_forward_headers(api, broker):
         "name": "x", "vhost": vhost, "type": "dynamic", "state": "running", "src_uri": uri,
         "src_protocol": "amqp091", "dest_protocol": "amqp091", "dest_uri": uri, "src_exchange": "in",
         "src_exchange_key": "k", "dest_exchange": "out", "dest_exchange_key": "to-target"}
+    # The queue the shovel bound to "in" is its own, exclusive one.
+    [own] = [x for x in api.ok("GET", f"/queues/{q(vhost)}").json() if x["name"] != "target"]
+    assert (own["exclusive"], own["durable"]) == (True, False)
     before = int(time.time())
     ch.basic_publish("in", "k", b"routed", pika.BasicProperties(headers={"h": 1}))
     ch.basic_publish("in", "other", b"not bound")
@@ -308,6 +328,46 @@ def test_missing_queues_are_declared(api, broker):
     made = api.ok("GET", f"/queues/{q(vhost)}/made-dst").json()
     assert (made["durable"], made["arguments"]) == (True, {"x-max-length": 7})
     assert api.ok("GET", f"/queues/{q(vhost)}/made-src").json()["durable"] is True
+
+
+def test_a_deleted_source_queue_is_declared_again(api, broker):
+    """The source queue deleted under a shovel that never deletes itself: the shovel stops
+    and, after reconnect-delay, starts again, declaring the queue again."""
+    vhost = api.vhost()
+    uri = f"amqp:///{q(vhost)}"
+    value = {"src-uri": uri, "src-queue": "src", "dest-uri": uri, "dest-queue": "dst", "reconnect-delay": 1}
+    assert put_shovel(api, vhost, "again", value).status_code == 201
+    wait(lambda: [s for s in api.shovels(vhost) if s["state"] == "running"], what="running")
+    assert api.call("DELETE", f"/queues/{q(vhost)}/src").status_code == 204
+    wait(lambda: api.call("GET", f"/queues/{q(vhost)}/src").status_code == 200, what="the queue declared again")
+    wait(lambda: [s for s in api.shovels(vhost) if s["state"] == "running"], what="running again")
+    conn = connect(broker, vhost)
+    ch = conn.channel()
+    publish(ch, "src", [b"still moving"])
+    wait(lambda: ready(ch, "dst") == 1, what="moved")
+    conn.close()
+
+
+def test_a_deleted_destination_vhost_stops_the_shovel(api, broker):
+    vhost, other = api.vhost(), api.vhost()
+    value = {"src-uri": f"amqp:///{q(vhost)}", "src-queue": "src", "dest-uri": f"amqp:///{q(other)}",
+             "dest-queue": "dst", "reconnect-delay": 1}
+    assert put_shovel(api, vhost, "away", value).status_code == 201
+    wait(lambda: [s for s in api.shovels(vhost) if s["state"] == "running"], what="running")
+    assert api.call("DELETE", f"/vhosts/{q(other)}").status_code == 204
+    wait(lambda: [s for s in api.shovels(vhost) if s["state"] != "running"], what="not running")
+    conn = connect(broker, vhost)
+    ch = conn.channel()
+    publish(ch, "src", [b"stays"])
+    time.sleep(1.5)
+    assert ready(ch, "src") == 1
+    assert [s["state"] for s in api.shovels(vhost)] != ["running"]
+    # Once the vhost is back, the shovel connects again (RabbitMQ: "starting" till then).
+    api.ok("PUT", f"/vhosts/{q(other)}", {})
+    api.ok("PUT", f"/permissions/{q(other)}/guest", {"configure": ".*", "write": ".*", "read": ".*"})
+    wait(lambda: [s for s in api.shovels(vhost) if s["state"] == "running"], what="running again")
+    wait(lambda: ready(ch, "src") == 0, what="moved")
+    conn.close()
 
 
 # ------------------------------------------------------------------ validation
@@ -538,9 +598,12 @@ def test_a_kill_mid_move_loses_nothing(make_broker, restart_broker, sig):
     conn.close()
     value = move_value("/", "q1", "q2", **{"src-prefetch-count": 20})
     assert put_shovel(a, "/", "Move from q1", value).status_code == 201
-    wait(lambda: a.ok("POST", "/queues/%2F/q2/get", {"count": 1, "ackmode": "ack_requeue_true",
-                                                     "encoding": "auto"}).json(), what="the move to start")
+    conn = connect(b, "/")
+    ch = conn.channel()
+    wait(lambda: ready(ch, "q2") > 0, what="the move to start")
+    left = ready(ch, "q1")
     b = restart_broker(b, sig=sig)
+    assert left > 1000, left  # (killed mid-move)
     a = _mgmt(b)
     wait(lambda: gone(a, "/", "Move from q1"), timeout=60, what="the move to complete after the restart")
     conn = connect(b, "/")

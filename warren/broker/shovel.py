@@ -89,6 +89,10 @@ _PROPERTY_BITS = {"content_type": 1 << 15, "content_encoding": 1 << 14, "deliver
 LOCAL_ONLY = "Warren's shovels work within this broker only: use amqp:// or amqp:///VHOST"
 
 
+class _CannotConnect(Exception):
+    """The shovel's "connection" to a vhost fails (the vhost does not exist)."""
+
+
 class ShovelError(ValueError):
     """A shovel definition refused: RabbitMQ's validation errors (and Warren's own), in order."""
 
@@ -431,10 +435,17 @@ def start_all(broker: Broker) -> None:
 
 
 def vhost_deleted(broker: Broker, vhost: VHost) -> None:
-    """A vhost goes: its shovels stop (their parameters go with it)."""
+    """A vhost goes: its shovels stop (their parameters go with it); shovels elsewhere that
+    move from or to it end as RabbitMQ's do when their connection to it is closed, and retry
+    after reconnect-delay (failing while the vhost does not exist)."""
     for shovel in list(vhost.shovels.values()):
         shovel.stop()
     vhost.shovels.clear()
+    for other in statuses(broker):
+        if other.active and vhost.name in (other.config.src_vhost, other.config.dest_vhost):
+            if other.config.src_vhost == vhost.name:
+                other.queue = None  # (its source went with the vhost: nothing to give back to)
+            other._terminate("needed a restart", restart=True)
 
 
 def statuses(broker: Broker) -> list[Shovel]:
@@ -513,6 +524,13 @@ class Shovel:
             return
         try:
             self._init()
+        except _CannotConnect as err:
+            # RabbitMQ's worker cannot connect: it stops before reporting anything and is
+            # started again, so the shovel stays "starting" (until the vhost exists).
+            log.error("Shovel %s could not connect: %s", self.describe(), err)
+            self._halt()
+            self.state, self.reason, self.timestamp = "starting", None, _local_time()
+            self._retry()
         except AMQPError as err:
             log.error("Shovel %s could not start: %s", self.describe(), err.text)
             self._terminate(f"{err.code} {err.text}", restart=True)
@@ -524,7 +542,7 @@ class Shovel:
         src_vhost, dest_vhost = broker.vhosts.get(c.src_vhost), broker.vhosts.get(c.dest_vhost)
         if src_vhost is None or dest_vhost is None:
             missing = c.src_vhost if src_vhost is None else c.dest_vhost
-            raise AMQPError(530, f"NOT_ALLOWED - vhost {missing} not found")
+            raise _CannotConnect(f"access to target virtual host '{missing}' was refused (it does not exist)")
         self.dest_actor = ops.Actor(broker, SHOVEL_USER, dest_vhost, self, trusted=True)
         src = self.src_actor = ops.Actor(broker, SHOVEL_USER, src_vhost, self, trusted=True)
         # init_dest, then init_source (rabbit_shovel_worker's order).
@@ -631,9 +649,13 @@ class Shovel:
         started again after reconnect-delay seconds when RabbitMQ's supervisor would."""
         self._halt()
         self.state, self.reason, self.timestamp = "terminated", erl_string(reason), _local_time()
+        if restart:
+            self._retry()
+
+    def _retry(self) -> None:
         delay = self.config.reconnect_delay
         scheduler = self.broker.scheduler
-        if restart and not self.stopped and _is_int(delay) and delay > 0 and scheduler is not None:
+        if not self.stopped and _is_int(delay) and delay > 0 and scheduler is not None:
             self._cancel_timer()
             self._timer = scheduler.call_later(delay, self._restart)
 

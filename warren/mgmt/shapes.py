@@ -114,7 +114,10 @@ def queue_json(q: ClassicQueue, unacked_bytes: int | None = None, details: bool 
               "exclusive_consumer_tag": next((c.tag for c in q.consumers if c.exclusive), None)})
     d.update(queue_stats(q, unacked_bytes))
     if q.owner is not None:
-        d["owner_pid_details"] = _conn_details(cast("Connection", q.owner))
+        internal = getattr(q.owner, "channel_details", None)  # a shovel's queue (warren.broker.shovel)
+        d["owner_pid_details"] = ({k: v for k, v in internal().items() if k in ("peer_host", "peer_port")}
+                                  | {"name": internal()["connection_name"]} if internal is not None
+                                  else _conn_details(cast("Connection", q.owner)))
     if details:
         d["consumer_details"] = [consumer_json(c) for c in q.consumers]
         d["incoming"] = []
