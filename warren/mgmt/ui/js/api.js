@@ -3,7 +3,7 @@
 
 const KEY = "warren.auth";
 
-export class ApiError extends Error {
+class ApiError extends Error {
   constructor(status, reason) {
     super(reason);
     this.status = status;

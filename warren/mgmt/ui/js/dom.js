@@ -105,10 +105,6 @@ export function bar(used, limit, alarm) {
 }
 
 // ------------------------------------------------------------------ forms
-export function field(label, control) {
-  return h("label", {}, label, control);
-}
-
 export function select(id, options, selected) {
   return h("select", { id, name: id },
     options.map((o) => {

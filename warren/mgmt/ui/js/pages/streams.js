@@ -20,17 +20,19 @@ export function mount(main) {
   const info = h("span", { id: "streams-page-info" });
   const body = h("div");
 
+  const fetchPage = () => api.page("/queues", {
+    page, pageSize: PAGE_SIZE, name: filter.value, columns: FIELDS, sort: "type", reverse: true,
+  });
   const refresh = async () => {
-    const result = await api.page("/queues", {
-      page, pageSize: PAGE_SIZE, name: filter.value, columns: FIELDS, sort: "type", reverse: true,
-    }).catch((err) => {
-      if (err.status === 400 && page > 1) { // fewer queues than before: back to the first page
-        page = 1;
-        return refresh();
-      }
-      throw err;
-    });
-    if (!result) return;
+    let result;
+    try {
+      result = await fetchPage();
+    } catch (err) {
+      // The list shrank below this page (the API answers 400 "page out of range").
+      if (err.status !== 400 || page === 1) throw err;
+      page = 1;
+      result = await fetchPage();
+    }
     const streams = result.items.filter((q) => q.type === "stream");
     const more = streams.length === result.items.length && result.page < result.page_count;
     prev.disabled = page <= 1;
