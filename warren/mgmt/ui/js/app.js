@@ -30,6 +30,7 @@ let user = null; // /api/whoami's answer once logged in
 let refresh = null; // the mounted page's refresh function
 let generation = 0; // bumped at each navigation: a slow refresh of a page left is ignored
 let running = -1; // the generation whose refresh is under way
+let stale = false; // #error shows a failed refresh: the next one that works clears it
 let timer = null;
 
 function route() {
@@ -50,6 +51,7 @@ async function navigate() {
   generation++;
   refresh = null;
   clearError();
+  stale = false;
   main.replaceChildren();
   for (const a of document.querySelectorAll("#nav a")) {
     a.classList.toggle("active", a.dataset.page === (page || "overview"));
@@ -68,6 +70,8 @@ async function update() {
   const mine = running = generation;
   try {
     await refresh();
+    if (stale && mine === generation) clearError();
+    stale = false;
   } catch (err) {
     if (mine !== generation) return;
     if (err.status === 401 && err.message === "Login failed") {
@@ -75,6 +79,7 @@ async function update() {
       return;
     }
     showError(err);
+    stale = true;
   } finally {
     if (running === mine) running = -1;
   }
