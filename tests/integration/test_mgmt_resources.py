@@ -802,6 +802,39 @@ def test_list_columns_sort_and_pages(api, uid, cleanup):
     assert got["items"] == [{"name": f"ml0-{uid}", "message_stats": {"publish": 0}}]
 
 
+def test_pages_of_queues_are_slices_of_the_whole_list(api, broker, uid, cleanup):
+    """Pages in every order concatenate to the unpaged list (Warren shapes only the page's
+    queues when it sorts by name or vhost); a user sees only the vhosts they may use."""
+    vhost = f"pg-{uid}"
+    cleanup(f"/vhosts/{vhost}")
+    expect(api.put(f"/vhosts/{vhost}"), 201)
+    assert api.put(f"/permissions/{vhost}/guest", {"configure": ".*", "write": ".*", "read": ".*"}).status_code in (201, 204)
+    names = [f"pg{i:02d}-{uid}" for i in range(7)]
+    for i, name in enumerate(names):
+        where = "%2F" if i % 2 else vhost
+        cleanup(f"/queues/{where}/{name}")
+        expect(api.put(f"/queues/{where}/{name}", {"durable": False}), 201)
+    user = f"pgu-{uid}"
+    cleanup(f"/users/{user}")
+    expect(api.put(f"/users/{user}", {"password": "pw", "tags": "management"}), 201)
+    expect(api.put(f"/permissions/%2F/{user}", {"configure": ".*", "write": ".*", "read": ".*"}), 201)
+    for who, seen in ((api, names), (Api(broker, user, "pw"), names[1::2])):
+        for order in ("", "&sort=name", "&sort=vhost", "&sort=name&sort_reverse=true", "&sort=messages"):
+            whole = [(q["vhost"], q["name"]) for q in expect(who.get(f"/queues?columns=name,vhost{order}"), 200).json()
+                     if q["name"].endswith(f"-{uid}")]
+            assert sorted(n for _, n in whole) == sorted(seen)
+            paged, page = [], 1
+            while True:
+                got = expect(who.get(f"/queues?page={page}&page_size=3&name=-{uid}{order}"), 200).json()
+                assert got["filtered_count"] == len(seen) and got["item_count"] == len(got["items"])
+                assert all("messages" in q and "arguments" in q for q in got["items"])  # whole queues
+                paged += [(q["vhost"], q["name"]) for q in got["items"]]
+                if page == got["page_count"]:
+                    break
+                page += 1
+            assert paged == whole, order
+
+
 # ---------------------------------------------------------------- persistence
 def test_api_state_survives_a_restart(make_broker, restart_broker):
     b = make_broker()

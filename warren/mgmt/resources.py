@@ -9,7 +9,9 @@ import decimal
 import html
 import json
 import math
+import operator
 import re
+from collections.abc import Callable
 from urllib.parse import unquote_plus
 
 from ..amqp import codec
@@ -367,15 +369,32 @@ def _sort_value(value):
     return (2, str(value))
 
 
-def list_response(request, items: list, default_sort=("vhost", "name")):
+def objects_response(request, objects: list, shape: Callable[[list], list]):
+    """list_response for model objects with `.name` and `.vhost.name`, made into JSON by
+    `shape(objects)`. A page sorted by name or vhost (the UI's list, by default) is chosen from
+    stubs of those two fields, and only its objects are shaped: 10,000 queues' JSON is most
+    of a second of Python, a page of 100 a few milliseconds."""
+    sort = request.query.get("sort")
+    if "page" not in request.query or (sort and sort not in ("name", "vhost")):
+        return list_response(request, shape(objects))
+    stubs = [{"name": o.name, "vhost": o.vhost.name, "object": o} for o in objects]
+    # (both fields are strings: compared as they are, they sort as _sort_value sorts them)
+    by = operator.itemgetter(*([sort] if sort else ["vhost", "name"]))
+    return list_response(request, stubs, shape=lambda page: shape([stub["object"] for stub in page]),
+                         sort_key=by)
+
+
+def list_response(request, items: list, default_sort=("vhost", "name"), shape=None, sort_key=None):
     """A list as RabbitMQ answers it: only the items the user may see (the route's
     access.ListFilter), sorted (?sort=a.b&sort_reverse=true), paged
-    (?page=&page_size=, filtered by ?name=&use_regex=) and pruned to ?columns=a,b.c."""
+    (?page=&page_size=, filtered by ?name=&use_regex=) and pruned to ?columns=a,b.c.
+    `shape`, if given, makes the page's items into their JSON, and `sort_key` stands for the
+    sort's own (objects_response)."""
     items = access.visible(request, items)
     q = request.query
     sort = q.get("sort")
     keys = [sort.split(".")] if sort else [[k] for k in default_sort]
-    items = sorted(items, key=lambda i: tuple(_sort_value(_get_path(i, k)) for k in keys),
+    items = sorted(items, key=sort_key or (lambda i: tuple(_sort_value(_get_path(i, k)) for k in keys)),
                    reverse=query_bool(request, "sort_reverse"))
     columns = [c.split(".") for c in q.get("columns", "").split(",") if c]
     if "page" not in q:  # as RabbitMQ, ?name= filters pages only
@@ -390,6 +409,8 @@ def list_response(request, items: list, default_sort=("vhost", "name")):
     if page > page_count:
         raise bad_request(f"page out of range: there are {page_count} pages")
     chunk = items[(page - 1) * page_size:page * page_size]
+    if shape is not None:
+        chunk = shape(chunk)
     if columns:
         chunk = [_prune(i, columns) for i in chunk]
     return json_response({"filtered_count": len(items), "item_count": len(chunk), "items": chunk, "page": page,

@@ -9,7 +9,7 @@ from ...broker.errors import AMQPError
 from ..access import IN_LOGIN_VHOSTS, VHOST, access
 from ..app import ApiError, bad_request, json_response, not_found
 from ..resources import (actor, channel_error_text, check_vhost_access, direct_error, flush,
-                         json_to_table, list_response, parse_bool, parse_int, query_bool,
+                         json_to_table, objects_response, parse_bool, parse_int, query_bool,
                          read_body, require, table_json, vhost_for_change, vhost_or_404)
 from ..shapes import queue_json, queues_json, vhost_bindings
 
@@ -31,14 +31,16 @@ def _queue_or_404(request):
 @access(VHOST, lists=IN_LOGIN_VHOSTS)
 async def list_all(request):
     broker = request.app["broker"]
-    return list_response(request, queues_json(broker, [q for v in broker.vhosts.values() for q in v.queues.values()]))
+    queues = [q for v in broker.vhosts.values() for q in v.queues.values()]
+    return objects_response(request, queues, lambda page: queues_json(broker, page))
 
 
 @routes.get("/api/queues/{vhost}")
 @access(VHOST, lists=IN_LOGIN_VHOSTS)
 async def list_vhost(request):
     vhost = vhost_or_404(request)
-    return list_response(request, queues_json(request.app["broker"], list(vhost.queues.values())))
+    return objects_response(request, list(vhost.queues.values()),
+                            lambda page: queues_json(request.app["broker"], page))
 
 
 @routes.get("/api/queues/{vhost}/{name}")
