@@ -557,9 +557,8 @@ class Shovel:
             self.exclusive_queue = queue
             ops.bind(src, c.src_exchange, "queue", queue.name, c.src_exchange_key, {})
         if c.delete_after == "queue-length":
-            # The queue's length now (the exchange's new queue: 0, as RabbitMQ's passive
-            # declare of "" finds it).
-            self.remaining = queue.message_count
+            # What a passive declare says now, as RabbitMQ asks (the exchange's new queue: 0).
+            self.remaining = queue.declare_ok_counts()[0]
         elif _is_int(c.delete_after):
             self.remaining = c.delete_after
         self.remaining_unacked = self.remaining
