@@ -813,13 +813,14 @@ def test_pages_of_queues_are_slices_of_the_whole_list(api, broker, uid, cleanup)
     for i, name in enumerate(names):
         where = "%2F" if i % 2 else vhost
         cleanup(f"/queues/{where}/{name}")
-        expect(api.put(f"/queues/{where}/{name}", {"durable": False}), 201)
+        kind = {"durable": True, "arguments": {"x-queue-type": "stream"}} if i == 3 else {"durable": False}
+        expect(api.put(f"/queues/{where}/{name}", kind), 201)
     user = f"pgu-{uid}"
     cleanup(f"/users/{user}")
     expect(api.put(f"/users/{user}", {"password": "pw", "tags": "management"}), 201)
     expect(api.put(f"/permissions/%2F/{user}", {"configure": ".*", "write": ".*", "read": ".*"}), 201)
     for who, seen in ((api, names), (Api(broker, user, "pw"), names[1::2])):
-        for order in ("", "&sort=name", "&sort=vhost", "&sort=name&sort_reverse=true", "&sort=messages"):
+        for order in ("", "&sort=name", "&sort=vhost", "&sort=name&sort_reverse=true", "&sort=type", "&sort=messages"):
             whole = [(q["vhost"], q["name"]) for q in expect(who.get(f"/queues?columns=name,vhost{order}"), 200).json()
                      if q["name"].endswith(f"-{uid}")]
             assert sorted(n for _, n in whole) == sorted(seen)

@@ -12,6 +12,7 @@ import math
 import operator
 import re
 from collections.abc import Callable
+from typing import Any
 from urllib.parse import unquote_plus
 
 from ..amqp import codec
@@ -369,16 +370,18 @@ def _sort_value(value):
     return (2, str(value))
 
 
-def objects_response(request, objects: list, shape: Callable[[list], list]):
+def objects_response(request, objects: list, shape: Callable[[list], list],
+                     fields: dict[str, Callable[[Any], str]] | None = None):
     """list_response for model objects with `.name` and `.vhost.name`, made into JSON by
-    `shape(objects)`. A page sorted by name or vhost (the UI's list, by default) is chosen from
-    stubs of those two fields, and only its objects are shaped: 10,000 queues' JSON is most
-    of a second of Python, a page of 100 a few milliseconds."""
+    `shape(objects)`. A page sorted by name or vhost (the UI's list, by default), or by one of
+    the string `fields` given, is chosen from stubs of those fields, and only its objects are
+    shaped: 10,000 queues' JSON is most of a second of Python, a page of 100 a few ms."""
+    fields = {"name": lambda o: o.name, "vhost": lambda o: o.vhost.name, **(fields or {})}
     sort = request.query.get("sort")
-    if "page" not in request.query or (sort and sort not in ("name", "vhost")):
+    if "page" not in request.query or (sort and sort not in fields):
         return list_response(request, shape(objects))
-    stubs = [{"name": o.name, "vhost": o.vhost.name, "object": o} for o in objects]
-    # (both fields are strings: compared as they are, they sort as _sort_value sorts them)
+    stubs = [{field: get(o) for field, get in fields.items()} | {"object": o} for o in objects]
+    # (the fields are strings: compared as they are, they sort as _sort_value sorts them)
     by = operator.itemgetter(*([sort] if sort else ["vhost", "name"]))
     return list_response(request, stubs, shape=lambda page: shape([stub["object"] for stub in page]),
                          sort_key=by)

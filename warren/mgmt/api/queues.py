@@ -27,12 +27,16 @@ def _queue_or_404(request):
     return vhost, q
 
 
+# The web UI's streams page pages the queues sorted by type.
+_STUB_FIELDS = {"type": lambda q: q.queue_type}
+
+
 @routes.get("/api/queues")
 @access(VHOST, lists=IN_LOGIN_VHOSTS)
 async def list_all(request):
     broker = request.app["broker"]
     queues = [q for v in broker.vhosts.values() for q in v.queues.values()]
-    return objects_response(request, queues, lambda page: queues_json(broker, page))
+    return objects_response(request, queues, lambda page: queues_json(broker, page), _STUB_FIELDS)
 
 
 @routes.get("/api/queues/{vhost}")
@@ -40,7 +44,7 @@ async def list_all(request):
 async def list_vhost(request):
     vhost = vhost_or_404(request)
     return objects_response(request, list(vhost.queues.values()),
-                            lambda page: queues_json(request.app["broker"], page))
+                            lambda page: queues_json(request.app["broker"], page), _STUB_FIELDS)
 
 
 @routes.get("/api/queues/{vhost}/{name}")
