@@ -335,6 +335,31 @@ def test_exchanges_and_forward_headers(api, broker):
     conn.close()
 
 
+def test_chained_shovels_and_publish_properties(api, broker):
+    """Two shovels in a row, both adding forward headers: the newest x-shovelled table first;
+    the second sets properties (dest-publish-properties)."""
+    vhost = api.vhost()
+    uri = f"amqp:///{q(vhost)}"
+    conn = connect(broker, vhost)
+    ch = conn.channel()
+    declare(ch, "a", "b", "c")
+    first = {"src-uri": uri, "src-queue": "a", "dest-uri": uri, "dest-queue": "b", "dest-add-forward-headers": True}
+    second = {"src-uri": uri, "src-queue": "b", "dest-uri": uri, "dest-queue": "c", "dest-add-forward-headers": True,
+              "dest-publish-properties": {"app_id": "mover", "priority": 3, "delivery_mode": 2,
+                                          "content_type": "text/plain"}}
+    assert put_shovel(api, vhost, "one", first).status_code == 201
+    assert put_shovel(api, vhost, "two", second).status_code == 201
+    wait(lambda: len([s for s in api.shovels(vhost) if s["state"] == "running"]) == 2, what="both running")
+    ch.basic_publish("", "a", b"hop", pika.BasicProperties(app_id="origin", delivery_mode=1))
+    wait(lambda: ready(ch, "c") == 1, what="two hops")
+    [(body, props)] = drain(ch, "c")
+    assert (body, props.app_id, props.priority, props.delivery_mode, props.content_type) == (
+        b"hop", "mover", 3, 2, "text/plain")
+    assert [(t["shovel-name"], t["src-queue"], t["dest-queue"]) for t in props.headers["x-shovelled"]] == [
+        ("two", "b", "c"), ("one", "a", "b")]
+    conn.close()
+
+
 def test_missing_queues_are_declared(api, broker):
     """As rabbit_shovel_parameters:ensure_queue: a missing source or destination queue is
     declared durable, with src-queue-args / dest-queue-args."""
