@@ -281,10 +281,14 @@ def test_never_keeps_moving_until_deleted(api, broker, ack_mode):
         "src_queue": "src", "dest_queue": "dst"}
     assert [_status(s) for s in api.ok("GET", "/shovels").json() if s["vhost"] == vhost] == [status]
     # The shovel is the source queue's consumer (RabbitMQ: of its direct connection, user "none").
-    [consumer] = wait(lambda: api.ok("GET", f"/queues/{q(vhost)}/src").json().get("consumer_details"),
+    def listed(items):  # (RabbitMQ: once its channel's statistics are in)
+        return [c for c in items or [] if isinstance(c.get("channel_details"), dict) and c["channel_details"]]
+    [consumer] = wait(lambda: listed(api.ok("GET", f"/queues/{q(vhost)}/src").json().get("consumer_details")),
                       what="the consumer listed")
     assert (consumer["ack_required"], consumer["prefetch_count"], consumer["channel_details"]["user"]) == (
         ack_mode != "no-ack", 0 if ack_mode == "no-ack" else 1000, "none")
+    [entry] = wait(lambda: listed(api.ok("GET", f"/consumers/{q(vhost)}").json()), what="/api/consumers")
+    assert (entry["queue"], entry["channel_details"]["user"]) == ({"name": "src", "vhost": vhost}, "none")
     assert api.ok("GET", f"/parameters/shovel/{q(vhost)}/keep").json() == {
         "value": value, "vhost": vhost, "component": "shovel", "name": "keep"}
     assert api.call("DELETE", f"/parameters/shovel/{q(vhost)}/keep").status_code == 204

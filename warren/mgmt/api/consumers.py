@@ -2,6 +2,8 @@
 
 from aiohttp import web
 
+from ...broker import shovel
+
 from ..access import ANY, access, own
 from ..resources import list_response
 from ..shapes import consumer_json
@@ -12,7 +14,10 @@ routes = web.RouteTableDef()
 
 def _consumers(broker, vhost=None) -> list:
     return [consumer_json(c) for conn in open_connections(broker) if vhost is None or conn.vhost is vhost
-            for ch in list(conn.channels.values()) for c in list(ch.consumers.values())]
+            for ch in list(conn.channels.values()) for c in list(ch.consumers.values())] + [
+        # The shovels' (RabbitMQ: of their direct connections, user "none").
+        consumer_json(s.consumer) for s in shovel.statuses(broker)
+        if s.consumer is not None and (vhost is None or s.consumer.queue.vhost is vhost)]
 
 
 @routes.get("/api/consumers")
