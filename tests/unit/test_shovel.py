@@ -137,3 +137,34 @@ def test_on_confirm_acks_the_source_only_once_the_copy_is_synced(tmp_path):
     assert q1.unacked_count == 0 and len(q1.store) == 0 and len(q2.store) == 3
     shovel.clear_shovel(broker, vhost, "keep")
     assert not q1.consumers
+
+
+def test_prefetch_bounds_what_is_in_flight(tmp_path):
+    """With the destination's fsync outstanding, the shovel holds src-prefetch-count messages
+    of the source, no more; each fsync lets the next ones through."""
+    synced: list = []
+    persister = Persister(str(tmp_path), run_in_thread=lambda fn, done: synced.append((fn, done)))
+    broker, scheduler = _broker(persister)
+    _declare(broker, "q1", "q2")
+    _publish(broker, "q1", [b"%d" % i for i in range(20)])
+
+    def fsync():
+        while synced:
+            fn, done = synced.pop(0)
+            fn()
+            done(None)
+        scheduler.advance(0)
+    fsync()
+    vhost = broker.vhosts["/"]
+    value = {"src-uri": "amqp://", "src-queue": "q1", "dest-uri": "amqp://", "dest-queue": "q2",
+             "src-prefetch-count": 7}
+    shovel.set_shovel(broker, vhost, "p", value, None)
+    scheduler.advance(0)
+    q1, q2 = vhost.queues["q1"], vhost.queues["q2"]
+    assert (q1.unacked_count, len(q1.store), len(q2.store)) == (7, 13, 7)
+    fsync()
+    assert (q1.unacked_count, len(q1.store), len(q2.store)) == (7, 6, 14)
+    fsync()
+    fsync()
+    assert (q1.unacked_count, len(q1.store), len(q2.store)) == (0, 0, 20)
+    assert _bodies(broker, "q2") == [b"%d" % i for i in range(20)]
