@@ -364,6 +364,28 @@ def test_chained_shovels_and_publish_properties(api, broker):
     conn.close()
 
 
+def test_a_missing_source_exchange(api, broker):
+    """The binding to a missing src-exchange fails: the shovel is terminated ("needed a
+    restart", RabbitMQ's reason for a channel the broker closed) and tries again after
+    reconnect-delay; once the exchange exists it runs."""
+    vhost = api.vhost()
+    uri = f"amqp:///{q(vhost)}"
+    value = {"src-uri": uri, "src-exchange": "later", "dest-uri": uri, "dest-queue": "dst", "reconnect-delay": 1}
+    assert put_shovel(api, vhost, "x", value).status_code == 201
+    [status] = wait(lambda: [s for s in api.shovels(vhost) if s["state"] == "terminated"], what="terminated")
+    assert status["reason"] == '"needed a restart"'
+    conn = connect(broker, vhost)
+    ch = conn.channel()
+    ch.exchange_declare("later", "fanout", durable=True)
+    wait(lambda: [s for s in api.shovels(vhost) if s["state"] == "running"], what="running")
+    ch.basic_publish("later", "", b"now")
+    wait(lambda: ready(ch, "dst") == 1, what="moved")
+    # Only the running shovel's own queue is left of its tries.
+    wait(lambda: len([x for x in api.ok("GET", f"/queues/{q(vhost)}").json() if x["name"] != "dst"]) == 1,
+         what="one queue of the shovel's")
+    conn.close()
+
+
 def test_missing_queues_are_declared(api, broker):
     """As rabbit_shovel_parameters:ensure_queue: a missing source or destination queue is
     declared durable, with src-queue-args / dest-queue-args."""

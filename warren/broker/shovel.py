@@ -532,8 +532,10 @@ class Shovel:
             self.state, self.reason, self.timestamp = "starting", None, _local_time()
             self._retry()
         except AMQPError as err:
-            log.error("Shovel %s could not start: %s", self.describe(), err.text)
-            self._terminate(f"{err.code} {err.text}", restart=True)
+            # A declaration or the consume refused: RabbitMQ's channel is closed by the
+            # broker and its worker ends ("needed a restart"), to start again after the delay.
+            log.error("Shovel %s could not start: %s %s", self.describe(), err.code, err.text)
+            self._terminate("needed a restart", restart=True)
         self.broker.durability.flush()
 
     def _init(self) -> None:
@@ -629,14 +631,15 @@ class Shovel:
         pending, self.pending = self.pending, []
         for qm in pending:
             self._settle(qm, queue, consumer, ack=False)
-        if queue is not None and not queue.deleted:
-            if self.exclusive_queue is queue:
-                queue.vhost.delete_queue(queue)
-            elif queue.unused_auto_delete:
+        if queue is not None and not queue.deleted and queue is not self.exclusive_queue:
+            if queue.unused_auto_delete:
                 queue.vhost.delete_queue(queue)
             else:
                 queue.deliver_ready()  # (the messages given back may go to other consumers)
+        own = self.exclusive_queue  # (RabbitMQ's goes with the shovel's connection)
         self.exclusive_queue = None
+        if own is not None and not own.deleted:
+            own.vhost.delete_queue(own)
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
