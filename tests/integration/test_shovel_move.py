@@ -386,6 +386,35 @@ def test_a_missing_source_exchange(api, broker):
     conn.close()
 
 
+@pytest.mark.skipif(bool(EXTERNAL), reason="RabbitMQ 3.10.8's shovel does not handle its destination channel's "
+                    "closure (404): it stays running, the message unacked, until the next message crashes it")
+def test_a_missing_destination_exchange(api, broker):
+    """Publishing to a missing dest-exchange fails (404): the shovel ends ("needed a
+    restart"), the message goes back to the source, and after reconnect-delay it tries again;
+    once the exchange exists the message moves. A header x-shovelled that is no array is kept
+    under x-invalid-headers."""
+    vhost = api.vhost()
+    uri = f"amqp:///{q(vhost)}"
+    conn = connect(broker, vhost)
+    ch = conn.channel()
+    declare(ch, "src", "dst")
+    ch.basic_publish("", "src", b"waits", pika.BasicProperties(headers={"x-shovelled": "not an array"}))
+    value = {"src-uri": uri, "src-queue": "src", "dest-uri": uri, "dest-exchange": "later",
+             "dest-add-forward-headers": True, "reconnect-delay": 1}
+    assert put_shovel(api, vhost, "x", value).status_code == 201
+    [status] = wait(lambda: [s for s in api.shovels(vhost) if s["state"] == "terminated"], what="terminated")
+    assert status["reason"] == '"needed a restart"'
+    ch.exchange_declare("later", "fanout", durable=True)
+    ch.queue_bind("dst", "later")
+    wait(lambda: ready(ch, "dst") == 1, what="moved")
+    [(body, props)] = drain(ch, "dst")
+    assert body == b"waits"
+    assert [t["shovel-name"] for t in props.headers["x-shovelled"]] == ["x"]
+    assert props.headers["x-invalid-headers"] == {"x-shovelled": ["not an array"]}
+    assert ready(ch, "src") == 0
+    conn.close()
+
+
 def test_missing_queues_are_declared(api, broker):
     """As rabbit_shovel_parameters:ensure_queue: a missing source or destination queue is
     declared durable, with src-queue-args / dest-queue-args."""
