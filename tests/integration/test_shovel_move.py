@@ -14,6 +14,7 @@ Without a management API, or without the shovel plugin, the module is skipped th
 
 import os
 import signal
+import subprocess
 import time
 import uuid
 from urllib.parse import quote
@@ -710,4 +711,31 @@ def test_a_kill_mid_move_loses_nothing(make_broker, restart_broker, sig):
     assert ready(ch, "q1") == 0
     moved = [body for body, _ in drain(ch, "q2")]
     assert set(moved) == set(bodies)
+    conn.close()
+
+
+def test_an_alarm_holds_a_shovel(make_broker):
+    """During a resource alarm a shovel publishes nothing (as a blocked publisher); it moves
+    once the alarm has cleared."""
+    b = make_broker()
+    a = _mgmt(b)
+
+    def ctl(*args):
+        r = subprocess.run(["warrenctl", "--data-dir", b.data_dir, *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
+
+    conn = connect(b, "/")
+    ch = conn.channel()
+    declare(ch, "src", "dst")
+    publish(ch, "src", [b"1", b"2", b"3"])
+    ctl("set_vm_memory_high_watermark", "0")
+    wait(lambda: a.call("GET", "/health/checks/alarms").status_code != 200, what="the alarm")
+    value = {"src-uri": "amqp://", "src-queue": "src", "dest-uri": "amqp://", "dest-queue": "dst"}
+    assert put_shovel(a, "/", "held", value).status_code == 201
+    wait(lambda: [s for s in a.shovels("/") if s["state"] == "running"], what="running")
+    time.sleep(1)
+    assert ready(ch, "dst") == 0
+    ctl("set_vm_memory_high_watermark", "0.4")
+    wait(lambda: ready(ch, "dst") == 3, what="moved after the alarm")
+    assert [body for body, _ in drain(ch, "dst")] == [b"1", b"2", b"3"]
     conn.close()
