@@ -838,8 +838,8 @@ class Shovel:
             # x-invalid-headers.
             invalid = rt.lookup(fields, b"x-invalid-headers")
             inner = rt.table_fields(invalid[1:]) if invalid is not None and invalid[:1] == b"F" else []
-            prior = rt.lookup(inner, b"x-shovelled")
-            values = [existing, *(rt.array_items(prior) if prior is not None and prior[:1] == b"A" else [])]
+            earlier = rt.lookup(inner, b"x-shovelled")
+            values = [existing, *(rt.array_items(earlier) if earlier is not None and earlier[:1] == b"A" else [])]
             inner = rt.set_table_value(inner, b"x-shovelled", rt.array_value(values))
             fields = rt.set_table_value(fields, b"x-invalid-headers", rt.table_value(inner))
         return fields
