@@ -26,8 +26,9 @@ def _tags(value) -> list:
 
 def load(broker, data: dict, on_error=None, acting_user: str | None = None) -> dict:
     """Apply users (with their limits), vhosts, permissions, topic permissions, policies,
-    runtime parameters (operator policies and vhost limits; a component Warren does not have,
-    such as a shovel, fails the import: warren.broker.parameters), global parameters,
+    runtime parameters (operator policies, vhost limits and shovels, which start once the
+    load is done; a component Warren does not have, such as a federation upstream, fails the
+    import: warren.broker.parameters), global parameters,
     exchanges, queues and bindings to the broker. An import (no on_error) whose new queues
     would pass a vhost's max-queues is refused before anything is applied, as RabbitMQ's.
 
@@ -210,9 +211,10 @@ def _load_policy(broker, p, operator=False):
 
 
 def _load_parameter(broker, p):
-    """A runtime parameter, validated as the API's PUT validates it: a component Warren does
-    not have (shovel, federation-upstream: plugins) fails the import, as in a RabbitMQ
-    without those plugins, with its text (HTML-escaped, " (vhost/component/name)" added)."""
+    """A runtime parameter, validated as the API's PUT validates it (a shovel's URIs without
+    a user's permissions, as RabbitMQ's import): a component Warren does not have
+    (federation-upstream: a plugin) fails the import, as in a RabbitMQ without that plugin,
+    with its text (HTML-escaped, " (vhost/component/name)" added)."""
     vhost = _vhost(broker, p)
     component, name = p["component"], p["name"]
     try:
