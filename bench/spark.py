@@ -54,6 +54,9 @@ def main() -> int:
     ap.add_argument("--max-per-partition", type=int, default=50_000)
     ap.add_argument("--partitions", type=int, default=2, help="minPartitions (default: local[2]'s cores)")
     ap.add_argument("--per-trigger", type=int, default=250_000, help="maxRecordsPerTrigger")
+    ap.add_argument("--no-fast-start", action="store_true",
+                    help="without warren.spark.FAST_START (Spark's Python daemons compile pyspark from its zip)")
+    ap.add_argument("--source-only", action="store_true", help="skip the sink's measurements")
     args = ap.parse_args()
     subprocess.run(["make", "-s", "-C", HERE], check=True)
     tmp = tempfile.mkdtemp(prefix="bench-spark-")
@@ -76,9 +79,12 @@ def main() -> int:
                          "first", "--idle-timeout", 5, "--grace", 1)["rate"]
         from pyspark.sql import SparkSession
 
-        from warren.spark import register
-        spark = (SparkSession.builder.master(args.master).appName("bench-spark")
-                 .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g").getOrCreate())
+        from warren.spark import FAST_START, register
+        builder = (SparkSession.builder.master(args.master).appName("bench-spark")
+                   .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g"))
+        for key, value in ({} if args.no_fast_start else FAST_START).items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
         uri = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
@@ -93,11 +99,21 @@ def main() -> int:
         source_s = time.monotonic() - started
         rows = spark.read.parquet(out).count()
         batches = [p for p in query.recentProgress if p["numInputRows"]]
+        # from start() to the first micro-batch's trigger (the query's Python runner, its start offsets)
+        query_start = source_s - sum(p["durationMs"]["triggerExecution"] for p in query.recentProgress) / 1000
         overhead = [p["durationMs"]["triggerExecution"] - p["durationMs"].get("addBatch", 0) for p in batches]
         # after the first micro-batch (which starts Spark's Python workers and warms the JVM)
         steady = (sum(p["numInputRows"] for p in batches[1:])
                   / max(1e-9, sum(p["durationMs"]["triggerExecution"] for p in batches[1:]) / 1000))
 
+        if args.source_only:
+            spark.stop()
+            rate_in = rows / source_s
+            print(f"\n{n:,} × {size} B, {args.master}, one Warren broker, {time.strftime('%Y-%m-%d %H:%M')}"
+                  f"{', without FAST_START' if args.no_fast_start else ''}\n")
+            _source_table(direct, rate_in, batches, steady, overhead, query_start)
+            assert rows == n + 1, f"{rows} rows, expected {n + 1} (loadgen's end marker included)"
+            return 0
         loadgen(port, "setup", "--queue", "q")
         publish = loadgen(port, "publish", "--routing-key", "q", "--size", size, "--count", n, "--confirm",
                           "--window", 1000)["rate"]
@@ -114,16 +130,9 @@ def main() -> int:
             assert queued == n, f"the sink left {queued} messages in the queue, expected {n}"
         spark.stop()
         rate_in, rate_out, rate_again = rows / source_s, n / sink_s[0], n / sink_s[1]
-        print(f"\n{n:,} × {size} B, {args.master}, one Warren broker, {time.strftime('%Y-%m-%d %H:%M')}\n")
-        print("| Metric | value |\n|---|---:|")
-        print(f"| direct consume from `first`, msg/s (loadgen) | {direct:,.0f} |")
-        print(f"| source: stream → parquet, rows/s (AvailableNow, {len(batches)} batches) | {rate_in:,.0f} |")
-        print(f"| source / direct consume | {rate_in / direct:.2f} |")
-        print(f"| source after the first micro-batch, rows/s | {steady:,.0f} |")
-        print(f"| source after the first micro-batch / direct consume | {steady / direct:.2f} |")
-        print(f"| source: first micro-batch, s / rows it read | {batches[0]['durationMs']['triggerExecution'] / 1000:.1f}"
-              f" / {batches[0]['numInputRows']:,} |")
-        print(f"| source: per-batch overhead outside addBatch, ms (median) | {sorted(overhead)[len(overhead) // 2]:,} |")
+        print(f"\n{n:,} × {size} B, {args.master}, one Warren broker, {time.strftime('%Y-%m-%d %H:%M')}"
+              f"{', without FAST_START' if args.no_fast_start else ''}\n")
+        _source_table(direct, rate_in, batches, steady, overhead, query_start)
         print(f"| direct publish with confirms, msg/s (loadgen) | {publish:,.0f} |")
         print(f"| sink: rows/s with confirms | {rate_out:,.0f} |")
         print(f"| sink / direct publish | {rate_out / publish:.2f} |")
@@ -135,6 +144,19 @@ def main() -> int:
         broker.terminate()
         broker.wait(30)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _source_table(direct, rate_in, batches, steady, overhead, query_start) -> None:
+    print("| Metric | value |\n|---|---:|")
+    print(f"| direct consume from `first`, msg/s (loadgen) | {direct:,.0f} |")
+    print(f"| source: stream → parquet, rows/s (AvailableNow, {len(batches)} batches) | {rate_in:,.0f} |")
+    print(f"| source / direct consume | {rate_in / direct:.2f} |")
+    print(f"| source after the first micro-batch, rows/s | {steady:,.0f} |")
+    print(f"| source after the first micro-batch / direct consume | {steady / direct:.2f} |")
+    print(f"| source: start() to the first micro-batch, s | {query_start:.1f} |")
+    print(f"| source: first micro-batch, s / rows it read | {batches[0]['durationMs']['triggerExecution'] / 1000:.1f}"
+          f" / {batches[0]['numInputRows']:,} |")
+    print(f"| source: per-batch overhead outside addBatch, ms (median) | {sorted(overhead)[len(overhead) // 2]:,} |")
 
 
 if __name__ == "__main__":

@@ -75,10 +75,13 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         print("warren pipeline: needs the spark extra: pip install -e '.[spark]' (and Java 17)", file=sys.stderr)
         return 2
-    from . import register
+    from . import FAST_START, register
 
-    spark = (SparkSession.builder.master(args.master).appName(f"warren pipeline {args.job}")
-             .config("spark.ui.enabled", "false").getOrCreate())
+    builder = SparkSession.builder.master(args.master).appName(f"warren pipeline {args.job}").config(
+        "spark.ui.enabled", "false")
+    for key, value in FAST_START.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     try:
