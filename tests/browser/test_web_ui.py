@@ -31,10 +31,6 @@ PLAIN_USER = "no-management"  # a user without tags: AMQP yes, management UI no
 BULK = 10_000
 CREATED: list[float] = []  # when the queue was added (time.monotonic())
 PAGE_LOAD_LIMIT = 1.0  # seconds, measured in the browser (issue 15: "well under a second")
-# A known gap: the API's paginated /api/queues makes all 10,000 queues' JSON (with their stats)
-# and only then takes the page asked for, 1-2 s on CI's machine; until it pages first, a slower
-# load is an expected failure here, not a pass. Set False once it does.
-PAGINATION_BUILDS_EVERY_QUEUE = True
 
 
 # ------------------------------------------------------------------ fixtures
@@ -342,7 +338,7 @@ def test_a_message_is_published_through_the_default_exchange(chrome, base):
     # The broker's first sample of a new queue is the base of its rates: a message published
     # before it would never show as a rate. So one sampling interval after the queue was made.
     if CREATED:
-        time.sleep(max(0.0, CREATED[0] + STATS_INTERVAL + 0.2 - time.monotonic()))
+        time.sleep(max(0.0, CREATED[0] + STATS_INTERVAL + 0.5 - time.monotonic()))
     open_page(chrome, base, "#/exchanges/%2F/amq.default")
     wait(chrome, lambda: visible(chrome, "#publish-payload"), message="no publish form on amq.default's page")
     set_value(chrome, "#publish-routing-key", QUEUE)
@@ -405,12 +401,15 @@ def test_the_queues_list_shows_depths(chrome, base, ui_broker, traffic):
     traffic.stop()
     by_css(chrome, '#nav a[data-page="queues"]').click()
     wait(chrome, lambda: queue_row(chrome, "orders").is_displayed(), message="orders is not listed")
-    depth = ui_broker.http.get(f"{ui_broker.api}/queues/%2F/orders").json()["messages"]
-    assert depth > 0
+    # (The traffic's connections are closed: what the consumer had not acked is back in emails.)
+    depths = {name: ui_broker.http.get(f"{ui_broker.api}/queues/%2F/{name}").json()["messages"]
+              for name in ("orders", "emails")}
+    assert depths["orders"] > 0
     # (The list may show it a refresh late.)
     cells = """return Object.fromEntries([...document.querySelectorAll('#queues-table tr[data-name]')].map(
         r => [r.dataset.name, ['messages', 'ready', 'unacked'].map(c => r.querySelector('td.' + c).textContent)]))"""
-    expected = {"orders": [str(depth), str(depth), "0"], "emails": ["0", "0", "0"], QUEUE: ["0", "0", "0"]}
+    expected = {"orders": [str(depths["orders"]), str(depths["orders"]), "0"],
+                "emails": [str(depths["emails"]), str(depths["emails"]), "0"], QUEUE: ["0", "0", "0"]}
     wait(chrome, lambda: {name: [v.replace(",", "").strip() for v in values]
                           for name, values in chrome.execute_script(cells).items()} == expected,
          message=f"the list does not show {expected}: {chrome.execute_script(cells)}")
@@ -515,11 +514,7 @@ def test_ten_thousand_queues_page_quickly(chrome, base, ui_broker):
     assert re.match(r"page 1 of 1, 1 queue", by_css(chrome, "#queues-page-info").text)
     no_error_shown(chrome)
 
-    slowest = max(clicked, reloaded)
-    if slowest >= PAGE_LOAD_LIMIT and PAGINATION_BUILDS_EVERY_QUEUE:
-        pytest.xfail(f"{timings}: over {PAGE_LOAD_LIMIT} s, as /api/queues?page= still makes every queue's "
-                     "JSON before it takes a page")
-    assert slowest < PAGE_LOAD_LIMIT, timings
+    assert max(clicked, reloaded) < PAGE_LOAD_LIMIT, timings
 
 
 def test_logout(chrome, base):
