@@ -244,6 +244,26 @@ def test_rates(mgmt, uid):
         conn.close()
 
 
+def test_a_new_queue_counts_from_zero(mgmt, uid):
+    """What a queue did before its first stats sample shows in its first rates: it counted
+    from zero when it was made (the web UI's chart of a queue published to at once)."""
+    qname = f"fresh-{uid}"
+    conn = pika.BlockingConnection(mgmt.pika_params())
+    try:
+        ch = conn.channel()
+        ch.queue_declare(qname, auto_delete=True)
+        for _ in range(10):
+            ch.basic_publish("", qname, b"first")
+        seen = []
+
+        def published():
+            seen.append(ok_json(get(mgmt, "/queues/%2F/" + qname))["message_stats"]["publish_details"]["rate"])
+            return seen[-1] > 0
+        wait_for(published, timeout=10 * STATS_INTERVAL, what=f"a publish rate (rates seen: {seen})")
+    finally:
+        conn.close()
+
+
 def test_overview_columns(mgmt):
     data = ok_json(get(mgmt, "/overview?columns=node,object_totals.queues,message_stats.publish_details"))
     assert set(data) == {"node", "object_totals", "message_stats"}

@@ -95,6 +95,7 @@ class Sampler:
         self.last: weakref.WeakKeyDictionary[Any, tuple[float, tuple]] = weakref.WeakKeyDictionary()
         # object -> {field: rate}
         self.rates: weakref.WeakKeyDictionary[Any, dict[str, float]] = weakref.WeakKeyDictionary()
+        self.sampled_at: float | None = None  # the previous round
         self.overview_last: tuple[float, tuple] | None = None
         self.overview_rates: dict[str, float] = {}
         self.task: asyncio.Task[None] | None = None
@@ -103,7 +104,11 @@ class Sampler:
         prev = self.last.get(obj)
         self.last[obj] = (now, counts)
         if prev is None:
-            return
+            if self.sampled_at is None:
+                return
+            # Made since the previous round (it would have been sampled): it counted from
+            # zero then, so what it did before its first sample shows in its first rates.
+            prev = (self.sampled_at, (0,) * len(counts))
         dt = now - prev[0]
         if dt <= 0:
             return
@@ -137,6 +142,7 @@ class Sampler:
         if prev is not None and now > prev[0]:
             dt = now - prev[0]
             self.overview_rates = {f: (c - p) / dt for f, c, p in zip(fields, counts, prev[1])}
+        self.sampled_at = now
 
     async def run(self) -> None:
         while True:

@@ -28,6 +28,10 @@ export function loggedIn() {
   return sessionStorage.getItem(KEY) !== null;
 }
 
+// Whether a user may read the node-wide views (/api/nodes, /api/shovels): RabbitMQ's
+// monitoring users and administrators; the UI asks nothing it would be refused.
+export const monitors = (user) => user.tags.includes("monitoring") || user.tags.includes("administrator");
+
 // A path segment: a vhost or object name, "/" included (the default vhost is %2F).
 export const seg = encodeURIComponent;
 

@@ -30,6 +30,7 @@ let user = null; // /api/whoami's answer once logged in
 let refresh = null; // the mounted page's refresh function
 let generation = 0; // bumped at each navigation: a slow refresh of a page left is ignored
 let running = -1; // the generation whose refresh is under way
+let inflight = null; // that refresh's promise
 let stale = false; // #error shows a failed refresh: the next one that works clears it
 let timer = null;
 
@@ -53,6 +54,7 @@ async function navigate() {
   clearError();
   stale = false;
   main.replaceChildren();
+  window.scrollTo(0, 0);
   for (const a of document.querySelectorAll("#nav a")) {
     a.classList.toggle("active", a.dataset.page === (page || "overview"));
   }
@@ -60,8 +62,15 @@ async function navigate() {
     main.textContent = "No such page.";
     return;
   }
-  refresh = mount(main, params, { user }) || null;
+  refresh = mount(main, params, { user, leaving }) || null;
   await update();
+}
+
+// A page about to delete what it shows stops refreshing first: a refresh under way would
+// ask for the deleted object (a 404 in the console).
+async function leaving() {
+  refresh = null;
+  await inflight?.catch(() => {});
 }
 
 // Run the page's refresh (at navigation and at each tick), unless one is still running.
@@ -69,7 +78,7 @@ async function update() {
   if (!refresh || running === generation) return;
   const mine = running = generation;
   try {
-    await refresh();
+    await (inflight = refresh());
     if (stale && mine === generation) clearError();
     stale = false;
   } catch (err) {

@@ -45,10 +45,11 @@ export function mountList(main) {
   return () => list.refresh();
 }
 
-export function mountOne(main, [name]) {
+export function mountOne(main, [name], { leaving }) {
   const details = h("div");
   const channels = h("div", { id: "connection-channels" });
   const close = button("Force close", async () => {
+    await leaving();
     await api.del(`/connections/${api.seg(name)}`, { "X-Reason": "Closed via management plugin" });
     location.hash = "#/connections";
   }, { id: "connection-close", danger: true, question: `Close connection ${name}?` });

@@ -72,7 +72,7 @@ function publishForm(vhost, name) {
   return el;
 }
 
-export function mountOne(main, [vhost, name]) {
+export function mountOne(main, [vhost, name], { leaving }) {
   const path = `/exchanges/${api.seg(vhost)}/${api.seg(name)}`;
   const details = h("div");
   const bindings = h("div", { id: "exchange-bindings" });
@@ -95,6 +95,7 @@ export function mountOne(main, [vhost, name]) {
     h("h2", {}, "Publish message"), publishForm(vhost, name),
     !isDefault && h("h2", {}, "Delete"),
     !isDefault && button("Delete this exchange", async () => {
+      await leaving();
       await api.del(path);
       location.hash = "#/exchanges";
     }, { id: "delete-exchange-submit", danger: true, question: `Delete exchange ${name}?` }));

@@ -9,13 +9,8 @@ const RATES = ["publish", "confirm", "deliver_get", "redeliver", "ack", "return_
 const QUEUED = ["messages", "messages_ready", "messages_unacknowledged"];
 
 // /api/nodes is for monitoring users and administrators; others get the overview alone.
-async function nodeOrNone() {
-  try {
-    return (await api.get("/nodes"))[0] ?? null;
-  } catch (err) {
-    if (err.status === 401) return null;
-    throw err;
-  }
+async function nodeOrNone(user) {
+  return api.monitors(user) ? (await api.get("/nodes"))[0] ?? null : null;
 }
 
 // The node's figures come from /api/nodes, or from the overview, which carries them too for
@@ -39,7 +34,7 @@ function alarms(f) {
   return raised.length ? raised.map((name) => h("div", { class: "alarm" }, `${name} alarm`)) : h("span", { class: "ok" }, "none");
 }
 
-export function mount(main) {
+export function mount(main, _params, { user }) {
   const rateChart = new Chart("chart-message-rates", RATES, { unit: "/s" });
   const queuedChart = new Chart("chart-queued-messages", QUEUED);
   const totals = liveKv([["connections", "Connections"], ["channels", "Channels"], ["exchanges", "Exchanges"],
@@ -60,7 +55,7 @@ export function mount(main) {
     h("h2", {}, "Listeners"), listeners);
 
   return async () => {
-    const [overview, figures] = await Promise.all([api.get("/overview"), nodeOrNone()]);
+    const [overview, figures] = await Promise.all([api.get("/overview"), nodeOrNone(user)]);
     rateChart.add(rates(overview.message_stats, RATES));
     queuedChart.add(overview.queue_totals ?? {});
 

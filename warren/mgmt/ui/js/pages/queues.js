@@ -117,13 +117,18 @@ function moveForm(q, started) {
 }
 
 // The move's shovel as GET /api/shovels/{vhost} shows it: its state, or that it has
-// finished (deleted itself). Returns whether it is still there.
-async function moveStatus(q, status) {
-  const shovels = await api.get(`/shovels/${api.seg(q.vhost)}`);
-  const mine = shovels.find((s) => s.name === shovelName(q));
+// finished (deleted itself). Returns whether it is still there. A policymaker may start a
+// move but not read /api/shovels (monitoring users only, as in RabbitMQ): for them the
+// vhost's shovel parameters say whether it is still there.
+async function moveStatus(q, status, user) {
+  const name = shovelName(q);
+  const mine = api.monitors(user)
+    ? (await api.get(`/shovels/${api.seg(q.vhost)}`)).find((s) => s.name === name)
+    : (await api.get(`/parameters/shovel/${api.seg(q.vhost)}`)).some((p) => p.name === name)
+      && { name, state: "running" };
   status.textContent = mine
     ? `Shovel "${mine.name}": ${mine.state}${mine.reason ? ` (${mine.reason})` : ""}`
-    : `Shovel "${shovelName(q)}" has finished.`;
+    : `Shovel "${name}" has finished.`;
   return Boolean(mine);
 }
 
@@ -143,7 +148,7 @@ function streamDetails(q) {
   ];
 }
 
-export function mountOne(main, [vhost, name]) {
+export function mountOne(main, [vhost, name], { user, leaving }) {
   const path = `/queues/${api.seg(vhost)}/${api.seg(name)}`;
   const key = `${vhost}\u0000${name}`; // the charts' history is this queue's
   const lengths = new Chart("chart-queue-lengths", LENGTHS, { key: `lengths:${key}` });
@@ -186,7 +191,7 @@ export function mountOne(main, [vhost, name]) {
       }));
     }
     if (moving) {
-      moving = await moveStatus(q, status).catch((err) => {
+      moving = await moveStatus(q, status, user).catch((err) => {
         status.textContent = `Shovel status unavailable: ${err.message}`;
         return false;
       });
@@ -212,6 +217,7 @@ export function mountOne(main, [vhost, name]) {
     }, { id: "purge-submit", danger: true, question: `Purge every message of queue ${name}?` }),
     h("h2", {}, "Delete"),
     button("Delete queue", async () => {
+      await leaving();
       await api.del(path);
       location.hash = "#/queues";
     }, { id: "delete-submit", danger: true, question: `Delete queue ${name}?` }));
