@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..store.persister import Ticket
+
 if TYPE_CHECKING:
     from .broker import Broker
     from ..store.interface import SyncWaiter
@@ -29,9 +31,14 @@ class Durability:
         if persister is not None:
             persister.flush()
 
-    def status(self, batch: int) -> bool | None:
+    def status(self, batch: int | Ticket) -> bool | None:
         """Whether a store batch is safely on disk: True, False (its write or fsync failed, or
-        a queue refused the message - ops.REJECTED: nack), or None (not yet)."""
+        a queue refused the message - ops.REJECTED: nack), or None (not yet). For a confirm
+        Ticket (records held back): whether every copy is settled or safely on disk."""
+        if not isinstance(batch, int):
+            persister = self.broker.persister
+            assert persister is not None  # (only a persister holds)
+            return batch.status(persister)
         if batch < 0:
             return False
         persister = self.broker.persister
@@ -40,6 +47,14 @@ class Durability:
         if persister.synced < batch:
             return None
         return batch not in persister.failed
+
+    def ticket(self) -> Ticket | None:
+        """A confirm Ticket for a big persistent publish, if queues may hold its records back
+        (warren.store.persister); None: they write it at once."""
+        persister = self.broker.persister
+        if persister is None or not persister.holding:
+            return None
+        return Ticket()
 
     def wait(self, waiter: SyncWaiter) -> None:
         """Call waiter.store_synced() after the next fsync finishes."""

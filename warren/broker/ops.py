@@ -27,6 +27,7 @@ from . import stream_offsets_request
 from .sender_selected import route_sender_selected
 
 if TYPE_CHECKING:
+    from ..store.persister import Ticket
     from .auth import User
     from .broker import Broker
     from .exchanges.base import Exchange
@@ -290,16 +291,17 @@ def _route_captured(actor: Actor, exchange_name: str, routing_key: str, route_by
     return message, queues
 
 
-def enqueue(message: Message, queues: list, refusals: bool = True) -> int:
+def enqueue(message: Message, queues: list, refusals: bool = True, ticket: Ticket | None = None) -> int:
     """Hand a routed message to its queues. Returns the store batch whose fsync a confirm of
     it must wait for (0: none), or, with `refusals`, REJECTED if a queue refused it
     (x-overflow reject-publish: the confirm is a basic.nack, whatever the other queues did).
     Without `refusals` (a dead letter: at most once where refused) the batch is returned
-    whatever a queue refused."""
+    whatever a queue refused. With a confirm `ticket` (a channel's big persistent publish),
+    queues may hold their records back: the ticket tracks those (warren.store.persister)."""
     batch = 0
     rejected = False
     for q in queues:
-        b = q.publish(message)
+        b = q.publish(message) if ticket is None else q.publish(message, ticket)
         if b > batch:
             batch = b
         elif b < 0:

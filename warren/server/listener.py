@@ -69,6 +69,7 @@ class Server:
         if self.broker.persister is not None:
             self._fsync_thread = ThreadPoolExecutor(1, thread_name_prefix="warren-fsync")
             self.broker.persister.run_in_thread = self._run_in_thread
+            self.broker.persister.scheduler = self.broker.scheduler  # (timers for held records)
         for service in self.services:
             await service.start(self)
         await self._bind()
@@ -165,6 +166,9 @@ class Server:
                 await asyncio.sleep(0.01)
             persister.run_in_thread = None
             persister.sync_now()
+            if persister.holds:
+                log.info("big records held back: %d, never written: %d (%d MiB)", persister.holds,
+                         persister.holds_skipped, persister.held_bytes_skipped >> 20)
         self.broker.shutdown()
 
 

@@ -23,6 +23,7 @@ from ..broker.errors import (
 )
 from ..broker.stats import RECEIVED_CONFIRM, new_channel_counters
 from ..broker.names import server_named
+from ..store.persister import HOLD_MIN, Ticket
 from . import connection_log, frame_errors
 from .ack_timeout import AckTimeout
 from .transaction import Transaction, TxPublish
@@ -94,7 +95,8 @@ class Channel:
         self.confirm = False
         self.publish_seq = 0       # last publish sequence number handed out in confirm mode
         self.confirmed = 0         # last sequence number acked to the publisher
-        self.sync_waits: deque[tuple[int, int]] = deque()  # (sequence number, store batch) not yet on disk
+        # (sequence number, store batch or confirm Ticket) not yet on disk
+        self.sync_waits: deque[tuple[int, int | Ticket]] = deque()
         self.tx: Transaction | None = None  # while in tx mode
         self.last_queue = ""       # for the empty-queue-name shortcut
         self.held_cancels: list[str] | None = None  # during our own queue.delete: see _queue_delete
@@ -496,14 +498,29 @@ class Channel:
             self.tx.publish(queues, message, mandatory)
             return
         batch = 0
+        ticket = None
         if queues:
-            batch = _enqueue(message, queues)
+            if len(body) >= HOLD_MIN and message.persistent:
+                # Its queues may hold its records back until acked (warren.store.persister).
+                ticket = self.durability.ticket()
+            batch = _enqueue(message, queues) if ticket is None else _enqueue(message, queues, ticket=ticket)
         elif mandatory:
             self._return(message, NO_ROUTE, "NO_ROUTE")
         else:
             self.stats["drop_unroutable"] += 1
         if self.confirm:
             self.publish_seq += 1
+            if ticket is not None and batch >= 0:
+                if ticket.pending:
+                    # Confirmed once every queue has settled its copy or fsynced it.
+                    if batch > ticket.batch:
+                        ticket.batch = batch
+                    ticket.waiter = self
+                    self.sync_waits.append((self.publish_seq, ticket))
+                    self.durability.wait(self)
+                    return
+                if ticket.batch > batch:
+                    batch = ticket.batch  # copies held and written meanwhile
             if batch > 0:
                 # Persistent message in a durable queue: confirmed once its batch is on disk.
                 self.sync_waits.append((self.publish_seq, batch))

@@ -19,13 +19,20 @@ never taken twice, and it is discarded at start-up like every paged record. Whil
 alarm is on, no transient message is written to disk for paging (RabbitMQ's rule): no disk
 tail starts (behind an existing one arrivals still go, as order requires) and page_out()
 evicts only bodies that are on disk already.
+
+Holding (warren.store.persister): a big persistent message accepted with a confirm Ticket while
+the queue has no disk tail and is not paging gets no record yet; it waits in `held` (in queue
+order) until settled (then it is never written), its deadline or the held-bytes bound (then it
+is written, with its delivery count), or until it must be on disk now: requeued, paged, or
+followed by another record of the queue (records stay in queue order, and every record behind
+the disk tail's cursor stays one the tail walk may hand out).
 """
 
 import logging
 import os
 import shutil
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from itertools import chain
 from typing import TYPE_CHECKING, Callable
 
@@ -37,7 +44,7 @@ from .interface import take_head
 from .requeued import RequeuedMessages
 
 if TYPE_CHECKING:
-    from .persister import Persister
+    from .persister import Persister, Ticket
 
 log = logging.getLogger("warren.store")
 
@@ -228,6 +235,8 @@ class DiskQueueStore:
         self.paging = persister.paging
         self.disk_alarm = persister.disk_alarm
         self.paged_out = 0        # entries of _fresh whose body is evicted (PAGED_OUT)
+        # Records held back, in queue order (an OrderedDict: taken from the front, O(1)).
+        self.held: OrderedDict[QueuedMessage, None] = OrderedDict()
         if durable and os.path.isdir(directory):
             self._recover()
 
@@ -237,9 +246,21 @@ class DiskQueueStore:
 
     keep_all = False  # a quorum queue's store: transient messages are written (and kept) too
 
-    def accept(self, qm: QueuedMessage) -> int:
-        """Write a persistent message of a durable queue now; returns the batch to wait for."""
+    def accept(self, qm: QueuedMessage, ticket: "Ticket | None" = None) -> int:
+        """Write a persistent message of a durable queue now; returns the batch to wait for.
+        With a `ticket` (a big body, consumers waiting) its record may be held back instead
+        (the ticket then tracks it, and 0 is returned)."""
         if self.durable and (qm.message.persistent or self.keep_all):
+            # (Not behind a backlog its consumers will not take before the hold ends.)
+            if ticket is not None and not (self.keep_all or self.disk_count or self.paging) \
+                    and self.ready_bytes < self.persister.hold_max:
+                qm.hold = ticket
+                ticket.pending += 1
+                self.held[qm] = None
+                self.persister.hold(self, qm)
+                return 0
+            if self.held:
+                self._write_held_all()  # (queue order)
             return self.persister.durable_append(self._append(qm, sg.FLAG_DURABLE))  # the seg it set in qm
         return 0
 
@@ -252,6 +273,8 @@ class DiskQueueStore:
         if self.disk_count or (not self.disk_alarm and (
                 self.paging or len(self._fresh) >= self.window
                 or (size >= BIG_BODY and self.fresh_bytes >= self.window_bytes))):
+            if self.held:
+                self._write_held_all()  # (before the disk tail's first record, and qm's)
             seg = qm.seg if qm.seg is not None else self._append(qm, sg.FLAG_PAGED)
             if not self.disk_count:
                 self.cursor = (seg, qm.off)
@@ -292,6 +315,8 @@ class DiskQueueStore:
         return take_head(self, n)
 
     def requeue(self, qm: QueuedMessage) -> None:
+        if qm.hold is not None:
+            self.write_held(qm)  # back in the queue: no ack is coming soon
         self._requeued.push(qm)
         self.ready_bytes += len(qm.message.body)
 
@@ -310,6 +335,8 @@ class DiskQueueStore:
     def settle(self, qm: QueuedMessage) -> None:
         seg = qm.seg
         if seg is None:
+            if qm.hold is not None:
+                self._drop_held(qm)
             return
         qm.seg = None
         if qm.durable:
@@ -355,6 +382,8 @@ class DiskQueueStore:
         count = freed = 0
         if not self.resident:
             return 0, 0
+        if self.held:
+            self._write_held_all()  # their bodies are evicted as durable records
         disk_alarm = self.disk_alarm
         for qm in reversed(self._fresh):
             if count >= max_messages or freed >= max_bytes or self.paged_out == len(self._fresh):
@@ -402,6 +431,8 @@ class DiskQueueStore:
         self.fresh_bytes += len(body)
 
     def destroy(self) -> None:
+        for qm in list(self.held):
+            self._drop_held(qm)  # (their confirms are due: the queue is gone)
         for seg in list(self.segments.values()):
             seg.remove()
         self.segments.clear()
@@ -412,6 +443,39 @@ class DiskQueueStore:
         self._requeued.clear()
         self.disk_count = self.ready_bytes = self.fresh_bytes = self.paged_out = 0
         self.cursor = None
+
+    # ---------------------------------------------------------------- holding
+    def write_held(self, qm: QueuedMessage) -> None:
+        """qm's record is held: write it now, and the held records before it (queue order)."""
+        persister = self.persister
+        queue_held = self.held
+        while queue_held:
+            held = next(iter(queue_held))
+            ticket = held.hold
+            assert ticket is not None
+            held.hold = None
+            del queue_held[held]
+            persister.unhold(held, True)
+            seg = self._append(held, sg.FLAG_DURABLE)
+            if held.deliveries:  # handed out meanwhile: a restart must know it
+                seg.mark_count(held.off, held.deliveries)
+            ticket.written(persister.durable_append(seg), persister)
+            if held is qm:
+                break
+
+    def _write_held_all(self) -> None:
+        for qm in reversed(self.held):
+            self.write_held(qm)  # (the newest: all of them)
+            return
+
+    def _drop_held(self, qm: QueuedMessage) -> None:
+        """A held record's message is settled: it is never written."""
+        ticket = qm.hold
+        assert ticket is not None
+        qm.hold = None
+        del self.held[qm]
+        self.persister.unhold(qm, False)
+        ticket.settled()
 
     # ---------------------------------------------------------------- writing
     def _append(self, qm: QueuedMessage, flags: int) -> Segment:

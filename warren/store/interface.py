@@ -6,9 +6,12 @@ store can reclaim their space. The in-memory store is the default; the durabilit
 backs the same interface with segment files.
 """
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .queued_message import QueuedMessage
+
+if TYPE_CHECKING:
+    from .persister import Ticket
 
 
 class SyncWaiter(Protocol):
@@ -21,9 +24,15 @@ class SyncWaiter(Protocol):
 
 
 class QueueStore(Protocol):
-    def accept(self, qm: QueuedMessage) -> int:
+    def accept(self, qm: QueuedMessage, ticket: "Ticket | None" = None) -> int:
         """A message arrives: write it now if it must survive a restart. Returns the
-        persister batch whose fsync its confirm must wait for (0: nothing to wait for)."""
+        persister batch whose fsync its confirm must wait for (0: nothing to wait for).
+        With a confirm `ticket` (a big persistent body, consumers waiting) a store may hold
+        the record back instead, setting qm.hold (warren.store.persister)."""
+        ...
+
+    def write_held(self, qm: QueuedMessage) -> None:
+        """qm's record is held back (qm.hold): write it now (it must be on disk)."""
         ...
 
     def push(self, qm: QueuedMessage) -> None:

@@ -18,8 +18,11 @@ class MemoryQueueStore:
     def __len__(self) -> int:
         return len(self._fresh) + len(self._requeued)
 
-    def accept(self, qm: QueuedMessage) -> int:
+    def accept(self, qm: QueuedMessage, ticket: object = None) -> int:
         return 0  # nothing to wait for: memory only
+
+    def write_held(self, qm: QueuedMessage) -> None:
+        pass  # (never holds)
 
     def delivered(self, qm: QueuedMessage) -> None:
         pass

@@ -15,6 +15,20 @@ kept after a failed write. Past FLOW_HIGH the persister says it is `over` (its l
 told); the session then stops reading the publishers that wrote into it (credit flow), and
 once an fsync brings it below FLOW_LOW it tells them again. It drains by itself (the fsync
 runs in a thread), so no client is ever waited on.
+
+Big bodies held back (RabbitMQ's rule, rabbit_msg_store's "flying" writes and
+rabbit_variable_queue's confirm on ack): a persistent message with a body of HOLD_MIN or more,
+published on a channel into durable queues that have consumers, is not written at once. Each
+such queue keeps its record in memory (DiskQueueStore.held) for up to `hold_time` seconds, and
+the held bodies of all queues for at most `hold_max` bytes (past it the oldest is written).
+A record whose message is settled in its queue before then (acked, delivered without ack,
+dead-lettered nowhere, purged, its queue deleted) is never written; one still unsettled at its
+deadline is written then, and one requeued, paged or followed by another record of its queue
+is written at once (a queue's records stay in its order). The publish's confirm is a Ticket:
+due once every queue it went to has settled its copy or written it, and the batches written
+for it are fsynced. So a message delivered but not acked is on disk before its confirm, and
+one acked before its write never touches the disk: disk bandwidth goes to the messages that
+need it, at the cost of up to `hold_time` more confirm latency for those.
 """
 
 from __future__ import annotations
@@ -24,11 +38,13 @@ import itertools
 import logging
 import os
 import shutil
-from typing import TYPE_CHECKING, Callable, Iterable
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 if TYPE_CHECKING:
     from .disk import DiskQueueStore, Segment
     from .interface import SyncWaiter
+    from .queued_message import QueuedMessage
 
     RunInThread = Callable[[Callable[[], None], Callable[[str | None], None]], None]
 
@@ -42,6 +58,50 @@ log = logging.getLogger("warren.store")
 # every fsync.
 FLOW_HIGH = 64 << 20
 FLOW_LOW = FLOW_HIGH // 2
+
+# Holding big bodies back (see the module's docstring). Smaller bodies are cheap to write (the
+# disk is not their limit) and keep the plain path. The time covers a consumer that acks every
+# few messages of a few MiB each; the bytes bound what a deadline can release at once.
+HOLD_MIN = 64 << 10
+HOLD_TIME = float(os.environ.get("WARREN_HOLD_MS", "250")) / 1000
+HOLD_BYTES = 64 << 20
+
+
+class Ticket:
+    """The confirm of one publish whose records some queues hold back: due when no copy is
+    pending (each written or settled) and the batches written for it are on disk."""
+
+    __slots__ = ("pending", "batch", "waiter")
+
+    def __init__(self) -> None:
+        self.pending = 0      # copies held: neither written nor settled yet
+        self.batch = 0        # the highest persister batch a copy of it was written in
+        self.waiter: SyncWaiter | None = None  # the publishing channel, once it waits
+
+    def written(self, batch: int, persister: Persister) -> None:
+        """A held copy was written in `batch`: the fsync of that batch wakes the waiter."""
+        self.pending -= 1
+        if batch > self.batch:
+            self.batch = batch
+        if not self.pending and self.waiter is not None:
+            persister.wait_for(self.waiter)
+
+    def settled(self) -> None:
+        """A held copy was settled before its write: it needs no disk."""
+        self.pending -= 1
+        if not self.pending and self.waiter is not None:
+            self.waiter.store_synced()
+
+    def status(self, persister: Persister) -> bool | None:
+        """As Durability.status: True (safe), False (a write or fsync failed), None (not yet)."""
+        if self.pending:
+            return None
+        batch = self.batch
+        if not batch:
+            return True
+        if persister.synced < batch:
+            return None
+        return batch not in persister.failed
 
 
 def _fsync_all(fds: Iterable[int]) -> None:
@@ -78,6 +138,17 @@ class Persister:
         # here so a store created later starts with it.
         self.paging = False
         self.disk_alarm = False
+        # Held big bodies (see the module's docstring): every store's, oldest first, with the
+        # store and the deadline. Holding needs the broker's timers (`scheduler`).
+        self.scheduler: Any = None
+        self.hold_time = HOLD_TIME
+        self.hold_max = HOLD_BYTES
+        self.held: OrderedDict[QueuedMessage, tuple[DiskQueueStore, float]] = OrderedDict()
+        self.held_bytes = 0
+        self._hold_timer: Any = None
+        self.holds = 0           # records held back, since the start
+        self.holds_skipped = 0   # ... of which never written (settled first)
+        self.held_bytes_skipped = 0
 
     # queue stores ---------------------------------------------------------------
     _paging_ids = itertools.count(1)
@@ -113,6 +184,55 @@ class Persister:
     def durable_append(self, segment: Segment) -> int:
         self.to_sync.add(segment)
         return self.batch
+
+    @property
+    def holding(self) -> bool:
+        """Whether big records may be held back (timers are running)."""
+        return self.scheduler is not None and self.hold_time > 0
+
+    def hold(self, store: DiskQueueStore, qm: QueuedMessage) -> None:
+        """`store` holds qm's record back (it set qm.hold)."""
+        scheduler = self.scheduler
+        self.held[qm] = (store, scheduler.now() + self.hold_time)
+        self.held_bytes += len(qm.message.body)
+        self.holds += 1
+        while self.held_bytes > self.hold_max:
+            old, (old_store, _) = next(iter(self.held.items()))
+            old_store.write_held(old)
+        if self._hold_timer is None and self.held:
+            self._hold_timer = scheduler.call_later(self.hold_time, self._hold_expired)
+
+    def unhold(self, qm: QueuedMessage, written: bool) -> None:
+        """qm's record is held no more: written, or (not `written`) never to be."""
+        if self.held.pop(qm, None) is not None:
+            size = len(qm.message.body)
+            self.held_bytes -= size
+            if not written:
+                self.holds_skipped += 1
+                self.held_bytes_skipped += size
+
+    def write_held(self) -> None:
+        """Write every held record now (tx.commit, shutdown)."""
+        while self.held:
+            qm, (store, _) = next(iter(self.held.items()))
+            store.write_held(qm)
+
+    def _hold_expired(self) -> None:
+        self._hold_timer = None
+        held = self.held
+        if not held:
+            return
+        now = self.scheduler.now()
+        wrote = False
+        while held:
+            qm, (store, deadline) = next(iter(held.items()))
+            if deadline > now + 0.0005:
+                self._hold_timer = self.scheduler.call_later(deadline - now, self._hold_expired)
+                break
+            store.write_held(qm)
+            wrote = True
+        if wrote:
+            self.flush()
 
     def subscribe_flow(self, listener: Callable[[bool], None]) -> None:
         """Call listener(over) whenever `over` changes."""
@@ -168,6 +288,7 @@ class Persister:
 
     def sync_now(self) -> bool:
         """Flush and fsync everything synchronously (tx.commit, shutdown). True if all is safe."""
+        self.write_held()
         self.flush()
         batch = self.batch
         # Also cover a batch whose fsync is still running in the worker: marking this batch

@@ -95,8 +95,11 @@ class PriorityQueueStore:
     def ready_bytes(self) -> int:
         return sum(s.ready_bytes for s in self._order)
 
-    def accept(self, qm: QueuedMessage) -> int:
-        return self._level(qm).accept(qm)
+    def accept(self, qm: QueuedMessage, ticket: object = None) -> int:
+        return self._level(qm).accept(qm)  # (never held back: no ticket)
+
+    def write_held(self, qm: QueuedMessage) -> None:
+        pass  # (never holds)
 
     def push(self, qm: QueuedMessage) -> None:
         self._level(qm).push(qm)

@@ -9,6 +9,7 @@ from ..amqp.message import Message
 
 if TYPE_CHECKING:
     from .disk import Segment
+    from .persister import Ticket
 
 
 class QueuedMessage:
@@ -20,7 +21,9 @@ class QueuedMessage:
     # reads it back before handing the QueuedMessage to anyone: warren.store.disk).
     # expiry: the scheduler (monotonic) time its TTL ends, None: no TTL (kept in its record
     # as wall-clock time, read back as this run's).
-    __slots__ = ("seq", "message", "redelivered", "seg", "off", "durable", "deliveries", "expiry")
+    # hold: while a disk store holds its record back (a big persistent body: see
+    # warren.store.persister), the confirm Ticket of its publish; None otherwise.
+    __slots__ = ("seq", "message", "redelivered", "seg", "off", "durable", "deliveries", "expiry", "hold")
 
     seq: int
     message: Message
@@ -30,6 +33,7 @@ class QueuedMessage:
     durable: bool  # set together with seg
     deliveries: int
     expiry: float | None
+    hold: Ticket | None
 
     def __init__(self, seq: int, message: Message, redelivered: bool = False):
         self.seq = seq
@@ -38,6 +42,7 @@ class QueuedMessage:
         self.seg = None
         self.deliveries = 0
         self.expiry = None
+        self.hold = None
 
     def __lt__(self, other: QueuedMessage) -> bool:  # requeued messages are ordered by their original position
         return self.seq < other.seq

@@ -22,6 +22,7 @@ from ..queue_settings import PLAIN, QueueSettings, resolve
 from ..stats import new_queue_counters
 
 if TYPE_CHECKING:
+    from ...store.persister import Ticket
     from ..policy import Policy
     from ..ports import Scheduler, Timer
     from ..vhost import VHost
@@ -174,17 +175,19 @@ class ClassicQueue:
         return replace(s, dead_letter_strategy="at-most-once") if s.dead_letter_strategy != "at-most-once" else s
 
     # enqueue and deliver -----------------------------------------------------
-    def publish(self, message) -> int:
+    def publish(self, message, ticket: Ticket | None = None) -> int:
         """Accept a routed message: hand it straight to a ready consumer, else store it.
         Returns the store batch a publisher confirm must wait for (0: none; REJECTED: the
-        queue refused it, a reject-publish overflow)."""
+        queue refused it, a reject-publish overflow). With a confirm `ticket` (a big
+        persistent body) the store may hold its record back while consumers may ack it first
+        (warren.store.persister): the ticket then tracks it."""
         if self.special or message.ttl is not None:
-            return self._publish_checked(message)
+            return self._publish_checked(message, ticket)
         self.next_seq += 1
         qm = QueuedMessage(self.next_seq, message)
         self.stats["publish"] += 1
         store = self.store
-        batch = store.accept(qm)
+        batch = store.accept(qm) if ticket is None or not self.consumers.count else store.accept(qm, ticket)
         if self.consumers.count and not len(store) and self._dispatch(qm):
             return batch
         store.push(qm)
@@ -192,7 +195,7 @@ class ClassicQueue:
             self.vhost.broker.queue_flow.pressed.add(self)  # (queue_flow.py)
         return batch
 
-    def _publish_checked(self, message) -> int:
+    def _publish_checked(self, message, ticket: Ticket | None = None) -> int:
         """publish() for a queue with a TTL or a length limit, or a message with a TTL."""
         s = self.settings
         store = self.store
@@ -211,7 +214,7 @@ class ClassicQueue:
             qm.expiry = self._now() + ttl / 1000
             self.expiring = True
         self.stats["publish"] += 1
-        batch = store.accept(qm)
+        batch = store.accept(qm) if ticket is None or not self.consumers.count else store.accept(qm, ticket)
         if self.consumers.count and not len(store) and self._dispatch(qm):
             return batch  # even with a TTL of 0, as RabbitMQ: it had not expired yet
         store.push(qm)
@@ -432,6 +435,8 @@ class ClassicQueue:
                 self._retry_dead_letters_later()
                 continue
             stats[("dropped_" if batch is None else "dead_lettered_") + reason] += 1
+            if batch and qm.hold is not None:
+                self.store.write_held(qm)  # held back: its copy must be on disk before it goes
             if batch and qm.seg is not None:
                 self.settle_when_safe(batch, qm, requeue_on_failure=True)
             else:

@@ -162,7 +162,7 @@ class StreamQueue(ClassicQueue):
         """(x-expires does not apply to streams.)"""
 
     # publish -----------------------------------------------------------------------
-    def publish(self, message) -> int:
+    def publish(self, message, ticket: object = None) -> int:
         self.stats["publish"] += 1
         return self.log.append(message)
 
