@@ -70,3 +70,17 @@ class TestCerts:
         openssl's /K=V/... form), signed by the test CA or by "other", the untrusted one."""
         name = f"client-{cn}-{ca}".replace("/", "_").replace(" ", "_")
         return self._sign(name, subject or f"/CN={cn}/O=Warren Tests", ca, ["extendedKeyUsage=clientAuth"])
+
+
+def start_amqps_broker(directory) -> tuple:
+    """A Warren with an AMQPS listener beside its TCP one, certificates made in `directory`:
+    (broker, TLS port, certs). The caller stops the broker."""
+    from tests.conftest import free_port, start_broker
+
+    certs = TestCerts.make(str(directory))
+    port = free_port()
+    conf = os.path.join(str(directory), "rabbitmq.conf")
+    with open(conf, "w") as f:
+        f.write(f"listeners.ssl.default = {port}\nssl_options.certfile = {certs.server_cert}\n"
+                f"ssl_options.keyfile = {certs.server_key}\n")
+    return start_broker("--config", conf), port, certs

@@ -150,16 +150,11 @@ def test_dlq_audit_as_one_command(spark, broker, uid, tmp_path):
 def test_audit_and_replay_over_amqps(spark, uid, tmp_path, capsys):
     """--uri amqps:// with --cacertfile: the dead-letter queue drained and replayed over TLS; the
     broker's certificate is refused without the CA that signed it."""
-    from tests.conftest import EXTERNAL, free_port, start_broker
-    from tests.tls_certs import TestCerts
+    from tests.conftest import EXTERNAL
+    from tests.tls_certs import start_amqps_broker
     if EXTERNAL:
         pytest.skip("starts its own Warren with a TLS listener")
-    certs = TestCerts.make(str(tmp_path))
-    port = free_port()
-    conf = tmp_path / "rabbitmq.conf"
-    conf.write_text(f"listeners.ssl.default = {port}\nssl_options.certfile = {certs.server_cert}\n"
-                    f"ssl_options.keyfile = {certs.server_key}\n")
-    broker = start_broker("--config", str(conf))
+    broker, port, certs = start_amqps_broker(tmp_path)
     try:
         work, dlq = _dead_letters(broker, uid, "classic")
         tls = f"amqps://guest:guest@localhost:{port}/%2F"

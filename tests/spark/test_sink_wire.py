@@ -346,16 +346,11 @@ def test_source_and_sink_over_amqps(spark, tmp_path, uid):
     """The sink publishes and the source reads a stream over TLS (amqps:// and the CA in
     `cacertfile`); a broker certificate the client does not trust fails the write."""
     import pika
-    from tests.conftest import EXTERNAL, free_port, start_broker
-    from tests.tls_certs import TestCerts
+    from tests.conftest import EXTERNAL
+    from tests.tls_certs import start_amqps_broker
     if EXTERNAL:
         pytest.skip("starts its own Warren with a TLS listener")
-    certs = TestCerts.make(str(tmp_path))
-    port = free_port()
-    conf = tmp_path / "rabbitmq.conf"
-    conf.write_text(f"listeners.ssl.default = {port}\nssl_options.certfile = {certs.server_cert}\n"
-                    f"ssl_options.keyfile = {certs.server_key}\n")
-    broker = start_broker("--config", str(conf))
+    broker, port, certs = start_amqps_broker(tmp_path)
     try:
         stream = f"tls-{uid}"
         conn = pika.BlockingConnection(broker.pika_params())
