@@ -162,3 +162,26 @@ def test_raw_body_in_frames_of_one_octet_and_of_the_maximum(broker, uid):
             got.append(raw.read_content()[1])
         assert got == [body[:300], body]
         raw.call(1, commands.Queue.Delete(queue=queue))
+
+
+def test_a_big_persistent_message_is_confirmed_after_its_consumer_vanishes(broker, uid):
+    """A 1 MiB persistent message delivered to a consumer whose socket then simply goes (no
+    connection.close): requeued, it is confirmed to its publisher promptly (Warren: a record
+    held back, written by the requeue, must not wait for some other traffic's flush)."""
+    queue = f"vanish-{uid}"
+    consumer = rawamqp.connect(broker)
+    consumer.call(1, commands.Channel.Open())
+    consumer.call(1, commands.Queue.Declare(queue=queue, durable=True))
+    consumer.call(1, commands.Basic.Qos(prefetch_count=1))
+    consumer.call(1, commands.Basic.Consume(queue=queue, consumer_tag="c"))
+    publisher = rawamqp.connect(broker)
+    publisher.call(1, commands.Channel.Open())
+    publisher.call(1, commands.Confirm.Select())
+    try:
+        publisher.publish(1, "", queue, body_of(1 << 20, 7), properties=commands.Basic.Properties(delivery_mode=2))
+        consumer.expect(commands.Basic.Deliver, 1)
+        consumer.sock.close()
+        assert publisher.expect(commands.Basic.Ack, 1, timeout=5).delivery_tag == 1
+        publisher.call(1, commands.Queue.Delete(queue=queue))
+    finally:
+        publisher.sock.close()

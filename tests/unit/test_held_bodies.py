@@ -194,6 +194,24 @@ def test_two_queues_one_settled_one_written(tmp_path):
     assert s.pub.tick() == [Ack(1, 1)]
 
 
+def test_a_failed_fsync_of_one_copy_nacks_though_the_other_copy_is_safe(tmp_path):
+    """q2 (no consumer) writes at once and its fsync fails; q1's held copy is written at its
+    deadline into the next batch, whose fsync succeeds: the publish is nacked, not acked."""
+    fsync = ManualFsync()
+    s = Scene(tmp_path, queues=("q1", "q2"), fsync=fsync, consume=False)
+    s.con.consume(1, "c-q1", "q1")
+    assert s.con.receive()[0][1] == "Basic.ConsumeOk"
+    s.publish(BIG)
+    s.deliveries()
+    assert records_on_disk(s.broker, "q2") == [(sg.FLAG_DURABLE, BIG)] and len(s.persister.held) == 1
+    fsync.finish(error="EIO")
+    assert s.pub.tick() == []  # q1's copy is still held
+    s.advance()
+    assert records_on_disk(s.broker, "q1") == [(sg.FLAG_DURABLE, BIG)]
+    fsync.finish()
+    assert [f[:4] for f in s.pub.tick()] == [(1, "Basic.Nack", 1, False)]
+
+
 def test_a_queue_without_consumers_writes_at_once(tmp_path):
     s = Scene(tmp_path, consume=False)
     s.publish(BIG)
@@ -267,7 +285,9 @@ def test_rejected_without_dead_letter_exchange_is_never_written(tmp_path):
     assert records_on_disk(s.broker) == []
 
 
-def test_tx_commit_writes_held_records(tmp_path):
+def test_tx_commit_leaves_held_records_held(tmp_path):
+    """A commit fsyncs its own publishes; another publisher's held record stays held (and is
+    never written if acked in time)."""
     s = Scene(tmp_path)
     s.publish(BIG)
     s.deliveries()
@@ -276,9 +296,9 @@ def test_tx_commit_writes_held_records(tmp_path):
     other.declare(1, "txq", durable=True)
     assert other.call(1, commands.Tx.Select())[0][1] == "Tx.SelectOk"
     other.publish(1, "", "txq", b"t", persistent=True)
-    assert other.call(1, commands.Tx.Commit())[0][1] == "Tx.CommitOk"  # fsyncs everything
-    assert records_on_disk(s.broker) == [(sg.FLAG_DURABLE, BIG)]
-    assert s.pub.tick() == [Ack(1, 1)]
+    assert other.call(1, commands.Tx.Commit())[0][1] == "Tx.CommitOk"
+    assert records_on_disk(s.broker, "txq") == [(sg.FLAG_DURABLE, b"t")]
+    assert records_on_disk(s.broker) == [] and len(s.persister.held) == 1 and s.pub.tick() == []
 
 
 def test_deleting_the_queue_lets_its_held_confirms_go(tmp_path):

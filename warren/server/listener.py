@@ -62,7 +62,7 @@ class Server:
     async def start(self):
         self.loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
-        self.broker.set_scheduler(LoopScheduler(self.loop))
+        self.broker.set_scheduler(LoopScheduler(self.loop, after=self.broker.durability.flush))
         tune_gc()
         self.reclaimer = MemoryReclaimer(self.loop)
         self.reclaimer.start()
@@ -165,7 +165,7 @@ class Server:
             while persister.syncing:  # let a running group commit finish first
                 await asyncio.sleep(0.01)
             persister.run_in_thread = None
-            persister.sync_now()
+            persister.sync_now(write_held=True)
             if persister.holds:
                 log.info("big records held back: %d, never written: %d (%d MiB)", persister.holds,
                          persister.holds_skipped, persister.held_bytes_skipped >> 20)

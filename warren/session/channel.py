@@ -513,14 +513,15 @@ class Channel:
             if ticket is not None and batch >= 0:
                 if ticket.pending:
                     # Confirmed once every queue has settled its copy or fsynced it.
-                    if batch > ticket.batch:
-                        ticket.batch = batch
+                    if batch > 0 and batch not in ticket.batches:
+                        ticket.batches.append(batch)  # the copies written at once
                     ticket.waiter = self
                     self.sync_waits.append((self.publish_seq, ticket))
                     self.durability.wait(self)
                     return
-                if ticket.batch > batch:
-                    batch = ticket.batch  # copies held and written meanwhile
+                if ticket.batches:
+                    # Copies held and written meanwhile: this publish, so the open batch.
+                    batch = max(batch, *ticket.batches)
             if batch > 0:
                 # Persistent message in a durable queue: confirmed once its batch is on disk.
                 self.sync_waits.append((self.publish_seq, batch))

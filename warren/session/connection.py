@@ -859,6 +859,9 @@ class Connection:
             self.close_ok_timer = None
         self._release()
         self.state = CLOSED
+        # What the release wrote (requeued held records, dead letters) is written out now:
+        # no read of this connection will end with a flush any more.
+        self.broker.durability.flush()
 
     def _release(self) -> None:
         """Give back everything the connection holds: unacked messages, consumers, exclusive queues."""

@@ -71,18 +71,20 @@ class Ticket:
     """The confirm of one publish whose records some queues hold back: due when no copy is
     pending (each written or settled) and the batches written for it are on disk."""
 
-    __slots__ = ("pending", "batch", "waiter")
+    __slots__ = ("pending", "batches", "waiter")
 
     def __init__(self) -> None:
         self.pending = 0      # copies held: neither written nor settled yet
-        self.batch = 0        # the highest persister batch a copy of it was written in
+        # The persister batches its copies were written in: those written at once share one,
+        # each held copy written later may join another, and an fsync of any may fail alone.
+        self.batches: list[int] = []
         self.waiter: SyncWaiter | None = None  # the publishing channel, once it waits
 
     def written(self, batch: int, persister: Persister) -> None:
         """A held copy was written in `batch`: the fsync of that batch wakes the waiter."""
         self.pending -= 1
-        if batch > self.batch:
-            self.batch = batch
+        if batch not in self.batches:
+            self.batches.append(batch)
         if not self.pending and self.waiter is not None:
             persister.wait_for(self.waiter)
 
@@ -96,12 +98,11 @@ class Ticket:
         """As Durability.status: True (safe), False (a write or fsync failed), None (not yet)."""
         if self.pending:
             return None
-        batch = self.batch
-        if not batch:
+        if not self.batches:
             return True
-        if persister.synced < batch:
+        if persister.synced < max(self.batches):
             return None
-        return batch not in persister.failed
+        return not any(batch in persister.failed for batch in self.batches)
 
 
 def _fsync_all(fds: Iterable[int]) -> None:
@@ -212,7 +213,7 @@ class Persister:
                 self.held_bytes_skipped += size
 
     def write_held(self) -> None:
-        """Write every held record now (tx.commit, shutdown)."""
+        """Write every held record now (shutdown)."""
         while self.held:
             qm, (store, _) = next(iter(self.held.items()))
             store.write_held(qm)
@@ -286,9 +287,13 @@ class Persister:
     def wait_for(self, channel: SyncWaiter) -> None:
         self.waiting.add(channel)
 
-    def sync_now(self) -> bool:
-        """Flush and fsync everything synchronously (tx.commit, shutdown). True if all is safe."""
-        self.write_held()
+    def sync_now(self, write_held: bool = False) -> bool:
+        """Flush and fsync everything synchronously (tx.commit, shutdown). True if all is safe.
+        `write_held` (shutdown): the held records too, the queues' messages outlive the run.
+        A commit leaves them held: a transaction's publishes are never held, and settling
+        the others needs no write."""
+        if write_held:
+            self.write_held()
         self.flush()
         batch = self.batch
         # Also cover a batch whose fsync is still running in the worker: marking this batch
