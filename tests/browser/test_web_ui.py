@@ -551,3 +551,26 @@ def test_messages_are_moved_to_another_queue(chrome, base, ui_broker, user, tags
     no_error_shown(chrome)
     by_css(chrome, "#logout").click()
     wait(chrome, lambda: visible(chrome, "#login-form"), message="no login form after logging out")
+
+
+def test_a_management_user_is_offered_only_what_it_may_do(chrome, base, ui_broker):
+    """A user tagged management alone: no Admin, no Definitions, no Move (a shovel parameter),
+    and no call the API would refuse it (a 401 or 403 in the console fails the test)."""
+    http, user = ui_broker.http, "ui-management"
+    http.put(f"{ui_broker.api}/users/{user}", json={"password": "pw", "tags": "management"}).raise_for_status()
+    http.put(f"{ui_broker.api}/permissions/%2F/{user}",
+             json={"configure": ".*", "write": ".*", "read": ".*"}).raise_for_status()
+    queue = f"plain-{RUN_ID}"
+    http.put(f"{ui_broker.api}/queues/%2F/{queue}", json={"durable": False}).raise_for_status()
+    log_in(chrome, base, user, "pw")
+    wait(chrome, lambda: visible(chrome, "#nav"), message=f"{user} is not logged in")
+    for page, shown in (("overview", True), ("queues", True), ("admin", False), ("definitions", False)):
+        assert by_css(chrome, f'#nav a[data-page="{page}"]').is_displayed() == shown, page
+    wait(chrome, lambda: visible(chrome, "#overview-totals"), message="no overview")
+    open_page(chrome, base, f"#/queues/%2F/{quote(queue, safe='')}")
+    wait(chrome, lambda: visible(chrome, "#get-submit"), message="no queue page")
+    assert not chrome.find_elements("css selector", "#move-destination")
+    time.sleep(1.5)  # a refresh or two at 1 s: their calls are checked too
+    no_error_shown(chrome)
+    by_css(chrome, "#logout").click()
+    wait(chrome, lambda: visible(chrome, "#login-form"), message="no login form after logging out")

@@ -28,9 +28,13 @@ export function loggedIn() {
   return sessionStorage.getItem(KEY) !== null;
 }
 
-// Whether a user may read the node-wide views (/api/nodes, /api/shovels): RabbitMQ's
-// monitoring users and administrators; the UI asks nothing it would be refused.
-export const monitors = (user) => user.tags.includes("monitoring") || user.tags.includes("administrator");
+// What a user's tags allow, as the API decides it (warren/mgmt/access.py): the UI offers
+// nothing it would be refused. Node-wide views (/api/nodes, /api/shovels): monitoring users
+// and administrators; policies and runtime parameters (a move's shovel): policymakers and
+// administrators; users, vhosts, definitions: administrators.
+export const monitors = (user) => user.tags.includes("monitoring") || administers(user);
+export const setsPolicies = (user) => user.tags.includes("policymaker") || administers(user);
+export const administers = (user) => user.tags.includes("administrator");
 
 // A path segment: a vhost or object name, "/" included (the default vhost is %2F).
 export const seg = encodeURIComponent;

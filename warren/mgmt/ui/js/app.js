@@ -109,8 +109,8 @@ function showApp(whoami) {
   $("session").hidden = false;
   $("whoami").textContent = user.name;
   // Admin holds the administrator's sections, and policies for policymakers.
-  const canAdmin = user.tags.includes("administrator") || user.tags.includes("policymaker");
-  document.querySelector('#nav a[data-page="admin"]').hidden = !canAdmin;
+  document.querySelector('#nav a[data-page="admin"]').hidden = !api.setsPolicies(user);
+  document.querySelector('#nav a[data-page="definitions"]').hidden = !api.administers(user);
   schedule();
   navigate();
 }

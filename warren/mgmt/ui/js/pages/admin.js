@@ -144,7 +144,7 @@ function limits(kind, owner, names) {
 }
 
 export function mount(main, _params, { user }) {
-  const admin = user.tags.includes("administrator");
+  const admin = api.administers(user);
   const sections = admin
     ? [users(), vhosts(), permissions(), policies(),
       limits("vhost", "vhost", ["max-connections", "max-queues"]), limits("user", "user", ["max-connections", "max-channels"])]

@@ -162,6 +162,7 @@ export function mountOne(main, [vhost, name], { user, leaving }) {
   const bindings = h("div", { id: "queue-bindings" });
   const status = h("p", { id: "move-status" });
   const move = h("div");
+  const mover = api.setsPolicies(user); // a move is a shovel: a runtime parameter
   let moving = false; // a move was started here and its shovel has not finished
 
   const refresh = async () => {
@@ -184,7 +185,7 @@ export function mountOne(main, [vhost, name], { user, leaving }) {
       { title: "Arguments", cell: (c) => json(c.arguments) },
     ], q.consumer_details ?? [], { empty: "no consumers" }));
     fill(bindings, bindingsTable(bound, refresh));
-    if (!move.firstChild) {
+    if (mover && !move.firstChild) {
       fill(move, moveForm(q, (destination) => {
         status.textContent = `Moving messages to ${destination}: shovel "${shovelName(q)}" started.`;
         moving = true;
@@ -209,7 +210,7 @@ export function mountOne(main, [vhost, name], { user, leaving }) {
     h("h2", {}, "Bindings"), bindings, bindForm({ vhost, queue: name }, refresh),
     h("h2", {}, "Get messages"), h("p", { class: "muted" }, "Getting messages is a destructive action: with a requeue mode they come back redelivered."),
     getEl, getResults,
-    h("h2", {}, "Move messages"), move, status,
+    mover && h("h2", {}, "Move messages"), mover && move, mover && status,
     h("h2", {}, "Purge"),
     button("Purge messages", async () => {
       await api.del(`${path}/contents`);
