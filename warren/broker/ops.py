@@ -301,7 +301,7 @@ def enqueue(message: Message, queues: list, refusals: bool = True, ticket: Ticke
     batch = 0
     rejected = False
     for q in queues:
-        b = q.publish(message) if ticket is None else q.publish(message, ticket)
+        b = q.publish(message, ticket)
         if b > batch:
             batch = b
         elif b < 0:

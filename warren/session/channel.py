@@ -503,7 +503,7 @@ class Channel:
             if len(body) >= HOLD_MIN and message.persistent:
                 # Its queues may hold its records back until acked (warren.store.persister).
                 ticket = self.durability.ticket()
-            batch = _enqueue(message, queues) if ticket is None else _enqueue(message, queues, ticket=ticket)
+            batch = _enqueue(message, queues, True, ticket)
         elif mandatory:
             self._return(message, NO_ROUTE, "NO_ROUTE")
         else:

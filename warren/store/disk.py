@@ -464,9 +464,8 @@ class DiskQueueStore:
                 break
 
     def _write_held_all(self) -> None:
-        for qm in reversed(self.held):
-            self.write_held(qm)  # (the newest: all of them)
-            return
+        if self.held:
+            self.write_held(next(reversed(self.held)))  # (up to the newest: all of them)
 
     def _drop_held(self, qm: QueuedMessage) -> None:
         """A held record's message is settled: it is never written."""

@@ -187,7 +187,7 @@ class ClassicQueue:
         qm = QueuedMessage(self.next_seq, message)
         self.stats["publish"] += 1
         store = self.store
-        batch = store.accept(qm) if ticket is None or not self.consumers.count else store.accept(qm, ticket)
+        batch = store.accept(qm, ticket if self.consumers.count else None)  # (no consumer: no ack to wait for)
         if self.consumers.count and not len(store) and self._dispatch(qm):
             return batch
         store.push(qm)
@@ -214,7 +214,7 @@ class ClassicQueue:
             qm.expiry = self._now() + ttl / 1000
             self.expiring = True
         self.stats["publish"] += 1
-        batch = store.accept(qm) if ticket is None or not self.consumers.count else store.accept(qm, ticket)
+        batch = store.accept(qm, ticket if self.consumers.count else None)  # (no consumer: no ack to wait for)
         if self.consumers.count and not len(store) and self._dispatch(qm):
             return batch  # even with a TTL of 0, as RabbitMQ: it had not expired yet
         store.push(qm)
