@@ -1,7 +1,9 @@
 """A publisher for kill -9 tests: publishes numbered messages with confirms until told to
 stop or cut off by the crash, recording every number the broker confirmed."""
 
+import signal
 import threading
+import time
 
 import pika
 
@@ -22,3 +24,18 @@ def confirmed_publisher(params, queue: str, stop: threading.Event, confirmed: li
             i += 1
     except (pika.exceptions.AMQPError, OSError):
         pass  # the broker was killed
+
+
+def kill_while_running(broker, restart_broker, stop: threading.Event, targets: list, seconds: float):
+    """One kill -9 round: start a thread per (target, args), let them run `seconds`, SIGKILL
+    the broker under them, stop and join them, and return the broker restarted on its data."""
+    threads = [threading.Thread(target=target, args=args) for target, args in targets]
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    broker.proc.send_signal(signal.SIGKILL)
+    broker.proc.wait()
+    stop.set()
+    for t in threads:
+        t.join(10)
+    return restart_broker(broker, sig=signal.SIGKILL)

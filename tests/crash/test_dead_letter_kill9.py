@@ -5,14 +5,13 @@ instant a confirmed message is in one queue or the other (or, after a crash at t
 moment, in both: at least once). RabbitMQ's classic queues do not promise this."""
 
 import random
-import signal
 import threading
 import time
 
 import pika
 import pytest
 
-from .publishing import confirmed_publisher
+from .publishing import confirmed_publisher, kill_while_running
 
 ROUNDS = 6
 
@@ -56,19 +55,11 @@ def test_dead_lettered_persistent_messages_survive_kill9(make_broker, restart_br
     rejected: list[int] = []
     for r in range(ROUNDS):
         stop = threading.Event()
-        threads = [threading.Thread(target=confirmed_publisher,
-                                    args=(b.pika_params(), "work", stop, confirmed, r * 10_000_000))]
+        targets = [(confirmed_publisher, (b.pika_params(), "work", stop, confirmed, r * 10_000_000))]
         if reason == "rejected":
-            threads.append(threading.Thread(target=_rejecter, args=(b.pika_params(), stop, rejected)))
-        for t in threads:
-            t.start()
-        time.sleep(rng.uniform(0.3, 0.9))
-        b.proc.send_signal(signal.SIGKILL)  # while messages are being dead-lettered
-        b.proc.wait()
-        stop.set()
-        for t in threads:
-            t.join(10)
-        b = restart_broker(b, sig=signal.SIGKILL)
+            targets.append((_rejecter, (b.pika_params(), stop, rejected)))
+        # (killed while messages are being dead-lettered)
+        b = kill_while_running(b, restart_broker, stop, targets, rng.uniform(0.3, 0.9))
     with pika.BlockingConnection(b.pika_params()) as conn:
         ch = conn.channel()
         if reason == "expired":

@@ -8,12 +8,13 @@ import os
 import random
 import signal
 import threading
-import time
 
 import pika
 import pytest
 
 from warren.store import segments as sg
+
+from .publishing import kill_while_running
 
 BODY = 128 << 10  # over the hold threshold (64 KiB)
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
@@ -133,17 +134,9 @@ def test_confirmed_big_bodies_survive_kill9_unless_acked(make_broker, restart_br
     acked: set[int] = set()
     for r in range(ROUNDS):
         stop = threading.Event()
-        threads = [threading.Thread(target=_publisher, args=(b.pika_params(), stop, confirmed, r * 1_000_000)),
-                   threading.Thread(target=_consumer, args=(b.pika_params(), stop, acked, rng))]
-        for t in threads:
-            t.start()
-        time.sleep(rng.uniform(0.5, 1.5))
-        b.proc.send_signal(signal.SIGKILL)
-        b.proc.wait()
-        stop.set()
-        for t in threads:
-            t.join(10)
-        b = restart_broker(b, sig=signal.SIGKILL)
+        b = kill_while_running(b, restart_broker, stop, [(_publisher, (b.pika_params(), stop, confirmed, r * 1_000_000)),
+                                                         (_consumer, (b.pika_params(), stop, acked, rng))],
+                               rng.uniform(0.5, 1.5))
     recovered = set()
     with pika.BlockingConnection(b.pika_params()) as conn:
         ch = conn.channel()

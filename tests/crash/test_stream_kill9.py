@@ -4,13 +4,11 @@ and an offset a consumer saw before a crash still holds the same message after i
 consumer re-reading a range, as a Spark job does after a failure, gets the same entries)."""
 
 import random
-import signal
 import threading
-import time
 
 import pika
 
-from .publishing import confirmed_publisher
+from .publishing import confirmed_publisher, kill_while_running
 
 ROUNDS = 6
 
@@ -58,18 +56,9 @@ def test_a_stream_survives_kill9_while_written_and_read(make_broker, restart_bro
     seen: dict[int, list[int]] = {}
     for r in range(ROUNDS):
         stop = threading.Event()
-        threads = [threading.Thread(target=confirmed_publisher,
-                                    args=(b.pika_params(), "log", stop, confirmed, r * 10_000_000, False)),
-                   threading.Thread(target=_reader, args=(b.pika_params(), stop, seen))]
-        for t in threads:
-            t.start()
-        time.sleep(rng.uniform(0.4, 1.0))
-        b.proc.send_signal(signal.SIGKILL)
-        b.proc.wait()
-        stop.set()
-        for t in threads:
-            t.join(10)
-        b = restart_broker(b, sig=signal.SIGKILL)
+        b = kill_while_running(b, restart_broker, stop,
+                               [(confirmed_publisher, (b.pika_params(), "log", stop, confirmed, r * 10_000_000, False)),
+                                (_reader, (b.pika_params(), stop, seen))], rng.uniform(0.4, 1.0))
     entries = _read_all(b.pika_params())
     offsets = [o for o, _ in entries]
     bodies = [v for _, v in entries]

@@ -11,36 +11,23 @@ the module is skipped.
 
 import os
 import uuid
-from urllib.parse import quote
 
 import pytest
-import requests
 
 from conftest import EXTERNAL
+
+from .http_api import HttpApi, q
 
 MGMT = os.environ.get("WARREN_TEST_MGMT")
 pytestmark = pytest.mark.skipif(bool(EXTERNAL) and not MGMT,
                                 reason="the comparison RabbitMQ node has no management plugin")
 
 
-def q(name: str) -> str:
-    return quote(name, safe="")
-
-
-class Api:
+class Api(HttpApi):
     def __init__(self, base: str):
-        self.base = base
+        super().__init__(base)
         self.vhosts: list[str] = []
         self.globals: list[str] = []
-
-    def call(self, method, path, body=None, auth=("guest", "guest")):
-        return requests.request(method, self.base + path, json=body, auth=auth, timeout=30)
-
-    def ok(self, method, path, body=None, status=None):
-        r = self.call(method, path, body)
-        assert r.status_code < 300 if status is None else r.status_code == status, (method, path, r.status_code,
-                                                                                     r.text)
-        return r
 
     def error(self, method, path, body, status, reason, error="bad_request"):
         r = self.call(method, path, body)

@@ -17,13 +17,13 @@ import signal
 import subprocess
 import time
 import uuid
-from urllib.parse import quote
 
 import pika
 import pytest
-import requests
 
 from conftest import EXTERNAL
+
+from .http_api import HttpApi, q
 
 MGMT = os.environ.get("WARREN_TEST_MGMT")
 pytestmark = pytest.mark.skipif(bool(EXTERNAL) and not MGMT,
@@ -32,23 +32,11 @@ pytestmark = pytest.mark.skipif(bool(EXTERNAL) and not MGMT,
 PASSWORD = "shovel-pw"
 
 
-def q(name: str) -> str:
-    return quote(name, safe="")
-
-
-class Api:
+class Api(HttpApi):
     def __init__(self, base: str):
-        self.base = base
+        super().__init__(base)
         self.vhosts: list[str] = []
         self.users: list[str] = []
-
-    def call(self, method, path, body=None, auth=("guest", "guest")):
-        return requests.request(method, self.base + path, json=body, auth=auth, timeout=30)
-
-    def ok(self, method, path, body=None, auth=("guest", "guest")):
-        r = self.call(method, path, body, auth)
-        assert r.status_code < 300, (method, path, r.status_code, r.text)
-        return r
 
     def vhost(self) -> str:
         name = f"shv-{uuid.uuid4().hex[:8]}"
