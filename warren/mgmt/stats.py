@@ -52,6 +52,7 @@ RabbitMQ's collect_statistics_interval).
 """
 
 import asyncio
+import operator
 import os
 import time
 import weakref
@@ -85,58 +86,89 @@ def interval() -> float:
 
 
 # ------------------------------------------------------------------ sampling
+_queue_counts = operator.itemgetter(*QUEUE_COUNTERS)
+_channel_counts = operator.itemgetter(*CHANNEL_COUNTERS)
+_exchange_counts = operator.itemgetter(*EXCHANGE_COUNTERS)
+_connection_counts = operator.attrgetter(*CONNECTION_COUNTERS)
+
+
+def _counts(getter, stats: dict, fields) -> tuple:
+    try:
+        return getter(stats)
+    except KeyError:  # (a counters dict made without every field)
+        return tuple(stats.get(f, 0) for f in fields)
+
+
 class Sampler:
-    """Remembers each object's counters at the last sample and the rates since the one before."""
+    """Remembers each object's counters at the last two samples; its rates are worked out
+    when asked for. A round costs about a microsecond an object (100,000 queues are sampled
+    every few seconds, also while they are being declared): one dict entry each, keyed by
+    id() with a weak reference that tells a new object from a dead one whose id was reused,
+    and nothing computed for objects nobody looks at."""
 
     def __init__(self, broker, period: float):
         self.broker = broker
         self.period = period
-        # object -> (monotonic time, counts tuple)
-        self.last: weakref.WeakKeyDictionary[Any, tuple[float, tuple]] = weakref.WeakKeyDictionary()
-        # object -> {field: rate}
-        self.rates: weakref.WeakKeyDictionary[Any, dict[str, float]] = weakref.WeakKeyDictionary()
+        # id(object) -> (weakref, fields, previous (time, counts) or None, last (time, counts));
+        # each round keeps only the objects alive then.
+        self.entries: dict[int, tuple] = {}
         self.sampled_at: float | None = None  # the previous round
         self.overview_last: tuple[float, tuple] | None = None
         self.overview_rates: dict[str, float] = {}
         self.task: asyncio.Task[None] | None = None
 
-    def _sample(self, obj, fields, counts, now) -> None:
-        prev = self.last.get(obj)
-        self.last[obj] = (now, counts)
-        if prev is None:
-            if self.sampled_at is None:
-                return
-            # Made since the previous round (it would have been sampled): it counted from
-            # zero then, so what it did before its first sample shows in its first rates.
-            prev = (self.sampled_at, (0,) * len(counts))
-        dt = now - prev[0]
+    def rates(self, obj) -> dict[str, float]:
+        """Growth per second of each counter of obj over the last sampling interval."""
+        e = self.entries.get(id(obj))
+        if e is None or e[0]() is not obj or e[2] is None:
+            return {}
+        (t0, prev), (t1, counts) = e[2], e[3]
+        dt = t1 - t0
         if dt <= 0:
-            return
-        self.rates[obj] = {f: (c - p) / dt for f, c, p in zip(fields, counts, prev[1])}
+            return {}
+        return {f: (c - p) / dt for f, c, p in zip(e[1], counts, prev)}
 
     def sample(self) -> None:
         now = time.monotonic()
         broker = self.broker
-        sample = self._sample
+        old = self.entries
+        entries: dict[int, tuple] = {}
+        # An object made since the previous round (it would have been sampled) counted from
+        # zero then, so what it did before its first sample shows in its first rates.
+        born = self.sampled_at
+
+        def keep(obj, fields, counts) -> None:
+            key = id(obj)
+            e = old.get(key)
+            if e is not None and e[0]() is obj:
+                entries[key] = (e[0], fields, e[3], (now, counts))
+            else:
+                entries[key] = (weakref.ref(obj), fields,
+                                None if born is None else (born, (0,) * len(counts)), (now, counts))
+
+        ready_total = unacked_total = 0
+        queue_fields = QUEUE_COUNTERS + QUEUE_DEPTHS
         for vhost in list(broker.vhosts.values()):
             for q in vhost.queues.values():
-                s = q.stats
-                counts = tuple(s.get(f, 0) for f in QUEUE_COUNTERS) + (
-                    len(q.store) + q.unacked_count, len(q.store), q.unacked_count)
-                sample(q, QUEUE_COUNTERS + QUEUE_DEPTHS, counts, now)
+                ready = len(q.store)
+                unacked = q.unacked_count
+                ready_total += ready
+                unacked_total += unacked
+                keep(q, queue_fields,
+                     _counts(_queue_counts, q.stats, QUEUE_COUNTERS) + (ready + unacked, ready, unacked))
             for x in vhost.exchanges.values():
                 s = getattr(x, "stats", None)
                 if s is not None:
-                    sample(x, EXCHANGE_COUNTERS, tuple(s.get(f, 0) for f in EXCHANGE_COUNTERS), now)
+                    keep(x, EXCHANGE_COUNTERS, _counts(_exchange_counts, s, EXCHANGE_COUNTERS))
         for conn in list(broker.connections):
-            sample(conn, CONNECTION_COUNTERS, tuple(getattr(conn, f, 0) for f in CONNECTION_COUNTERS), now)
+            keep(conn, CONNECTION_COUNTERS, _connection_counts(conn))
             for ch in conn.channels.values():
-                s = ch.stats
-                sample(ch, CHANNEL_COUNTERS, tuple(s.get(f, 0) for f in CHANNEL_COUNTERS), now)
+                keep(ch, CHANNEL_COUNTERS, _counts(_channel_counts, ch.stats, CHANNEL_COUNTERS))
+        self.entries = entries
         totals = _message_totals(broker)
-        qt = queue_totals(broker, with_rates=False)
         fields = CHANNEL_COUNTERS + QUEUE_DEPTHS
-        counts = tuple(totals[f] for f in CHANNEL_COUNTERS) + tuple(qt[f] for f in QUEUE_DEPTHS)
+        counts = tuple(totals[f] for f in CHANNEL_COUNTERS) + (
+            ready_total + unacked_total, ready_total, unacked_total)
         prev = self.overview_last
         self.overview_last = (now, counts)
         if prev is not None and now > prev[0]:
@@ -187,7 +219,7 @@ def _broker_of(obj):
 
 def _details(obj, counts: dict, fields, broker=None) -> dict:
     sampler = sampler_for(broker if broker is not None else _broker_of(obj))
-    rates = (sampler.rates.get(obj) if sampler is not None else None) or {}
+    rates = sampler.rates(obj) if sampler is not None else {}
     out = {}
     for f in fields:
         out[f] = counts.get(f, 0)
@@ -218,7 +250,7 @@ def queue_stats(queue, unacked_bytes=None) -> dict:
     if unacked_bytes is None:
         unacked_bytes = unacked_bytes_by_queue(broker).get(queue, 0) if broker is not None else 0
     sampler = sampler_for(broker)
-    rates = (sampler.rates.get(queue) if sampler is not None else None) or {}
+    rates = sampler.rates(queue) if sampler is not None else {}
     ready = len(queue.store)
     unacked = queue.unacked_count
     ready_bytes = queue.store.ready_bytes
@@ -268,14 +300,14 @@ def exchange_stats(exchange) -> dict:
 def channel_stats(channel) -> dict:
     broker = channel.conn.broker
     sampler = sampler_for(broker)
-    rates = (sampler.rates.get(channel) if sampler is not None else None) or {}
+    rates = sampler.rates(channel) if sampler is not None else {}
     stats = _details(channel, channel.stats, CHANNEL_COUNTERS, broker)
     return {"message_stats": _with_deliver_get(stats, rates)}
 
 
 def connection_stats(conn) -> dict:
     sampler = sampler_for(conn.broker)
-    rates = (sampler.rates.get(conn) if sampler is not None else None) or {}
+    rates = sampler.rates(conn) if sampler is not None else {}
     out = {f: getattr(conn, f, 0) for f in CONNECTION_COUNTERS}
     out["recv_oct_details"] = {"rate": round(rates.get("recv_oct", 0.0), 1)}
     out["send_oct_details"] = {"rate": round(rates.get("send_oct", 0.0), 1)}
@@ -311,7 +343,7 @@ def overview_message_stats(broker) -> dict:
     return _with_deliver_get(out, rates)
 
 
-def queue_totals(broker, with_rates: bool = True) -> dict:
+def queue_totals(broker) -> dict:
     ready = unacked = 0
     for vhost in broker.vhosts.values():
         for q in vhost.queues.values():
@@ -319,11 +351,10 @@ def queue_totals(broker, with_rates: bool = True) -> dict:
             unacked += q.unacked_count
     out: dict[str, Any] = {"messages": ready + unacked, "messages_ready": ready,
                            "messages_unacknowledged": unacked}
-    if with_rates:
-        sampler = sampler_for(broker)
-        rates = sampler.overview_rates if sampler is not None else {}
-        for f in QUEUE_DEPTHS:
-            out[f + "_details"] = {"rate": round(rates.get(f, 0.0), 1)}
+    sampler = sampler_for(broker)
+    rates = sampler.overview_rates if sampler is not None else {}
+    for f in QUEUE_DEPTHS:
+        out[f + "_details"] = {"rate": round(rates.get(f, 0.0), 1)}
     return out
 
 

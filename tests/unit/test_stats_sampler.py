@@ -1,0 +1,70 @@
+"""The management statistics sampler (warren.mgmt.stats.Sampler) over a real broker model:
+rates over the last interval, a queue made between rounds counting from zero, a deleted
+queue forgotten, and a new queue that happens to get a dead one's id() not inheriting its
+counts. (Over the wire and the HTTP API: tests/integration/test_mgmt_overview.py.)"""
+
+from warren.broker import ops
+from warren.broker.broker import Broker
+from warren.mgmt.stats import Sampler
+
+
+def actor(broker):
+    return ops.Actor(broker, broker.users["guest"], broker.vhosts["/"])
+
+
+def sample_at(sampler, monkeypatch, t):
+    monkeypatch.setattr("warren.mgmt.stats.time.monotonic", lambda: t)
+    sampler.sample()
+
+
+def test_rates_over_the_last_interval(monkeypatch):
+    broker = Broker.with_defaults()
+    a = actor(broker)
+    ops.declare_queue(a, "q")
+    q = broker.vhosts["/"].queues["q"]
+    sampler = Sampler(broker, 5)
+    sample_at(sampler, monkeypatch, 100.0)
+    assert sampler.rates(q) == {}  # one round: no interval yet
+    q.stats["publish"] += 50
+    sample_at(sampler, monkeypatch, 105.0)
+    assert sampler.rates(q)["publish"] == 10.0
+    sample_at(sampler, monkeypatch, 110.0)
+    assert sampler.rates(q)["publish"] == 0.0
+
+
+def test_a_queue_made_between_rounds_counts_from_zero(monkeypatch):
+    broker = Broker.with_defaults()
+    sampler = Sampler(broker, 5)
+    sample_at(sampler, monkeypatch, 100.0)
+    ops.declare_queue(actor(broker), "fresh")
+    q = broker.vhosts["/"].queues["fresh"]
+    q.stats["publish"] += 20
+    sample_at(sampler, monkeypatch, 102.0)
+    assert sampler.rates(q)["publish"] == 10.0
+
+
+def test_a_deleted_queue_is_forgotten_and_its_id_not_inherited(monkeypatch):
+    broker = Broker.with_defaults()
+    a = actor(broker)
+    ops.declare_queue(a, "old")
+    old = broker.vhosts["/"].queues["old"]
+    old.stats["publish"] += 1000
+    sampler = Sampler(broker, 5)
+    sample_at(sampler, monkeypatch, 100.0)
+    key = id(old)
+    assert key in sampler.entries
+    ops.delete_queue(a, "old")
+    del old
+    sample_at(sampler, monkeypatch, 105.0)
+    assert key not in sampler.entries
+
+    # A later object given the dead one's id (CPython reuses addresses) starts afresh.
+    ops.declare_queue(a, "again")
+    q = broker.vhosts["/"].queues["again"]
+    sample_at(sampler, monkeypatch, 110.0)
+    # As if the entry were a dead object's, with its counts.
+    _ref, fields, _prev, (t, counts) = sampler.entries[id(q)]
+    sampler.entries[id(q)] = (lambda: None, fields, None, (t, (1000,) * len(counts)))
+    q.stats["publish"] += 5
+    sample_at(sampler, monkeypatch, 115.0)
+    assert sampler.rates(q)["publish"] == 1.0  # counted from zero at 110, not from 1000
