@@ -48,10 +48,23 @@ def test_admission_shares_the_limit_in_name_order():
 
 def test_split_boundaries():
     parts = o.split({"a": 0, "b": 5}, {"a": 10, "b": 5}, min_partitions=1, max_per_partition=4)
-    assert [(p.stream, p.start, p.end) for p in parts] == [("a", 0, 4), ("a", 4, 8), ("a", 8, 10)]
+    assert [(p.stream, p.start, p.end) for p in parts] == [("a", 0, 4), ("a", 4, 7), ("a", 7, 10)]  # equal pieces
     parts = o.split({"a": 0}, {"a": 3}, min_partitions=8)
     assert [(p.start, p.end) for p in parts] == [(0, 1), (1, 2), (2, 3)]  # never an empty one
     assert o.split({"a": 7}, {"a": 7}) == []
+
+
+def test_split_gives_every_core_the_same_work():
+    # minPartitions = cores: a multiple of it of equal pieces, none above the maximum
+    sizes = lambda parts: [p.count for p in parts]
+    assert sizes(o.split({"a": 0}, {"a": 250_000}, 2, 100_000)) == [62_500] * 4
+    assert sizes(o.split({"a": 0}, {"a": 250_000}, 2, 50_000)) == [41_667] * 4 + [41_666] * 2
+    assert sizes(o.split({"a": 0}, {"a": 250_000}, 1, 100_000)) == [83_334, 83_333, 83_333]
+    assert sizes(o.split({"a": 0}, {"a": 300}, 3, 70)) == [50] * 6
+    assert sizes(o.split({"a": 10}, {"a": 11}, 2, 50_000)) == [1]  # not more pieces than entries
+    assert sizes(o.split({"a": 0, "b": 0}, {"a": 100, "b": 10}, 4)) == [34, 33, 33, 10]
+    parts = o.split({"a": 5}, {"a": 10}, 2)
+    assert [(p.start, p.end) for p in parts] == [(5, 8), (8, 10)]
 
 
 @given(st.dictionaries(st.sampled_from("abcd"), st.tuples(st.integers(0, 1000), st.integers(0, 1000)),
@@ -70,6 +83,10 @@ def test_split_covers_every_offset_once(ranges, min_partitions, max_per_partitio
         assert all(p.count <= max_per_partition for p in parts)
     total = sum(end[k] - start[k] for k in ranges)
     assert len(parts) >= min(min_partitions, total)
+    assert len(parts) % min_partitions == 0 or len(parts) == total  # a multiple of it, or one entry a piece
+    for name in ranges:  # a stream's pieces are of equal size, within one entry
+        mine = [p.count for p in parts if p.stream == name]
+        assert not mine or max(mine) - min(mine) <= 1
 
 
 def test_endpoints_from_options_never_show_the_password():

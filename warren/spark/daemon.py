@@ -10,8 +10,8 @@ Spark takes this setting for the daemon of the tasks' workers (`pyspark.worker`)
 planner's daemons (create_data_source, plan_data_source_read) and the streaming source's
 runner are started as `pyspark.daemon` / their own module whatever it says. This module moves
 the zips behind the installed pyspark when that is the same version (else it changes
-nothing), imports the worker module once before the daemon forks its workers (each forked
-worker would import it again), and runs pyspark.daemon unchanged."""
+nothing), imports the worker module (and warren.spark.source) once before the daemon forks its workers
+(each forked worker would import them again), and runs pyspark.daemon unchanged."""
 
 from __future__ import annotations
 
@@ -64,10 +64,11 @@ def prefer_installed_pyspark(path: list[str]) -> list[str]:
 def main() -> None:
     sys.path[:] = prefer_installed_pyspark(sys.path)
     worker = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1].startswith("pyspark") else "pyspark.worker"
-    try:
-        importlib.import_module(worker)  # (before the fork: every worker has it then)
-    except Exception:  # (the forked worker imports it again and reports the error to Spark)
-        pass
+    for module in (worker, "warren.spark.source"):  # (the range reader's modules too: ~0.2 s a worker)
+        try:
+            importlib.import_module(module)  # (before the fork: every worker has it then)
+        except Exception:  # (the forked worker imports it again and reports the error to Spark)
+            pass
     runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)
 
 

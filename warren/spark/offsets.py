@@ -81,21 +81,31 @@ def admit(start: Mapping[str, int], available: Mapping[str, int], max_records: i
 def split(start: Mapping[str, int], end: Mapping[str, int], min_partitions: int = 1,
           max_per_partition: int | None = None) -> list[StreamRange]:
     """The input partitions of [start, end): one range per stream at least, cut into pieces of
-    at most `max_per_partition` entries, and into at least `min_partitions` pieces in all
-    (the biggest ranges cut first), never an empty piece."""
+    at most `max_per_partition` entries, and into at least `min_partitions` pieces in all,
+    never an empty piece. The number of pieces is rounded up to a multiple of
+    `min_partitions` (when there are entries enough) and a stream's pieces are of equal size
+    (within one entry), the biggest pieces cut first: with minPartitions set to the executors'
+    cores, every core gets the same work (250,000 entries at most 100,000 a piece on 2 cores:
+    4 × 62,500, not 100,000 + 100,000 + 50,000, whose last task leaves a core idle)."""
     ranges = [StreamRange(name, start[name], end[name]) for name in sorted(start) if end[name] > start[name]]
-    if max_per_partition:
-        pieces = []
-        for r in ranges:
-            pieces += [StreamRange(r.stream, lo, min(lo + max_per_partition, r.end))
-                       for lo in range(r.start, r.end, max_per_partition)]
-        ranges = pieces
     total = sum(r.count for r in ranges)
-    want = min(min_partitions, total)
-    while len(ranges) < want:
-        biggest = max(ranges, key=lambda r: r.count)
-        half = biggest.start + biggest.count // 2
-        i = ranges.index(biggest)
-        ranges[i:i + 1] = [StreamRange(biggest.stream, biggest.start, half),
-                           StreamRange(biggest.stream, half, biggest.end)]
-    return ranges
+    step = max(1, min_partitions)
+    cuts = [-(-r.count // max_per_partition) if max_per_partition else 1 for r in ranges]  # pieces per range
+
+    def short() -> bool:
+        n = sum(cuts)
+        return n < total and (n < step or n % step != 0)
+
+    while short():
+        # the range whose pieces are the biggest gets one more (a range never more pieces than entries)
+        i = max((i for i, r in enumerate(ranges) if cuts[i] < r.count), key=lambda i: -(-ranges[i].count // cuts[i]))
+        cuts[i] += 1
+    pieces = []
+    for r, n in zip(ranges, cuts):
+        size, extra = divmod(r.count, n)
+        lo = r.start
+        for k in range(n):
+            hi = lo + size + (1 if k < extra else 0)
+            pieces.append(StreamRange(r.stream, lo, hi))
+            lo = hi
+    return pieces

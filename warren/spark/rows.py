@@ -86,18 +86,27 @@ class Batch:
     What a message's properties give (timestamp, delivery count, the properties struct, the
     deaths, the headers map) is worked out once per properties object (the wire reader shares
     one between deliveries with the same content header) and taken into the columns by index
-    at the end: per row only the body, the routing fields and the offset are appended."""
+    at the end: per row only the body, the routing fields and the offset are appended.
 
-    _PER_ROW = ("body", "exchange", "routing_key", "source", "offset", "redelivered", "headers")
+    `annotation`: a header the broker adds to every delivery and the row has a column for
+    (a stream's `x-stream-offset`: the `offset` column), left out of the `headers` map, which
+    then holds what the message carries (as Kafka's source keeps a record's offset out of its
+    headers), and stays the same for every delivery of one properties object."""
 
-    def __init__(self) -> None:
+    def __init__(self, annotation: str | None = None) -> None:
+        self.annotation = annotation
         self._clear()
 
     def _clear(self) -> None:
-        self.columns: dict[str, list] = {name: [] for name in self._PER_ROW}
+        self._body: list[bytes] = []
+        self._exchange: list[str] = []
+        self._routing_key: list[str] = []
+        self._source: list[str] = []
+        self._offset: list[int | None] = []
+        self._redelivered: list[bool] = []
         self._which: list[int] = []  # per row: its entry in _shared
-        self._shared: list[tuple] = []  # (properties, delivery_count, timestamp, props, deaths)
-        self._seen: dict[int, tuple[int, list | None, int]] = {}  # id(properties) -> (entry, header pairs, offset at)
+        self._shared: list[tuple] = []  # (properties, delivery_count, timestamp, props, deaths, headers)
+        self._seen: dict[int, int] = {}  # id(properties) -> entry
 
     def __len__(self) -> int:
         return len(self._which)
@@ -105,42 +114,42 @@ class Batch:
     def add(self, body: bytes, exchange: str, routing_key: str, source: str, offset: int | None,
             redelivered: bool, properties: Any) -> None:
         """One message; `properties`: the pamqp Basic.Properties it came with."""
-        known = self._seen.get(id(properties))
-        if known is None:
-            known = self._seen[id(properties)] = self._learn(properties)
-        entry, pairs, offset_at = known
-        c = self.columns
-        c["body"].append(body)
-        c["exchange"].append(exchange)
-        c["routing_key"].append(routing_key)
-        c["source"].append(source)
-        c["offset"].append(offset)
-        c["redelivered"].append(redelivered)
-        if pairs is not None and offset_at >= 0 and offset is not None:
-            # (the broker's x-stream-offset differs per delivery of one properties object)
-            pairs = pairs.copy()
-            pairs[offset_at] = ("x-stream-offset", str(offset))
-        c["headers"].append(pairs)
+        entry = self._seen.get(id(properties))
+        if entry is None:
+            entry = self._seen[id(properties)] = self._learn(properties)
+        self._body.append(body)
+        self._exchange.append(exchange)
+        self._routing_key.append(routing_key)
+        self._source.append(source)
+        self._offset.append(offset)
+        self._redelivered.append(redelivered)
         self._which.append(entry)
 
-    def _learn(self, properties: Any) -> tuple[int, list | None, int]:
+    def _learn(self, properties: Any) -> int:
         headers = properties.headers or {}
         count = headers.get("x-delivery-count")
         props = {name: getattr(properties, name, None) for name in _PROPERTY_FIELDS}
         props["type"] = props.pop("message_type")
+        pairs = [(str(k), header_text(v)) for k, v in headers.items() if k != self.annotation]
         self._shared.append((properties,  # (held: its id must not be reused while this batch lives)
                              int(count) if isinstance(count, int) and not isinstance(count, bool) else None,
-                             _utc(properties.timestamp), props, deaths(headers)))
-        pairs = [(str(k), header_text(v)) for k, v in headers.items()] if headers else None
-        offset_at = list(headers).index("x-stream-offset") if "x-stream-offset" in headers else -1
-        return len(self._shared) - 1, pairs, offset_at
+                             _utc(properties.timestamp), props, deaths(headers), pairs or None))
+        return len(self._shared) - 1
 
     def record_batch(self) -> pa.RecordBatch:
-        c = self.columns
         which = pa.array(self._which, pa.int32())
-        shared = list(zip(*self._shared)) or [()] * 5
-        for i, name in enumerate(("delivery_count", "timestamp", "properties", "death"), start=1):
-            c[name] = pa.array(shared[i], ARROW_SCHEMA.field(name).type).take(which)
-        batch = pa.RecordBatch.from_pydict(c, schema=ARROW_SCHEMA)
+        shared = list(zip(*self._shared)) or [()] * 6
+        columns = {"body": self._body, "exchange": self._exchange, "routing_key": self._routing_key,
+                   "source": self._source, "offset": self._offset, "redelivered": self._redelivered}
+        arrays = []
+        for field in ARROW_SCHEMA:
+            if field.name in columns:
+                arrays.append(pa.array(columns[field.name], field.type))
+            else:  # worked out once per properties object, taken by index
+                arrays.append(pa.array(shared[_SHARED_AT[field.name]], field.type).take(which))
+        batch = pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
         self._clear()
         return batch
+
+
+_SHARED_AT = {"delivery_count": 1, "timestamp": 2, "properties": 3, "death": 4, "headers": 5}

@@ -142,7 +142,7 @@ class _Planner:
 
 def read_partition(options: SourceOptions, partition: RangePartition) -> Iterator:
     """The rows of one range, as Arrow record batches."""
-    batch = Batch()
+    batch = Batch(annotation="x-stream-offset")
     r = StreamRange(partition.stream, partition.start, partition.end)
     for _taken in range_reader(options.endpoint, r, options.fail_on_data_loss, batch.add, every=ROWS_PER_BATCH):
         if len(batch):
