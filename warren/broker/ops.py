@@ -232,6 +232,7 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
     reused verbatim in deliveries; `header` is the content header payload as received."""
     vhost = actor.vhost
     x = vhost.exchanges.get(exchange_name)
+    captured = False
     # The cache is by name: an exchange redeclared internal under that name must still refuse.
     if x is None or exchange_name not in actor.writable or x.internal:
         actor.check("write", "exchange", exchange_name)  # before the lookup, as RabbitMQ
@@ -239,13 +240,22 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
             if exchange_name == stream_offsets_request.NAME:  # Warren's request, not an exchange
                 request = Message(exchange_name, routing_key, route_bytes, header, body)
                 return stream_offsets_request.answer(actor, vhost, routing_key, request, readable_queue)
-            if vhost.missing_exchange is not None:  # Warren's opt-in capture (else RabbitMQ's 404)
-                return _route_captured(actor, exchange_name, routing_key, route_bytes, header, body)
-            raise not_found(f"no {rs('exchange', exchange_name, vhost.name)}")
-        if x.internal:
+            # Warren's opt-in capture (warren.broker.missing_exchange), else RabbitMQ's 404: the
+            # message, with its x-warren-missing-exchange header, is published to the capture
+            # exchange as if the publisher had named it (the same property checks and routing).
+            # No permission is needed there (the operator's configuration, which may be
+            # internal), and topic permissions are not checked.
+            captured_to = (missing_exchange.capture(vhost, exchange_name, route_bytes, header)
+                           if vhost.missing_exchange is not None else None)
+            if captured_to is None:
+                raise not_found(f"no {rs('exchange', exchange_name, vhost.name)}")
+            x, route_bytes, header = captured_to
+            exchange_name, captured = x.name, True
+        elif x.internal:
             raise access_refused(f"cannot publish to internal {x.describe()}")
-        actor.writable.add(exchange_name)
-    if actor.broker.topic_permissions:  # (tested here: a call per publish costs)
+        else:
+            actor.writable.add(exchange_name)
+    if actor.broker.topic_permissions and not captured:  # (tested here: a call per publish costs)
         actor.check_topic("write", x, routing_key)
     message = Message(exchange_name, routing_key, route_bytes, header, body)
     flags = header[12] << 8 | header[13]
@@ -254,34 +264,6 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
         message.ttl = check_properties(message.properties, actor.user)
     if flags & FLAG_HEADERS and b"CC" in header:
         # CC / BCC headers (b"CC" is in both) add routing keys; checked after those, as RabbitMQ.
-        queues = route_sender_selected(vhost, x, message)
-    else:
-        queues = vhost.route(x, routing_key, message)
-    xstats = x.stats
-    xstats["publish_in"] += 1
-    xstats["publish_out"] += len(queues)
-    return message, queues
-
-
-def _route_captured(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes, header: bytes,
-                    body: bytes) -> tuple[Message, list]:
-    """route() for a publish to an exchange missing from a vhost with a capture exchange
-    (warren.broker.missing_exchange): the message, with its x-warren-missing-exchange
-    header, is published to the capture exchange as if the publisher had named it (the same
-    property checks and routing), or 404 as RabbitMQ when nothing captures it. The publisher's
-    write permission on `exchange_name` was checked; none is needed on the capture exchange
-    (the operator's configuration, which may be internal), and topic permissions are not
-    checked there."""
-    vhost = actor.vhost
-    captured = missing_exchange.capture(vhost, exchange_name, route_bytes, header)
-    if captured is None:
-        raise not_found(f"no {rs('exchange', exchange_name, vhost.name)}")
-    x, route_bytes, header = captured
-    message = Message(x.name, routing_key, route_bytes, header, body)
-    flags = header[12] << 8 | header[13]
-    if flags & _CHECKED_PROPS:
-        message.ttl = check_properties(message.properties, actor.user)
-    if b"CC" in header:
         queues = route_sender_selected(vhost, x, message)
     else:
         queues = vhost.route(x, routing_key, message)
