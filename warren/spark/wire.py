@@ -59,6 +59,9 @@ class Wire:
         self.server_properties: dict = {}
         self._decoded: dict[bytes, Any] = {}  # content header without its offset value -> properties
         self._partial: tuple[tuple | None, list[bytes], int] = (None, [], 0)
+        # the last content header with an x-stream-offset: (size, where its value is, the octets
+        # before the value, those after it, its properties)
+        self._last: tuple[int, int, bytes, bytes, Any] | None = None
         self._handshake(ep)
 
     # ------------------------------------------------------------------ plumbing
@@ -181,7 +184,13 @@ class Wire:
                                 n - header_end >= 7 and buf[header_end] == 3
                                 and _II.unpack_from(buf, header_end + 3)[0] == body_size
                                 and header_end + 8 + body_size <= n)):
-                            properties, offset = properties_of(bytes(buf[h + 7:header_end - 1]))
+                            last = self._last
+                            if (last is not None and header_end - h - 8 == last[0]
+                                    and buf.startswith(last[2], h + 7) and buf.endswith(last[3], h + 7, header_end - 1)):
+                                # the content header of the last one but for its x-stream-offset's value
+                                properties, offset = last[4], _q.unpack_from(buf, h + 7 + last[1])[0]
+                            else:
+                                properties, offset = properties_of(bytes(buf[h + 7:header_end - 1]))
                             if body_size:
                                 end = header_end + 8 + body_size
                                 body = bytes(buf[header_end + 7:end - 1])
@@ -225,6 +234,8 @@ class Wire:
             if len(self._decoded) > 4096:
                 self._decoded.clear()
             properties = self._decoded[key] = header.properties
+        if at >= 0:
+            self._last = (len(raw), value, raw[:value], raw[value + 8:], properties)
         return properties, offset
 
 
