@@ -248,10 +248,8 @@ def main(argv=None) -> int:
         uvloop.install()
     except ImportError:
         pass
-    # Queued messages are long-lived objects by the million: collect the young generation
-    # less often, and leave what exists at start-up out of every collection.
+    # What exists at start-up stays out of every collection (the thresholds: warren.server.memory).
     gc.freeze()
-    gc.set_threshold(50_000, 50, 100)
     # As RabbitMQ: with management.ssl.* and no management.tcp.*, the API is on HTTPS only.
     management_port = args.management_port if args.management_port is not None else config.get(
         "management_port", 0 if https_options else 15672)

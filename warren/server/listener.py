@@ -9,7 +9,7 @@ import ssl
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, NamedTuple, Protocol, Sequence
 
-from .memory import MemoryReclaimer, tune_gc
+from .memory import MemoryReclaimer, tune_memory
 from .scheduler import LoopScheduler
 from .tls import HANDSHAKE_TIMEOUT, TLSServerProtocol
 from .transport import AMQPProtocol
@@ -63,7 +63,7 @@ class Server:
         self.loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         self.broker.set_scheduler(LoopScheduler(self.loop, after=self.broker.durability.flush))
-        tune_gc()
+        tune_memory()
         self.reclaimer = MemoryReclaimer(self.loop)
         self.reclaimer.start()
         if self.broker.persister is not None:
