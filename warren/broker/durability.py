@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..store.persister import Ticket
+from ..store.persister import HOLD_MIN, Ticket
 
 if TYPE_CHECKING:
+    from ..amqp.message import Message
     from .broker import Broker
     from ..store.interface import SyncWaiter
 
@@ -48,9 +49,12 @@ class Durability:
             return None
         return batch not in persister.failed
 
-    def ticket(self) -> Ticket | None:
-        """A confirm Ticket for a big persistent publish, if queues may hold its records back
-        (warren.store.persister); None: they write it at once."""
+    def ticket(self, message: Message) -> Ticket | None:
+        """A confirm Ticket for a publish whose queues may hold its records back until they
+        are acked (a big persistent body: warren.store.persister); None: they write it at once.
+        (A call per publish: about 0.1 µs of the 20-40 µs a message costs.)"""
+        if len(message.body) < HOLD_MIN or not message.persistent:
+            return None
         persister = self.broker.persister
         if persister is None or not persister.holding:
             return None

@@ -23,7 +23,7 @@ from ..broker.errors import (
 )
 from ..broker.stats import RECEIVED_CONFIRM, new_channel_counters
 from ..broker.names import server_named
-from ..store.persister import HOLD_MIN, Ticket
+from ..store.persister import Ticket
 from . import connection_log, frame_errors
 from .ack_timeout import AckTimeout
 from .transaction import Transaction, TxPublish
@@ -500,9 +500,7 @@ class Channel:
         batch = 0
         ticket = None
         if queues:
-            if len(body) >= HOLD_MIN and message.persistent:
-                # Its queues may hold its records back until acked (warren.store.persister).
-                ticket = self.durability.ticket()
+            ticket = self.durability.ticket(message)
             batch = _enqueue(message, queues, True, ticket)
         elif mandatory:
             self._return(message, NO_ROUTE, "NO_ROUTE")
