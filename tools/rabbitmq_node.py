@@ -321,8 +321,10 @@ class RabbitMQNode:
     @property
     def ctl_env(self) -> dict[str, str]:
         """The environment rabbitmqctl needs to reach the node: our HOME (for
-        the cookie), our epmd port and our (empty) rabbitmq-env.conf."""
-        return {k: self.env[k] for k in ("HOME", "ERL_EPMD_PORT", "RABBITMQ_CONF_ENV_FILE")}
+        the cookie), our epmd port, our (empty) rabbitmq-env.conf and our enabled
+        plugins file (rabbitmqctl finds the plugins' commands, e.g. shovel_status, there)."""
+        return {k: self.env[k] for k in ("HOME", "ERL_EPMD_PORT", "RABBITMQ_CONF_ENV_FILE",
+                                         "RABBITMQ_ENABLED_PLUGINS_FILE")}
 
     @property
     def ctl_argv(self) -> list[str]:

@@ -149,6 +149,14 @@ def test_every_verb_without_flags(broker, local, guarded_vhost, uid, tmp_path):
         local("set_parameter", "-p", vhost, "vhost-limits", "limits", '{"max-connections": 5}')
         assert 'vhost-limits\tlimits\t{"max-connections":5}' in local("list_parameters", "-p", vhost)
         local("clear_parameter", "-p", vhost, "vhost-limits", "limits")
+        shovel = f"s-{uid}"  # (the shovel plugin's verbs: tests/integration/test_ctl_shovels.py)
+        local("set_parameter", "-p", vhost, "shovel", shovel, json.dumps(
+            {"src-uri": f"amqp:///{vhost}", "src-queue": f"sq-{uid}", "dest-uri": f"amqp:///{vhost}",
+             "dest-queue": f"dq-{uid}"}))
+        assert f"\t{shovel}\t" in local("shovel_status")
+        local("restart_shovel", "-p", vhost, shovel)
+        local("delete_shovel", "-p", vhost, shovel)
+        assert f"\t{shovel}\t" not in local("shovel_status")
         local("set_global_parameter", f"g-{uid}", '"x"')
         assert f'g-{uid}\t"x"' in local("list_global_parameters")
         local("clear_global_parameter", f"g-{uid}")

@@ -1257,6 +1257,90 @@ def list_global_parameters(ctx, args):
     ctx.out.table(["name", "value"], rows, [dict(zip(["name", "value"], r)) for r in rows], empty_line=True)
 
 
+# the shovel plugin's verbs (rabbitmq_shovel 3.10.8's ShovelStatus, DeleteShovel and
+# RestartShovel commands), over /api/shovels
+
+# rabbit_shovel_status's details of a running shovel -> the names shovel_status shows them by
+_SHOVEL_DETAILS = (("src_address", "source_address"), ("src_queue", "source_queue"),
+                   ("src_exchange", "source_exchange"), ("src_exchange_key", "source_exchange_key"),
+                   ("dest_address", "destination_address"), ("dest_queue", "destination_queue"),
+                   ("dest_exchange", "destination_exchange"), ("dest_exchange_key", "destination_exchange_key"))
+
+
+def _shovel_timestamp(text) -> str:
+    """The API's "Y-M-D H:MM:SS" (RabbitMQ's API leaves the hour unpadded) as rabbitmqctl's
+    fmt_ts writes it, every field zero-padded."""
+    m = re.fullmatch(r"(\d+)-(\d+)-(\d+) (\d+):(\d+):(\d+)", str(text or ""))
+    if not m:
+        return str(text or "")
+    y, mo, d, h, mi, s = (int(g) for g in m.groups())
+    return f"{y:04d}-{mo:02d}-{d:02d} {h:02d}:{mi:02d}:{s:02d}"
+
+
+def _shovel_status_row(s: dict) -> dict:
+    """One /api/shovels entry as ShovelStatusCommand:output/2 makes it (a map: its keys in
+    Erlang's order, which is the alphabetical one)."""
+    row = {"name": s.get("name"), "type": s.get("type", "dynamic"),
+           "last_changed": _shovel_timestamp(s.get("timestamp"))}
+    if s.get("vhost") is not None:  # (static shovels have none)
+        row["vhost"] = s["vhost"]
+    state = s.get("state")
+    row["state"] = state
+    if state == "running":
+        row.update(source_protocol=s.get("src_protocol", "undefined"), source=s.get("src_uri"),
+                   destination_protocol=s.get("dest_protocol", "undefined"), destination=s.get("dest_uri"),
+                   termination_reason="")
+        row.update({new: s[old] for old, new in _SHOVEL_DETAILS if old in s})
+    else:
+        row.update(source="", destination="",
+                   termination_reason=s.get("reason", "") if state == "terminated" else "")
+    return dict(sorted(row.items()))
+
+
+@verb("shovel_status", "shovel_status", (0, None), help="Displays status of Shovel on a node.")
+def shovel_status(ctx, args):
+    # rabbitmqctl 3.10.8 takes any arguments and -p, and ignores them: every shovel is listed.
+    node = _node_name(ctx)
+    ctx.out.info(f"Shovel status on node {node}")
+    found = [_shovel_status_row(s) for s in ctx.api.get("/shovels") or []]
+    # As rabbitmqctl's table formatter does with a stream of maps: the header is the first
+    # row's keys, and every row shows its own values in its own keys' order (a starting or
+    # terminated shovel has fewer keys than a running one, so such rows do not line up).
+    columns = list(found[0]) if found else []
+    rows = [[cell(k, v) for k, v in r.items()] for r in found]
+    ctx.out.table(columns, rows, found)
+
+
+def _shovel_not_found(ctx) -> CtlError:
+    return Failed(f"Shovel with the given name was not found on the target node '{_node_name(ctx)}' and / or "
+                  f"virtual host '{ctx.vhost}'")
+
+
+def _shovel_request(ctx, path: str) -> None:
+    """DELETE of /api/shovels/vhost/{vhost}/{name}[/restart]: a 404 (no such shovel, or no
+    such vhost) is rabbitmqctl's "not found" error, exit 69."""
+    try:
+        ctx.api.delete(path)
+    except HttpError as err:
+        if err.status == 404:
+            raise _shovel_not_found(ctx) from None
+        raise
+
+
+@verb("delete_shovel", "delete_shovel [--vhost <vhost>] <name>", (1, 1), help="Deletes a Shovel.")
+def delete_shovel(ctx, args):
+    (name,) = args
+    ctx.out.info(f"Deleting shovel {name} in vhost {ctx.vhost}")
+    _shovel_request(ctx, f"/shovels/vhost/{q(ctx.vhost)}/{q(name)}")
+
+
+@verb("restart_shovel", "restart_shovel <name>", (1, 1), help="Restarts a dynamic Shovel.")
+def restart_shovel(ctx, args):
+    (name,) = args
+    ctx.out.info(f"Restarting dynamic Shovel {name} in virtual host {ctx.vhost} on node {_node_name(ctx)}")
+    _shovel_request(ctx, f"/shovels/vhost/{q(ctx.vhost)}/{q(name)}/restart")
+
+
 # the resource alarms' settings (Warren-only API endpoints: rabbitmqctl reaches the node directly)
 
 # rabbitmqctl 3.10's units for absolute thresholds (RabbitMQ.CLI.Core.Memory), letter case as
