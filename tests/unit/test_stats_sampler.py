@@ -5,7 +5,7 @@ counts. (Over the wire and the HTTP API: tests/integration/test_mgmt_overview.py
 
 from warren.broker import ops
 from warren.broker.broker import Broker
-from warren.mgmt.stats import Sampler
+from warren.mgmt.stats import MAX_SHARE, Sampler
 
 
 def actor(broker):
@@ -68,3 +68,9 @@ def test_a_deleted_queue_is_forgotten_and_its_id_not_inherited(monkeypatch):
     q.stats["publish"] += 5
     sample_at(sampler, monkeypatch, 115.0)
     assert sampler.rates(q)["publish"] == 1.0  # counted from zero at 110, not from 1000
+
+
+def test_a_long_round_stretches_the_period():
+    sampler = Sampler(Broker.with_defaults(), 5)
+    assert sampler.pause(0.01) == 5  # 0.2 % of the period
+    assert sampler.pause(0.3) == 0.3 / MAX_SHARE  # 100,000 queues: every 15 s
