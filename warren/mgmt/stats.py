@@ -104,7 +104,7 @@ MAX_SHARE = 0.02  # of the event loop's time, at most, spent sampling
 
 class Sampler:
     """Remembers each object's counters at the last two samples; its rates are worked out
-    when asked for. A round costs about a microsecond an object (100,000 queues are sampled
+    when asked for. A round costs a few microseconds an object (100,000 queues are sampled
     every few seconds, also while they are being declared): one dict entry each, keyed by
     id() with a weak reference that tells a new object from a dead one whose id was reused,
     and nothing computed for objects nobody looks at."""
