@@ -17,6 +17,11 @@ BIG = b"b" * HOLD_MIN
 BIGGER = b"B" * (HOLD_MIN * 2)
 
 
+def recovered(tmp_path):
+    """The queue's store as a restart (after a crash now) would recover it."""
+    return Persister(str(tmp_path)).queue_store("/", "dq", True)
+
+
 def records_on_disk(broker, queue="dq") -> list[tuple[int, bytes]]:
     """(flags, body) of every record written to the queue's segment files, in file order."""
     directory = broker.persister.queue_dir("/", queue)
@@ -99,13 +104,13 @@ def test_delivered_without_ack_is_written_and_fsynced_before_its_confirm(tmp_pat
     fsync.finish()
     assert s.pub.tick() == [Ack(1, 1)]
     # A crash now (nothing more written): the message comes back, as delivered before.
-    store = Persister(str(tmp_path)).queue_store("/", "dq", True)
+    store = recovered(tmp_path)
     qm = store.pop()
     assert qm is not None and qm.message.body == BIG and qm.redelivered and qm.deliveries == 1
     # And the ack that comes later marks the written record settled.
     s.con.ack(1, d[3])
     s.con.receive()
-    assert Persister(str(tmp_path)).queue_store("/", "dq", True).pop() is None
+    assert recovered(tmp_path).pop() is None
 
 
 def test_requeued_is_written_at_once(tmp_path):
@@ -119,7 +124,7 @@ def test_requeued_is_written_at_once(tmp_path):
     assert s.pub.tick() == [Ack(1, 1)]  # (fsyncs run inline here)
     s.con.ack(1, again[3])
     s.con.receive()
-    assert Persister(str(tmp_path)).queue_store("/", "dq", True).pop() is None
+    assert recovered(tmp_path).pop() is None
 
 
 def test_a_consumer_closing_its_channel_gets_its_held_messages_written(tmp_path):
@@ -130,7 +135,7 @@ def test_a_consumer_closing_its_channel_gets_its_held_messages_written(tmp_path)
     s.con.close_channel(1)
     assert records_on_disk(s.broker) == [(sg.FLAG_DURABLE, BIG), (sg.FLAG_DURABLE, BIGGER)]
     assert s.pub.tick() == [Ack(1, 2, multiple=True)]
-    store = Persister(str(tmp_path)).queue_store("/", "dq", True)
+    store = recovered(tmp_path)
     assert [store.pop().message.body, store.pop().message.body] == [BIG, BIGGER]
 
 
@@ -241,7 +246,7 @@ def test_the_held_bytes_are_bounded(tmp_path):
     s.con.ack(1, tags[-1], multiple=True)
     assert s.pub.tick() == [Ack(1, 5, multiple=True)]
     assert s.persister.held_bytes == 0 and s.persister.holds_skipped == 3
-    assert Persister(str(tmp_path)).queue_store("/", "dq", True).pop() is None
+    assert recovered(tmp_path).pop() is None
 
 
 def test_a_queue_behind_its_prefetch_still_holds_until_the_deadline(tmp_path):
