@@ -322,7 +322,9 @@ class Warren(Broker):
 
     def respawn(self) -> None:
         with open(self.logfile, "ab") as lf:
-            self.proc = spawn(self._argv, env=self._env, cwd=str(REPO_DIR), stdout=lf, stderr=lf)
+            # Not in the repository: `python -m` puts the working directory first on sys.path,
+            # which would shadow a --warren-cmd that runs another tree through PYTHONPATH.
+            self.proc = spawn(self._argv, env=self._env, cwd=self.tmp, stdout=lf, stderr=lf)
 
     def stop(self) -> None:
         if self.proc:

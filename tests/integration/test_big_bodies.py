@@ -3,14 +3,17 @@ octet over, 0 octets, several frames and one octet) arriving intact through publ
 basic.get, consume and a restart, with pika and with raw frames sent in reads that cut
 frames anywhere."""
 
+import base64
 import random
 import time
 
 import pika
 import pytest
+import requests
 from pamqp import commands
 
 import rawamqp
+from conftest import EXTERNAL
 
 FRAME_MAX = 131072
 LIMIT = FRAME_MAX - 8  # the payload of a full body frame
@@ -185,3 +188,72 @@ def test_a_big_persistent_message_is_confirmed_after_its_consumer_vanishes(broke
         publisher.call(1, commands.Queue.Delete(queue=queue))
     finally:
         publisher.sock.close()
+
+
+# A body of 256 KiB or more is kept as the parts it arrived in (warren.amqp.body): every way a
+# message is handed on carries it whole.
+SPLIT_SIZES = [(1 << 20) + 3, 5 * LIMIT + 1]
+
+
+@pytest.mark.parametrize("frame_max", [4096, FRAME_MAX])
+def test_split_bodies_through_streams_quorum_queues_dead_letters_returns_and_tx(broker, uid, frame_max):
+    expected = [body_of(size, i) for i, size in enumerate(SPLIT_SIZES)]
+    stream, quorum, work, dlq = (f"split-{kind}-{uid}" for kind in ("stream", "quorum", "work", "dlq"))
+    with pika.BlockingConnection(broker.pika_params(frame_max=frame_max)) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+        ch.queue_declare(quorum, durable=True, arguments={"x-queue-type": "quorum"})
+        ch.queue_declare(dlq)
+        ch.queue_declare(work, arguments={"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dlq})
+        for body in expected:
+            for queue in (stream, quorum, work):
+                ch.basic_publish("", queue, body, PERSISTENT)
+        ch.basic_qos(prefetch_count=10)
+        got = []
+        for method, _props, body in ch.consume(stream, arguments={"x-stream-offset": "first"},
+                                                inactivity_timeout=10):
+            assert method is not None, f"only {len(got)} read from the stream"
+            ch.basic_ack(method.delivery_tag)
+            got.append(body)
+            if len(got) == len(expected):
+                break
+        ch.cancel()
+        assert got == expected
+        assert get_all(ch, quorum) == expected
+        for _ in expected:
+            method, _props, _body = ch.basic_get(work)
+            ch.basic_reject(method.delivery_tag, requeue=False)
+        assert get_all(ch, dlq) == expected
+        with pytest.raises(pika.exceptions.UnroutableError) as returned:
+            ch.basic_publish("", f"nowhere-{uid}", expected[0], mandatory=True)
+        assert [m.body for m in returned.value.messages] == expected[:1]
+        for queue in (stream, quorum, work, dlq):
+            ch.queue_delete(queue)
+    with pika.BlockingConnection(broker.pika_params(frame_max=frame_max)) as conn:
+        ch = conn.channel()
+        ch.queue_declare(work)
+        ch.tx_select()
+        for body in expected:
+            ch.basic_publish("", work, body)
+        ch.tx_commit()
+        assert get_all(ch, work) == expected
+        ch.queue_delete(work)
+
+
+def test_a_split_body_through_the_management_api_get(broker, uid):
+    if EXTERNAL:
+        pytest.skip("needs Warren's management API (RabbitMQ's node here runs without it)")
+    body = body_of(SPLIT_SIZES[0], 3)
+    queue = f"split-http-{uid}"
+    with pika.BlockingConnection(broker.pika_params()) as conn:
+        ch = conn.channel()
+        ch.confirm_delivery()
+        ch.queue_declare(queue)
+        ch.basic_publish("", queue, body)
+        r = requests.post(f"{broker.api}/queues/%2F/{queue}/get", auth=("guest", "guest"), timeout=30,
+                          json={"count": 1, "ackmode": "ack_requeue_false", "encoding": "base64"})
+        assert r.status_code == 200, r.text
+        [message] = r.json()
+        assert (message["payload_bytes"], base64.b64decode(message["payload"])) == (len(body), body)
+        ch.queue_delete(queue)

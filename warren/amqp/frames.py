@@ -7,6 +7,7 @@ content header bytes unchanged.
 
 import struct
 
+from .body import Body, SplitBody
 from .constants import FRAME_BODY, FRAME_END_BYTE, FRAME_HEADER, FRAME_METHOD
 from .spec import Method, encode_method
 
@@ -28,8 +29,9 @@ def method_frame(channel: int, method: Method) -> bytes:
     return _pack_head(FRAME_METHOD, channel, len(payload)) + payload + FRAME_END_BYTE
 
 
-def content_frames(out: list, channel: int, header: bytes, body: bytes, frame_max: int) -> None:
-    """Append the header frame and body frames of a message to `out`."""
+def content_frames(out: list, channel: int, header: bytes, body: Body, frame_max: int) -> None:
+    """Append the header frame and body frames of a message to `out`: the body's own bytes
+    (views of it), never a copy."""
     out.append(_pack_head(FRAME_HEADER, channel, len(header)))
     out.append(header)
     out.append(FRAME_END_BYTE)
@@ -37,6 +39,9 @@ def content_frames(out: list, channel: int, header: bytes, body: bytes, frame_ma
     if not size:
         return
     limit = frame_max - 8
+    if isinstance(body, SplitBody):
+        _split_body_frames(out, channel, body.parts, size, limit)
+        return
     if size <= limit:
         out.append(_pack_head(FRAME_BODY, channel, size))
         out.append(body)
@@ -50,12 +55,28 @@ def content_frames(out: list, channel: int, header: bytes, body: bytes, frame_ma
         out.append(FRAME_END_BYTE)
 
 
-def body_part(read: bytes, start: int, end: int) -> bytes | memoryview:
-    """read[start:end], a part of a body that spans frames or reads, kept until the body is
-    whole and joined: a view when it is most of its read, else a copy. (A view keeps its
-    whole read alive: a body that trickles in among other frames must not hold every read
-    it touched.)"""
-    return memoryview(read)[start:end] if 2 * (end - start) >= len(read) else read[start:end]
+def _split_body_frames(out: list, channel: int, parts: list, size: int, limit: int) -> None:
+    """Body frames of at most `limit` octets over a body kept in parts (a frame may take the
+    end of one part and the start of the next)."""
+    index = 0
+    part = memoryview(parts[0])
+    pos = 0
+    while size:
+        n = limit if size > limit else size
+        size -= n
+        out.append(_pack_head(FRAME_BODY, channel, n))
+        while n:
+            avail = len(part) - pos
+            if not avail:
+                index += 1
+                part = memoryview(parts[index])
+                pos = 0
+                continue
+            take = avail if avail < n else n
+            out.append(part[pos:pos + take])
+            pos += take
+            n -= take
+        out.append(FRAME_END_BYTE)
 
 
 def deliver_prefix(consumer_tag: str) -> bytes:

@@ -6,6 +6,7 @@ neither the store nor the broker owns what a publisher sent.
 
 from typing import Any
 
+from .body import Body
 from .properties import FLAG_HEADERS, decode_properties, delivery_mode
 
 
@@ -22,7 +23,7 @@ class Message:
     # BCC leaves the header, and dead-lettering without a routing key routes with them again.
     __slots__ = ("exchange", "routing_key", "route", "header", "body", "_props", "ttl", "cc_keys")
 
-    def __init__(self, exchange: str, routing_key: str, route: bytes, header: bytes, body: bytes):
+    def __init__(self, exchange: str, routing_key: str, route: bytes, header: bytes, body: Body):
         self.exchange = exchange
         self.routing_key = routing_key
         self.route = route

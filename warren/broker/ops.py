@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..amqp.body import Body
 from ..amqp.codec import table_type_name
 from ..amqp.message import Message
 from ..amqp.properties import FLAG_EXPIRATION, FLAG_HEADERS, FLAG_USER_ID
@@ -224,7 +225,7 @@ def check_message_size(broker: Broker, size: int) -> None:
 
 
 def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes, header: bytes,
-          body: bytes) -> tuple[Message, list]:
+          body: Body) -> tuple[Message, list]:
     """The checks and routing of one publish: (message, queues it goes to). The caller then
     enqueues (now, or at tx.commit) and answers an unroutable mandatory message.
 

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Callable
 from ..amqp import spec
 from ..amqp.codec import DecodeError, read_shortstr
 from ..amqp.constants import BASIC, BASIC_ACK, BASIC_PUBLISH, FRAME_HEADER, FRAME_METHOD, NO_ROUTE
-from ..amqp.frames import ack_frame, body_part, content_frames, deliver_frame, deliver_prefix, get_ok_frame, nack_frame
+from ..amqp.body import Body, BodyAssembly
+from ..amqp.frames import ack_frame, content_frames, deliver_frame, deliver_prefix, get_ok_frame, nack_frame
 from ..amqp.properties import header_fields, properties_error
 from ..broker import ops
 from ..broker.consumer import Consumer, check_consume_arguments
@@ -82,8 +83,8 @@ class Channel:
         self.publishing: PublishMethod | None = None
         self.content_header: bytes | None = None
         self.body_size = self.body_remaining = 0
-        # A body split over several frames: views of the reads its frames came in.
-        self.body_parts: list[bytes | memoryview] | None = None
+        # A body split over several frames: its parts so far (warren.amqp.body).
+        self.assembly: BodyAssembly | None = None
         self._last_publish: PublishMethod | None = None
         self._last_header = b""
         self.consumers: dict[str, Consumer] = {}
@@ -195,8 +196,8 @@ class Channel:
             # The whole body in one frame (the common case): its only copy, out of the read.
             self._publish_complete(self.publishing, self.content_header, buf[start:end])
             return
-        # A part of a body that spans frames, joined once the body is whole.
-        self._body_part([body_part(buf, start, end)], size)
+        # A part of a body that spans frames.
+        self._body_part([memoryview(buf)[start:end]], size)
 
     def accepts_body(self, size: int) -> bool:
         """Whether a body frame of `size` octets is what this channel expects now: then the
@@ -205,23 +206,23 @@ class Channel:
         return (self.state == OPEN and self.publishing is not None
                 and self.content_header is not None and size <= self.body_remaining)
 
-    def body_received(self, parts: list[bytes | memoryview], size: int) -> None:
+    def body_received(self, parts: list[memoryview], size: int) -> None:
         """A body frame that spanned reads has arrived whole: `parts` are views of them."""
         if self.state != OPEN or self.publishing is None or self.content_header is None:
             return  # the channel closed meanwhile
         self._body_part(parts, size)
 
-    def _body_part(self, views: list[bytes | memoryview], size: int) -> None:
-        parts = self.body_parts
-        if parts is None:
-            parts = self.body_parts = []
-        parts.extend(views)
+    def _body_part(self, views: list[memoryview], size: int) -> None:
+        # A header alone allocates nothing: the body is what its frames brought.
+        assembly = self.assembly
+        if assembly is None:
+            assembly = self.assembly = BodyAssembly()
+        for view in views:
+            assembly.add(view)
         self.body_remaining -= size
         if self.body_remaining == 0:
-            # One copy, into the message's body: no zeroed buffer filled in place (zeroing
-            # fresh pages cost as much as the copy), and a header alone allocates nothing.
-            body = b"".join(parts)
-            self.body_parts = None
+            body = assembly.body()
+            self.assembly = None
             assert self.publishing is not None and self.content_header is not None
             self._publish_complete(self.publishing, self.content_header, body)
 
@@ -455,7 +456,7 @@ class Channel:
     # ------------------------------------------------------------- publish
     def _start_publish(self, payload) -> None:
         self.content_header = None
-        self.body_parts = None
+        self.assembly = None
         route = bytes(payload[6:-1])
         cached = self._last_publish
         if cached is not None and cached.route == route and len(payload) > 6:
@@ -481,7 +482,7 @@ class Channel:
             raise not_implemented("immediate=true")
         self.publishing = self._last_publish = PublishMethod(exchange, routing_key, route, bool(bits & 1))
 
-    def _publish_complete(self, pub: PublishMethod, header: bytes, body: bytes) -> None:
+    def _publish_complete(self, pub: PublishMethod, header: bytes, body: Body) -> None:
         """The content of `pub` is complete (the callers pass self.publishing and
         self.content_header, which they checked are set)."""
         self.publishing = None
@@ -491,7 +492,7 @@ class Channel:
             self.error(err, *_PUBLISH_IDS)
 
     def publish(self, exchange_name: str, routing_key: str, route: bytes, mandatory: bool, header: bytes,
-                body: bytes) -> None:
+                body: Body) -> None:
         message, queues = _route(self.actor, exchange_name, routing_key, route, header, body)
         self.stats["publish"] += 1
         if self.tx is not None:
@@ -739,7 +740,7 @@ class Channel:
         self._tx_restore_unacked()  # uncommitted acks did not happen: requeue those too
         self.tx = None
         self.publishing = None
-        self.body_parts = None
+        self.assembly = None
         if self.unacked:
             self.requeue_unacked(closed=True)
         self.state = CLOSING

@@ -36,6 +36,7 @@ from collections import OrderedDict, deque
 from itertools import chain
 from typing import TYPE_CHECKING, Callable
 
+from ..amqp.body import Body, SplitBody
 from ..amqp.codec import read_shortstr
 from ..amqp.message import Message
 from . import segments as sg
@@ -104,15 +105,18 @@ class Segment:
             except FileNotFoundError:
                 pass
 
-    def append(self, record: bytes, body: bytes | None = None) -> int:
+    def append(self, record: bytes, body: Body | None = None) -> int:
         """Add a record; with `body`, `record` is its head and the body is written from the
-        message's own buffer (no copy, and the message never changes: see Message)."""
+        message's own buffers (no copy, and the message never changes: see Message)."""
         offset = self.size
         self.tail += record
         size = len(record)
         if body is not None:
             self.pieces.append(self.tail)
-            self.pieces.append(body)
+            if isinstance(body, SplitBody):
+                self.pieces.extend(body.parts)
+            else:
+                self.pieces.append(body)
             self.tail = bytearray()
             size += len(body)
         self.size += size
@@ -488,7 +492,7 @@ class DiskQueueStore:
         if len(body) >= BIG_BODY:
             qm.off = seg.append(sg.encode_record_head(flags, qm.seq, msg.route, msg.header, body, expiry), body)
         else:
-            qm.off = seg.append(sg.encode_record(flags, qm.seq, msg.route, msg.header, body, expiry))
+            qm.off = seg.append(sg.encode_record(flags, qm.seq, msg.route, msg.header, bytes(body), expiry))
         qm.seg = seg
         qm.durable = flags == sg.FLAG_DURABLE
         return seg

@@ -33,6 +33,8 @@ from typing import Callable, NamedTuple
 
 import xxhash
 
+from ..amqp.body import Body, SplitBody
+
 Buffer = bytes | bytearray | memoryview
 
 MAGIC = b"WRNSEG2\n"      # records checked with xxh3 (written by this version)
@@ -134,13 +136,17 @@ def encode_record(flags: int, seq: int, route: bytes, header: bytes, body: Buffe
     return RECORD_PREFIX.pack(len(rest), checksum(rest)) + rest
 
 
-def encode_record_head(flags: int, seq: int, route: bytes, header: bytes, body: Buffer,
+def encode_record_head(flags: int, seq: int, route: bytes, header: bytes, body: Body,
                        expiry: int | None = None) -> bytes:
     """A record without its body, which the caller writes right after it: a big body is
     written from the message itself, never joined with its head (the checksum covers it)."""
     head = b"".join((_fixed(flags, seq, route, expiry), route, HEADER_LEN.pack(len(header)), header))
     digest = xxhash.xxh3_64(head)
-    digest.update(body)
+    if isinstance(body, SplitBody):
+        for part in body.parts:
+            digest.update(part)
+    else:
+        digest.update(body)
     return RECORD_PREFIX.pack(len(head) + len(body), digest.intdigest() & 0xFFFFFFFF) + head
 
 

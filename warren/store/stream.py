@@ -349,7 +349,7 @@ class StreamLog:
         if len(body) >= BIG_BODY:
             pos = seg.append(sg.encode_record_head(flags, offset, message.route, message.header, body, stamp), body)
         else:
-            pos = seg.append(sg.encode_record(flags, offset, message.route, message.header, body, stamp))
+            pos = seg.append(sg.encode_record(flags, offset, message.route, message.header, bytes(body), stamp))
         if stamp is not None and (pos - self._index_pos >= INDEX_SPACING or not seg.index):
             seg.add_index(offset, pos, stamp)
             self._index_pos = pos

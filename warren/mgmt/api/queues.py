@@ -118,7 +118,7 @@ def _properties_json(props: dict) -> dict:
 
 def _message_json(qm, remaining: int, encoding: str, truncate) -> dict:
     msg = qm.message
-    body = msg.body
+    body = bytes(msg.body)
     shown = body[:truncate] if truncate is not None else body
     if encoding == "auto":
         try:
