@@ -9,6 +9,7 @@ import os
 import resource
 import signal
 import sys
+import time
 
 from ..amqp import codec
 from ..broker import definitions
@@ -83,6 +84,7 @@ def _recover_definitions(broker: Broker, store, config: dict) -> None:
     """Give the broker the definitions saved in the data dir, or, on the first start (no saved
     definitions), the default user and vhost, as RabbitMQ creates them only then."""
     broker.definitions_store = store
+    started = time.monotonic()
     saved = store.load() if store is not None else None
     if saved is None:
         user, vhost = config.get("default_user", "guest"), config.get("default_vhost", "/")
@@ -101,7 +103,8 @@ def _recover_definitions(broker: Broker, store, config: dict) -> None:
                   json.dumps(item)[:500])
 
     counts = definitions.load(broker, saved, on_error=skip)
-    log.info("recovered definitions from %s: %s", store.path, _describe_counts(counts))
+    log.info("recovered definitions from %s in %.2f s: %s", store.path, time.monotonic() - started,
+             _describe_counts(counts))
     if skipped:
         log.error("skipped %d definitions that could not be recovered", len(skipped))
     # Save again only when something was left out, so the file matches the broker.

@@ -174,8 +174,14 @@ async def _not_allowed(request) -> web.Response:
     return web.Response(status=200 if request.method == "OPTIONS" else 405, headers={"Allow": header})
 
 
+# RabbitMQ 3.10 reads a request body of any size; aiohttp's default of 1 MiB refused the
+# definitions of ~5,000 queues. Bodies are read only by handlers, after authentication.
+MAX_REQUEST_BODY = 64 << 20  # definitions of 100,000 queues and their bindings are ~26 MB
+
+
 def make_app(broker, server=None, service: "ManagementService | None" = None) -> web.Application:
-    app = web.Application(middlewares=[routing_middleware, error_middleware, auth_middleware])
+    app = web.Application(middlewares=[routing_middleware, error_middleware, auth_middleware],
+                          client_max_size=MAX_REQUEST_BODY)
     app["broker"] = broker
     app["server"] = server
     app["management"] = service
