@@ -3,7 +3,7 @@
 A body that fits one frame of one read is sliced out of that read (its only copy). A bigger
 body arrives as parts of several reads. Joining them into one buffer was a pass over memory
 that had left the cache: on 16 MiB bodies the broker's CPU was mostly copies, and keeping
-the parts instead cut its CPU a GB by a fifth (user time by a third; `bench/`, README). So a
+the parts instead cut its CPU a GB by a quarter (user time by more than a third; README). So a
 body of SPLIT_MIN octets or more stays the list of its parts, views of the reads it came in,
 and goes to sockets (writev) and segment files (pwritev) as those, as RabbitMQ keeps a body as
 the list of its frames' binaries. Code that needs one buffer calls bytes(body): free for a
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import cast
 
-SPLIT_MIN = 256 << 10  # a body this big is kept in parts (at least the store's BIG_BODY)
+SPLIT_MIN = 256 << 10  # a body this big is kept in parts
 
 
 class SplitBody:
@@ -32,7 +32,7 @@ class SplitBody:
     def __bytes__(self) -> bytes:
         return b"".join(self.parts)
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other) -> bool:  # as the bytes it holds (tests compare bodies)
         return bytes(self) == (bytes(other) if isinstance(other, SplitBody) else other)
 
     __hash__ = None  # type: ignore[assignment]  # equal to bytes, which hash differently

@@ -98,7 +98,7 @@ OUTPUT_HIGH_WATER = 1 << 20
 _JOIN_LIMIT = 256 << 10
 _BIG_PIECE = 16 << 10
 # A body frame at least this big that has not arrived whole is collected as views of the
-# reads it arrives in, and copied once with the rest of its body (Channel.body_received).
+# reads it arrives in, and kept with the rest of its body (Channel.body_received).
 _STREAM_MIN = 4096
 
 CAPABILITIES = {
