@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import platform
-import resource
 import time
 from dataclasses import dataclass
 from functools import cache
@@ -49,7 +48,7 @@ from ..broker.stats import CHANNEL_COUNTERS, CONNECTION_COUNTERS, DELIVER_GET, R
 from ..server.disk_monitor import DiskMonitor
 from . import stats
 from .api.overview import RABBITMQ_VERSION
-from .node_resources import data_dir, mem_used, service_of
+from .node_resources import data_dir, max_fds, mem_used, open_fds, service_of
 from .shapes import channel_name, connection_name
 
 PROTOCOL = "amqp091"
@@ -164,18 +163,6 @@ def queue_rows(broker, queues: list, per_object: bool) -> list[tuple[dict[str, s
 
 
 # ------------------------------------------------------------------------- the node
-def open_fds() -> int | None:
-    try:
-        return len(os.listdir("/proc/self/fd"))
-    except OSError:
-        return None
-
-
-def max_fds() -> int | None:
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return None if soft == resource.RLIM_INFINITY else soft
-
-
 def disk_free(server, broker) -> int | None:
     """The free space the disk monitor saw last, else read now (None if it cannot be)."""
     monitor = service_of(server, DiskMonitor)

@@ -5,6 +5,7 @@ bytes (broker.mem_limit, broker.disk_free_limit), disk_free the free space at th
 and the alarms broker.alarms."""
 
 import os
+import resource
 import shutil
 
 from ..server.disk_monitor import DiskMonitor
@@ -12,6 +13,20 @@ from ..server.memory_monitor import MemoryMonitor, ResidentMemory
 from . import stats
 
 DEFAULT_DISK_FREE_LIMIT = 50_000_000  # what RabbitMQ reports while disk monitoring is disabled
+
+
+def open_fds() -> int | None:
+    """File descriptors the process has open (None where /proc cannot say)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return None
+
+
+def max_fds() -> int | None:
+    """The soft limit on open files (None: unlimited)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def service_of(server, kind):

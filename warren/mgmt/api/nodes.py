@@ -2,7 +2,6 @@
 memory and disk figures are warren.mgmt.node_resources'."""
 
 import os
-import resource
 import time
 
 from aiohttp import web
@@ -13,23 +12,16 @@ from ..access import MONITOR, access
 from .. import stats
 from ..resources import item_response, list_response
 from ..app import not_found
-from ..node_resources import data_dir, resource_figures
+from ..node_resources import data_dir, max_fds, open_fds, resource_figures
 from .overview import contexts, exchange_types
 
 routes = web.RouteTableDef()
-
-def fd_used() -> int:
-    try:
-        return len(os.listdir("/proc/self/fd"))
-    except OSError:
-        return 0
-
 
 def node_info(request) -> dict:
     broker = request.app["broker"]
     server = request.app["server"]
     node = stats.node_name(broker)
-    fd_total = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    fd_total = max_fds() or 1 << 20
     path = data_dir(broker)
     return {
         **resource_figures(request),
@@ -43,8 +35,8 @@ def node_info(request) -> dict:
         "db_dir": path,
         "enabled_plugins": ["rabbitmq_management"],
         "exchange_types": exchange_types(),
-        "fd_total": fd_total if fd_total != resource.RLIM_INFINITY else 1 << 20,
-        "fd_used": fd_used(),
+        "fd_total": fd_total,
+        "fd_used": open_fds() or 0,
         "log_files": ["<stderr>"],
         "mem_calculation_strategy": "rss",
         "name": node,
@@ -57,7 +49,7 @@ def node_info(request) -> dict:
         "rates_mode": "basic",
         "run_queue": 0,
         "running": True,
-        "sockets_total": fd_total if fd_total != resource.RLIM_INFINITY else 1 << 20,
+        "sockets_total": fd_total,
         "sockets_used": len(server.protocols) if server is not None else len(broker.connections),
         "type": "disc",
         "uptime": int((time.monotonic() - stats.STARTED) * 1000),
