@@ -126,14 +126,17 @@ class BrokerProcess:
 
 
 def start_broker(*extra_args, data_dir=None, port=None, wait=True, preexec_fn=None,
-                 rlimit_fsize=None, pass_host=True, _retries=2) -> BrokerProcess:
+                 rlimit_fsize=None, pass_host=True, default_prometheus=False, _retries=2) -> BrokerProcess:
     """Start `python -m warren server` and wait until it accepts connections.
     preexec_fn runs in the child before exec; rlimit_fsize sets its RLIMIT_FSIZE (bytes);
     pass_host=False leaves out `--host 127.0.0.1` (the broker's default addresses apply), as
-    does a --host in extra_args (--host is repeatable: the test's own must not add to it)."""
+    does a --host in extra_args (--host is repeatable: the test's own must not add to it).
+    Prometheus metrics are off unless extra_args (the flag, or a config file) say, or
+    default_prometheus (15692, as a broker started without either): test brokers don't all
+    try to bind 15692."""
     again = functools.partial(start_broker, *extra_args, data_dir=data_dir, port=port, wait=wait,
                               preexec_fn=preexec_fn, rlimit_fsize=rlimit_fsize, pass_host=pass_host,
-                              _retries=_retries - 1)
+                              default_prometheus=default_prometheus, _retries=_retries - 1)
     if rlimit_fsize is not None:
         inner = preexec_fn
 
@@ -150,6 +153,8 @@ def start_broker(*extra_args, data_dir=None, port=None, wait=True, preexec_fn=No
     if "--management-port" not in extra_args:
         mgmt_port = free_port()
         extra_args = (*extra_args, "--management-port", str(mgmt_port))
+    if not ({"--prometheus-port", "--config"} & set(extra_args) or default_prometheus):
+        extra_args = (*extra_args, "--prometheus-port", "0")
     pass_host = pass_host and "--host" not in extra_args
     cmd = [sys.executable, "-m", "warren", "server", *(("--host", "127.0.0.1") if pass_host else ()),
            "--port", str(port), "--data-dir", data_dir, *extra_args]

@@ -166,7 +166,7 @@ def test_the_default_port_taken_is_only_logged(make_broker):
     except OSError:
         pass  # another listener has it
     try:
-        b = make_broker()
+        b = make_broker(default_prometheus=True)
         assert wait_for(lambda: "Prometheus metrics not served: cannot listen on 127.0.0.1:15692" in b.log(), 5)
     finally:
         holder.close()
