@@ -46,8 +46,10 @@ def test_batch_reads_give_exact_ranges(spark, broker, uid):
         b"m100", s, "", s, False, "100")
     # the message's own headers: the broker's x-stream-offset annotation is the offset column
     assert first.headers == {"i": "100"}
-    everything = reader(spark, broker, s).select("offset").collect()
-    assert sorted(r.offset for r in everything) == list(range(500))
+    everything = reader(spark, broker, s)
+    # minPartitions defaults to the session's default parallelism (local[2]: 2)
+    assert spark.sparkContext.defaultParallelism == 2 and everything.rdd.getNumPartitions() == 2
+    assert sorted(r.offset for r in everything.select("offset").collect()) == list(range(500))
 
 
 def _run(spark, broker, name, out, checkpoint, **options):

@@ -115,3 +115,18 @@ def test_ranges_and_endpoints_pickle():
     assert pickle.loads(pickle.dumps(r)) == r
     ep = endpoint({"uri": "amqp://u:p@h:1/v"})
     assert pickle.loads(pickle.dumps(ep)) == ep
+
+
+def test_min_partitions_defaults_to_the_sessions_parallelism(monkeypatch):
+    """warren.spark.register puts the session's default parallelism where the source's Python
+    workers see it; without it (Spark Connect) the default is 1; the option wins."""
+    pytest.importorskip("pyspark")
+    from warren.spark import PARALLELISM_ENV
+    from warren.spark.source import SourceOptions
+
+    options = {"stream": "s", "uri": "amqp://localhost"}
+    monkeypatch.delenv(PARALLELISM_ENV, raising=False)
+    assert SourceOptions.parse(options).min_partitions == 1
+    monkeypatch.setenv(PARALLELISM_ENV, "8")
+    assert SourceOptions.parse(options).min_partitions == 8
+    assert SourceOptions.parse({**options, "MinPartitions": "3"}).min_partitions == 3

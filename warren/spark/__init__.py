@@ -37,12 +37,19 @@ def register(spark: Any) -> None:
     seeded = [k for k in _RUNNER_ENV if environment is not None and k not in environment]
     for k in seeded:
         environment[k] = _RUNNER_ENV[k]
+    if environment is not None:
+        # minPartitions' default (the source's Python workers cannot ask Spark for it).
+        environment[PARALLELISM_ENV] = str(spark.sparkContext.defaultParallelism)
+        seeded.append(PARALLELISM_ENV)
     try:
         spark.dataSource.register(WarrenDataSource)
     finally:
         for k in seeded:
             del environment[k]
 
+
+# Seen by the data source's Python workers: the session's default parallelism, at registration.
+PARALLELISM_ENV = "WARREN_SPARK_DEFAULT_PARALLELISM"
 
 # The variables Spark 4.2's streaming source runner adds to the registered data source's own
 # environment map (PythonStreamingSourceRunner puts them into PythonFunction.envVars, a

@@ -15,8 +15,8 @@ Options (case-insensitive): `stream`, connection (`uri`, or `host`, `port`, `vho
 `password`), `startingOffsets` (`earliest` | `latest` | JSON; streaming queries default to
 latest, batch reads to earliest), `startingTimestamp` (ms since the epoch: the first chunk
 appended at or after it), `endingOffsets` (batch reads: `latest` | JSON), `maxRecordsPerTrigger`,
-`maxBytesPerTrigger` (by the stream's average entry size), `minPartitions`,
-`maxRecordsPerPartition` (100,000 by default: a partition's rows are held in memory as Arrow
+`maxBytesPerTrigger` (by the stream's average entry size), `minPartitions` (the session's
+default parallelism by default), `maxRecordsPerPartition` (100,000 by default: a partition's rows are held in memory as Arrow
 batches before they go to Spark), `failOnDataLoss` (true: a range that retention removed
 fails the query; false: it is skipped with a warning)."""
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import os
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
@@ -32,6 +33,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow
 
+from . import PARALLELISM_ENV
 from .broker import offset_at, range_reader, run, stream_offsets, stream_sizes
 from .offsets import StreamRange, admit, decode, encode, split, starting
 from .connection import Endpoint, endpoint
@@ -76,6 +78,15 @@ def _count(options: Mapping[str, str], key: str) -> int | None:
     return n
 
 
+def default_parallelism() -> int:
+    """minPartitions' default: the session's default parallelism (spark.default.parallelism,
+    else the executors' cores), as warren.spark.register saw it; 1 without it (Spark Connect)."""
+    try:
+        return max(1, int(os.environ.get(PARALLELISM_ENV, "1")))
+    except ValueError:
+        return 1
+
+
 @dataclass(frozen=True)
 class SourceOptions:
     """The source's options, checked once on the driver."""
@@ -106,7 +117,7 @@ class SourceOptions:
         return cls(endpoint(raw), queue, streams, opts.get("startingoffsets"),
                    int(stamp) if stamp is not None else None, opts.get("endingoffsets", "latest"),
                    _count(opts, "maxrecordspertrigger"), _count(opts, "maxbytespertrigger"),
-                   _count(opts, "minpartitions") or 1,
+                   _count(opts, "minpartitions") or default_parallelism(),
                    _count(opts, "maxrecordsperpartition") or DEFAULT_MAX_PER_PARTITION,
                    _flag(opts, "failondataloss", True))
 
