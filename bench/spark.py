@@ -31,6 +31,11 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# This tree's warren, in this process, Spark's Python workers and the broker (not whichever one
+# is installed), so a worktree of another commit measures its own code.
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, REPO)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
 LOADGEN = os.path.join(HERE, "loadgen")
 
 
@@ -63,7 +68,7 @@ def main() -> int:
     port, mgmt = free_port(), free_port()
     broker = subprocess.Popen([sys.executable, "-m", "warren", "server", "--port", str(port), "--management-port",
                                str(mgmt), "--data-dir", os.path.join(tmp, "data")],
-                              stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "broker.log"), "w"))
+                              stdout=subprocess.DEVNULL, stderr=open(os.path.join(tmp, "broker.log"), "w"), cwd=tmp)
     try:
         for _ in range(100):
             try:

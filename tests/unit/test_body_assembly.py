@@ -5,7 +5,6 @@ body; a split body goes out as frames of any size and into a segment record inta
 import random
 
 import pytest
-import xxhash
 
 from warren.amqp.body import SPLIT_MIN, BodyAssembly, SplitBody
 from warren.amqp.frames import content_frames
@@ -79,4 +78,3 @@ def test_a_split_body_record_has_the_checksum_of_its_bytes():
     assert isinstance(body, SplitBody)
     assert sg.encode_record_head(0, 7, b"\x00\x01q", b"h" * 14, body) == \
         sg.encode_record_head(0, 7, b"\x00\x01q", b"h" * 14, data)
-    assert xxhash.xxh3_64(bytes(body)).intdigest() == xxhash.xxh3_64(data).intdigest()
