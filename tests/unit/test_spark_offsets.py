@@ -121,8 +121,7 @@ def test_min_partitions_defaults_to_the_sessions_parallelism(monkeypatch):
     """warren.spark.register puts the session's default parallelism where the source's Python
     workers see it; without it (Spark Connect) the default is 1; the option wins."""
     pytest.importorskip("pyspark")
-    from warren.spark import PARALLELISM_ENV
-    from warren.spark.source import SourceOptions
+    from warren.spark.source import PARALLELISM_ENV, SourceOptions
 
     options = {"stream": "s", "uri": "amqp://localhost"}
     monkeypatch.delenv(PARALLELISM_ENV, raising=False)

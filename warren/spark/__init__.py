@@ -29,7 +29,7 @@ def register(spark: Any) -> None:
     a speculative copy of a write task would publish its rows twice at once."""
     if str(spark.conf.get("spark.speculation", "false")).lower() == "true":
         raise ValueError("the warren sink needs spark.speculation=false (a speculative task publishes its rows twice)")
-    from .source import WarrenDataSource
+    from .source import PARALLELISM_ENV, WarrenDataSource
     try:
         environment = spark.sparkContext.environment
     except Exception:  # (Spark Connect: no context here, and no such runner either)
@@ -47,9 +47,6 @@ def register(spark: Any) -> None:
         for k in seeded:
             del environment[k]
 
-
-# Seen by the data source's Python workers: the session's default parallelism, at registration.
-PARALLELISM_ENV = "WARREN_SPARK_DEFAULT_PARALLELISM"
 
 # The variables Spark 4.2's streaming source runner adds to the registered data source's own
 # environment map (PythonStreamingSourceRunner puts them into PythonFunction.envVars, a

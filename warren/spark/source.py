@@ -33,7 +33,6 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow
 
-from . import PARALLELISM_ENV
 from .broker import offset_at, range_reader, run, stream_offsets, stream_sizes
 from .offsets import StreamRange, admit, decode, encode, split, starting
 from .connection import Endpoint, endpoint
@@ -76,6 +75,11 @@ def _count(options: Mapping[str, str], key: str) -> int | None:
     if n <= 0:
         raise ValueError(f"{key} must be above 0, not {n}")
     return n
+
+
+# Seen by the data source's Python workers: the session's default parallelism, put in the
+# data source's environment by warren.spark.register.
+PARALLELISM_ENV = "WARREN_SPARK_DEFAULT_PARALLELISM"
 
 
 def default_parallelism() -> int:
