@@ -54,10 +54,11 @@ class Warren:
         self.port, self.mgmt = free_port(), free_port()
         env = dict(os.environ, PYTHONPATH=str(REPO_DIR))
         t0 = time.monotonic()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "warren", "server", "--port", str(self.port), "--data-dir", self.data_dir,
-             "--management-port", str(self.mgmt)], env=env, cwd=self.data_dir,
-            stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        with open(self.log, "w") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "warren", "server", "--port", str(self.port), "--data-dir", self.data_dir,
+                 "--management-port", str(self.mgmt)], env=env, cwd=self.data_dir, stdout=log,
+                stderr=subprocess.STDOUT)
         amqp = None
         while True:
             if amqp is None:
