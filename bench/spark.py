@@ -36,6 +36,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
+# Spark's Python workers run this interpreter (Spark's default is whichever `python3` is first
+# on PATH, which may lack the spark extra)
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 LOADGEN = os.path.join(HERE, "loadgen")
 
 

@@ -180,3 +180,128 @@ def test_retention_removes_segments_under_a_reader(connection, names):
     offsets = [o for _t, o in got]
     assert offsets[1] >= headers["x-stream-first-offset"]  # jumped past what retention removed
     assert offsets[1:] == list(range(offsets[1], 200))
+
+
+# ---------------------------------------------------------------- record batches
+BATCH = "x-warren-record-batch"
+
+
+def batches(broker, name, count, **args):
+    """Consume record batches until `count` entries came: [(delivery method, properties,
+    [(offset, exchange, routing key, properties, body)])], each acked. (Prefetch 1, the
+    last acked after the cancel: pika rejects a delivery still pending when a consumer is
+    cancelled, and a stream refuses a reject.)"""
+    records = pytest.importorskip("warren.spark.records").Records()
+    connection_ = pika.BlockingConnection(broker.pika_params())
+    ch = connection_.channel()
+    ch.basic_qos(prefetch_count=1)
+    got = []
+
+    def on(c, m, props, body):
+        got.append((m, props, list(records.entries(body))))
+        if sum(len(e) for _m, _p, e in got) < count:
+            c.basic_ack(m.delivery_tag)
+    tag = ch.basic_consume(name, on, arguments=args)
+    deadline = time.monotonic() + 10
+    while sum(len(e) for _m, _p, e in got) < count and time.monotonic() < deadline:
+        connection_.process_data_events(0.05)
+    ch.basic_cancel(tag)
+    ch.basic_ack(got[-1][0].delivery_tag)
+    connection_.close()
+    return got
+
+
+def test_record_batches_hold_the_entries_as_stored(broker, connection, names):
+    """x-warren-record-batch: many entries a delivery, in the layout of warren.spark.records,
+    about that many bytes each; the entries and their properties exactly as published."""
+    ch = connection.channel()
+    s = stream(ch, names("so-batch"))
+    sent = []
+    for i in range(300):
+        props = pika.BasicProperties(content_type="text/plain" if i % 2 else None, message_id=f"id{i}",
+                                     headers={"i": i} if i % 3 == 0 else None, delivery_mode=2 if i % 5 else None)
+        body = (b"%d:" % i) * (i % 37)
+        ch.basic_publish("", s, body, props)
+        sent.append((props, body))
+    ch.basic_publish("amq.direct", "nowhere", b"")  # (not routed: no entry)
+    got = batches(broker, s, 293, **{BATCH: 1000, "x-stream-offset": 7})
+    assert len(got) > 5, "1000 bytes a batch: many batches"
+    seen = []
+    for method, props, entries in got:
+        assert (method.exchange, method.routing_key, method.redelivered) == ("", s, False)
+        assert props.content_type == "application/vnd.warren.stream-records"
+        assert props.headers["x-stream-offset"] == entries[0][0]
+        assert props.headers["x-warren-records"] == len(entries) and props.headers["x-warren-record-format"] == 1
+        sizes = [len(body) for *_rest, body in entries]
+        assert sum(sizes[:-1]) < 1000, "a batch ends once it holds about its size"
+        seen += entries
+    assert [e[0] for e in seen] == list(range(7, 300))
+    for offset, exchange, routing_key, properties, body in seen:
+        props, sent_body = sent[offset]
+        assert (exchange, routing_key, body) == ("", s, sent_body)
+        assert properties.message_id == props.message_id and properties.content_type == props.content_type
+        assert properties.delivery_mode == props.delivery_mode
+        assert (properties.headers or None) == props.headers
+
+
+def test_a_record_batch_holds_at_least_one_entry(broker, connection, names):
+    """An entry bigger than the batch size comes alone; a consumer at the tail gets entries
+    as they are published."""
+    ch = connection.channel()
+    s = stream(ch, names("so-batch-big"), count=3)
+    ch.basic_publish("", s, b"x" * 300_000)
+    got = batches(broker, s, 4, **{BATCH: 10, "x-stream-offset": "first"})
+    assert [[e[0] for e in entries] for _m, _p, entries in got] == [[0], [1], [2], [3]]
+    assert got[3][2][0][4] == b"x" * 300_000
+    live = connection.channel()
+    live.basic_qos(prefetch_count=1)
+    seen = []
+    records = pytest.importorskip("warren.spark.records").Records()
+    live.basic_consume(s, lambda c, m, p, b: (seen.extend(e[0] for e in records.entries(b)),
+                                              c.basic_ack(m.delivery_tag)),
+                       arguments={BATCH: 1 << 20, "x-stream-offset": "next"})
+    connection.process_data_events(0.2)
+    assert seen == []
+    ch.basic_publish("", s, b"late")
+    deadline = time.monotonic() + 5
+    while not seen and time.monotonic() < deadline:
+        connection.process_data_events(0.05)
+    assert seen == [4]
+
+
+def test_a_named_record_batch_consumer_resumes_after_its_last_batch(broker, connection, names):
+    ch = connection.channel()
+    s = stream(ch, names("so-batch-named"), count=50)
+    got = batches(broker, s, 1, **{BATCH: 1, "x-stream-offset": "first",
+                                                   "x-stream-consumer-name": "bulk"})
+    assert [e[0] for e in got[0][2]] == [0]
+    got = batches(broker, s, 49, **{BATCH: 100, "x-stream-consumer-name": "bulk"})
+    offsets = [e[0] for _m, _p, entries in got for e in entries]
+    assert offsets[0] == 1 and offsets == list(range(1, 1 + len(offsets)))
+    headers, _ = ask(connection, s, **{"x-stream-consumer-name": "bulk"})
+    assert headers["x-stream-consumer-offset"] == offsets[-1] + 1  # past the whole last batch
+
+
+@pytest.mark.parametrize("value, shown", [(0, "0"), (-5, "-5"), ("big", "<<\"big\">>"), (True, "true"),
+                                          ((16 << 20) + 1, "16777217")])
+def test_a_record_batch_size_is_a_positive_byte_count(connection, names, value, shown):
+    ch = connection.channel()
+    s = stream(ch, names("so-batch-bad"))
+    ch.basic_qos(prefetch_count=10)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+        ch.basic_consume(s, lambda *a: None, arguments={BATCH: value})
+    assert err.value.reply_code == 406
+    assert err.value.reply_text == (f"PRECONDITION_FAILED - invalid arg '{BATCH}' for queue '{s}' in vhost '/': "
+                                    f"expected a byte count from 1 to 16777216, got {shown}")
+
+
+@pytest.mark.parametrize("queue_type", ["classic", "quorum"])
+def test_record_batches_are_for_streams_only(connection, names, queue_type):
+    ch = connection.channel()
+    q = names("so-batch-" + queue_type)
+    ch.queue_declare(q, durable=True, arguments={"x-queue-type": queue_type})
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
+        ch.basic_consume(q, lambda *a: None, arguments={BATCH: 1000})
+    assert err.value.reply_code == 406
+    assert err.value.reply_text == (f"PRECONDITION_FAILED - invalid arg '{BATCH}' for queue '{q}' in vhost '/' "
+                                    f"of queue type rabbit_{queue_type}_queue")

@@ -214,3 +214,54 @@ def test_a_segment_created_just_before_a_crash_keeps_the_next_offset(persister):
     assert again.next_offset == 1 and not os.path.exists(path)
     append(again, [b"b"])
     assert read_all(again) == [(0, b"a"), (1, b"b")]
+
+
+def read_records(log, offset=0, max_bytes=1000) -> list[tuple[int, int, bytes]]:
+    """take_records() until caught up: [(first offset, count, records)]."""
+    reader = log.reader(offset)
+    out = []
+    while (got := reader.take_records(max_bytes)) is not None:
+        out.append(got)
+    return out
+
+
+def entries(batch: bytes) -> list[tuple[int, bytes]]:
+    records = pytest.importorskip("warren.spark.records").Records()
+    return [(offset, body) for offset, _x, _rk, _props, body in records.entries(batch)]
+
+
+def test_record_batches_across_segments_from_any_offset(persister, monkeypatch):
+    """take_records: the stored records from the reader's offset (inside an index entry's
+    run), about max_bytes a batch (at least one record), within one segment, committed only."""
+    monkeypatch.setattr(st, "INDEX_SPACING", 500)
+    log = new_log(persister)
+    log.set_retention(None, None, 4000)
+    for i in range(0, 200, 4):
+        append(log, [b"%03d" % j + b"." * 97 for j in range(i, i + 4)])  # chunks of 4
+    assert len(log.segments) > 3
+    for start, size in ((0, 1000), (1, 1), (57, 300), (150, 10**6), (199, 1000)):
+        got = read_records(log, start, size)
+        seen = [e for _first, _count, batch in got for e in entries(batch)]
+        assert [o for o, _ in seen] == list(range(start, 200))
+        assert all(body.startswith(b"%03d" % o) for o, body in seen)
+        for first, count, batch in got:
+            parsed = entries(batch)
+            assert (first, count) == (parsed[0][0], len(parsed))
+            assert len(batch) - len(parsed[-1][1]) - 150 < size or count == 1  # (a record is ~150 bytes)
+            assert log.segment_for(first) is log.segment_for(first + count - 1)
+    log.append(message(b"not committed"))
+    assert read_records(log, 199) == [(199, 1, read_records(log, 199)[0][2])]
+
+
+def test_record_batches_hold_big_records_whole_and_skip_what_retention_removed(persister):
+    log = new_log(persister)
+    big = os.urandom(st.READ_SIZE * 2 + 5)
+    append(log, [b"small", big, b"after"])
+    assert [entries(b) for _f, _c, b in read_records(log, 0, 10)] == [[(0, b"small")], [(1, big)], [(2, b"after")]]
+    kept = new_log(persister, "kept")
+    kept.set_retention(10_000, None, 3000)
+    reader = kept.reader(0)
+    for i in range(100):
+        append(kept, [b"%03d" % i + b"." * 197])
+    first, _count, batch = reader.take_records(1000)
+    assert first == kept.first_offset > 0 and entries(batch)[0][0] == first

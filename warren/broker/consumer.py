@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 _TYPE_ARGS = {
     "classic": frozenset({"x-cancel-on-ha-failover", "x-priority", "x-credit"}),
     "quorum": frozenset({"x-priority", "x-credit"}),
-    "stream": frozenset({"x-stream-offset", "x-credit"}),
+    "stream": frozenset({"x-stream-offset", "x-credit", "x-warren-record-batch"}),  # (the last: Warren's own)
 }
 _ALL_ARGS = frozenset().union(*_TYPE_ARGS.values())
 

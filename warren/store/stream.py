@@ -160,6 +160,55 @@ class StreamReader:
             return taken
         return self._read(count, max_bytes)
 
+    def take_records(self, max_bytes: int) -> tuple[int, int, bytes] | None:
+        """The records from the reader's offset on, as stored (segments.py's layout), up to
+        about max_bytes (at least one record), within one segment: (first offset, how many,
+        the records), or None when there is nothing committed to read. For record-batch
+        consumers: the records are read from the segment files (committed means written;
+        the page cache holds the recent ones), never taken apart."""
+        stream = self.stream
+        if self.offset < stream.first_offset:
+            self.offset = stream.first_offset
+            self.seg = None
+        committed = stream.committed
+        if self.offset >= committed:
+            return None
+        if self.seg is None or self.seg.removed:
+            self._locate()
+        unpack_head, prefix_size = sg.RECORD_HEAD.unpack_from, sg.PREFIX_SIZE
+        while True:
+            seg = self.seg
+            assert seg is not None
+            if self.pos >= seg.size:
+                later = stream.segment_after(seg)
+                if later is None:
+                    return None
+                self.seg, self.pos = later, len(sg.MAGIC)
+                continue
+            chunk = seg.read(self.pos, max_bytes + (16 << 10))  # (a bigger last record is read whole)
+            size, pos, first, start = len(chunk), 0, -1, 0
+            while pos + sg.HEAD_SIZE <= size and (first < 0 or pos - start < max_bytes):
+                length, _crc, _flags, offset, _route_len = unpack_head(chunk, pos)
+                if offset >= committed:
+                    break
+                end = pos + prefix_size + length
+                if end > size:
+                    if first >= 0 or pos:
+                        break
+                    chunk = seg.read(self.pos, end)  # one record bigger than a read: read whole
+                    size = len(chunk)
+                if offset < self.offset:
+                    start = end  # before the reader's offset (it started at an index entry)
+                elif first < 0:
+                    first = offset
+                self.offset = max(self.offset, offset + 1)
+                pos = end
+            self.pos += pos
+            if first >= 0:
+                return first, self.offset - first, chunk[start:pos]
+            if pos == 0:
+                return None  # (a record at or past the committed offset)
+
     def _locate(self) -> None:
         stream = self.stream
         seg = stream.segment_for(self.offset)

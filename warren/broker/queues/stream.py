@@ -13,6 +13,10 @@ consuming reads it from an offset and removes nothing.
 Warren's own: a consumer given a name (`x-stream-consumer-name`, ignored by RabbitMQ) has its
 acked offset kept on the server, starts after it when it gives no `x-stream-offset`, and
 shows its lag in the management API.
+
+Warren's own too: a consumer with `x-warren-record-batch` (a byte count) gets the stream's
+records as stored, many per delivery (see RecordBatch), for readers such as the Spark source
+that take a range in bulk: the broker then does per batch what it does per entry otherwise.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from ..queue_arguments import STREAM_EQUIVALENCE_ARGS
 from ..queue_settings import QueueSettings
 from ..stream_offsets import OffsetSpec, max_age_ms, parse_offset_spec
 from .classic import ClassicQueue
-from ...amqp.codec import table_type_name
+from ...amqp.codec import shortstr, table_type_name
+from ...amqp.properties import encode_header
 from ...amqp.erlang import erl_term
 from ...amqp.message import Message
 from ...amqp.reencode import long_slot
@@ -41,6 +46,10 @@ log = logging.getLogger("warren.stream")
 
 OFFSET_HEADER = b"x-stream-offset"
 CONSUMER_NAME = "x-stream-consumer-name"
+RECORD_BATCH = "x-warren-record-batch"
+RECORDS_TYPE = "application/vnd.warren.stream-records"
+RECORDS_FORMAT = 1  # the layout of warren.store.segments (x-warren-record-format)
+MAX_RECORD_BATCH = 16 << 20  # (a batch is read into memory whole)
 # Deliveries read for one consumer at a time (its credit bounds them too).
 TAKE = 256
 # Seconds between retention checks by age, and between saves of the named consumers' offsets.
@@ -60,6 +69,18 @@ class StreamEntry(QueuedMessage):
         self.message = message
         self.redelivered = False
         self.tracker = tracker
+
+
+class RecordBatch(StreamEntry):
+    """One delivery of a record-batch consumer: consecutive entries of the stream, their
+    records as the stream stores them (warren.store.segments: per record u32 length, u32
+    checksum, u8 flags, u64 offset, u16 route length, an i64 chunk time if flags & 8, the
+    route's exchange and routing-key shortstrs, u32 header length, the content header as
+    published, the body). Its headers say the first offset (x-stream-offset), how many
+    (x-warren-records) and the layout (x-warren-record-format); its seq is the last offset,
+    so a named consumer's ack tracks past the whole batch."""
+
+    __slots__ = ()
 
 
 class StreamConsumers(ConsumerSet):
@@ -89,6 +110,7 @@ class StreamQueue(ClassicQueue):
         self.consumers = StreamConsumers()
         self.readers: dict[Consumer, StreamReader] = {}
         self.names: dict[Consumer, str] = {}  # named consumers (x-stream-consumer-name)
+        self.batching: dict[Consumer, int] = {}  # record-batch consumers: their batch size in bytes
         self._slots: dict[bytes, tuple[bytes, bytes]] = {}  # stored header -> its offset slot
         self._retention_timer: Timer | None = None
         self._tracking_timer: Timer | None = None
@@ -187,6 +209,11 @@ class StreamQueue(ClassicQueue):
             raise not_implemented(f"automatic acknowledgement not supported by stream queues {self.describe()}")
         if global_prefetch:
             raise not_implemented(f"{self.describe()} does not support global qos")
+        batch = (arguments or {}).get(RECORD_BATCH)
+        if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)
+                                  or not 0 < batch <= MAX_RECORD_BATCH):
+            raise precondition_failed(f"invalid arg '{RECORD_BATCH}' for {self.describe()}: "
+                                      f"expected a byte count from 1 to {MAX_RECORD_BATCH}, got {erl_term(batch)}")
 
     def add_consumer(self, consumer) -> None:
         args = consumer.arguments
@@ -201,6 +228,8 @@ class StreamQueue(ClassicQueue):
             if "x-stream-offset" not in args and tracked is not None:
                 spec = OffsetSpec("offset", tracked)
         self.readers[consumer] = self.log.reader(self._start(spec))
+        if args.get(RECORD_BATCH) is not None:
+            self.batching[consumer] = args[RECORD_BATCH]
         super().add_consumer(consumer)
 
     def _start(self, spec: OffsetSpec) -> int:
@@ -219,6 +248,7 @@ class StreamQueue(ClassicQueue):
     def remove_consumer(self, consumer) -> None:
         self.readers.pop(consumer, None)
         self.names.pop(consumer, None)
+        self.batching.pop(consumer, None)
         super().remove_consumer(consumer)
 
     def deliver_ready(self) -> None:
@@ -228,8 +258,11 @@ class StreamQueue(ClassicQueue):
         for consumer, reader in list(self.readers.items()):
             if not consumer.gate.delivering or reader.caught_up:
                 continue
-            credit = consumer.prefetch - consumer.unacked
             tracker = self.names.get(consumer)
+            if consumer in self.batching:
+                self._deliver_batches(consumer, reader, self.batching[consumer], tracker)
+                continue
+            credit = consumer.prefetch - consumer.unacked
             deliver = consumer.channel.deliver
             while credit > 0 and consumer.gate.delivering:
                 entries = reader.take(min(credit, TAKE))
@@ -238,6 +271,18 @@ class StreamQueue(ClassicQueue):
                 for offset, message in entries:
                     deliver(consumer, StreamEntry(offset, self._with_offset(message, offset), tracker))
                 credit = consumer.prefetch - consumer.unacked
+
+    def _deliver_batches(self, consumer: Consumer, reader: StreamReader, size: int, tracker: str | None) -> None:
+        deliver = consumer.channel.deliver
+        while consumer.prefetch > consumer.unacked and consumer.gate.delivering:
+            taken = reader.take_records(size)
+            if taken is None:
+                break
+            first, count, records = taken
+            header = encode_header(len(records), {"content_type": RECORDS_TYPE, "headers": {
+                "x-stream-offset": first, "x-warren-records": count, "x-warren-record-format": RECORDS_FORMAT}})
+            message = Message("", self.name, shortstr("") + shortstr(self.name), header, records)
+            deliver(consumer, RecordBatch(first + count - 1, message, tracker))
 
     def _with_offset(self, message: Message, offset: int) -> Message:
         """The message as delivered: its header with the x-stream-offset header set."""
