@@ -15,7 +15,9 @@ Starts Warren on a free port (a fresh data dir), fills a stream with --count mes
     the same write again: the first write's time includes starting Spark's Python workers
     for it (seconds on a busy machine), the second's does not.
 Needs the spark extra and Java 17, and `make -C bench`. Prints a Markdown table with the
-source/consume and sink/publish ratios (the goal is at least 0.5 each).
+source/consume and sink/publish ratios (the goal is at least 0.5 each). With --floor, a fresh
+Spark also streams the source's output from parquet into parquet (no broker at all): the
+cold run's floor on this machine.
 """
 
 from __future__ import annotations
@@ -65,7 +67,13 @@ def main() -> int:
     ap.add_argument("--no-fast-start", action="store_true",
                     help="without warren.spark.FAST_START (Spark's Python daemons compile pyspark from its zip)")
     ap.add_argument("--source-only", action="store_true", help="skip the sink's measurements")
+    ap.add_argument("--floor", action="store_true",
+                    help="also copy the source's output, parquet to parquet, in a fresh Spark (no broker): what Spark "
+                         "alone takes to move the same rows, cold")
+    ap.add_argument("--copy-parquet", nargs=2, metavar=("IN", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.copy_parquet:
+        return _copy_parquet(args, *args.copy_parquet)
     subprocess.run(["make", "-s", "-C", HERE], check=True)
     tmp = tempfile.mkdtemp(prefix="bench-spark-")
     port, mgmt = free_port(), free_port()
@@ -114,12 +122,22 @@ def main() -> int:
         steady = (sum(p["numInputRows"] for p in batches[1:])
                   / max(1e-9, sum(p["durationMs"]["triggerExecution"] for p in batches[1:]) / 1000))
 
+        floor = None
+        if args.floor:  # (in a process of its own: a new session in this one reuses the warm JVM)
+            spark.stop()
+            floor = json.loads(subprocess.run(
+                [sys.executable, __file__, "--master", args.master, "--per-trigger", str(args.per_trigger),
+                 "--count", str(n),
+                 "--copy-parquet", out, os.path.join(tmp, "copy")] + (["--no-fast-start"] if args.no_fast_start else []),
+                capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+            spark = builder.getOrCreate()  # (the sink's measurements' session)
+            register(spark)
         if args.source_only:
             spark.stop()
             rate_in = rows / source_s
             print(f"\n{n:,} × {size} B, {args.master}, one Warren broker, {time.strftime('%Y-%m-%d %H:%M')}"
                   f"{', without FAST_START' if args.no_fast_start else ''}\n")
-            _source_table(direct, rate_in, batches, steady, overhead, query_start)
+            _source_table(direct, rate_in, batches, steady, overhead, query_start, floor)
             assert rows == n + 1, f"{rows} rows, expected {n + 1} (loadgen's end marker included)"
             return 0
         loadgen(port, "setup", "--queue", "q")
@@ -140,7 +158,7 @@ def main() -> int:
         rate_in, rate_out, rate_again = rows / source_s, n / sink_s[0], n / sink_s[1]
         print(f"\n{n:,} × {size} B, {args.master}, one Warren broker, {time.strftime('%Y-%m-%d %H:%M')}"
               f"{', without FAST_START' if args.no_fast_start else ''}\n")
-        _source_table(direct, rate_in, batches, steady, overhead, query_start)
+        _source_table(direct, rate_in, batches, steady, overhead, query_start, floor)
         print(f"| direct publish with confirms, msg/s (loadgen) | {publish:,.0f} |")
         print(f"| sink: rows/s with confirms | {rate_out:,.0f} |")
         print(f"| sink / direct publish | {rate_out / publish:.2f} |")
@@ -154,7 +172,39 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _source_table(direct, rate_in, batches, steady, overhead, query_start) -> None:
+def _copy_parquet(args, src: str, dst: str) -> int:
+    """The floor of a cold run: a fresh Spark streams the source's output (the same rows, the
+    same schema, about the same files per micro-batch) from parquet into parquet with
+    Trigger.AvailableNow. Prints {"rows", "seconds", "steady"} as JSON."""
+    from pyspark.sql import SparkSession
+
+    from warren.spark import FAST_START
+    from warren.spark.rows import SCHEMA_DDL
+    builder = (SparkSession.builder.master(args.master).appName("bench-spark-floor")
+               .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g"))
+    for key, value in ({} if args.no_fast_start else FAST_START).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    files = [f for f in os.listdir(src) if f.endswith(".parquet")]
+    per_trigger = max(1, round(len(files) * args.per_trigger / (args.count + 1)))
+    started = time.monotonic()
+    # (the source's schema as given: reading the files' first would warm Spark's parquet reader)
+    query = (spark.readStream.schema(SCHEMA_DDL).option("maxFilesPerTrigger", per_trigger).parquet(src)
+             .writeStream.format("parquet").option("path", dst).option("checkpointLocation", dst + ".cp")
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    seconds = time.monotonic() - started
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    steady = (sum(p["numInputRows"] for p in batches[1:])
+              / max(1e-9, sum(p["durationMs"]["triggerExecution"] for p in batches[1:]) / 1000))
+    rows = spark.read.parquet(dst).count()
+    spark.stop()
+    print(json.dumps({"rows": rows, "seconds": seconds, "steady": steady}))
+    return 0
+
+
+def _source_table(direct, rate_in, batches, steady, overhead, query_start, floor=None) -> None:
     print("| Metric | value |\n|---|---:|")
     print(f"| direct consume from `first`, msg/s (loadgen) | {direct:,.0f} |")
     print(f"| source: stream → parquet, rows/s (AvailableNow, {len(batches)} batches) | {rate_in:,.0f} |")
@@ -165,6 +215,12 @@ def _source_table(direct, rate_in, batches, steady, overhead, query_start) -> No
     print(f"| source: first micro-batch, s / rows it read | {batches[0]['durationMs']['triggerExecution'] / 1000:.1f}"
           f" / {batches[0]['numInputRows']:,} |")
     print(f"| source: per-batch overhead outside addBatch, ms (median) | {sorted(overhead)[len(overhead) // 2]:,} |")
+    if floor:
+        rate = floor["rows"] / floor["seconds"]
+        print(f"| Spark alone: the same rows parquet → parquet, cold, rows/s | {rate:,.0f} |")
+        print(f"| the same as a ratio to the direct consume | {rate / direct:.2f} |")
+        print(f"| Spark alone after the first micro-batch, rows/s (ratio) | {floor['steady']:,.0f}"
+              f" ({floor['steady'] / direct:.2f}) |")
 
 
 if __name__ == "__main__":

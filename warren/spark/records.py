@@ -52,6 +52,8 @@ class Records:
             route = records[p:p + route_len]
             names = routes.get(route)
             if names is None:
+                if len(routes) > 4096:
+                    routes.clear()
                 names = routes[route] = _route(route)
             p += route_len
             header_end = p + 4 + unpack_u32(records, p)[0]

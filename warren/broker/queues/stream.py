@@ -74,7 +74,7 @@ class StreamEntry(QueuedMessage):
 class RecordBatch(StreamEntry):
     """One delivery of a record-batch consumer: consecutive entries of the stream, their
     records as the stream stores them (warren.store.segments: per record u32 length, u32
-    checksum, u8 flags, u64 offset, u16 route length, an i64 chunk time if flags & 8, the
+    checksum, u8 flags, u64 offset, u16 route length, an i64 if flags & 12 (a chunk's time), the
     route's exchange and routing-key shortstrs, u32 header length, the content header as
     published, the body). Its headers say the first offset (x-stream-offset), how many
     (x-warren-records) and the layout (x-warren-record-format); its seq is the last offset,
