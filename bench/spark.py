@@ -93,13 +93,8 @@ def main() -> int:
                 "--persistent")
         direct = loadgen(port, "consume", "--queue", "s", "--prefetch", 1000, "--ack-every", 100, "--stream-offset",
                          "first", "--idle-timeout", 5, "--grace", 1)["rate"]
-        from pyspark.sql import SparkSession
-
-        from warren.spark import FAST_START, register
-        builder = (SparkSession.builder.master(args.master).appName("bench-spark")
-                   .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g"))
-        for key, value in ({} if args.no_fast_start else FAST_START).items():
-            builder = builder.config(key, value)
+        from warren.spark import register
+        builder = _builder(args, "bench-spark")
         spark = builder.getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
         register(spark)
@@ -172,19 +167,24 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _builder(args, name: str):
+    """A session builder for --master, with FAST_START unless --no-fast-start."""
+    from pyspark.sql import SparkSession
+
+    from warren.spark import FAST_START
+    builder = (SparkSession.builder.master(args.master).appName(name)
+               .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g"))
+    for key, value in ({} if args.no_fast_start else FAST_START).items():
+        builder = builder.config(key, value)
+    return builder
+
+
 def _copy_parquet(args, src: str, dst: str) -> int:
     """The floor of a cold run: a fresh Spark streams the source's output (the same rows, the
     same schema, about the same files per micro-batch) from parquet into parquet with
     Trigger.AvailableNow. Prints {"rows", "seconds", "steady"} as JSON."""
-    from pyspark.sql import SparkSession
-
-    from warren.spark import FAST_START
     from warren.spark.rows import SCHEMA_DDL
-    builder = (SparkSession.builder.master(args.master).appName("bench-spark-floor")
-               .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g"))
-    for key, value in ({} if args.no_fast_start else FAST_START).items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    spark = _builder(args, "bench-spark-floor").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     files = [f for f in os.listdir(src) if f.endswith(".parquet")]
     per_trigger = max(1, round(len(files) * args.per_trigger / (args.count + 1)))
