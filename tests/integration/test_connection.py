@@ -65,8 +65,8 @@ def test_connection_start(broker):
         # RabbitMQ 3.10 also lists consumer_priorities and direct_reply_to.
         assert CAPABILITIES < set(caps)
     else:
-        # Warren advertises exactly what it implements.
-        assert set(caps) == CAPABILITIES
+        # Warren advertises exactly what it implements (and its stream record batches).
+        assert set(caps) == CAPABILITIES | {"x-warren-record-batch"}
         assert props["product"] == "Warren"
 
 

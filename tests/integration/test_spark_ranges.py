@@ -15,7 +15,16 @@ from warren.spark.connection import endpoint  # noqa: E402
 from warren.spark.offsets import StreamRange  # noqa: E402
 
 
-def test_big_ranges_are_read_exactly(broker, names):
+@pytest.fixture(params=["as-the-broker-offers", "entry-by-entry"])
+def reads(request, monkeypatch):
+    """Warren offers record batches; the tests also read it entry by entry, as RabbitMQ is read
+    (the credit that must grant exactly what a range needs)."""
+    if request.param == "entry-by-entry":
+        monkeypatch.setattr(wb, "_has_record_batches", lambda wire: False)
+    return request.param
+
+
+def test_big_ranges_are_read_exactly(broker, names, reads):
     s = names("sr-big")
     conn = pika.BlockingConnection(broker.pika_params())
     ch = conn.channel()
@@ -36,7 +45,7 @@ def test_big_ranges_are_read_exactly(broker, names):
         assert got == [(o, b"%d" % o) for o in range(start, end)]
 
 
-def test_a_range_read_pauses_and_resumes_in_steps(broker, names):
+def test_a_range_read_pauses_and_resumes_in_steps(broker, names, reads):
     """range_reader(every=N) hands its rows over every N entries (a partition's Arrow batches)
     and picks up where it paused, also around bodies spanning several frames (frame_max is
     128 KiB) and a content header alone in its frame (an empty body)."""

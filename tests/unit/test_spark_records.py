@@ -36,7 +36,16 @@ def test_properties_are_decoded_once_per_content_header_whatever_the_body_size()
     assert again[0] is props[0]
 
 
-def test_a_batch_cut_short_is_refused():
+@pytest.mark.parametrize("cut", [1, 10, 30])
+def test_a_batch_cut_short_is_refused(cut):
     whole = record(0, b"abc") + record(1, b"def")
     with pytest.raises(ValueError, match="cut short"):
-        list(records.Records().entries(whole[:-1]))
+        list(records.Records().entries(whole[:-cut]))
+
+
+def test_a_header_longer_than_its_record_is_refused():
+    bad = bytearray(record(0, b"abc"))
+    at = sg.HEAD_SIZE + 2 + 1  # the header length, after the route's two shortstrs ("x", "k")
+    bad[at:at + 4] = (10_000).to_bytes(4, "big")
+    with pytest.raises(ValueError, match="past its end"):
+        list(records.Records().entries(bytes(bad)))

@@ -109,6 +109,7 @@ CAPABILITIES = {
     "connection.blocked": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
+    "x-warren-record-batch": True,  # (Warren's own: stream record batches, warren.broker.queues.stream)
 }
 
 

@@ -174,7 +174,7 @@ def range_reader(ep: Endpoint, r: StreamRange, fail_on_data_loss: bool,
     range_ = _Range(r, on_message, every)
     warren = wire.server_properties.get("product") == "Warren"
     try:
-        yield from (_read_batches if warren else _read_entries)(wire, range_)
+        yield from (_read_batches if _has_record_batches(wire) else _read_entries)(wire, range_)
     except socket.timeout:
         raise TimeoutError(f"stream {r.stream!r}: the read of {r.start}-{r.end} got nothing for {STALL:.0f} s "
                            f"after {range_.taken} entries") from None
@@ -183,6 +183,12 @@ def range_reader(ep: Endpoint, r: StreamRange, fail_on_data_loss: bool,
     if range_.gap_at is not None:
         run(_check_loss(ep, r, fail_on_data_loss, warren))
     yield range_.taken
+
+
+def _has_record_batches(wire: Wire) -> bool:
+    """Whether the broker says it has record batches (Warren since 2026-11-27: an older Warren,
+    or RabbitMQ, is read entry by entry)."""
+    return (wire.server_properties.get("capabilities") or {}).get(RECORD_BATCH) is True
 
 
 class _Range:

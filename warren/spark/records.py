@@ -44,11 +44,13 @@ class Records:
         unpack_head, unpack_u32 = _HEAD.unpack_from, _U32.unpack_from
         pos, n = 0, len(records)
         while pos < n:
+            if pos + _HEAD_SIZE > n:
+                raise ValueError(f"a record batch cut short at {pos} of {n} bytes")
             length, _check, flags, offset, route_len = unpack_head(records, pos)
             end = pos + _PREFIX + length
-            if end > n or length < _HEAD_SIZE - _PREFIX:
-                raise ValueError(f"a record batch cut short at {pos} of {n} bytes")
             p = pos + (_HEAD_SIZE + 8 if flags & _SLOT else _HEAD_SIZE)
+            if end > n or p + route_len + 4 > end:
+                raise ValueError(f"a record batch cut short at {pos} of {n} bytes")
             route = records[p:p + route_len]
             names = routes.get(route)
             if names is None:
@@ -57,6 +59,8 @@ class Records:
                 names = routes[route] = _route(route)
             p += route_len
             header_end = p + 4 + unpack_u32(records, p)[0]
+            if header_end > end:
+                raise ValueError(f"a record's content header runs past its end at {pos} of {n} bytes")
             key = records[p + 16:header_end]  # (after class, weight and body size)
             properties = decoded.get(key)
             if properties is None:

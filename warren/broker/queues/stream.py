@@ -50,6 +50,7 @@ RECORD_BATCH = "x-warren-record-batch"
 RECORDS_TYPE = "application/vnd.warren.stream-records"
 RECORDS_FORMAT = 1  # the layout of warren.store.segments (x-warren-record-format)
 MAX_RECORD_BATCH = 16 << 20  # (a batch is read into memory whole)
+DELIVERED = Message("", "", b"", b"", b"")  # what an unacked record batch keeps of its message
 # Deliveries read for one consumer at a time (its credit bounds them too).
 TAKE = 256
 # Seconds between retention checks by age, and between saves of the named consumers' offsets.
@@ -78,7 +79,9 @@ class RecordBatch(StreamEntry):
     route's exchange and routing-key shortstrs, u32 header length, the content header as
     published, the body). Its headers say the first offset (x-stream-offset), how many
     (x-warren-records) and the layout (x-warren-record-format); its seq is the last offset,
-    so a named consumer's ack tracks past the whole batch."""
+    so a named consumer's ack tracks past the whole batch. Once delivered it holds no
+    records (DELIVERED): unacked bytes count none for it. Brokers that have record batches
+    say so in connection.start's capabilities (`x-warren-record-batch`)."""
 
     __slots__ = ()
 
@@ -282,7 +285,12 @@ class StreamQueue(ClassicQueue):
             header = encode_header(len(records), {"content_type": RECORDS_TYPE, "headers": {
                 "x-stream-offset": first, "x-warren-records": count, "x-warren-record-format": RECORDS_FORMAT}})
             message = Message("", self.name, shortstr("") + shortstr(self.name), header, records)
-            deliver(consumer, RecordBatch(first + count - 1, message, tracker))
+            batch = RecordBatch(first + count - 1, message, tracker)
+            deliver(consumer, batch)
+            # The records went to the connection's output by reference; unacked, the batch
+            # keeps its offsets only (else a consumer with a big prefetch that never acks
+            # would have the broker hold prefetch × 16 MiB).
+            batch.message = DELIVERED
 
     def _with_offset(self, message: Message, offset: int) -> Message:
         """The message as delivered: its header with the x-stream-offset header set."""
