@@ -11,12 +11,16 @@ from .errors import precondition_failed
 if TYPE_CHECKING:
     from .ports import DeliverySink
 
+# Warren's own consumer argument of streams: record batches (warren.broker.queues.stream),
+# which connection.start's capabilities list.
+RECORD_BATCH = "x-warren-record-batch"
+
 # The consumer arguments of each queue type (RabbitMQ 3.10's capabilities); another type's is
 # refused.
 _TYPE_ARGS = {
     "classic": frozenset({"x-cancel-on-ha-failover", "x-priority", "x-credit"}),
     "quorum": frozenset({"x-priority", "x-credit"}),
-    "stream": frozenset({"x-stream-offset", "x-credit", "x-warren-record-batch"}),  # (the last: Warren's own)
+    "stream": frozenset({"x-stream-offset", "x-credit", RECORD_BATCH}),
 }
 _ALL_ARGS = frozenset().union(*_TYPE_ARGS.values())
 

@@ -26,6 +26,7 @@ from ..broker.errors import (
     AMQPError, channel_error, command_invalid, not_allowed,
     syntax_error, unexpected_frame,
 )
+from ..broker.consumer import RECORD_BATCH
 from ..broker.limits import check_channel, check_connection
 from . import connection_log, frame_errors
 from .channel import Channel
@@ -109,7 +110,7 @@ CAPABILITIES = {
     "connection.blocked": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
-    "x-warren-record-batch": True,  # (Warren's own: stream record batches, warren.broker.queues.stream)
+    RECORD_BATCH: True,  # (Warren's own: stream record batches)
 }
 
 

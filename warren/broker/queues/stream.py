@@ -36,6 +36,7 @@ from ...amqp.properties import encode_header
 from ...amqp.erlang import erl_term
 from ...amqp.message import Message
 from ...amqp.reencode import long_slot
+from ..consumer import RECORD_BATCH
 from ..consumer_set import ConsumerSet
 
 if TYPE_CHECKING:
@@ -46,7 +47,6 @@ log = logging.getLogger("warren.stream")
 
 OFFSET_HEADER = b"x-stream-offset"
 CONSUMER_NAME = "x-stream-consumer-name"
-RECORD_BATCH = "x-warren-record-batch"
 RECORDS_TYPE = "application/vnd.warren.stream-records"
 RECORDS_FORMAT = 1  # the layout of warren.store.segments (x-warren-record-format)
 MAX_RECORD_BATCH = 16 << 20  # (a batch is read into memory whole)
