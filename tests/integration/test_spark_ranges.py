@@ -65,3 +65,43 @@ def test_a_range_read_pauses_and_resumes_in_steps(broker, names, reads):
                                                      lambda b, *rest: got.append((rest[3], b)), every=20)]
     assert steps == [(20, 20), (40, 40), (60, 60), (80, 80), (90, 90)]
     assert got == [(o, bodies[o]) for o in range(5, 95)]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_retention_overtaking_a_read_is_data_loss(broker, names, reads, fail_on_data_loss, caplog):
+    """Retention that removes entries of a range while it is being read (after its first
+    entries) fails the read, or with failOnDataLoss=false is skipped with a warning: the
+    range never ends short without saying so."""
+    s = names("sr-overtaken")
+    conn = pika.BlockingConnection(broker.pika_params())
+    ch = conn.channel()
+    ch.queue_declare(s, durable=True, arguments={"x-queue-type": "stream", "x-max-length-bytes": 2_000_000,
+                                                 "x-stream-max-segment-size-bytes": 20_000})
+    total = 3 * wb.PREFETCH
+    body = b"x" * 100
+    for _ in range(total):
+        ch.basic_publish("", s, body)
+    ep = endpoint({"uri": f"amqp://guest:guest@{broker.host}:{broker.port}/%2F"})
+    deadline = time.monotonic() + 30
+    while wb.run(wb.stream_offsets(ep, [s]))[s][1] < total:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert wb.run(wb.stream_offsets(ep, [s]))[s][0] == 0
+    got: list[int] = []
+    reader = wb.range_reader(ep, StreamRange(s, 0, total), fail_on_data_loss,
+                             lambda b, *rest: got.append(rest[3]), every=5)
+    assert next(reader) == 5
+    while wb.run(wb.stream_offsets(ep, [s]))[s][0] < total:  # retention removes the whole range
+        assert time.monotonic() < deadline
+        for _ in range(1000):
+            ch.basic_publish("", s, body)
+    conn.close()
+    if fail_on_data_loss:
+        with pytest.raises(wb.DataLoss, match="are gone"):
+            list(reader)
+    else:
+        with caplog.at_level("WARNING", logger="warren.spark"):
+            taken = list(reader)[-1]
+        assert taken == len(got) < total
+        assert [m for m in caplog.messages if "are gone" in m and "skipped" in m]
+    assert 5 <= len(got) < total and got == sorted(got) and got[:5] == [0, 1, 2, 3, 4]

@@ -129,3 +129,27 @@ def test_min_partitions_defaults_to_the_sessions_parallelism(monkeypatch):
     monkeypatch.setenv(PARALLELISM_ENV, "8")
     assert SourceOptions.parse(options).min_partitions == 8
     assert SourceOptions.parse({**options, "MinPartitions": "3"}).min_partitions == 3
+
+
+def test_what_retention_removed_of_a_ranges_gaps():
+    from warren.spark.broker import lost_to_retention
+
+    gaps = [(0, 10), (50, 51), (70, 90)]
+    assert lost_to_retention(gaps, None, 0, True) == []
+    assert lost_to_retention(gaps, 0, 0, True) == []
+    assert lost_to_retention(gaps, 5, 0, True) == [(0, 5)]
+    assert lost_to_retention(gaps, 80, 0, True) == [(0, 10), (50, 51), (70, 80)]
+    # RabbitMQ: a gap of one offset past the range's start is a segment roll, not retention
+    assert lost_to_retention(gaps, 80, 0, False) == [(0, 10), (70, 80)]
+    assert lost_to_retention([(3, 4)], 9, 3, False) == [(3, 4)]
+
+
+def test_a_range_read_notes_its_gaps():
+    from warren.spark.broker import _Range
+
+    taken: list[int] = []
+    r = _Range(o.StreamRange("s", 10, 20), lambda *a: taken.append(a[4]), 0)
+    for offset in (8, 12, 13, 16):  # 8: before the range (RabbitMQ starts at the chunk)
+        assert not r.take(offset, "", "s", None, b"")
+    assert r.take(25, "", "s", None, b"") and r.done
+    assert taken == [12, 13, 16] and r.gaps == [(10, 12), (14, 16), (17, 20)]

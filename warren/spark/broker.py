@@ -161,7 +161,8 @@ def range_reader(ep: Endpoint, r: StreamRange, fail_on_data_loss: bool,
     """Read the entries of [r.start, r.end) of stream r.stream in offset order, calling
     on_message(body, exchange, routing_key, stream, offset, redelivered, properties) for each,
     and yielding how many so far after each `every` of them (0: never) and at the end.
-    Entries of the range that retention removed raise DataLoss (failOnDataLoss), or are
+    Entries of the range that retention removed, at its start or in its middle (retention
+    overtaking the read), raise DataLoss once the range is read (failOnDataLoss), or are
     skipped with a warning; a gap that is not retention (RabbitMQ's offsets skip one at each
     segment roll) is no loss. A read that gets nothing for STALL seconds fails, so Spark runs
     the task again: a range never ends short without saying so. From Warren the entries come
@@ -180,8 +181,8 @@ def range_reader(ep: Endpoint, r: StreamRange, fail_on_data_loss: bool,
                            f"after {range_.taken} entries") from None
     finally:
         wire.close()
-    if range_.gap_at is not None:
-        run(_check_loss(ep, r, fail_on_data_loss, warren))
+    if range_.gaps:
+        run(_check_loss(ep, r, range_.gaps, fail_on_data_loss, warren))
     yield range_.taken
 
 
@@ -198,7 +199,8 @@ class _Range:
                  every: int):
         self.r, self.on_message, self.every = r, on_message, every
         self.taken = self.skipped = 0
-        self.gap_at: int | None = None  # the first entry's offset, if after the range's start
+        self.last = r.start - 1  # the offset taken last
+        self.gaps: list[tuple[int, int]] = []  # [first missing, next present) in the range
         self.done = False
 
     def take(self, offset: int | None, exchange: str, routing_key: str, properties: Any, body: bytes,
@@ -210,13 +212,14 @@ class _Range:
         if offset < r.start:
             self.skipped += 1  # (RabbitMQ starts at the chunk that holds r.start)
             return False
-        if self.taken == 0 and offset > r.start:
-            self.gap_at = offset  # checked against the stream's first offset at the end
+        if offset > self.last + 1 and self.last + 1 < r.end:
+            self.gaps.append((self.last + 1, min(offset, r.end)))  # checked against retention at the end
         if offset >= r.end:
             self.done = True
             return True
         self.on_message(body, exchange, routing_key, r.stream, offset, redelivered, properties)
         self.taken += 1
+        self.last = offset
         if offset == r.end - 1:
             self.done = True
             return True
@@ -278,21 +281,35 @@ def _read_batches(wire: Wire, range_: _Range) -> Iterator[int]:
                 yield range_.taken
 
 
-async def _check_loss(ep: Endpoint, r: StreamRange, fail_on_data_loss: bool, warren: bool) -> None:
-    """A range's first entry came after its start: lost to retention if the stream now starts
-    after it (else a gap in RabbitMQ's offsets)."""
+async def _check_loss(ep: Endpoint, r: StreamRange, gaps: list[tuple[int, int]], fail_on_data_loss: bool,
+                      warren: bool) -> None:
+    """DataLoss, or a warning, for what retention removed of a range's gaps (lost_to_retention:
+    RabbitMQ's offsets skip one at each segment roll, so there a segment of one entry removed
+    mid-range goes unnoticed)."""
     conn = await connect(ep)
     try:
         first: int | None = (await _ask_warren(conn, r.stream))[0] if warren else await _edge(conn, r.stream, "first")
     finally:
         await conn.close()
-    if first is None or first <= r.start:
+    lost = lost_to_retention(gaps, first, r.start, warren)
+    if not lost:
         return
-    gap = (f"stream {r.stream!r}: offsets {r.start} to {min(first, r.end) - 1} of the range {r.start}-{r.end} "
-           "are gone (retention)")
+    count = sum(b - a for a, b in lost)
+    spans = ", ".join(f"{a} to {b - 1}" for a, b in lost[:5]) + (" …" if len(lost) > 5 else "")
+    gap = f"stream {r.stream!r}: offsets {spans} of the range {r.start}-{r.end} are gone (retention, {count} entries)"
     if fail_on_data_loss:
         raise DataLoss(gap + "; failOnDataLoss=false skips them")
     log.warning("%s: skipped (failOnDataLoss=false)", gap)
+
+
+def lost_to_retention(gaps: list[tuple[int, int]], first: int | None, start: int,
+                      contiguous: bool) -> list[tuple[int, int]]:
+    """The parts of a range's gaps that retention removed, given the stream's first offset now:
+    all of a gap's offsets below it, if the gap is at the range's start, or the broker's
+    offsets are contiguous (Warren), or it is more than one offset wide."""
+    if first is None:
+        return []
+    return [(a, min(b, first)) for a, b in gaps if a < first and (contiguous or a == start or b - a > 1)]
 
 
 async def _is_warren(conn: Any) -> bool:

@@ -17,8 +17,8 @@ latest, batch reads to earliest), `startingTimestamp` (ms since the epoch: the f
 appended at or after it), `endingOffsets` (batch reads: `latest` | JSON), `maxRecordsPerTrigger`,
 `maxBytesPerTrigger` (by the stream's average entry size), `minPartitions` (the session's
 default parallelism by default), `maxRecordsPerPartition` (100,000 by default: a partition's rows are held in memory as Arrow
-batches before they go to Spark), `failOnDataLoss` (true: a range that retention removed
-fails the query; false: it is skipped with a warning)."""
+batches before they go to Spark), `failOnDataLoss` (true: entries of a range that retention
+removed, before or during its read, fail the query; false: skipped with a warning)."""
 
 from __future__ import annotations
 
