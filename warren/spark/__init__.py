@@ -26,24 +26,36 @@ FAST_START = {"spark.python.daemon.module": "warren.spark.daemon"}
 
 def register(spark: Any) -> None:
     """Register the `warren` format with a SparkSession. Refused with speculative execution on:
-    a speculative copy of a write task would publish its rows twice at once."""
+    a speculative copy of a write task would publish its rows twice at once. With a local
+    master whose Python is this environment's, the format's Python processes start through
+    warren-spark-python (warren.spark.launcher: pyspark not compiled from its zip again)."""
     if str(spark.conf.get("spark.speculation", "false")).lower() == "true":
         raise ValueError("the warren sink needs spark.speculation=false (a speculative task publishes its rows twice)")
+    from .launcher import launcher_for
     from .source import PARALLELISM_ENV, WarrenDataSource
     try:
-        environment = spark.sparkContext.environment
+        context = spark.sparkContext
     except Exception:  # (Spark Connect: no context here, and no such runner either)
-        environment = None
-    seeded = [k for k in _RUNNER_ENV if environment is not None and k not in environment]
+        context = None
+    environment: dict[str, str] = context.environment if context is not None else {}
+    seeded = [k for k in _RUNNER_ENV if context is not None and k not in environment]
     for k in seeded:
         environment[k] = _RUNNER_ENV[k]
-    if environment is not None:
+    if context is not None:
         # minPartitions' default (the source's Python workers cannot ask Spark for it).
-        environment[PARALLELISM_ENV] = str(spark.sparkContext.defaultParallelism)
+        environment[PARALLELISM_ENV] = str(context.defaultParallelism)
         seeded.append(PARALLELISM_ENV)
+    python = context.pythonExec if context is not None else None
+    # (a local master's executors are this machine, which has the launcher; a cluster's may not)
+    local = context is not None and str(context.master).startswith("local")
+    launcher = launcher_for(python) if local and python else None
+    if launcher:  # (the format's Python function takes the context's Python as it is registered)
+        context.pythonExec = launcher
     try:
         spark.dataSource.register(WarrenDataSource)
     finally:
+        if launcher:
+            context.pythonExec = python
         for k in seeded:
             del environment[k]
 
