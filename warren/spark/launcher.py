@@ -1,6 +1,6 @@
 """`warren-spark-python`: the Python that Spark starts for the `warren` format's processes
-(warren.spark.register puts it in the format's Python function when Spark's Python is this
-environment's).
+(warren.spark.register puts it in the format's Python function on a local master whose
+Python is this environment's).
 
 Spark starts every Python process of a query (the planner's daemons, the streaming source's
 runner, the tasks' daemon) with `$SPARK_HOME/python/lib/pyspark.zip` and its py4j zip first on
@@ -90,8 +90,7 @@ def main() -> None:
     """Python with this process's arguments, Spark's zips left out of PYTHONPATH when the
     installed pyspark serves."""
     if installed_pyspark_serves(sys.path):
-        zips = set(spark_zips(sys.path))
-        kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in zips]
+        kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and not spark_zips([p])]
         os.environ["PYTHONPATH"] = os.pathsep.join(kept)
     os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
 
