@@ -61,7 +61,7 @@ def main() -> int:
     ap.add_argument("--count", type=int, default=1_000_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--master", default="local[2]")
-    ap.add_argument("--max-per-partition", type=int, default=50_000)
+    ap.add_argument("--max-per-partition", type=int, help="maxRecordsPerPartition (default: the source's)")
     ap.add_argument("--partitions", type=int, default=2, help="minPartitions (default: local[2]'s cores)")
     ap.add_argument("--per-trigger", type=int, default=250_000, help="maxRecordsPerTrigger")
     ap.add_argument("--no-fast-start", action="store_true",
@@ -103,9 +103,12 @@ def main() -> int:
         uri = f"amqp://guest:guest@127.0.0.1:{port}/%2F"
         out = os.path.join(tmp, "out")
         started = time.monotonic()
-        query = (spark.readStream.format("warren").option("uri", uri).option("stream", "s")
-                 .option("startingOffsets", "earliest").option("maxRecordsPerPartition", args.max_per_partition)
-                 .option("minPartitions", args.partitions).option("maxRecordsPerTrigger", args.per_trigger).load()
+        source = (spark.readStream.format("warren").option("uri", uri).option("stream", "s")
+                  .option("startingOffsets", "earliest").option("minPartitions", args.partitions)
+                  .option("maxRecordsPerTrigger", args.per_trigger))
+        if args.max_per_partition:
+            source = source.option("maxRecordsPerPartition", args.max_per_partition)
+        query = (source.load()
                  .writeStream.format("parquet").option("path", out).option("checkpointLocation", out + ".cp")
                  .trigger(availableNow=True).start())
         query.awaitTermination()

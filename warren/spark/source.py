@@ -16,8 +16,8 @@ Options (case-insensitive): `stream`, connection (`uri`, or `host`, `port`, `vho
 latest, batch reads to earliest), `startingTimestamp` (ms since the epoch: the first chunk
 appended at or after it), `endingOffsets` (batch reads: `latest` | JSON), `maxRecordsPerTrigger`,
 `maxBytesPerTrigger` (by the stream's average entry size), `minPartitions` (the session's
-default parallelism by default), `maxRecordsPerPartition` (100,000 by default: a partition's rows are held in memory as Arrow
-batches before they go to Spark), `failOnDataLoss` (true: entries of a range that retention
+default parallelism by default), `maxRecordsPerPartition` (250,000 by default; a partition hands Spark its rows
+as Arrow batches of ROWS_PER_BATCH), `failOnDataLoss` (true: entries of a range that retention
 removed, before or during its read, fail the query; false: skipped with a warning)."""
 
 from __future__ import annotations
@@ -40,9 +40,12 @@ from .rows import SCHEMA_DDL, Batch
 
 log = logging.getLogger("warren.spark")
 
-DEFAULT_MAX_PER_PARTITION = 100_000
+# A task costs ~0.1 s of its own (its worker, connection, parquet file): measured 2026-11-28
+# (1,000,000 × 1 KiB into parquet, local[2], 250,000 a micro-batch), a later micro-batch read
+# at 153,000 rows/s in six tasks of 41,667, 175,000-179,000 in four, 183,000-216,000 in two.
+DEFAULT_MAX_PER_PARTITION = 250_000
 # Rows per Arrow record batch a partition hands Spark, so that a partition is never held whole
-# (100,000 × 1 KiB: 100 MB). Measured on 2026-11-27 (500,000 × 1 KiB into parquet, local[2]):
+# (250,000 × 1 KiB: 250 MB). Measured on 2026-11-27 (500,000 × 1 KiB into parquet, local[2]):
 # 8,192 and 50,000 alike (26,400 and 28,000 rows/s, noisy), 2,048 slower (21,900).
 ROWS_PER_BATCH = 8192
 
