@@ -168,3 +168,12 @@ def test_prefetch_bounds_what_is_in_flight(tmp_path):
     fsync()
     assert (q1.unacked_count, len(q1.store), len(q2.store)) == (0, 0, 20)
     assert _bodies(broker, "q2") == [b"%d" % i for i in range(20)]
+
+
+def test_status_timestamps_are_formatted_as_rabbitmqs():
+    """RabbitMQ's shovel management (format_ts) leaves the hour unpadded, pads the rest."""
+    import time
+
+    t = time.struct_time((2026, 1, 5, 3, 4, 5, 0, 5, 0))
+    assert shovel._local_time(t) == "2026-01-05 3:04:05"
+    assert shovel._local_time(time.struct_time((2026, 11, 28, 13, 0, 0, 0, 332, 0))) == "2026-11-28 13:00:00"

@@ -463,8 +463,11 @@ def restart(broker: Broker, vhost: VHost, name: str) -> bool:
     return True
 
 
-def _local_time() -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime())
+def _local_time(t: time.struct_time | None = None) -> str:
+    """A status timestamp as RabbitMQ's shovel management formats it (format_ts: the hour
+    unpadded, "2026-11-28 0:52:35")."""
+    t = t or time.localtime()
+    return f"{t.tm_year}-{t.tm_mon:02d}-{t.tm_mday:02d} {t.tm_hour}:{t.tm_min:02d}:{t.tm_sec:02d}"
 
 
 # ================================================================== the worker
