@@ -60,8 +60,9 @@ def test_nothing_changes_without_py4j_installed_or_without_the_zip(tmp_path):
 
 
 def _run_launched(tmp_path, zip_version: str) -> tuple[list[str], str, str, str]:
-    """sys.path of a Python started through warren-spark-python with Spark's zips (of
-    `zip_version`) first on PYTHONPATH, beside an installed pyspark of 4.2.0."""
+    """(sys.path, the pyspark zip, the py4j zip, the site directory) of a Python started
+    through warren-spark-python with Spark's zips (of `zip_version`) first on PYTHONPATH,
+    beside an installed pyspark of 4.2.0."""
     zip_, py4j = _spark_home(tmp_path, zip_version)
     site = _site(tmp_path, "4.2.0")
     script = os.path.join(os.path.dirname(sys.executable), SCRIPT)

@@ -153,3 +153,11 @@ def test_a_range_read_notes_its_gaps():
         assert not r.take(offset, "", "s", None, b"")
     assert r.take(25, "", "s", None, b"") and r.done
     assert taken == [12, 13, 16] and r.gaps == [(10, 12), (14, 16), (17, 20)]
+
+
+def test_the_default_partition_size_gives_a_micro_batch_of_250000_one_task_a_core():
+    from warren.spark.source import DEFAULT_MAX_PER_PARTITION
+
+    sizes = lambda parts: [p.count for p in parts]  # noqa: E731
+    assert sizes(o.split({"a": 0}, {"a": 250_000}, 2, DEFAULT_MAX_PER_PARTITION)) == [125_000] * 2
+    assert sizes(o.split({"a": 0}, {"a": 1_000_000}, 2, DEFAULT_MAX_PER_PARTITION)) == [250_000] * 4

@@ -39,10 +39,14 @@ def _version_of(source: str) -> str | None:
     return None
 
 
+def _is_spark_zip(entry: str) -> bool:
+    name = os.path.basename(entry)
+    return name == "pyspark.zip" or (name.startswith("py4j-") and name.endswith("-src.zip"))
+
+
 def spark_zips(path: list[str]) -> list[str]:
     """The pyspark.zip and py4j zip entries of a path."""
-    return [p for p in path if os.path.basename(p) == "pyspark.zip"
-            or (os.path.basename(p).startswith("py4j-") and p.endswith("-src.zip"))]
+    return [p for p in path if _is_spark_zip(p)]
 
 
 def installed_pyspark_serves(path: list[str]) -> bool:
@@ -90,7 +94,7 @@ def main() -> None:
     """Python with this process's arguments, Spark's zips left out of PYTHONPATH when the
     installed pyspark serves."""
     if installed_pyspark_serves(sys.path):
-        kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and not spark_zips([p])]
+        kept = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and not _is_spark_zip(p)]
         os.environ["PYTHONPATH"] = os.pathsep.join(kept)
     os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
 
