@@ -279,6 +279,7 @@ typedef struct {
 
   /* templated names (see render()): publish and bulk */
   const char *key_tmpl[MAX_TMPL];
+  const char *message_id_tmpl;
   int nkey_tmpl;
   const char *headers[MAX_TMPL];   /* publish: K=V message headers */
   int nheaders;
@@ -308,6 +309,7 @@ static void usage(void) {
 "         --confirm-timeout S (30)\n"
 "         --key-template T (a new routing key per message, see below)\n"
 "         --header K=V (repeatable; string message headers, V may be a template)\n"
+"         --message-id T (the message_id property, a template)\n"
 "consume: --queue Q --prefetch N (0) --auto-ack | --ack-every K (multiple=true)\n"
 "         --count N (stop after N unique messages) --seconds S (hard deadline)\n"
 "         --idle-timeout S (10; stop after S without deliveries, once started)\n"
@@ -340,7 +342,7 @@ enum {
   O_PERSISTENT, O_RATE, O_BATCH, O_LIBPUB, O_NOMARKER, O_CONFIRM_TO,
   O_QUEUE, O_PREFETCH, O_AUTOACK, O_ACKEVERY, O_IDLE, O_GRACE, O_READY,
   O_LIBCONS, O_SNDBUF, O_XTYPE, O_DURABLE, O_DELETE, O_PURGE, O_BIND, O_QUIET, O_HELP,
-  O_KEY_TMPL, O_HEADER, O_BIND_ARG, O_OPS, O_QUEUE_TMPL, O_START,
+  O_KEY_TMPL, O_HEADER, O_MSGID, O_BIND_ARG, O_OPS, O_QUEUE_TMPL, O_START,
   O_QTYPE, O_STREAM_OFFSET, O_EXPECT_FROM, O_CHECK_OFFSETS
 };
 
@@ -383,6 +385,7 @@ static struct option long_opts[] = {
     {"help", no_argument, 0, O_HELP},
     {"key-template", required_argument, 0, O_KEY_TMPL},
     {"header", required_argument, 0, O_HEADER},
+    {"message-id", required_argument, 0, O_MSGID},
     {"bind-arg", required_argument, 0, O_BIND_ARG},
     {"ops", required_argument, 0, O_OPS},
     {"queue-template", required_argument, 0, O_QUEUE_TMPL},
@@ -477,6 +480,7 @@ static void parse_opts(opts_t *o, int argc, char **argv) {
         if (!strchr(optarg, '=')) die("--header needs K=V: %s", optarg);
         o->headers[o->nheaders++] = optarg;
         break;
+      case O_MSGID: o->message_id_tmpl = optarg; break;
       case O_BIND_ARG:
         if (o->nbind_args >= MAX_TMPL) die("too many --bind-arg");
         if (!strchr(optarg, '=')) die("--bind-arg needs K=V: %s", optarg);
@@ -999,6 +1003,12 @@ static void pub_one_dynamic(pub_t *p, uint64_t seq, uint64_t ts, uint64_t kseq) 
     props._flags |= AMQP_BASIC_HEADERS_FLAG;
     props.headers = p->hdrs.t;
   }
+  char message_id[256];
+  if (o->message_id_tmpl) {
+    props._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
+    props.message_id = (amqp_bytes_t){render(o->message_id_tmpl, kseq, message_id, sizeof(message_id)),
+                                      message_id};
+  }
   if (o->lib_publish) {
     if (o->size >= 16) {
       put_u64le(p->body, seq);
@@ -1132,7 +1142,7 @@ static int cmd_publish(opts_t *o) {
   memset(&P, 0, sizeof(P));
   pub_t *p = &P;
   p->o = o;
-  p->dynamic = o->nkey_tmpl || o->nheaders;
+  p->dynamic = o->nkey_tmpl || o->nheaders || o->message_id_tmpl;
   p->conn = connect_broker(o, &p->fd);
   if (o->sndbuf > 0) {
     /* keep the amount of data parked in socket buffers small, otherwise a
