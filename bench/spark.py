@@ -103,7 +103,9 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=2, help="minPartitions (default: local[2]'s cores)")
     ap.add_argument("--per-trigger", type=int, default=250_000, help="maxRecordsPerTrigger")
     ap.add_argument("--no-fast-start", action="store_true",
-                    help="without warren.spark.FAST_START (Spark's Python daemons compile pyspark from its zip)")
+                    help="without warren.spark.fast_start() (Spark's Python daemons compile pyspark from its zip)")
+    ap.add_argument("--no-class-archive", action="store_true",
+                    help="without the driver's class archive (made first otherwise: warren pipeline prepare)")
     ap.add_argument("--source-only", action="store_true", help="skip the sink's measurements")
     ap.add_argument("--floor", action="store_true",
                     help="also copy the source's output, parquet to parquet, in a fresh Spark (no broker): what Spark "
@@ -122,6 +124,10 @@ def main() -> int:
 
 def _run(args) -> int:
     subprocess.run(["make", "-s", "-C", HERE], check=True)
+    if not (args.no_fast_start or args.no_class_archive):
+        from warren.spark.class_archive import prepare
+        path, what = prepare()
+        print(f"class archive {path}: {what}", file=sys.stderr)
     tmp = tempfile.mkdtemp(prefix="bench-spark-")
     port, mgmt = free_port(), free_port()
     broker = subprocess.Popen([sys.executable, "-m", "warren", "server", "--port", str(port), "--management-port",
@@ -175,7 +181,9 @@ def _run(args) -> int:
             floor = json.loads(subprocess.run(
                 [sys.executable, __file__, "--master", args.master, "--per-trigger", str(args.per_trigger),
                  "--count", str(n),
-                 "--copy-parquet", out, os.path.join(tmp, "copy")] + (["--no-fast-start"] if args.no_fast_start else []),
+                 "--copy-parquet", out, os.path.join(tmp, "copy")]
+                + [flag for flag, on in (("--no-fast-start", args.no_fast_start),
+                                         ("--no-class-archive", args.no_class_archive)) if on],
                 capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
             spark = builder.getOrCreate()  # (the sink's measurements' session)
             register(spark)
@@ -218,13 +226,17 @@ def _run(args) -> int:
 
 
 def _builder(args, name: str):
-    """A session builder for --master, with FAST_START unless --no-fast-start."""
+    """A session builder for --master, with fast_start() unless --no-fast-start."""
     from pyspark.sql import SparkSession
 
-    from warren.spark import FAST_START
+    from warren.spark import fast_start
+    from warren.spark.class_archive import DRIVER_OPTIONS
     builder = (SparkSession.builder.master(args.master).appName(name)
                .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g"))
-    for key, value in ({} if args.no_fast_start else FAST_START).items():
+    settings = {} if args.no_fast_start else fast_start()
+    if args.no_class_archive:
+        settings.pop(DRIVER_OPTIONS, None)
+    for key, value in settings.items():
         builder = builder.config(key, value)
     return builder
 
@@ -256,7 +268,8 @@ def _copy_parquet(args, src: str, dst: str) -> int:
 
 def _title(args) -> None:
     print(f"\n{args.count:,} × {args.size} B, {args.master}, one Warren broker, {time.strftime('%Y-%m-%d %H:%M')}"
-          f"{', without FAST_START' if args.no_fast_start else ''}"
+          f"{', without fast_start()' if args.no_fast_start else ''}"
+          f"{', without the class archive' if args.no_class_archive else ''}"
           f"{_REPORTING[page_reporting()]}\n")
 
 

@@ -35,12 +35,12 @@ def spark():
     require_spark()
     from pyspark.sql import SparkSession
 
-    from warren.spark import FAST_START, register
+    from warren.spark import fast_start, register
 
     builder = (SparkSession.builder.master("local[2]").appName("warren-tests")
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.streaming.stopTimeout", "30s"))
-    for key, value in FAST_START.items():  # (the tests' Python workers start through warren.spark.daemon)
+    for key, value in fast_start().items():  # (the tests' Python workers start through warren.spark.daemon)
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

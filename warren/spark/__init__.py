@@ -15,13 +15,20 @@ from __future__ import annotations
 import tempfile
 from typing import Any
 
-__all__ = ["FAST_START", "register"]
+__all__ = ["fast_start", "register"]
 
-# Session settings for a faster cold start, to give SparkSession.builder (they cannot be
-# changed once the session runs): the daemon of Spark's Python task workers imports pyspark
-# from the installed package rather than compiling it again from pyspark.zip
-# (warren.spark.daemon). `for k, v in FAST_START.items(): builder = builder.config(k, v)`
-FAST_START = {"spark.python.daemon.module": "warren.spark.daemon"}
+
+def fast_start() -> dict[str, str]:
+    """Session settings for a faster cold start, to give SparkSession.builder (they cannot be
+    changed once the session runs): the daemon of Spark's Python task workers imports pyspark
+    from the installed package rather than compiling it again from pyspark.zip
+    (warren.spark.daemon), and the driver's JVM maps the class archive `warren pipeline
+    prepare` made, if it has (warren.spark.class_archive: spark.driver.extraJavaOptions, so
+    a session that sets its own should add -XX:SharedArchiveFile to them).
+    `for k, v in fast_start().items(): builder = builder.config(k, v)`"""
+    from .class_archive import settings
+
+    return {"spark.python.daemon.module": "warren.spark.daemon", **settings()}
 
 
 def register(spark: Any) -> None:

@@ -1,5 +1,5 @@
 """A faster start for Spark's Python worker daemons: `spark.python.daemon.module=warren.spark.daemon`
-(set when the session is built, see warren.spark.FAST_START).
+(set when the session is built, see warren.spark.fast_start).
 
 It imports the worker module (and warren.spark.source, the range reader's modules: ~0.2 s a
 worker) once before the daemon forks its workers, which would each import them again, and

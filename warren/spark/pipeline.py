@@ -2,6 +2,7 @@
 
     warren pipeline dlq-audit (--stream DLQ | --queue DLQ) --output PATH
     warren pipeline replay (--input PATH | --stream DLQ) [--where SQL] [--to-exchange X]
+    warren pipeline prepare
 
 `dlq-audit` reads a dead-letter stream (a DLX bound to a stream: Warren appends every dead
 letter there with its x-death), or drains a dead-letter queue (acking each dead letter once
@@ -13,7 +14,9 @@ queue. `replay` republishes selected dead letters, with confirms, to the exchang
 key they first died from (or to the exchange given), keeping their message ids; it is a
 checkpointed AvailableNow query too, so running it again republishes nothing twice.
 
-Both run on local[*] unless --master says otherwise.
+Both run on local[*] unless --master says otherwise. `prepare` makes the class archive the
+driver's JVM of every later Spark session built with warren.spark.fast_start() maps (once per
+Spark and JVM: warren.spark.class_archive), for a faster cold start.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ TLS_FLAGS = {"cacertfile": "CA certificates to trust the broker by (PEM; default
 def add_parser(sub: Any) -> None:
     pipeline = sub.add_parser("pipeline", help="Spark jobs for dead letters (needs the spark extra)")
     jobs = pipeline.add_subparsers(dest="job", required=True)
+    jobs.add_parser("prepare", help="make the class archive that starts Spark's driver faster (once per Spark and JVM)")
     for name, text in (("dlq-audit", "read a dead-letter stream into a table, dead-letter details flattened"),
                        ("replay", "republish selected dead letters where they first died from")):
         job = jobs.add_parser(name, help=text)
@@ -75,11 +79,17 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         print("warren pipeline: needs the spark extra: pip install -e '.[spark]' (and Java 17)", file=sys.stderr)
         return 2
-    from . import FAST_START, register
+    from . import fast_start, register
 
+    if args.job == "prepare":
+        from .class_archive import prepare
+
+        path, what = prepare()
+        print(f"warren pipeline prepare: {path or 'no class archive'}: {what}")
+        return 0 if path else 1
     builder = SparkSession.builder.master(args.master).appName(f"warren pipeline {args.job}").config(
         "spark.ui.enabled", "false")
-    for key, value in FAST_START.items():
+    for key, value in fast_start().items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
