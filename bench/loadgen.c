@@ -986,7 +986,7 @@ static void pub_write_direct(pub_t *p, const uint8_t *ptr, size_t len) {
   p->buf_cap = save_cap;
 }
 
-/* --key-template / --header: the routing key and headers are rendered from
+/* --key-template / --header / --message-id: the routing key, headers and message id are rendered from
  * kseq (the message's sequence number; the end marker's is the number of
  * messages sent, so it is routed like one more message). */
 static void pub_one_dynamic(pub_t *p, uint64_t seq, uint64_t ts, uint64_t kseq) {

@@ -70,7 +70,8 @@ def page_reporting() -> bool | None:
     """Whether this VM's kernel hands freed memory back to its host (None: it cannot)."""
     try:
         with open(os.path.join(PAGE_REPORTING, "page_reporting_order")) as f:
-            return int(f.read()) <= 10  # (MAX_PAGE_ORDER: an order above it reports nothing)
+            # (-1: no reporting device yet; above MAX_PAGE_ORDER, 10, no free block qualifies)
+            return 0 <= int(f.read()) <= 10
     except (OSError, ValueError):
         return None
 
@@ -80,18 +81,32 @@ def guest_memory_kept(gib: int):
     """Free page reporting off (an order above the largest: no free block qualifies) and
     `gib` GiB touched once, so the pages the host took back are the guest's again."""
     order = os.path.join(PAGE_REPORTING, "page_reporting_order")
-    with open(order) as f:
-        before = f.read().strip()
-    with open(order, "w") as f:
-        f.write("11")
+    with open("/proc/meminfo") as f:
+        available = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:")) >> 20
+    if gib > available - 2:
+        sys.exit(f"--keep-guest-memory {gib}: only {available} GiB available (touching more starts the OOM killer)")
     try:
-        with mmap.mmap(-1, gib << 30) as memory:
-            for at in range(0, gib << 30, mmap.PAGESIZE):
-                memory[at] = 1
+        with open(order) as f:
+            before = f.read().strip()
+        with open(order, "w") as f:
+            f.write("11")
+        with open(order) as f:
+            if f.read().strip() != "11":
+                raise OSError("the kernel kept its order")
+    except OSError as err:  # (a mainline kernel refuses an order above MAX_PAGE_ORDER)
+        sys.exit(f"--keep-guest-memory: cannot turn free page reporting off through {order}: {err}")
+    try:
+        if gib:
+            with mmap.mmap(-1, gib << 30) as memory:
+                for at in range(0, gib << 30, mmap.PAGESIZE):
+                    memory[at] = 1
         yield
     finally:
-        with open(order, "w") as f:
-            f.write(before)
+        try:
+            with open(order, "w") as f:
+                f.write(before)
+        except OSError as err:
+            print(f"could not set {order} back to {before}: {err}", file=sys.stderr)
 
 
 def main() -> int:
@@ -116,7 +131,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.copy_parquet:
         return _copy_parquet(args, *args.copy_parquet)
-    if args.keep_guest_memory:
+    if args.keep_guest_memory is not None:
         with guest_memory_kept(args.keep_guest_memory):
             return _run(args)
     return _run(args)
@@ -128,6 +143,7 @@ def _run(args) -> int:
         from warren.spark.class_archive import prepare
         path, what = prepare()
         print(f"class archive {path}: {what}", file=sys.stderr)
+        args.no_class_archive = path is None  # (so the title says so)
     tmp = tempfile.mkdtemp(prefix="bench-spark-")
     port, mgmt = free_port(), free_port()
     broker = subprocess.Popen([sys.executable, "-m", "warren", "server", "--port", str(port), "--management-port",

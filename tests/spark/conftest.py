@@ -31,8 +31,11 @@ def require_spark() -> None:
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(tmp_path_factory):
     require_spark()
+    # (no driver class archive a developer's `warren pipeline prepare` left in ~/.cache: every
+    # machine runs the tests alike; tests/spark/test_class_archive.py makes its own)
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
     from pyspark.sql import SparkSession
 
     from warren.spark import fast_start, register

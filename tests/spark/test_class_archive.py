@@ -21,6 +21,7 @@ builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "fa
 for key, value in settings.items():
     builder = builder.config(key, value)
 spark = builder.getOrCreate()
+print(spark.sparkContext._jvm.java.lang.System.getProperty("java.class.path"))
 print(spark.range(3).count())
 spark.stop()
 """
@@ -31,18 +32,19 @@ def _env(tmp_path):
     return {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache dir")}
 
 
-def _loaded_from(env, log) -> str:
+def _session(env, log) -> tuple[str, str]:
+    """(where SparkContext's class came from, the JVM's class path)."""
     done = subprocess.run([sys.executable, "-c", _SESSION, str(log)], env=env, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("3"), done.stderr[-2000:]
     line = next(line for line in log.read_text().splitlines() if " org.apache.spark.SparkContext " in line)
-    return line.split("source: ", 1)[1]
+    return line.split("source: ", 1)[1], done.stdout.strip().splitlines()[-2]
 
 
 def test_prepare_makes_the_archive_once_and_a_session_maps_it(tmp_path):
     require_spark()
     env = _env(tmp_path)
-    assert _loaded_from(env, tmp_path / "before.log").startswith("file:")  # from Spark's jar: no archive yet
+    assert _session(env, tmp_path / "before.log")[0].startswith("file:")  # from Spark's jar: no archive yet
 
     made = subprocess.run([sys.executable, "-m", "warren", "pipeline", "prepare"], env=env, capture_output=True,
                           text=True, timeout=600)
@@ -52,7 +54,18 @@ def test_prepare_makes_the_archive_once_and_a_session_maps_it(tmp_path):
     assert os.path.getsize(path) > 1 << 20
     assert [p.name for p in (tmp_path / "cache dir" / "warren").iterdir()] == [os.path.basename(path)]  # no .part
 
-    assert _loaded_from(env, tmp_path / "after.log") == "shared objects file (top)"
+    source, classpath = _session(env, tmp_path / "after.log")
+    assert source == "shared objects file (top)"
+
+    # What prepare checks before the archive takes its name: this one maps whole, a torn copy
+    # does not (its JVM dies of SIGBUS), nor does it with another class path.
+    from warren.spark.class_archive import maps
+    assert maps(path, classpath)
+    torn = tmp_path / "torn.jsa"
+    with open(path, "rb") as whole:
+        torn.write_bytes(whole.read(os.path.getsize(path) - (1 << 20)))
+    assert not maps(str(torn), classpath)
+    assert not maps(path, str(tmp_path))
 
     again = subprocess.run([sys.executable, "-m", "warren", "pipeline", "prepare"], env=env, capture_output=True,
                            text=True, timeout=600)
@@ -87,6 +100,29 @@ def test_a_dump_that_fails_leaves_no_archive(tmp_path, monkeypatch):
     assert class_archive.settings() == {}
 
 
+def test_a_dump_cut_short_leaves_no_jvm_and_no_archive(tmp_path, monkeypatch):
+    """A timeout kills the dumping session's whole process group: its JVM (which ignores
+    SIGINT) does not live on to dump a part file after prepare has cleaned up."""
+    require_spark()
+    from warren.spark import class_archive
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path, what = class_archive.prepare(timeout=4)
+    assert path is None and what == "not made: no archive after 4 s", what
+    folder = tmp_path / "cache" / "warren"
+    alive = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline(pid).find(str(folder)) >= 0]
+    assert alive == []
+    assert os.listdir(folder) == []
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def test_each_jvm_and_spark_has_an_archive_of_its_own(tmp_path, monkeypatch):
     require_spark()
     from warren.spark import class_archive
@@ -104,5 +140,22 @@ def test_each_jvm_and_spark_has_an_archive_of_its_own(tmp_path, monkeypatch):
     os.makedirs(os.path.dirname(other))
     with open(class_archive.archive_path(), "wb"):
         pass
-    assert class_archive.settings() == {class_archive.DRIVER_OPTIONS:
-                                        f"-XX:SharedArchiveFile={class_archive.archive_path()}"}
+    archive = class_archive.archive_path()
+    assert class_archive.settings() == {class_archive.DRIVER_OPTIONS: f"-XX:SharedArchiveFile={archive}"}
+
+    # The driver's options in spark-defaults.conf, which the session's setting replaces, come first.
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "spark-defaults.conf").write_text(
+        "# site settings\nspark.driver.memory 2g\nspark.driver.extraJavaOptions   -Da=1 -Db=2\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "conf"))
+    assert class_archive.settings() == {class_archive.DRIVER_OPTIONS: f"-Da=1 -Db=2 -XX:SharedArchiveFile={archive}"}
+
+
+def test_an_archive_option_is_quoted_as_spark_splits_them():
+    """Spark's launcher splits spark.driver.extraJavaOptions as a shell does; a path with
+    spaces runs end to end in test_prepare_makes_the_archive_once_and_a_session_maps_it."""
+    require_spark()
+    from warren.spark.class_archive import _option
+
+    assert _option("-XX:SharedArchiveFile", "/c/w/a.jsa") == "-XX:SharedArchiveFile=/c/w/a.jsa"
+    assert _option("-XX:SharedArchiveFile", "/my cache/it's.jsa") == "'-XX:SharedArchiveFile=/my cache/it'\\''s.jsa'"
