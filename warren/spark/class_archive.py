@@ -11,9 +11,8 @@ s, the first micro-batch 4.3-4.6 → 4.0-4.1 s).
 its JVM dumping with -XX:ArchiveClassesAtExit to a temporary name; the file takes the archive's
 name only once that JVM has exited with status 0, another has mapped all of it and it is on
 disk (fsync). A torn archive crashes the JVM that maps it (SIGBUS, tried): a partial file is
-never at the archive's name. `settings()` gives the driver
-the archive when it is there, nothing otherwise (a JVM that cannot use it, another build or
-class path, starts without it).
+never at the archive's name. `settings()` gives the driver the archive when it is there,
+nothing otherwise (a JVM that cannot use it, another build or class path, starts without it).
 """
 
 from __future__ import annotations
@@ -115,8 +114,11 @@ def prepare(timeout: float = 600) -> tuple[str | None, str]:
     os.makedirs(folder, exist_ok=True)
     for name in os.listdir(folder):  # parts of runs that died (a running one's is younger)
         left = os.path.join(folder, name)
-        if ".part" in name and os.path.getmtime(left) < time.time() - timeout - 60:
-            os.unlink(left)
+        try:
+            if ".part" in name and os.path.getmtime(left) < time.time() - timeout - 60:
+                os.unlink(left)
+        except FileNotFoundError:  # (another prepare cleaned it up first)
+            pass
     part = f"{path}.{uuid.uuid4().hex}.part"
     # In a process group of its own: on a timeout or an interrupt its JVM (which ignores
     # SIGINT, and would dump at its exit after this returned) is killed with it.
@@ -129,7 +131,7 @@ def prepare(timeout: float = 600) -> tuple[str | None, str]:
             os.killpg(child.pid, signal.SIGKILL)
             child.communicate()  # (its pipe closes once the whole group is gone)
             raise
-        if child.returncode != 0 or not os.path.isfile(part):
+        if child.returncode != 0 or not os.path.isfile(part) or not os.path.isfile(part + ".classpath"):
             said = (err.strip().splitlines() or ["(nothing on stderr)"])[-1]
             return None, f"not made: the dumping JVM's session exited with {child.returncode}: {said}"
         with open(part + ".classpath", encoding="utf-8") as f:
