@@ -60,12 +60,14 @@ def test_prepare_makes_the_archive_once_and_a_session_maps_it(tmp_path):
     # What prepare checks before the archive takes its name: this one maps whole, a torn copy
     # does not (its JVM dies of SIGBUS), nor does it with another class path.
     from warren.spark.class_archive import maps
+    reports = set(f for f in os.listdir() if f.startswith("hs_err_pid"))
     assert maps(path, classpath)
     torn = tmp_path / "torn.jsa"
     with open(path, "rb") as whole:
         torn.write_bytes(whole.read(os.path.getsize(path) - (1 << 20)))
     assert not maps(str(torn), classpath)
     assert not maps(path, str(tmp_path))
+    assert set(f for f in os.listdir() if f.startswith("hs_err_pid")) == reports  # (no crash report left here)
 
     again = subprocess.run([sys.executable, "-m", "warren", "pipeline", "prepare"], env=env, capture_output=True,
                            text=True, timeout=600)
