@@ -273,14 +273,27 @@ def _store(items, key, value) -> None:
         items[key] = value
 
 
+# What follows a field's type octet, by the octet (table_error): the size of a fixed-size
+# value, or one of these.
+_STRING, _CONTAINER, _REAL, _UNKNOWN = -1, -2, -3, -4
+_STEP = tuple(_STRING if k in (_LONGSTR, _BYTES) else _CONTAINER if k in (_TABLE, _ARRAY)
+              else _REAL if k in (_FLOAT, _DOUBLE) else _FIXED_SIZE.get(k, _UNKNOWN) for k in range(256))
+
+
 def table_error(buf, pos: int, end: int) -> str | None:
     """Why the field table in buf[pos:end] (its content, after the length) is malformed, or
     None: the checks of decode_table (RabbitMQ's parser: known types, every value inside
     its table, finite floats, and MAX_NESTING), without building anything. Keys may be any
-    bytes, as in RabbitMQ."""
+    bytes, as in RabbitMQ.
+
+    This runs for every published headers table not seen just before (a Celery task's 19
+    headers: 2.2 µs, 3.0 with a dict lookup and float test per field), so a field's type
+    octet indexes a tuple of steps, and a value that runs past its container's end is caught
+    when the next field starts."""
     in_array = False
     outer: list = []  # (end, in_array) of the enclosing containers
-    fixed = _FIXED_SIZE
+    step_of = _STEP
+    length = _I.unpack_from
     try:
         while True:
             if pos >= end:
@@ -295,29 +308,30 @@ def table_error(buf, pos: int, end: int) -> str | None:
                 if pos >= end:
                     return "truncated field table"
             kind = buf[pos]
+            step = step_of[kind]
             pos += 1
-            size = fixed.get(kind)
-            if size is not None:
-                if kind == _DOUBLE or kind == _FLOAT:
-                    if pos + size > end:
-                        return "truncated field value"
-                    value = (_d if kind == _DOUBLE else _f).unpack_from(buf, pos)[0]
-                    if value != value or value in (math.inf, -math.inf):
-                        return "a float that is not a finite number"
-                pos += size
-            elif kind in (_LONGSTR, _BYTES, _TABLE, _ARRAY):
+            if step >= 0:
+                pos += step
+            elif step == _STRING:
+                pos += 4 + length(buf, pos)[0]
+            elif step == _CONTAINER:
                 if pos + 4 > end:
                     return "truncated field value"
-                stop = pos + 4 + _I.unpack_from(buf, pos)[0]
+                stop = pos + 4 + length(buf, pos)[0]
                 if stop > end:
                     return "truncated field value"
-                if kind == _TABLE or kind == _ARRAY:
-                    if len(outer) + 2 > MAX_NESTING:
-                        return f"field table nested deeper than {MAX_NESTING} levels"
-                    outer.append((end, in_array))
-                    pos, end, in_array = pos + 4, stop, kind == _ARRAY
-                else:
-                    pos = stop
+                if len(outer) + 2 > MAX_NESTING:
+                    return f"field table nested deeper than {MAX_NESTING} levels"
+                outer.append((end, in_array))
+                pos, end, in_array = pos + 4, stop, kind == _ARRAY
+            elif step == _REAL:
+                size = 8 if kind == _DOUBLE else 4
+                if pos + size > end:
+                    return "truncated field value"
+                value = (_d if kind == _DOUBLE else _f).unpack_from(buf, pos)[0]
+                if value != value or value in (math.inf, -math.inf):
+                    return "a float that is not a finite number"
+                pos += size
             else:
                 return f"unknown field type {chr(kind)!r}"
     except (struct.error, IndexError):
