@@ -168,6 +168,33 @@ def test_the_validator_agrees_with_the_decoder(raw):
     assert (table_error(raw, 0, len(raw)) is None) == accepted
 
 
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**63 - 1) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12) | st.binary(max_size=6),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=12)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), _VALUES, max_size=6), st.data())
+def test_the_validator_agrees_with_the_decoder_on_tables_cut_and_damaged(table, data):
+    """Real tables (nested tables and arrays, every kind of value), cut short or with one octet
+    changed, and inside a longer buffer (the check must stop at its end, not the buffer's)."""
+    raw = encode_table(table)[4:]
+    assert table_error(raw, 0, len(raw)) is None
+    damaged = bytearray(raw[:data.draw(st.integers(0, len(raw)))])
+    if damaged and data.draw(st.booleans()):
+        damaged[data.draw(st.integers(0, len(damaged) - 1))] = data.draw(st.integers(0, 255))
+    damaged = bytes(damaged)
+    try:
+        accepted = _finite(decode_table(damaged))
+    except DecodeError:
+        accepted = False
+    assert (table_error(damaged, 0, len(damaged)) is None) == accepted
+    inside = b"\x01" + damaged + b"\xff\xff\xff\xffS\x00"
+    assert table_error(inside, 1, 1 + len(damaged)) == table_error(damaged, 0, len(damaged))
+
+
 def _finite(value) -> bool:
     if isinstance(value, dict):
         return all(_finite(v) for v in value.values())
