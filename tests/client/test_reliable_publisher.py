@@ -199,7 +199,14 @@ async def test_outbox_parks_missing_exchange_and_unpark_resends(broker, uid, tmp
         assert await pub.unconfirmed() == []
         ch.exchange_delete(ex)
         conn.close()
-    assert sorted(b for b, _ in take(broker, q)) == [b"direct", b"waits"]
+    got = take(broker, q)
+    # "direct" may come twice: it goes out on the channel the 404 closes, and aio-pika reopening
+    # that channel can race a frame into a connection close (504 "expected 'channel.open'", as
+    # RabbitMQ answers), after which the outbox resends it: at least once, its message id kept.
+    # (Seen once in CI.) The parked message is sent once, by unpark().
+    assert sorted({b for b, _ in got}) == [b"direct", b"waits"]
+    assert [b for b, _ in got].count(b"waits") == 1
+    assert len({m for b, m in got if b == b"direct"}) == 1
 
 
 @pytest.mark.asyncio
