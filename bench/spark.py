@@ -51,7 +51,8 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYT
 # on PATH, which may lack the spark extra)
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 LOADGEN = os.path.join(HERE, "loadgen")
-PAGE_REPORTING = "/sys/module/page_reporting/parameters"
+# (the page order from which free blocks are reported to the host; above MAX_PAGE_ORDER, 10, none)
+REPORTING_ORDER = "/sys/module/page_reporting/parameters/page_reporting_order"
 
 
 def free_port() -> int:
@@ -69,9 +70,8 @@ def loadgen(port: int, *args) -> dict:
 def page_reporting() -> bool | None:
     """Whether this VM's kernel hands freed memory back to its host (None: it cannot)."""
     try:
-        with open(os.path.join(PAGE_REPORTING, "page_reporting_order")) as f:
-            # (-1: no reporting device yet; above MAX_PAGE_ORDER, 10, no free block qualifies)
-            return 0 <= int(f.read()) <= 10
+        with open(REPORTING_ORDER) as f:
+            return 0 <= int(f.read()) <= 10  # (-1: no reporting device yet)
     except (OSError, ValueError):
         return None
 
@@ -80,7 +80,7 @@ def page_reporting() -> bool | None:
 def guest_memory_kept(gib: int):
     """Free page reporting off (an order above the largest: no free block qualifies) and
     `gib` GiB touched once, so the pages the host took back are the guest's again."""
-    order = os.path.join(PAGE_REPORTING, "page_reporting_order")
+    order = REPORTING_ORDER
     with open("/proc/meminfo") as f:
         available = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:")) >> 20
     if gib > available - 2:

@@ -161,3 +161,15 @@ def test_an_archive_option_is_quoted_as_spark_splits_them():
 
     assert _option("-XX:SharedArchiveFile", "/c/w/a.jsa") == "-XX:SharedArchiveFile=/c/w/a.jsa"
     assert _option("-XX:SharedArchiveFile", "/my cache/it's.jsa") == "'-XX:SharedArchiveFile=/my cache/it'\\''s.jsa'"
+
+
+def test_no_archive_under_a_path_spark_would_refuse(tmp_path, monkeypatch):
+    """Spark's launcher refuses driver options holding "Xmx": an archive there is not offered."""
+    require_spark()
+    from warren.spark import class_archive
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "Xmx"))
+    os.makedirs(os.path.dirname(class_archive.archive_path()))
+    with open(class_archive.archive_path(), "wb"):
+        pass
+    assert class_archive.settings() == {}

@@ -23,8 +23,9 @@ def fast_start() -> dict[str, str]:
     changed once the session runs): the daemon of Spark's Python task workers imports pyspark
     from the installed package rather than compiling it again from pyspark.zip
     (warren.spark.daemon), and the driver's JVM maps the class archive `warren pipeline
-    prepare` made, if it has (warren.spark.class_archive: spark.driver.extraJavaOptions, so
-    a session that sets its own should add -XX:SharedArchiveFile to them).
+    prepare` made, if it has (warren.spark.class_archive: spark.driver.extraJavaOptions, after
+    those spark-defaults.conf gives; a session that sets its own in code should add
+    -XX:SharedArchiveFile to them).
     `for k, v in fast_start().items(): builder = builder.config(k, v)`"""
     from .class_archive import settings
 
