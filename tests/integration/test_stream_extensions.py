@@ -198,7 +198,7 @@ def batches(broker, name, count, **args):
     got = []
 
     def on(c, m, props, body):
-        got.append((m, props, list(records.entries(body)), len(body)))
+        got.append((m, props, list(records.decode([body]).rows()), len(body)))
         if sum(len(e) for _m, _p, e, _n in got) < count:
             c.basic_ack(m.delivery_tag)
     tag = ch.basic_consume(name, on, arguments=args)
@@ -257,7 +257,7 @@ def test_a_record_batch_holds_at_least_one_entry(broker, connection, names):
     live.basic_qos(prefetch_count=1)
     seen = []
     records = pytest.importorskip("warren.spark.records").Records()
-    live.basic_consume(s, lambda c, m, p, b: (seen.extend(e[0] for e in records.entries(b)),
+    live.basic_consume(s, lambda c, m, p, b: (seen.extend(records.decode([b]).offset.tolist()),
                                               c.basic_ack(m.delivery_tag)),
                        arguments={BATCH: 1 << 20, "x-stream-offset": "next"})
     connection.process_data_events(0.2)

@@ -213,17 +213,18 @@ def _channel(broker):
     return conn, conn.channel()
 
 
-def publish_to_stream(broker, name: str, numbers: range, declare: bool = False) -> None:
-    """Publish message i (message_id str(i)) for each i; unconfirmed but the last (the broker
-    takes a channel's publishes in order: its confirm covers them all)."""
+def publish_to_stream(broker, name: str, numbers: range, declare: bool = False, pad: int = 0) -> None:
+    """Publish message i (message_id str(i), body m<i> and `pad` octets more) for each i;
+    unconfirmed but the last (the broker takes a channel's publishes in order: its confirm
+    covers them all)."""
     conn, ch = _channel(broker)
     if declare:
         ch.queue_declare(name, durable=True, arguments={"x-queue-type": "stream"})
-    last = numbers[-1]
+    last, padding = numbers[-1], b"." * pad
     for i in numbers[:-1]:
-        ch.basic_publish("", name, b"m%d" % i, pika.BasicProperties(message_id=str(i)))
+        ch.basic_publish("", name, b"m%d" % i + padding, pika.BasicProperties(message_id=str(i)))
     ch.confirm_delivery()
-    ch.basic_publish("", name, b"m%d" % last, pika.BasicProperties(message_id=str(last)))
+    ch.basic_publish("", name, b"m%d" % last + padding, pika.BasicProperties(message_id=str(last)))
     conn.close()
 
 
@@ -459,7 +460,7 @@ def _event(path: Path, phase: str, job: Job, timeout: float = 90) -> dict:
 
 @pytest.mark.timeout(240)
 def test_a_connection_closed_mid_task_is_retried(broker, uid, tmp_path, jobs):
-    """A batch read of a stream of 60,000 entries, the broker closing the reader's connection
+    """A batch read of a stream of 60,000 entries of 2 KiB, the broker closing the reader's connection
     while it reads; then a batch write of 5,000 rows, the broker closing a publisher's
     connection while it publishes: each time the task fails, Spark runs it again (local[2,4]),
     and the read gives exactly the stream, the queue gets every row (a closed publisher's
@@ -473,7 +474,9 @@ def test_a_connection_closed_mid_task_is_retried(broker, uid, tmp_path, jobs):
     events = tmp_path / "events.jsonl"
     began = time.time()
     job = jobs("retries", uri(broker), s, q, events, "--rows", rows)
-    publish_to_stream(broker, s, range(n), declare=True)  # while the job starts
+    # while the job starts; 2 KiB bodies, so the read lasts long enough to be broken (a reader
+    # has up to 4 MiB of record batches in flight: 60,000 small entries would all be there)
+    publish_to_stream(broker, s, range(n), declare=True, pad=2048)
     published = time.time()
     ready = _event(events, "ready", job)
     (tmp_path / "events.jsonl.go").touch()

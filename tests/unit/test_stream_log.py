@@ -227,7 +227,7 @@ def read_records(log, offset=0, max_bytes=1000) -> list[tuple[int, int, bytes]]:
 
 def entries(batch: bytes) -> list[tuple[int, bytes]]:
     records = pytest.importorskip("warren.spark.records").Records()
-    return [(offset, body) for offset, _x, _rk, _props, body in records.entries(batch)]
+    return [(offset, body) for offset, _x, _rk, _props, body in records.decode([batch]).rows()]
 
 
 def test_record_batches_across_segments_from_any_offset(persister, monkeypatch):

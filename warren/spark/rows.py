@@ -7,7 +7,10 @@ import datetime
 import json
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+
+from .records import Entries
 
 SCHEMA_DDL = (
     "body BINARY, exchange STRING, routing_key STRING, source STRING, offset BIGINT, redelivered BOOLEAN, "
@@ -86,7 +89,9 @@ class Batch:
     What a message's properties give (timestamp, delivery count, the properties struct, the
     deaths, the headers map) is worked out once per properties object (the wire reader shares
     one between deliveries with the same content header) and taken into the columns by index
-    at the end: per row only the body, the routing fields and the offset are appended.
+    at the end: per row only the body, the routing fields and the offset are appended, one by
+    one with add(), or many at once with add_entries() (a stream's record batches, already in
+    columns).
 
     `annotation`: a header the broker adds to every delivery and the row has a column for
     (a stream's `x-stream-offset`: the `offset` column), left out of the `headers` map, which
@@ -105,25 +110,37 @@ class Batch:
         self._offset: list[int | None] = []
         self._redelivered: list[bool] = []
         self._which: list[int] = []  # per row: its entry in _shared
+        self._entries: list[tuple[Entries, str, np.ndarray]] = []  # (entries, source, their entries in _shared)
+        self._rows = 0
         self._shared: list[tuple] = []  # (properties, delivery_count, timestamp, props, deaths, headers)
         self._seen: dict[int, int] = {}  # id(properties) -> entry
 
     def __len__(self) -> int:
-        return len(self._which)
+        return self._rows
 
     def add(self, body: bytes, exchange: str, routing_key: str, source: str, offset: int | None,
             redelivered: bool, properties: Any) -> None:
         """One message; `properties`: the pamqp Basic.Properties it came with."""
-        entry = self._seen.get(id(properties))
-        if entry is None:
-            entry = self._seen[id(properties)] = self._learn(properties)
         self._body.append(body)
         self._exchange.append(exchange)
         self._routing_key.append(routing_key)
         self._source.append(source)
         self._offset.append(offset)
         self._redelivered.append(redelivered)
-        self._which.append(entry)
+        self._which.append(self._entry(properties))
+        self._rows += 1
+
+    def add_entries(self, entries: Entries, source: str) -> None:
+        """Entries of stream `source`, none redelivered."""
+        shared = np.array([self._entry(p) for p in entries.properties], np.int32)
+        self._entries.append((entries, source, shared[entries.which] if len(shared) else entries.which))
+        self._rows += len(entries)
+
+    def _entry(self, properties: Any) -> int:
+        entry = self._seen.get(id(properties))
+        if entry is None:
+            entry = self._seen[id(properties)] = self._learn(properties)
+        return entry
 
     def _learn(self, properties: Any) -> int:
         headers = properties.headers or {}
@@ -137,14 +154,21 @@ class Batch:
         return len(self._shared) - 1
 
     def record_batch(self) -> pa.RecordBatch:
-        which = pa.array(self._which, pa.int32())
+        if self._entries and self._which:  # (their order would be lost)
+            raise ValueError("a Batch takes rows one by one or as entries, not both")
+        if self._entries:
+            columns = {name: _joined([_entry_columns(*e)[name] for e in self._entries]) for name in _ROW_COLUMNS}
+        else:
+            columns = {"body": self._body, "exchange": self._exchange, "routing_key": self._routing_key,
+                       "source": self._source, "offset": self._offset, "redelivered": self._redelivered,
+                       "which": self._which}
+            columns = {name: pa.array(values, _ROW_COLUMNS[name]) for name, values in columns.items()}
+        which = columns.pop("which")
         shared = list(zip(*self._shared)) or [()] * 6
-        columns = {"body": self._body, "exchange": self._exchange, "routing_key": self._routing_key,
-                   "source": self._source, "offset": self._offset, "redelivered": self._redelivered}
         arrays = []
         for field in ARROW_SCHEMA:
             if field.name in columns:
-                arrays.append(pa.array(columns[field.name], field.type))
+                arrays.append(columns[field.name])
             else:  # worked out once per properties object, taken by index
                 arrays.append(pa.array(shared[_SHARED_AT[field.name]], field.type).take(which))
         batch = pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA)
@@ -152,4 +176,20 @@ class Batch:
         return batch
 
 
+def _entry_columns(entries: Entries, source: str, which: np.ndarray) -> dict[str, pa.Array]:
+    n = len(entries)
+    return {"body": entries.body, "exchange": entries.exchange, "routing_key": entries.routing_key,
+            "source": pa.array([source], pa.string()).take(np.zeros(n, np.int32)),
+            "offset": pa.array(entries.offset, pa.int64()), "redelivered": pa.array(np.zeros(n, np.bool_)),
+            "which": pa.array(which, pa.int32())}
+
+
+def _joined(arrays: list[pa.Array]) -> pa.Array:
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+
+
+# the columns given per row, and the index into the shared ones
+_ROW_COLUMNS = {**{name: ARROW_SCHEMA.field(name).type
+                   for name in ("body", "exchange", "routing_key", "source", "offset", "redelivered")},
+                "which": pa.int32()}
 _SHARED_AT = {"delivery_count": 1, "timestamp": 2, "properties": 3, "death": 4, "headers": 5}

@@ -162,7 +162,8 @@ def read_partition(options: SourceOptions, partition: RangePartition) -> Iterato
     """The rows of one range, as Arrow record batches."""
     batch = Batch(annotation="x-stream-offset")
     r = StreamRange(partition.stream, partition.start, partition.end)
-    for _taken in range_reader(options.endpoint, r, options.fail_on_data_loss, batch.add, every=ROWS_PER_BATCH):
+    for _taken in range_reader(options.endpoint, r, options.fail_on_data_loss, batch.add, every=ROWS_PER_BATCH,
+                               on_entries=batch.add_entries):
         if len(batch):
             yield batch.record_batch()
 
