@@ -17,7 +17,7 @@ from warren.spark.wire import ProtocolError  # noqa: E402
 def entries(offsets: list[int]) -> Entries:
     n = len(offsets)
     return Entries(np.array(offsets, np.int64), pa.array([b"%d" % o for o in offsets], pa.binary()),
-                   pa.array(["x"] * n), pa.array(["k"] * n), np.zeros(n, np.int32), [object()])
+                   np.zeros(n, np.int32), [("x", "k")], np.zeros(n, np.int32), [object()])
 
 
 def one_by_one(r: StreamRange, offsets: list[int]) -> tuple:
@@ -61,3 +61,7 @@ def test_offsets_out_of_order_are_refused():
     range_ = wb._Range(StreamRange("s", 0, 10), None, 0, lambda e, s: None)
     with pytest.raises(ProtocolError, match="out of order"):
         range_.take_entries(entries([1, 2, 2, 3]))
+    range_ = wb._Range(StreamRange("s", 0, 10), None, 0, lambda e, s: None)
+    range_.take_entries(entries([1, 2, 3]))
+    with pytest.raises(ProtocolError, match="out of order"):  # (across calls too)
+        range_.take_entries(entries([3, 4]))

@@ -174,3 +174,22 @@ def test_a_batch_of_entries_is_the_batch_of_their_rows():
     whole.add(b"x", "", "k", "s", 99, False, reader.decode(made[:1]).properties[0])
     with pytest.raises(ValueError, match="not both"):
         whole.record_batch()
+
+
+def test_names_that_are_not_utf8():
+    """Warren and RabbitMQ take any octets in a routing key: the reader keeps them (as
+    surrogates, which turn back into the same octets) and the row shows U+FFFD for them, one by
+    one or in columns (Arrow's strings must be UTF-8), instead of failing the read."""
+    rows = pytest.importorskip("warren.spark.rows")
+    route = shortstr("x") + b"\x04k\xff\xfez"
+    header = encode_header(1, {})
+    batch = sg.encode_record(0, 3, route, header, b"a") + record(4, b"b")
+    got = entries(batch)
+    assert [(o, x, k) for o, x, k, _p, _b in got] == [(3, "x", "k\udcff\udcfez"), (4, "x", "k")]
+    assert got[0][2].encode("utf-8", "surrogateescape") == b"k\xff\xfez"
+    in_columns, one_by_one = rows.Batch(), rows.Batch()
+    in_columns.add_entries(records.Records().decode([batch]), "s")
+    for offset, exchange, key, props, body in got:
+        one_by_one.add(body, exchange, key, "s", offset, False, props)
+    for made in (in_columns.record_batch(), one_by_one.record_batch()):
+        assert made.column("routing_key").to_pylist() == ["k\ufffd\ufffdz", "k"]

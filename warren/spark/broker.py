@@ -209,6 +209,7 @@ class _Range:
         self.r, self.on_message, self.every, self.on_entries = r, on_message, every, on_entries
         self.taken = self.skipped = 0
         self.last = r.start - 1  # the offset taken last
+        self.seen = -1  # (take_entries) the last offset of the entries before
         self.gaps: list[tuple[int, int]] = []  # [first missing, next present) in the range
         self.done = False
 
@@ -237,8 +238,10 @@ class _Range:
     def take_entries(self, entries: Entries) -> None:
         """take() of each entry, a column at a time: those of the range to on_entries."""
         r, offsets = self.r, entries.offset
-        if len(offsets) > 1 and bool((offsets[1:] <= offsets[:-1]).any()):
-            raise ProtocolError(f"stream {r.stream!r}: record batches with offsets out of order")
+        if len(offsets):
+            if offsets[0] <= self.seen or bool((offsets[1:] <= offsets[:-1]).any()):
+                raise ProtocolError(f"stream {r.stream!r}: record batches with offsets out of order")
+            self.seen = int(offsets[-1])
         low, high = (int(i) for i in np.searchsorted(offsets, (r.start, r.end)))
         self.skipped += low
         if high > low:
@@ -246,7 +249,7 @@ class _Range:
             before = np.concatenate(((self.last,), kept[:-1]))
             self.gaps.extend((int(b) + 1, int(o)) for b, o in zip(before[kept > before + 1], kept[kept > before + 1]))
             assert self.on_entries is not None
-            self.on_entries(entries.take(low, high), r.stream)
+            self.on_entries(entries.slice(low, high), r.stream)
             self.taken += high - low
             self.last = int(kept[-1])
         if high < len(offsets) or self.last == r.end - 1:
@@ -303,7 +306,7 @@ def _read_batches(wire: Wire, range_: _Range) -> Iterator[int]:
         return False
 
     pending: list[bytes] = []  # (with on_entries) batches not yet decoded, their entries and bytes
-    entries = size = 0
+    pending_entries = size = 0
     while not range_.done:
         wire.deliveries(on_delivery)
         tag, batch, count, last = got.pop()
@@ -316,10 +319,10 @@ def _read_batches(wire: Wire, range_: _Range) -> Iterator[int]:
                     yield range_.taken
             continue
         pending.append(batch)
-        entries, size = entries + count, size + len(batch)
-        if entries >= range_.every or size >= CHUNK_BYTES or last >= r.end - 1:
+        pending_entries, size = pending_entries + count, size + len(batch)
+        if pending_entries >= range_.every or size >= CHUNK_BYTES or last >= r.end - 1:
             range_.take_entries(records.decode(pending))
-            pending, entries, size = [], 0, 0
+            pending, pending_entries, size = [], 0, 0
             yield range_.taken
 
 

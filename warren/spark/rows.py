@@ -157,12 +157,13 @@ class Batch:
         if self._entries and self._which:  # (their order would be lost)
             raise ValueError("a Batch takes rows one by one or as entries, not both")
         if self._entries:
-            columns = {name: _joined([_entry_columns(*e)[name] for e in self._entries]) for name in _ROW_COLUMNS}
+            parts = [_entry_columns(*e) for e in self._entries]
+            columns = {name: _joined([part[name] for part in parts]) for name in _ROW_COLUMNS}
         else:
             columns = {"body": self._body, "exchange": self._exchange, "routing_key": self._routing_key,
                        "source": self._source, "offset": self._offset, "redelivered": self._redelivered,
                        "which": self._which}
-            columns = {name: pa.array(values, _ROW_COLUMNS[name]) for name, values in columns.items()}
+            columns = {name: _array(values, _ROW_COLUMNS[name]) for name, values in columns.items()}
         which = columns.pop("which")
         shared = list(zip(*self._shared)) or [()] * 6
         arrays = []
@@ -178,10 +179,23 @@ class Batch:
 
 def _entry_columns(entries: Entries, source: str, which: np.ndarray) -> dict[str, pa.Array]:
     n = len(entries)
-    return {"body": entries.body, "exchange": entries.exchange, "routing_key": entries.routing_key,
+    exchanges, keys = zip(*entries.routes) if entries.routes else ((), ())
+    return {"body": entries.body, "exchange": _array(exchanges, pa.string()).take(entries.route),
+            "routing_key": _array(keys, pa.string()).take(entries.route),
             "source": pa.array([source], pa.string()).take(np.zeros(n, np.int32)),
             "offset": pa.array(entries.offset, pa.int64()), "redelivered": pa.array(np.zeros(n, np.bool_)),
             "which": pa.array(which, pa.int32())}
+
+
+def _array(values: Any, type_: pa.DataType) -> pa.Array:
+    """pa.array(values, type_); a string column's names that are not UTF-8 (the readers keep
+    their octets as surrogates, as Warren and RabbitMQ take any octets in a shortstr) shown
+    with U+FFFD for those octets, as Arrow's strings must be UTF-8."""
+    try:
+        return pa.array(values, type_)
+    except UnicodeEncodeError:
+        return pa.array([v if v is None else v.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+                         for v in values], type_)
 
 
 def _joined(arrays: list[pa.Array]) -> pa.Array:
