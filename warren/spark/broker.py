@@ -247,7 +247,8 @@ class _Range:
         if high > low:
             kept = offsets[low:high]
             before = np.concatenate(((self.last,), kept[:-1]))
-            self.gaps.extend((int(b) + 1, int(o)) for b, o in zip(before[kept > before + 1], kept[kept > before + 1]))
+            jumps = kept > before + 1
+            self.gaps.extend((int(b) + 1, int(o)) for b, o in zip(before[jumps], kept[jumps]))
             assert self.on_entries is not None
             self.on_entries(entries.slice(low, high), r.stream)
             self.taken += high - low
