@@ -15,9 +15,9 @@ body. RabbitMQ has no such argument: against it the source reads entry by entry.
 The entries are taken apart a column at a time (numpy and Arrow): Python walks only the chain
 of lengths; offsets, routes and content headers are gathered by numpy from the batches joined,
 and the bodies become an Arrow binary column by one more copy in Arrow (views into the joined
-batches, cast). Measured on
-2026-11-28 (100,000 × 1 KiB entries, 256 KiB batches, 8,192 entries at a time): 0.4 µs an entry
-against 1.4-1.7 µs for a loop over the entries into the same Arrow columns."""
+batches, cast). Measured on 2026-11-28 (1 KiB entries, 8,192 at a time): 0.4 µs an entry
+against 1.4-1.7 µs for a loop over the entries into the same Arrow columns; a range read alone
+into Arrow IPC 0.95-1.0 µs of CPU an entry against 1.6-1.85."""
 
 from __future__ import annotations
 
