@@ -31,7 +31,7 @@ import uuid
 from typing import Iterator
 
 from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceStreamReader, InputPartition,
-                                    WriterCommitMessage)
+                                    ReadLimit, WriterCommitMessage)
 
 DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 _FORMAT = "warren-class-archive"
@@ -192,7 +192,7 @@ class _SampleStream(DataSourceStreamReader):
     def initialOffset(self) -> dict:
         return {"rows": 0}
 
-    def latestOffset(self) -> dict:
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # (admission control, as the source's)
         return {"rows": 2}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
@@ -237,9 +237,11 @@ def _dump(part: str) -> int:
         rows = spark.read.parquet(out)
         rows.write.format(_FORMAT).mode("append").save()
         rows.count()
+    view, gateway = spark.sparkContext._jvm, spark.sparkContext._gateway
+    assert view is not None and gateway is not None  # (a running session has both)
     with open(part + ".classpath", "w") as f:  # (a JVM maps the archive only with the class path it was made with)
-        f.write(spark.sparkContext._jvm.java.lang.System.getProperty("java.class.path"))
-    jvm = spark.sparkContext._gateway.proc
+        f.write(view.java.lang.System.getProperty("java.class.path"))
+    jvm = gateway.proc
     spark.stop()
     jvm.stdin.close()  # (Spark's gateway exits when its stdin closes; the dump runs at its exit)
     return jvm.wait(300)
