@@ -102,6 +102,16 @@ def test_a_header_longer_than_its_record_is_refused():
         entries(bytes(bad))
 
 
+def test_a_content_header_shorter_than_its_fixed_fields_is_refused():
+    short = sg.encode_record(0, 0, shortstr("x") + shortstr("k"), b"\x00\x3c\x00\x00", b"abc")
+    with pytest.raises(ValueError, match="content header is cut short"):
+        entries(short)
+
+
+def test_no_entries():
+    assert entries(b"") == [] and entries(b"", b"") == []
+
+
 def test_a_route_that_is_not_two_shortstrs_is_refused():
     good = record(0, b"abc")
     bad = bytearray(good)

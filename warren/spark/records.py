@@ -85,25 +85,27 @@ class Records:
         if len(data) >= 1 << 31:  # (a binary view's offsets are int32)
             raise ValueError(f"record batches of {len(data)} bytes at once: at most 2 GiB")
         starts = _starts(data, batches)
+        if not starts:
+            return Entries(np.zeros(0, np.int64), pa.array([], pa.binary()), np.zeros(0, np.int32), [],
+                           np.zeros(0, np.int32), [])
         u8 = np.frombuffer(data, np.uint8)
         at = np.array(starts, np.int64)
-        n = len(at)
         end = np.append(at[1:], len(data))
-        if n and int((end - at).min()) < _HEAD_SIZE:
+        if int((end - at).min()) < _HEAD_SIZE:
             _refuse(end - at < _HEAD_SIZE, at, data, "a record batch cut short at {} of {} bytes")
         offset = _big_endian(u8, at + 9, 8)
-        if n and int(offset.max()) >> 63:  # (offsets are int64 in Spark and Arrow)
+        if int(offset.max()) >> 63:  # (offsets are int64 in Spark and Arrow)
             _refuse(offset >> np.uint64(63) != 0, at, data, "a record's offset is out of range at {} of {} bytes")
         offset = offset.astype(np.int64)
         route_len = _big_endian(u8, at + 17, 2).astype(np.int64)
         route_at = at + _HEAD_SIZE + np.where(u8[at + 8] & _SLOT, 8, 0)
         header_at = route_at + route_len  # (its length)
-        if n and int((end - header_at).min()) < 4:
+        if int((end - header_at).min()) < 4:
             _refuse(end - header_at < 4, at, data, "a record batch cut short at {} of {} bytes")
         header_end = header_at + 4 + _big_endian(u8, header_at, 4).astype(np.int64)
-        if n and int((end - header_end).min()) < 0:
+        if int((end - header_end).min()) < 0:
             _refuse(header_end > end, at, data, "a record's content header runs past its end at {} of {} bytes")
-        if n and int((header_end - header_at).min()) < 4 + _HEADER_MIN:
+        if int((header_end - header_at).min()) < 4 + _HEADER_MIN:
             _refuse(header_end - header_at < 4 + _HEADER_MIN, at, data,
                     "a record's content header is cut short at {} of {} bytes")
         buffer = pa.py_buffer(data)
@@ -171,7 +173,7 @@ def _views(u8: np.ndarray, start: np.ndarray, length: np.ndarray, buffer: pa.Buf
     views = np.zeros((n, 16), np.uint8)
     views[:, 0:4] = length.astype("<i4").view(np.uint8).reshape(n, 4)
     span = np.arange(_VIEW_INLINE)
-    head = u8[np.minimum(start[:, None] + span, len(u8) - 1)] if len(u8) else np.zeros((n, _VIEW_INLINE), np.uint8)
+    head = u8[np.minimum(start[:, None] + span, len(u8) - 1)]  # (clamped: masked below)
     head[span >= length[:, None]] = 0
     views[:, 4:16] = head
     long_ = length > _VIEW_INLINE
