@@ -67,11 +67,17 @@ def test_audit_then_replay_a_subset_exactly_once(spark, broker, uid, tmp_path, c
 
     replay = _args(uri=uri(broker), input=table, where="reason = 'rejected' AND CAST(message_id AS INT) < 4")
     assert pipeline.replay(spark, replay) == 0
+    assert "replayed 4 dead letters (new checkpoint" in capsys.readouterr().out
     back = _drain(broker, work)
     assert sorted((b, m) for b, m, _ in back) == [(b"job %d" % i, str(i)) for i in range(4)]
     assert all(h == {"kind": "job"} for _, _, h in back)  # the broker's x- headers are not sent again
     assert pipeline.replay(spark, replay) == 0  # a second run: its checkpoint has them all
+    assert "replayed 0 dead letters (resumed from checkpoint" in capsys.readouterr().out
     assert _drain(broker, work) == []
+    # another selection from the same table has a checkpoint of its own: the rest of the rejected
+    pipeline.replay(spark, _args(uri=uri(broker), input=table, where="reason = 'rejected' AND CAST(message_id AS INT) >= 4"))
+    assert "replayed 6 dead letters (new checkpoint" in capsys.readouterr().out
+    assert sorted(m for _, m, _ in _drain(broker, work)) == [str(i) for i in range(4, 10)]
 
 
 def test_a_dead_letter_queue_drained_into_the_audit(spark, broker, uid, tmp_path, capsys):
@@ -169,6 +175,27 @@ def test_audit_and_replay_over_amqps(spark, uid, tmp_path, capsys):
         assert sorted(m for _, m, _ in _drain(broker, work)) == sorted(str(i) for i in range(10))
     finally:
         broker.stop()
+
+
+def test_replay_as_one_command(spark, broker, uid, tmp_path):
+    """The command itself, in its own Spark: an audited table replayed to another exchange."""
+    work, dlq = _dead_letters(broker, uid)
+    table = str(tmp_path / "audit")
+    assert pipeline.dlq_audit(spark, _args(uri=uri(broker), stream=dlq, output=table)) == 0
+    again = f"again-{uid}"
+    conn = pika.BlockingConnection(broker.pika_params())
+    ch = conn.channel()
+    ch.exchange_declare(again, "fanout")
+    ch.queue_declare(again)
+    ch.queue_bind(again, again)
+    conn.close()
+    done = subprocess.run([sys.executable, "-m", "warren", "pipeline", "replay", "--uri", uri(broker),
+                           "--master", "local[2]", "--input", table, "--where", "reason = 'expired'",
+                           "--to-exchange", again], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "replayed 5 dead letters (new checkpoint" in done.stdout
+    assert sorted(m for _, m, _ in _drain(broker, again)) == [f"t{i}" for i in range(5)]
+    assert _drain(broker, work) == []
 
 
 def test_the_tls_flags_parse():

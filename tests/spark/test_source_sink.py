@@ -4,6 +4,8 @@ micro-batch), a restart from the checkpoint, Trigger.AvailableNow ending while m
 arriving, data loss, and the sink publishing with confirms and deterministic message ids."""
 
 import json
+import subprocess
+import sys
 import threading
 import time
 
@@ -136,6 +138,46 @@ def test_the_sink_publishes_every_row_with_confirms(spark, broker, uid):
     ids = {m for _, m, _ in got}
     assert len(ids) == 300 and all(m.startswith("job1:") for m in ids)
     assert all(h["k"] == b.decode()[1:] for b, _, h in got)
+
+
+def test_a_batch_write_has_one_id_for_all_its_tasks(spark, broker, uid):
+    """Without writeId the ids' prefix is drawn once per write, on the driver: every task of a
+    write shares it (on any executor), the next write has another; the exchange option routes."""
+    q, x = f"sp-sink-ids-{uid}", f"sp-sink-x-{uid}"
+    conn = pika.BlockingConnection(broker.pika_params())
+    ch = conn.channel()
+    ch.exchange_declare(x, "direct")
+    ch.queue_declare(q)
+    ch.queue_bind(q, x, "k")
+    conn.close()
+    df = spark.createDataFrame([(b"x%d" % i,) for i in range(60)], "body BINARY").repartition(3)
+    prefixes = []
+    for _ in range(2):
+        df.write.format("warren").option("uri", uri(broker)).option("exchange", x).option("routingKey", "k") \
+            .mode("append").save()
+        ids = [m for _, m, _ in _queue_contents(broker, q)]
+        assert len(ids) == 60 == len(set(ids))
+        assert len({m.split(":")[2] for m in ids}) == 3  # three partitions: three tasks
+        prefixes.append({m.split(":")[0] for m in ids})
+    assert len(prefixes[0]) == len(prefixes[1]) == 1 and prefixes[0] != prefixes[1]
+
+
+def test_mandatory_is_true_or_false(spark, broker, uid):
+    df = spark.createDataFrame([(b"x",)], "body BINARY")
+    with pytest.raises(Exception, match="mandatory is true or false, not 'yes'"):
+        (df.write.format("warren").option("uri", uri(broker)).option("routingKey", f"sp-nowhere-{uid}")
+         .option("mandatory", "yes").mode("append").save())
+
+
+def test_register_refuses_speculation():
+    """In a Spark of its own (the session's is started): spark.speculation on is refused."""
+    code = ("from pyspark.sql import SparkSession; from warren.spark import register\n"
+            "spark = SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false')"
+            ".config('spark.speculation', 'true').getOrCreate()\n"
+            "try:\n    register(spark)\nexcept ValueError as err:\n    print('refused:', err)\n"
+            "finally:\n    spark.stop()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "refused: the warren sink needs spark.speculation=false" in done.stdout, done.stderr[-3000:]
 
 
 def test_an_unroutable_mandatory_row_fails_the_write(spark, broker, uid):

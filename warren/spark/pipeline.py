@@ -12,7 +12,10 @@ AvailableNow streaming query with a checkpoint, so a second run appends only the
 that came since; it prints a progress line per micro-batch and a summary by reason and source
 queue. `replay` republishes selected dead letters, with confirms, to the exchange and routing
 key they first died from (or to the exchange given), keeping their message ids; it is a
-checkpointed AvailableNow query too, so running it again republishes nothing twice.
+checkpointed AvailableNow query too, its checkpoint named by what it selects and where it
+sends it, so the same replay run again republishes nothing twice, and another selection from
+the same table starts from its beginning (the dead letters both select are sent again, with
+the same message ids).
 
 Both run on local[*] unless --master says otherwise. `prepare` makes the class archive the
 driver's JVM of every later Spark session built with warren.spark.fast_start() maps (once per
@@ -22,6 +25,8 @@ Spark and JVM: warren.spark.class_archive), for a faster cold start.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import sys
 import time
@@ -189,13 +194,16 @@ def replay(spark: Any, args: argparse.Namespace) -> int:
             return 2
         schema = spark.read.parquet(args.input).schema
         rows = spark.readStream.schema(schema).parquet(args.input)
-        checkpoint = args.checkpoint or args.input.rstrip("/") + ".replay-checkpoint"
+        checkpoints = args.input.rstrip("/") + ".replay-checkpoints"
     else:
         rows = flattened(_broker(spark.readStream, args).option("stream", args.stream)
                          .option("startingOffsets", "earliest").load())
-        checkpoint = args.checkpoint or f"{args.stream}.replay-checkpoint"
+        checkpoints = f"{args.stream}.replay-checkpoints"
+    checkpoint = args.checkpoint or os.path.join(checkpoints, _selection(args))
+    resumed = os.path.isdir(os.path.join(checkpoint, "commits"))
     if args.where:
         rows = rows.where(args.where)
+    rows = rows.observe("replay", F.count(F.lit(1)).alias("rows"))
     exchange = F.lit(args.to_exchange) if args.to_exchange is not None else F.coalesce("death_exchange", "exchange")
     key = (F.lit(args.routing_key) if args.routing_key is not None
            else F.coalesce(F.element_at("death_routing_keys", 1), F.col("routing_key")))
@@ -208,5 +216,12 @@ def replay(spark: Any, args: argparse.Namespace) -> int:
     query = (_broker(out.writeStream, args).option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
     _await(query)
-    print("replayed", flush=True)
+    sent = sum(p.observedMetrics["replay"]["rows"] for p in query.recentProgress if "replay" in p.observedMetrics)
+    print(f"replayed {sent} dead letters ({'resumed from' if resumed else 'new'} checkpoint {checkpoint})", flush=True)
     return 0
+
+
+def _selection(args: argparse.Namespace) -> str:
+    """The name of a replay's default checkpoint: what it selects and where it sends it."""
+    chosen = json.dumps([args.where, args.to_exchange, args.routing_key])
+    return "replay-" + hashlib.sha256(chosen.encode()).hexdigest()[:16]

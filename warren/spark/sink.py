@@ -10,8 +10,9 @@ A task succeeds only once the broker confirmed every row it published: a nack, a
 (mandatory), a closed connection or a confirm timeout fails it, and Spark runs it again. The
 rows of a task run again are published again, with the same message ids: ids are
 `<query>:<batch>:<partition>:<row>` in a streaming query, `<writeId>:<stage>:<partition>:<row>`
-in a batch write (option `writeId`, else the application id), unless the rows have their own
-`message_id`, so a consumer can drop the duplicates a retry makes. Speculative execution would
+in a batch write (option `writeId`, else an id drawn once for the write where Spark plans it, so
+every task of it, retried or not, on any executor, has the same one), unless the rows have their
+own `message_id`, so a consumer can drop the duplicates a retry makes. Speculative execution would
 publish a task's rows twice at once: warren.spark.register refuses a session that has it on.
 
 The writers take Arrow record batches (DataSourceArrowWriter, DataSourceStreamArrowWriter): a
@@ -21,6 +22,7 @@ column at a time, no Row per row. They publish through warren.spark.wire.Publish
 
 from __future__ import annotations
 
+import uuid
 from itertools import repeat
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -97,12 +99,16 @@ class _Publisher:
         self.endpoint: Endpoint = endpoint(options)
         self.exchange = opts.get("exchange", "")
         self.routing_key = opts.get("routingkey", "")
-        self.mandatory = opts.get("mandatory", "false").lower() == "true"
+        mandatory = opts.get("mandatory", "false").lower()
+        if mandatory not in ("true", "false"):
+            raise ValueError(f"mandatory is true or false, not {opts['mandatory']!r}")
+        self.mandatory = mandatory == "true"
         self.in_flight = int(opts.get("maxinflight", DEFAULT_IN_FLIGHT))
         if self.in_flight < 1:
             raise ValueError(f"maxInFlight must be at least 1, not {self.in_flight}")
         self.timeout = float(opts.get("confirmtimeout", 60))
-        self.write_id = opts.get("writeid")
+        # (made where Spark plans the write, the driver: the writer goes to every task pickled)
+        self.write_id = opts.get("writeid") or uuid.uuid4().hex
 
     def write(self, batches: Iterator) -> Written:
         from pyspark import TaskContext
@@ -115,7 +121,7 @@ class _Publisher:
         if query:
             prefix = f"{query}:{ctx.getLocalProperty('streaming.sql.batchId')}:{partition}"
         else:
-            prefix = f"{self.write_id or _application_id()}:{ctx.stageId()}:{partition}"
+            prefix = f"{self.write_id}:{ctx.stageId()}:{partition}"
         return Written(partition, self._publish(batches, prefix))
 
     def _publish(self, batches: Iterable, prefix: str) -> int:
@@ -205,14 +211,6 @@ def _template(cache: dict, headers: Any, given: Any) -> tuple[bytes, bytes, Any]
                 cache.clear()
             cache[key] = cached
     return cached
-
-
-def _application_id() -> str:
-    from pyspark import SparkFiles
-    try:
-        return SparkFiles.getRootDirectory().rstrip("/").rsplit("/", 1)[-1]
-    except Exception:
-        return "write"
 
 
 class WarrenWriter(DataSourceArrowWriter):
