@@ -4,7 +4,9 @@
 (CI sets it), which makes a missing Java or PySpark a failure."""
 
 import os
+import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -14,6 +16,10 @@ REQUIRED = os.environ.get("WARREN_REQUIRE_SPARK") == "1"
 def _missing() -> str | None:
     if shutil.which("java") is None:
         return "no java on PATH (Spark needs Java 17+)"
+    shown = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
+    version = re.search(r'version "(\d+)', shown)
+    if version is None or int(version.group(1)) < 17:
+        return f"Spark needs Java 17+, java on PATH says: {shown.splitlines()[0] if shown else 'nothing'}"
     try:
         import pyspark  # noqa: F401
     except ImportError:

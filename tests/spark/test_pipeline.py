@@ -137,9 +137,10 @@ def test_the_commands_parse(broker):
     assert (args.command, args.job, args.stream, args.where) == ("pipeline", "replay", "dlq", "reason = 'x'")
     args = build_parser().parse_args(["pipeline", "dlq-audit", "--queue", "dlq", "--output", "x"])
     assert (args.queue, args.stream, args.batch) == ("dlq", None, None)
-    done = subprocess.run([sys.executable, "-m", "warren", "pipeline", "dlq-audit", "--queue", "dlq",
-                           "--stream", "dlq", "--output", "x"], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and "not allowed with" in done.stderr
+    for both in (["--queue", "dlq", "--stream", "dlq"], ["--stream"], []):
+        done = subprocess.run([sys.executable, "-m", "warren", "pipeline", "dlq-audit", *both, "--output", "x"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "one of --stream NAME, --queue NAME or --queue NAME --stream" in done.stderr
 
 
 def test_dlq_audit_as_one_command(spark, broker, uid, tmp_path):
@@ -178,10 +179,15 @@ def test_audit_and_replay_over_amqps(spark, uid, tmp_path, capsys):
 
 
 def test_replay_as_one_command(spark, broker, uid, tmp_path):
-    """The command itself, in its own Spark: an audited table replayed to another exchange."""
+    """The commands themselves, each in its own Spark: a dead-letter stream audited (named as
+    `--queue NAME --stream`), the table replayed to another exchange."""
     work, dlq = _dead_letters(broker, uid)
     table = str(tmp_path / "audit")
-    assert pipeline.dlq_audit(spark, _args(uri=uri(broker), stream=dlq, output=table)) == 0
+    done = subprocess.run([sys.executable, "-m", "warren", "pipeline", "dlq-audit", "--uri", uri(broker),
+                           "--master", "local[2]", "--queue", dlq, "--stream", "--output", table],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "15 dead letters in" in done.stdout
     again = f"again-{uid}"
     conn = pika.BlockingConnection(broker.pika_params())
     ch = conn.channel()

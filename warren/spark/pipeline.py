@@ -1,6 +1,6 @@
 """`warren pipeline`: one command for each of the seeds' dead-letter advice, on Spark.
 
-    warren pipeline dlq-audit (--stream DLQ | --queue DLQ) --output PATH
+    warren pipeline dlq-audit (--stream DLQ | --queue DLQ [--stream]) --output PATH
     warren pipeline replay (--input PATH | --stream DLQ) [--where SQL] [--to-exchange X]
     warren pipeline prepare
 
@@ -60,9 +60,10 @@ def add_parser(sub: Any) -> None:
         job.add_argument("--checkpoint", default=None,
                          help="Spark checkpoint directory (default: beside the output or input)")
         if name == "dlq-audit":
-            source = job.add_mutually_exclusive_group(required=True)
-            source.add_argument("--stream", help="the dead-letter stream")
-            source.add_argument("--queue", help="a dead-letter queue, drained")
+            # (--stream NAME, or --queue NAME --stream as the issue writes it: the queue is a stream)
+            job.add_argument("--stream", nargs="?", const=True, metavar="NAME",
+                             help="the dead-letter stream (or, with --queue NAME: that queue is a stream, read)")
+            job.add_argument("--queue", help="a dead-letter queue, drained")
             job.add_argument("--output", required=True, help="where the table goes")
             job.add_argument("--format", default="parquet", choices=["parquet", "delta"],
                              help="table format (delta: written with delta-rs, no Delta jar needed)")
@@ -79,6 +80,13 @@ def add_parser(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.job == "dlq-audit":
+        if args.stream is True:  # --queue NAME --stream: that queue is a stream, read
+            args.stream, args.queue = args.queue, None
+        if bool(args.stream) == bool(args.queue):
+            print("warren pipeline dlq-audit: one of --stream NAME, --queue NAME or --queue NAME --stream",
+                  file=sys.stderr)
+            return 2
     try:
         from pyspark.sql import SparkSession
     except ImportError:
