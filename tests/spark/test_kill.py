@@ -248,14 +248,15 @@ def drain(broker, queue: str) -> list[tuple[str, bytes]]:
     return got
 
 
-def committed_files(table: Path) -> set[Path]:
-    """The files of a file sink's table: those its log (_spark_metadata: "v1", then a JSON
-    line a file; N.compact holds the batches up to N) adds, less those it deletes. What a
-    killed batch wrote before the batch was committed is in the directory, not in the log."""
+def committed_files(table: Path) -> dict[Path, int]:
+    """The files of a file sink's table, each with the batch that added it: those its log
+    (_spark_metadata: "v1", then a JSON line a file; N.compact holds the batches up to N, as
+    batch N) adds, less those it deletes. What a killed batch wrote before the batch was
+    committed is in the directory, not in the log."""
     log = table / "_spark_metadata"
     batches = sorted((int(e.name.split(".")[0]), e) for e in log.iterdir() if e.name.split(".")[0].isdigit())
     last_compact = max((n for n, e in batches if e.name.endswith(".compact")), default=-1)
-    files: set[Path] = set()
+    files: dict[Path, int] = {}
     for n, entry in batches:
         if n < last_compact:
             continue
@@ -263,9 +264,9 @@ def committed_files(table: Path) -> set[Path]:
             record = json.loads(line)
             path = Path(unquote(urlsplit(record["path"]).path))
             if record.get("action", "add") == "add":
-                files.add(path)
+                files[path] = n
             else:
-                files.discard(path)
+                files.pop(path, None)
     return files
 
 
@@ -392,7 +393,7 @@ def test_stream_to_parquet_exactly_once_through_driver_kills(killed):
     assert sorted(everything - set(ids)) == [] and sorted(set(ids) - everything) == []
     assert [i for i, n in ids.items() if n > 1] == []
     assert all(r["offset"] == int(r["message_id"]) and r["body"] == b"m%d" % r["offset"] for r in rows)
-    orphans = set(killed.table.glob("part-*.parquet")) - files
+    orphans = set(killed.table.glob("part-*.parquet")) - set(files)
     print(f"\n{len(rows)} rows; files the killed runs left uncommitted: {len(orphans)}")
 
 
@@ -509,7 +510,8 @@ def test_a_connection_closed_mid_task_is_retried(broker, uid, tmp_path, jobs):
 def test_queue_to_parquet_at_least_once_through_driver_kills(killed, broker):
     import pyarrow.parquet as pq
 
-    rows = [row for f in sorted(committed_files(killed.work_table)) for row in pq.read_table(f).to_pylist()]
+    rows = [{**row, "batch": batch} for f, batch in sorted(committed_files(killed.work_table).items())
+            for row in pq.read_table(f).to_pylist()]
     ids = collections.Counter(int(r["message_id"]) for r in rows)
     everything = set(range(killed.published))
     assert sorted(everything - set(ids)) == [] and sorted(set(ids) - everything) == []
@@ -517,6 +519,9 @@ def test_queue_to_parquet_at_least_once_through_driver_kills(killed, broker):
     assert sum(again.values()) <= BATCH * len(killed.kills)
     for i, extra in again.items():  # a duplicate is a redelivery
         assert sum(1 for r in rows if int(r["message_id"]) == i and r["redelivered"]) >= extra
+    # and each kill's duplicates are one batch's (of at most BATCH rows): the batches holding
+    # redelivered copies of duplicated messages are no more than the kills
+    assert len({r["batch"] for r in rows if int(r["message_id"]) in again and r["redelivered"]}) <= len(killed.kills)
     assert all(r["body"] == b"m%s" % r["message_id"].encode() for r in rows)
     conn, ch = _channel(broker)
     assert ch.queue_declare(killed.work, passive=True).method.message_count == 0  # drained, all acked
