@@ -55,6 +55,21 @@ class Endpoint:
         return self.shown
 
 
+# The connection's options, as documented (Spark passes their names lowercased).
+CONNECTION_OPTIONS = ("uri", "host", "port", "vhost", "user", "password", "cacertfile", "certfile", "keyfile",
+                      "verify")
+
+
+def refuse_unknown(options: Mapping[str, str], takes: tuple[str, ...], what: str) -> None:
+    """Refuse an option name the source or sink does not take (a misspelt one, or another
+    connector's): ignoring it would run the query without what it asked for."""
+    known = {name.lower() for name in takes + CONNECTION_OPTIONS}
+    unknown = sorted(k for k in options if k.lower() not in known)
+    if unknown:
+        raise ValueError(f"the warren {what} takes no option {', '.join(map(repr, unknown))}; its options: "
+                         f"{', '.join(takes + CONNECTION_OPTIONS)}")
+
+
 def endpoint(options: Mapping[str, str]) -> Endpoint:
     """The endpoint the options name (case-insensitive keys, as Spark passes them): `uri`
     first (amqp://user:password@host:port/vhost, the vhost %-encoded: `%2F` is "/"), then

@@ -50,16 +50,39 @@ def decode(value: Mapping | str) -> dict[str, int]:
 def starting(spec: str, streams: list[str], first: Mapping[str, int], next_: Mapping[str, int]) -> dict[str, int]:
     """Where a new query starts: `earliest` (each stream's first offset), `latest` (its next
     offset) or JSON naming some streams (the others start at earliest)."""
-    spec = spec.strip()
+    spec = checked("startingOffsets", spec, ("earliest", "latest"), streams)
     if spec == "earliest":
         return {s: first[s] for s in streams}
     if spec == "latest":
         return {s: next_[s] for s in streams}
     given = decode(spec)
+    return {s: given.get(s, first[s]) for s in streams}
+
+
+def checked(option: str, spec: str, words: tuple[str, ...], streams: list[str]) -> str:
+    """A startingOffsets or endingOffsets value, checked when the source is made (not when
+    the first batch is planned): one of `words`, or JSON naming only streams it reads."""
+    spec = spec.strip()
+    if spec in words:
+        return spec
+    try:
+        given = decode(spec)
+    except json.JSONDecodeError:
+        raise ValueError(f"{option} must be {' or '.join(words)} or JSON like "
+                         f'{{"streams": {{"name": 123}}}}, not {spec!r}') from None
     unknown = sorted(set(given) - set(streams))
     if unknown:
-        raise ValueError(f"startingOffsets names streams the source does not read: {unknown}")
-    return {s: given.get(s, first[s]) for s in streams}
+        raise ValueError(f"{option} names streams the source does not read: {unknown}")
+    return spec
+
+
+def ending(spec: str, streams: list[str], start: Mapping[str, int], next_: Mapping[str, int]) -> dict[str, int]:
+    """Where a batch read ends: `latest` (each stream's next offset) or JSON naming some
+    streams (the others end at latest, as those startingOffsets leaves out start at
+    earliest); never before the start."""
+    spec = checked("endingOffsets", spec, ("latest",), streams)
+    given = {} if spec == "latest" else decode(spec)
+    return {s: max(given.get(s, next_[s]), start[s]) for s in streams}
 
 
 def admit(start: Mapping[str, int], available: Mapping[str, int], max_records: int | None) -> dict[str, int]:

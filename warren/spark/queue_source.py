@@ -11,7 +11,10 @@ warren.spark.queue_offsets. Duplicates after a crash are at most one batch, each
 
 Options: `queue`, the connection options, `maxRecordsPerTrigger` (10,000 by default, at most
 30,000: a batch is held in the driver's memory and its fingerprints are checkpointed),
-`maxBytesPerTrigger` (body octets), `minPartitions`, `maxRecordsPerPartition`. Batch reads
+`maxBytesPerTrigger` (body octets; with maxRecordsPerTrigger, a batch ends at whichever it
+reaches first), `minPartitions`, `maxRecordsPerPartition`; stream mode's offset options
+(`startingOffsets`, `startingTimestamp`, `endingOffsets`, `failOnDataLoss`) are refused
+(warren.spark.source.SourceOptions). Batch reads
 (`spark.read`) are refused: they have no commit to ack at; drain with Trigger.AvailableNow,
 which stops at the queue's ready count when it started. The `offset` column is the message's
 position in the query (see queue_offsets); `source` is the queue's name.
@@ -199,13 +202,17 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------ the held messages
     def _limits(self, limit: ReadLimit) -> tuple[int, int | None]:
+        """(messages, body octets) of the next batch: both options apply, whatever limit
+        Spark passes (PySpark's ReadLimit holds one); never more than batch_limit, which
+        bounds the driver's memory, even under ReadAllAvailable."""
+        octets = self.options.max_bytes
         if isinstance(limit, ReadMaxRows):
-            return min(limit.max_rows, self.batch_limit), None
+            return min(limit.max_rows, self.batch_limit), octets
         if isinstance(limit, ReadMaxBytes):
-            return self.batch_limit, limit.max_bytes
+            return self.batch_limit, min(limit.max_bytes, octets or limit.max_bytes)
         if isinstance(limit, ReadAllAvailable):
-            return self.batch_limit, self.options.max_bytes
-        return self.batch_limit, None
+            return self.batch_limit, octets
+        raise ValueError(f"the warren source takes no read limit {limit!r}")
 
     def _connected(self, position: int) -> QueueConsumer:
         if self._consumer is None:

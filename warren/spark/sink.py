@@ -29,13 +29,17 @@ from typing import Any, Iterable, Iterator, Mapping
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
 
-from .connection import Endpoint, endpoint
+from .connection import Endpoint, endpoint, refuse_unknown
 from .wire import ProtocolError, Publisher, property_template
 
 DEFAULT_IN_FLIGHT = 1000
 _PROPERTY_NAMES = ("content_type", "content_encoding", "delivery_mode", "priority", "correlation_id", "reply_to",
                    "expiration", "message_id", "type", "user_id", "app_id")
 _COLUMNS = ("body", "exchange", "routing_key", "headers", "properties", "message_id")
+# The sink's options (besides the connection's), as documented; a streaming query's writer is
+# also given its checkpointLocation and queryName by Spark.
+SINK_OPTIONS = ("exchange", "routingKey", "mandatory", "maxInFlight", "confirmTimeout", "writeId",
+                "checkpointLocation", "queryName")
 
 
 class PublishFailed(Exception):
@@ -95,6 +99,7 @@ class _Publisher:
     """The write side, shared by batch and streaming writes."""
 
     def __init__(self, options: Mapping[str, str]):
+        refuse_unknown(options, SINK_OPTIONS, "sink")
         opts = {k.lower(): v for k, v in options.items()}
         self.endpoint: Endpoint = endpoint(options)
         self.exchange = opts.get("exchange", "")

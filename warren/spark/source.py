@@ -13,12 +13,17 @@ at least once.
 
 Options (case-insensitive): `stream`, connection (`uri`, or `host`, `port`, `vhost`, `user`,
 `password`), `startingOffsets` (`earliest` | `latest` | JSON; streaming queries default to
-latest, batch reads to earliest), `startingTimestamp` (ms since the epoch: the first chunk
-appended at or after it), `endingOffsets` (batch reads: `latest` | JSON), `maxRecordsPerTrigger`,
-`maxBytesPerTrigger` (by the stream's average entry size), `minPartitions` (the session's
-default parallelism by default), `maxRecordsPerPartition` (250,000 by default; a partition hands Spark its rows
-as Arrow batches of ROWS_PER_BATCH), `failOnDataLoss` (true: entries of a range that retention
-removed, before or during its read, fail the query; false: skipped with a warning)."""
+latest, batch reads to earliest), `startingTimestamp` (ms since the epoch, taken to the second
+below (AMQP timestamps are seconds): the first chunk appended at or after it, else the tail;
+it takes precedence over startingOffsets, as Kafka's), `endingOffsets` (batch reads only:
+`latest` | JSON, streams it leaves out end at latest), `maxRecordsPerTrigger` and
+`maxBytesPerTrigger` (streaming only; by the streams' average entry size; both given: a
+micro-batch ends at whichever it reaches first), `minPartitions` (the session's default
+parallelism by default), `maxRecordsPerPartition` (250,000 by default; a partition hands Spark
+its rows as Arrow batches of ROWS_PER_BATCH), `failOnDataLoss` (true: entries of a range that
+retention removed, before or during its read, fail the query; false: skipped with a warning).
+An option given where it would do nothing is refused, not ignored: the stream mode options in
+queue mode, endingOffsets in a streaming query, the per-trigger limits in a batch read."""
 
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ import datetime
 import logging
 import os
 from dataclasses import dataclass
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from pyspark.sql.datasource import (
     DataSource, DataSourceReader, DataSourceStreamReader, InputPartition, ReadAllAvailable, ReadLimit,
@@ -34,8 +39,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow
 
 from .broker import offset_at, range_reader, run, stream_offsets, stream_sizes
-from .offsets import StreamRange, admit, decode, encode, split, starting
-from .connection import Endpoint, endpoint
+from .offsets import StreamRange, admit, checked, decode, encode, ending, split, starting
+from .connection import Endpoint, endpoint, refuse_unknown
 from .rows import SCHEMA_DDL, Batch
 
 log = logging.getLogger("warren.spark")
@@ -59,7 +64,7 @@ class RangePartition(InputPartition):
 
 
 def _flag(options: Mapping[str, str], key: str, default: bool) -> bool:
-    value = options.get(key)
+    value = options.get(key.lower())  # (the options' names lowercased; errors name the option as documented)
     if value is None:
         return default
     if value.strip().lower() in ("true", "false"):
@@ -68,7 +73,7 @@ def _flag(options: Mapping[str, str], key: str, default: bool) -> bool:
 
 
 def _count(options: Mapping[str, str], key: str) -> int | None:
-    value = options.get(key)
+    value = options.get(key.lower())
     if value is None:
         return None
     try:
@@ -78,6 +83,33 @@ def _count(options: Mapping[str, str], key: str) -> int | None:
     if n <= 0:
         raise ValueError(f"{key} must be above 0, not {n}")
     return n
+
+
+def _timestamp(options: Mapping[str, str]) -> int | None:
+    value = options.get("startingtimestamp")
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"startingTimestamp must be milliseconds since the epoch, not {value!r}") from None
+    if n < 0:
+        raise ValueError(f"startingTimestamp must be milliseconds since the epoch (>= 0), not {n}")
+    return n
+
+
+# The source's options (besides the connection's), as documented.
+SOURCE_OPTIONS = ("stream", "queue", "startingOffsets", "startingTimestamp", "endingOffsets", "maxRecordsPerTrigger",
+                  "maxBytesPerTrigger", "minPartitions", "maxRecordsPerPartition", "failOnDataLoss")
+# Stream mode's options that a queue has nothing to apply to: queue mode refuses them.
+STREAM_ONLY = ("startingOffsets", "startingTimestamp", "endingOffsets", "failOnDataLoss")
+# The per-trigger limits: streaming queries only (a batch read refuses them).
+PER_TRIGGER = ("maxRecordsPerTrigger", "maxBytesPerTrigger")
+
+
+def _applies(names: list[str], where: str, why: str) -> ValueError:
+    verb = "applies" if len(names) == 1 else "apply"
+    return ValueError(f"{', '.join(names)} {verb} to {where} only: {why}")
 
 
 # Seen by the data source's Python workers: the session's default parallelism, put in the
@@ -103,7 +135,7 @@ class SourceOptions:
     streams: tuple[str, ...]
     starting: str | None
     starting_timestamp: int | None
-    ending: str
+    ending: str | None  # (None: not given)
     max_records: int | None
     max_bytes: int | None
     min_partitions: int
@@ -112,21 +144,30 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, raw: Mapping[str, str]) -> SourceOptions:
+        refuse_unknown(raw, SOURCE_OPTIONS, "source")
         opts = {k.lower(): v for k, v in raw.items()}
         queue = opts.get("queue", "").strip() or None
         streams = tuple(s.strip() for s in opts.get("stream", "").split(",") if s.strip())
         if bool(queue) == bool(streams):
             raise ValueError("the warren source needs exactly one of stream=NAME[,NAME...] (offsets) and "
-                             "queue=NAME (destructive reads)")
+                             f"queue=NAME (destructive reads): {'both are' if queue else 'neither is'} given")
         if len(set(streams)) != len(streams):
             raise ValueError(f"stream names a stream twice: {opts['stream']!r}")
-        stamp = opts.get("startingtimestamp")
-        return cls(endpoint(raw), queue, streams, opts.get("startingoffsets"),
-                   int(stamp) if stamp is not None else None, opts.get("endingoffsets", "latest"),
-                   _count(opts, "maxrecordspertrigger"), _count(opts, "maxbytespertrigger"),
-                   _count(opts, "minpartitions") or default_parallelism(),
-                   _count(opts, "maxrecordsperpartition") or DEFAULT_MAX_PER_PARTITION,
-                   _flag(opts, "failondataloss", True))
+        if queue:
+            given = [name for name in STREAM_ONLY if name.lower() in opts]
+            if given:
+                raise _applies(given, "stream mode (stream=NAME)", "queue=NAME takes messages off the queue: it "
+                               "has no offsets to start or end at, and loses none to retention")
+        starting_, ending_ = opts.get("startingoffsets"), opts.get("endingoffsets")
+        if starting_ is not None:
+            starting_ = checked("startingOffsets", starting_, ("earliest", "latest"), list(streams))
+        if ending_ is not None:
+            ending_ = checked("endingOffsets", ending_, ("latest",), list(streams))
+        return cls(endpoint(raw), queue, streams, starting_, _timestamp(opts), ending_,
+                   _count(opts, "maxRecordsPerTrigger"), _count(opts, "maxBytesPerTrigger"),
+                   _count(opts, "minPartitions") or default_parallelism(),
+                   _count(opts, "maxRecordsPerPartition") or DEFAULT_MAX_PER_PARTITION,
+                   _flag(opts, "failOnDataLoss", True))
 
 
 class _Planner:
@@ -140,12 +181,13 @@ class _Planner:
         """{stream: (first, next)} committed offsets."""
         return run(stream_offsets(self.o.endpoint, list(self.o.streams)))
 
-    def start(self, default: str) -> dict[str, int]:
-        now = self.current()
+    def start(self, default: str, now: Mapping[str, tuple[int, int]] | None = None) -> dict[str, int]:
+        now = self.current() if now is None else now
         first = {s: f for s, (f, _n) in now.items()}
         next_ = {s: n for s, (_f, n) in now.items()}
-        if self.o.starting_timestamp is not None:
-            when = datetime.datetime.fromtimestamp(self.o.starting_timestamp / 1000, datetime.timezone.utc)
+        if self.o.starting_timestamp is not None:  # (before startingOffsets, as Kafka's)
+            # the consumer's x-stream-offset is an AMQP timestamp: whole seconds
+            when = datetime.datetime.fromtimestamp(self.o.starting_timestamp // 1000, datetime.timezone.utc)
             start = {}
             for s in self.o.streams:
                 found = run(offset_at(self.o.endpoint, s, when))
@@ -168,23 +210,49 @@ def read_partition(options: SourceOptions, partition: RangePartition) -> Iterato
             yield batch.record_batch()
 
 
+def caps(limit: ReadLimit, max_records: int | None, max_bytes: int | None,
+         available_now: bool) -> tuple[int | None, int | None]:
+    """(entries, bytes) the next micro-batch may take under Spark's `limit`. Both options
+    apply, a batch ending at whichever it reaches first (Kafka's composite limit): PySpark's
+    ReadLimit holds one, the default limit names maxRecordsPerTrigger's, so the other comes
+    from the options. ReadAllAvailable is Trigger.Once's: everything, as Spark documents (it
+    warns that the limit is ignored). Trigger.AvailableNow gets the default limit (Spark 4.3,
+    tried); were it ReadAllAvailable, the options' limits would still apply."""
+    if isinstance(limit, ReadAllAvailable):
+        return (max_records, max_bytes) if available_now else (None, None)
+    if isinstance(limit, ReadMaxRows):
+        return min(limit.max_rows, max_records or limit.max_rows), max_bytes
+    if isinstance(limit, ReadMaxBytes):
+        return max_records, min(limit.max_bytes, max_bytes or limit.max_bytes)
+    raise ValueError(f"the warren source takes no read limit {limit!r}")
+
+
+def batch_cap(limit: ReadLimit, options: SourceOptions, available_now: bool,
+              average_size: Callable[[], int]) -> int | None:
+    """The entries the next micro-batch may take (None: no cap); a byte limit counts the
+    streams' average entry size (`average_size()`, asked only then), at least one entry."""
+    rows, octets = caps(limit, options.max_records, options.max_bytes, available_now)
+    if octets is None:
+        return rows
+    by_size = max(1, octets // max(1, average_size()))
+    return by_size if rows is None else min(rows, by_size)
+
+
 class WarrenBatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions):
         self.options = options
         planner = _Planner(options)
-        self.start = planner.start("earliest")
-        ending = options.ending.strip()
-        if ending == "latest":
-            self.end = {s: n for s, (_f, n) in planner.current().items()}
-        else:
-            given = decode(ending)
-            self.end = {s: given.get(s, self.start[s]) for s in options.streams}
-        self.end = {s: max(self.end[s], self.start[s]) for s in options.streams}
+        now = planner.current()
+        self.start = planner.start("earliest", now)
+        self.end = ending(options.ending or "latest", list(options.streams), self.start,
+                          {s: n for s, (_f, n) in now.items()})
 
     def partitions(self):
         return _Planner(self.options).partitions(self.start, self.end)
 
     def read(self, partition):
+        if not isinstance(partition, RangePartition):
+            return iter(())  # InputPartition(None): what Spark reads when there are no partitions (nothing to read)
         return read_partition(self.options, partition)
 
 
@@ -203,27 +271,24 @@ class WarrenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxBytes(self.options.max_bytes)
         return ReadAllAvailable()
 
+    def _tails(self) -> dict[str, int]:
+        return {s: n for s, (_f, n) in _Planner(self.options).current().items()}
+
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {s: n for s, (_f, n) in _Planner(self.options).current().items()}
+        self._target = self._tails()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = decode(start)
-        available = self._target or {s: n for s, (_f, n) in _Planner(self.options).current().items()}
-        if isinstance(limit, ReadAllAvailable) and self._target is not None:
-            limit = self.getDefaultReadLimit()  # AvailableNow still honours the source's limit
-        return encode(admit(begin, available, self._max_records(limit, begin)))
+        available = self._target if self._target is not None else self._tails()
+        cap = batch_cap(limit, self.options, self._target is not None, self._average_size)
+        return encode(admit(begin, available, cap))
 
-    def _max_records(self, limit: ReadLimit, begin: Mapping[str, int]) -> int | None:
-        if isinstance(limit, ReadMaxRows):
-            return limit.max_rows
-        if isinstance(limit, ReadMaxBytes):
-            stats = run(stream_sizes(self.options.endpoint, list(self.options.streams)))
-            average = max(1, sum(b for b, _n in stats.values()) // max(1, sum(n for _b, n in stats.values())))
-            return max(1, limit.max_bytes // average)
-        return None
+    def _average_size(self) -> int:
+        stats = run(stream_sizes(self.options.endpoint, list(self.options.streams)))
+        return sum(b for b, _n in stats.values()) // max(1, sum(n for _b, n in stats.values()))
 
     def reportLatestOffset(self) -> dict:
-        return encode({s: n for s, (_f, n) in _Planner(self.options).current().items()})
+        return encode(self._tails())
 
     def partitions(self, start: dict, end: dict):
         begin, stop = decode(start), decode(end)
@@ -249,6 +314,10 @@ class WarrenDataSource(DataSource):
         if options.queue:
             raise ValueError("queue= reads are streaming only (a batch read has no commit to ack at): drain the "
                              "queue with spark.readStream and Trigger.AvailableNow")
+        given = [name for name, v in zip(PER_TRIGGER, (options.max_records, options.max_bytes)) if v is not None]
+        if given:
+            raise _applies(given, "streaming queries (spark.readStream)",
+                           "a batch read takes its whole range at once (endingOffsets bounds it)")
         return WarrenBatchReader(options)
 
     def streamReader(self, schema) -> DataSourceStreamReader:
@@ -256,6 +325,9 @@ class WarrenDataSource(DataSource):
         if options.queue:
             from .queue_source import QueueStreamReader
             return QueueStreamReader(options)
+        if options.ending is not None:
+            raise _applies(["endingOffsets"], "batch reads (spark.read)", "a streaming query reads on as the "
+                           "streams grow (Trigger.AvailableNow stops at the tails it starts with)")
         return WarrenStreamReader(options)
 
     def writer(self, schema, overwrite: bool):
