@@ -30,7 +30,7 @@ from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.datasource import DataSourceStreamArrowWriter
 
 from .connection import Endpoint, endpoint, refuse_unknown
-from .wire import ProtocolError, Publisher, property_template
+from .wire import ProtocolError, Publisher, joined_frames, property_template
 
 DEFAULT_IN_FLIGHT = 1000
 _PROPERTY_NAMES = ("content_type", "content_encoding", "delivery_mode", "priority", "correlation_id", "reply_to",
@@ -158,6 +158,12 @@ class _Publisher:
 
     def _batch(self, wire: Publisher, batch: Any, prefix: str, n: int) -> int:
         """Publish the rows of one batch, numbered from n + 1; the last row's number."""
+        bodies_only = _bodies_only(batch, wire.frame_max - 8)
+        if bodies_only is not None:  # (the frames made a column at a time)
+            before, after = property_template({})
+            method = wire.method(self.exchange, self.routing_key, self.mandatory)
+            wire.publish_joined(joined_frames(method, before, after, f"{prefix}:".encode(), n + 1, bodies_only))
+            return n + len(bodies_only)
         rows, (bodies, exchanges, keys, headers, properties, ids) = _columns(batch)
         if not rows:
             return n
@@ -190,6 +196,29 @@ class _Publisher:
             publish(_text(exchange) or self.exchange, _text(key) or self.routing_key, body,
                     before + bytes((len(mid),)) + mid + after, mandatory)
         return n
+
+
+def _bodies_only(batch: Any, body_max: int) -> Any:
+    """The body column of an Arrow record batch as a binary array, if the batch has none of the
+    other columns the sink reads and every body is present, not empty, and fits one body
+    frame; else None."""
+    if not hasattr(batch, "schema") or not batch.num_rows:
+        return None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = batch.schema.names
+    if "body" not in names or any(name in names for name in _COLUMNS[1:]):
+        return None
+    bodies = batch.column(names.index("body"))
+    kind = bodies.type
+    if bodies.null_count or not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)
+                                 or pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        return None
+    shortest, longest = pc.min_max(pc.binary_length(bodies)).values()
+    if shortest.as_py() == 0 or longest.as_py() > body_max:  # (an empty body has no body frame)
+        return None
+    return bodies.cast(pa.binary())
 
 
 def _template(cache: dict, headers: Any, given: Any) -> tuple[bytes, bytes, Any]:

@@ -21,6 +21,9 @@ import ssl
 import struct
 from typing import Any, Callable, Mapping
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pamqp import commands as spec
 from pamqp import encode as pencode
 from pamqp import frame as pframe
@@ -246,6 +249,12 @@ class Wire:
 # three frames appended to a send buffer (the basic.publish frame cached per exchange and
 # routing key, the content header from properties encoded once and a message id spliced in),
 # the buffer goes out in big sendall() calls, and the acks are cut out of each read by hand.
+# A column of bodies going to one exchange and routing key with ids numbered in turn has its
+# frames made a column at a time instead (joined_frames, no bytes object a body): making the
+# frames 0.19 µs a 1 KiB message against 1.47 through publish(); one sink publisher alone
+# sending 500,000 to Warren 0.53-0.72 µs of CPU a message against 1.25-1.46 (its rate bound by
+# the broker either way); in Spark's workers, which also take the rows from the JVM, a first
+# write 1.3-1.4 µs a row against 1.7-1.8, later ones ~0.95 either way.
 
 _FRAME = struct.Struct(">BHI")
 _CONTENT = struct.Struct(">BHIHHQ")  # content header frame: type, channel, size, class, weight, body size
@@ -313,6 +322,42 @@ def property_template(properties: Mapping[str, Any]) -> tuple[bytes, bytes]:
         else:
             part.append(struct.pack(">Q", int(value.timestamp() if hasattr(value, "timestamp") else value)))
     return struct.pack(">H", flags) + b"".join(before), b"".join(after)
+
+
+def joined_frames(method: bytes, before: bytes, after: bytes, prefix: bytes, first: int, bodies: Any) -> Any:
+    """The frames of a message per body of `bodies` (an Arrow binary array without nulls, each
+    body at most one body frame), one after the other in one Arrow binary array: `method` (a
+    basic.publish frame), the content header of property_template's `before` + the message id
+    `prefix` + str(first + i) + `after`, and the body frame."""
+    n = len(bodies)
+    numbers = pa.array(np.arange(first, first + n, dtype=np.int64)).cast(pa.string()).cast(pa.binary())
+    ids = pc.binary_join_element_wise(pa.scalar(prefix, pa.binary()), numbers, b"")
+    id_len = pc.binary_length(ids).to_numpy().astype(np.uint32)
+    if n and int(id_len.max()) > 255:
+        raise ValueError(f"message ids {prefix.decode(errors='replace')}<row> would be longer than 255 octets")
+    size = pc.binary_length(bodies).to_numpy().astype(np.uint64)
+    # method frame, content header frame (type 2, channel 1, size, class 60, weight 0, body
+    # size), the property flags and list up to the message id, the id's length octet
+    at = len(method)
+    head = np.empty((n, at + 19 + len(before) + 1), np.uint8)
+    head[:, :at] = np.frombuffer(method, np.uint8)
+    head[:, at:at + 3] = (2, 0, 1)
+    head[:, at + 3:at + 7] = (12 + len(before) + 1 + len(after) + id_len).astype(">u4").view(np.uint8).reshape(n, 4)
+    head[:, at + 7:at + 11] = (0, 60, 0, 0)
+    head[:, at + 11:at + 19] = size.astype(">u8").view(np.uint8).reshape(n, 8)
+    head[:, at + 19:-1] = np.frombuffer(before, np.uint8)
+    head[:, -1] = id_len
+    # the rest of the property list, the frame end, the body frame's head (type 3, channel 1, size)
+    tail = np.empty((n, len(after) + 8), np.uint8)
+    tail[:, :len(after)] = np.frombuffer(after, np.uint8)
+    tail[:, len(after):len(after) + 4] = (0xCE, 3, 0, 1)
+    tail[:, len(after) + 4:] = size.astype(">u4").view(np.uint8).reshape(n, 4)
+
+    def column(rows: np.ndarray) -> Any:
+        return pa.FixedSizeBinaryArray.from_buffers(pa.binary(rows.shape[1]), n, [None, pa.py_buffer(rows)]
+                                                    ).cast(pa.binary())
+    return pc.binary_join_element_wise(column(head), ids, column(tail), bodies, pa.scalar(_FRAME_END, pa.binary()),
+                                       b"")
 
 
 def encode_properties(properties: Mapping[str, Any]) -> bytes:
@@ -388,6 +433,30 @@ class Publisher(Wire):
             self.flush()
             if self._readable(0):
                 self._read()
+
+    def publish_joined(self, frames: Any) -> None:
+        """Publish the messages whose frames joined_frames() made, like publish() one by one:
+        at most `window` unconfirmed, sent a quarter window at a time."""
+        n = len(frames)
+        offsets = np.frombuffer(frames.buffers()[1], np.int32)[frames.offset:frames.offset + n + 1]
+        data = memoryview(frames.buffers()[2])
+        step = max(1, self.window // 4)
+        done = 0
+        while done < n:
+            k = min(step, n - done)
+            if self.published - self.settled - len(self.acked_above) > self.window - k:
+                self.flush()
+                self._wait(self.window - k)
+            self.flush()  # (what publish() buffered goes first)
+            self.sock.sendall(data[offsets[done]:offsets[done + k]])
+            self.published += k
+            done += k
+            if self._readable(0):
+                self._read()
+
+    def method(self, exchange: str, routing_key: str, mandatory: bool) -> bytes:
+        """The basic.publish frame, cached per exchange, routing key and mandatory flag."""
+        return self._methods.get((exchange, routing_key, mandatory)) or self._method(exchange, routing_key, mandatory)
 
     def _method(self, exchange: str, routing_key: str, mandatory: bool) -> bytes:
         payload = (struct.pack(">HHH", 60, 40, 0) + shortstr(exchange) + shortstr(routing_key)
