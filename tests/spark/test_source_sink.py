@@ -186,6 +186,33 @@ def test_register_refuses_speculation():
     assert "refused: the warren sink needs spark.speculation=false" in done.stdout, done.stderr[-3000:]
 
 
+def test_a_broker_that_stops_confirming_fails_the_write(spark, uid):
+    """A Warren of its own with its memory alarm on blocks the sink's connection: no confirm
+    comes, and the write fails after confirmTimeout; with the alarm cleared it goes through."""
+    import shutil
+    from tests.conftest import EXTERNAL, start_broker
+    if EXTERNAL:
+        pytest.skip("raises an alarm on a Warren of its own")
+    broker = start_broker()
+    ctl = [shutil.which("warrenctl") or "warrenctl", "--data-dir", broker.data_dir]
+    try:
+        q = f"sp-blocked-{uid}"
+        conn = pika.BlockingConnection(broker.pika_params())
+        conn.channel().queue_declare(q)
+        conn.close()
+        subprocess.run([*ctl, "set_vm_memory_high_watermark", "0"], check=True, capture_output=True, timeout=60)
+        df = spark.createDataFrame([(b"x%d" % i,) for i in range(50)], "body BINARY").coalesce(1)
+        write = (df.write.format("warren").option("uri", uri(broker)).option("routingKey", q)
+                 .option("confirmTimeout", "2").mode("append"))
+        with pytest.raises(Exception, match="no confirm within 2 s"):
+            write.save()
+        subprocess.run([*ctl, "set_vm_memory_high_watermark", "0.4"], check=True, capture_output=True, timeout=60)
+        write.save()
+        assert {b for _m, _p, b in get_all(broker, q)} == {b"x%d" % i for i in range(50)}
+    finally:
+        broker.stop()
+
+
 def test_an_unroutable_mandatory_row_fails_the_write(spark, broker, uid):
     df = spark.createDataFrame([(b"lost",)], "body BINARY")
     with pytest.raises(Exception, match="publish failed|Return|NO_ROUTE"):
