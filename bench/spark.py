@@ -13,7 +13,11 @@ Starts Warren on a free port (a fresh data dir), fills a stream with --count mes
   - sink: a DataFrame of --count rows of --size bytes written with df.write.format("warren")
     to a queue, rows / wall time of the write (the queue then holds --count messages); then
     the same write again: the first write's time includes starting Spark's Python workers
-    for it (seconds on a busy machine), the second's does not.
+    for it (seconds on a busy machine), the second's does not;
+  - streaming sink: a fresh Spark streams the source's output (its bodies) from parquet into
+    writeStream.format("warren") to the queue, Trigger.AvailableNow, about --per-trigger rows a
+    micro-batch: rows / wall time, the rate after the first micro-batch, the first
+    micro-batch's time and the per-batch overhead.
 Needs the spark extra and Java 17, and `make -C bench`. Prints a Markdown table with the
 source/consume and sink/publish ratios (the goal is at least 0.5 each). With --floor, a fresh
 Spark also streams the source's output from parquet into parquet (no broker at all): the
@@ -24,7 +28,8 @@ a process frees goes back to the host at once, and the next page handed out cost
 host (~8 µs a 4 KiB page where the README's figures were taken, against ~0.3 µs for a page the
 guest kept): the title says whether reporting is on. With --keep-guest-memory GIB (root), the
 run turns it off (restored at the end) and first touches GIB GiB, so the memory it uses is the
-guest's own.
+guest's own. The title also says how much disk is free where the broker writes: a nearly full
+disk slowed the sink's first write by a third (2026-11-28).
 """
 
 from __future__ import annotations
@@ -128,9 +133,12 @@ def main() -> int:
     ap.add_argument("--keep-guest-memory", type=int, metavar="GIB",
                     help="turn the VM's free page reporting off for the run and touch GIB GiB first (root)")
     ap.add_argument("--copy-parquet", nargs=2, metavar=("IN", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--stream-to-queue", nargs=3, metavar=("IN", "URI", "QUEUE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.copy_parquet:
         return _copy_parquet(args, *args.copy_parquet)
+    if args.stream_to_queue:
+        return _stream_to_queue(args, *args.stream_to_queue)
     if args.keep_guest_memory is not None:
         with guest_memory_kept(args.keep_guest_memory):
             return _run(args)
@@ -145,6 +153,13 @@ def _run(args) -> int:
         print(f"class archive {path}: {what}", file=sys.stderr)
         args.no_class_archive = path is None  # (so the title says so)
     tmp = tempfile.mkdtemp(prefix="bench-spark-")
+    # (a nearly full disk slows the broker's writes: on a disk that filled to 42 MB free over
+    # a morning's runs the sink's first write measured 0.47-0.57 of the direct publish, with 75
+    # GB free 0.66-0.77)
+    args.free_disk = shutil.disk_usage(tmp).free
+    if args.free_disk < (10 << 30):
+        print(f"warning: {args.free_disk / 2**30:.1f} GiB free where the broker writes ({tmp}): a run writes "
+              f"~{3 * args.count * args.size / 2**30:.1f} GiB, and a nearly full disk slows the broker", file=sys.stderr)
     port, mgmt = free_port(), free_port()
     broker = subprocess.Popen([sys.executable, "-m", "warren", "server", "--port", str(port), "--management-port",
                                str(mgmt), "--data-dir", os.path.join(tmp, "data")],
@@ -183,31 +198,18 @@ def _run(args) -> int:
         query.awaitTermination()
         source_s = time.monotonic() - started
         rows = spark.read.parquet(out).count()
-        batches = [p for p in query.recentProgress if p["numInputRows"]]
-        # from start() to the first micro-batch's trigger (the query's Python runner, its start offsets)
-        query_start = source_s - sum(p["durationMs"]["triggerExecution"] for p in query.recentProgress) / 1000
-        overhead = [p["durationMs"]["triggerExecution"] - p["durationMs"].get("addBatch", 0) for p in batches]
-        # after the first micro-batch (which starts Spark's Python workers and warms the JVM)
-        steady = (sum(p["numInputRows"] for p in batches[1:])
-                  / max(1e-9, sum(p["durationMs"]["triggerExecution"] for p in batches[1:]) / 1000))
+        source = _progress(query.recentProgress, source_s)
 
         floor = None
         if args.floor:  # (in a process of its own: a new session in this one reuses the warm JVM)
             spark.stop()
-            floor = json.loads(subprocess.run(
-                [sys.executable, __file__, "--master", args.master, "--per-trigger", str(args.per_trigger),
-                 "--count", str(n),
-                 "--copy-parquet", out, os.path.join(tmp, "copy")]
-                + [flag for flag, on in (("--no-fast-start", args.no_fast_start),
-                                         ("--no-class-archive", args.no_class_archive)) if on],
-                capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+            floor = _fresh_spark(args, "--copy-parquet", out, os.path.join(tmp, "copy"))
             spark = builder.getOrCreate()  # (the sink's measurements' session)
             register(spark)
         if args.source_only:
             spark.stop()
-            rate_in = rows / source_s
             _title(args)
-            _source_table(direct, rate_in, batches, steady, overhead, query_start, floor)
+            _source_table(direct, rows / source_s, source, floor)
             assert rows == n, f"{rows} rows, expected {n}"
             return 0
         loadgen(port, "setup", "--queue", "q")
@@ -225,14 +227,28 @@ def _run(args) -> int:
             queued = loadgen(port, "count", "--queue", "q")["message_count"]
             assert queued == n, f"the sink left {queued} messages in the queue, expected {n}"
         spark.stop()
-        rate_in, rate_out, rate_again = rows / source_s, n / sink_s[0], n / sink_s[1]
+        # (in a process of its own, so its first micro-batch is a cold one)
+        loadgen(port, "setup", "--queue", "q", "--purge")
+        stream = _fresh_spark(args, "--stream-to-queue", out, uri, "q")
+        queued = loadgen(port, "count", "--queue", "q")["message_count"]
+        assert queued == n == stream["rows"], f"the streaming sink left {queued} messages in the queue, expected {n}"
+        rate_out, rate_again, rate_stream = n / sink_s[0], n / sink_s[1], n / stream["seconds"]
         _title(args)
-        _source_table(direct, rate_in, batches, steady, overhead, query_start, floor)
+        _source_table(direct, rows / source_s, source, floor)
         print(f"| direct publish with confirms, msg/s (loadgen) | {publish:,.0f} |")
         print(f"| sink: rows/s with confirms | {rate_out:,.0f} |")
         print(f"| sink / direct publish | {rate_out / publish:.2f} |")
         print(f"| sink, the same write again, rows/s | {rate_again:,.0f} |")
         print(f"| sink again / direct publish | {rate_again / publish:.2f} |")
+        print(f"| streaming sink: parquet → writeStream, fresh Spark, rows/s ({stream['batches']} batches) "
+              f"| {rate_stream:,.0f} |")
+        print(f"| streaming sink / direct publish | {rate_stream / publish:.2f} |")
+        print(f"| streaming sink after the first micro-batch, rows/s | {stream['steady']:,.0f} |")
+        print(f"| streaming sink after the first micro-batch / direct publish | {stream['steady'] / publish:.2f} |")
+        print(f"| streaming sink: start() to the first micro-batch, s | {stream['query_start']:.1f} |")
+        print(f"| streaming sink: first micro-batch, s / rows it wrote | {stream['first']:.1f}"
+              f" / {stream['first_rows']:,} |")
+        print(f"| streaming sink: per-batch overhead outside addBatch, ms (median) | {stream['overhead']:,} |")
         assert rows == n, f"{rows} rows, expected {n}"
         return 0
     finally:
@@ -260,7 +276,7 @@ def _builder(args, name: str):
 def _copy_parquet(args, src: str, dst: str) -> int:
     """The floor of a cold run: a fresh Spark streams the source's output (the same rows, the
     same schema, about the same files per micro-batch) from parquet into parquet with
-    Trigger.AvailableNow. Prints {"rows", "seconds", "steady"} as JSON."""
+    Trigger.AvailableNow. Prints its figures as JSON (_progress's, rows as read back)."""
     from warren.spark.rows import SCHEMA_DDL
     spark = _builder(args, "bench-spark-floor").getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -273,43 +289,93 @@ def _copy_parquet(args, src: str, dst: str) -> int:
              .trigger(availableNow=True).start())
     query.awaitTermination()
     seconds = time.monotonic() - started
-    batches = [p for p in query.recentProgress if p["numInputRows"]]
-    steady = (sum(p["numInputRows"] for p in batches[1:])
-              / max(1e-9, sum(p["durationMs"]["triggerExecution"] for p in batches[1:]) / 1000))
     rows = spark.read.parquet(dst).count()
     spark.stop()
-    print(json.dumps({"rows": rows, "seconds": seconds, "steady": steady}))
+    print(json.dumps({"seconds": seconds, **_progress(query.recentProgress, seconds), "rows": rows}))
     return 0
+
+
+def _stream_to_queue(args, src: str, uri: str, queue: str) -> int:
+    """The sink's micro-batches, cold: a fresh Spark streams the bodies of the source's output
+    from parquet into writeStream.format("warren") (Trigger.AvailableNow, about --per-trigger
+    rows a micro-batch). Prints its figures as JSON (_progress's)."""
+    from warren.spark import register
+    spark = _builder(args, "bench-spark-sink").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    files = [f for f in os.listdir(src) if f.endswith(".parquet")]
+    per_trigger = max(1, round(len(files) * args.per_trigger / args.count))
+    cp = tempfile.mkdtemp(prefix="bench-spark-sink-cp-")
+    started = time.monotonic()
+    query = (spark.readStream.schema("body binary").option("maxFilesPerTrigger", per_trigger).parquet(src)
+             .writeStream.format("warren").option("uri", uri).option("routingKey", queue)
+             .option("checkpointLocation", cp).trigger(availableNow=True).start())
+    query.awaitTermination()
+    seconds = time.monotonic() - started
+    spark.stop()
+    shutil.rmtree(cp, ignore_errors=True)
+    print(json.dumps({"seconds": seconds, **_progress(query.recentProgress, seconds)}))
+    return 0
+
+
+def _fresh_spark(args, *what: str) -> dict:
+    """Run this script's hidden `what` (--copy-parquet, --stream-to-queue) in a new process with
+    this run's Spark settings; its JSON figures."""
+    flags = [flag for flag, on in (("--no-fast-start", args.no_fast_start),
+                                   ("--no-class-archive", args.no_class_archive)) if on]
+    return json.loads(subprocess.run(
+        [sys.executable, __file__, "--master", args.master, "--per-trigger", str(args.per_trigger),
+         "--count", str(args.count), *flags, *what],
+        capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1])
+
+
+def _progress(progress: list, seconds: float) -> dict:
+    """A streaming query's figures from its recentProgress: rows, rows/s after the first
+    micro-batch, the first micro-batch's seconds and rows, the median per-batch overhead outside
+    addBatch (ms), and the time from start() to the first trigger (s) of a query that ran for
+    `seconds`."""
+    batches = [p for p in progress if p["numInputRows"]]
+    return {
+        "rows": sum(p["numInputRows"] for p in batches),
+        "steady": (sum(p["numInputRows"] for p in batches[1:])
+                   / max(1e-9, sum(p["durationMs"]["triggerExecution"] for p in batches[1:]) / 1000)),
+        "first": batches[0]["durationMs"]["triggerExecution"] / 1000,
+        "first_rows": batches[0]["numInputRows"],
+        "batches": len(batches),
+        "overhead": sorted(p["durationMs"]["triggerExecution"] - p["durationMs"].get("addBatch", 0)
+                           for p in batches)[len(batches) // 2],
+        "query_start": seconds - sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000,
+    }
 
 
 def _title(args) -> None:
     print(f"\n{args.count:,} × {args.size} B, {args.master}, one Warren broker, {time.strftime('%Y-%m-%d %H:%M')}"
           f"{', without fast_start()' if args.no_fast_start else ''}"
           f"{', without the class archive' if args.no_class_archive else ''}"
-          f"{_REPORTING[page_reporting()]}\n")
+          f"{_REPORTING[page_reporting()]}, {args.free_disk / 2**30:.0f} GiB free on the disk\n")
 
 
 _REPORTING = {None: "", True: ", free page reporting on", False: ", free page reporting off"}
 
 
-def _source_table(direct, rate_in, batches, steady, overhead, query_start, floor=None) -> None:
+def _source_table(direct: float, rate_in: float, source: dict, floor: dict | None = None) -> None:
     print("| Metric | value |\n|---|---:|")
     print(f"| direct consume from `first`, msg/s (loadgen) | {direct:,.0f} |")
-    print(f"| source: stream → parquet, rows/s (AvailableNow, {len(batches)} batches) | {rate_in:,.0f} |")
+    print(f"| source: stream → parquet, rows/s (AvailableNow, {source['batches']} batches) | {rate_in:,.0f} |")
     print(f"| source / direct consume | {rate_in / direct:.2f} |")
-    print(f"| source after the first micro-batch, rows/s | {steady:,.0f} |")
-    print(f"| source after the first micro-batch / direct consume | {steady / direct:.2f} |")
-    print(f"| source: start() to the first micro-batch, s | {query_start:.1f} |")
-    print(f"| source: first micro-batch, s / rows it read | {batches[0]['durationMs']['triggerExecution'] / 1000:.1f}"
-          f" / {batches[0]['numInputRows']:,} |")
-    print(f"| source: per-batch overhead outside addBatch, ms (median) | {sorted(overhead)[len(overhead) // 2]:,} |")
+    # (the first micro-batch starts Spark's Python workers and warms the JVM)
+    print(f"| source after the first micro-batch, rows/s | {source['steady']:,.0f} |")
+    print(f"| source after the first micro-batch / direct consume | {source['steady'] / direct:.2f} |")
+    # (the query's Python runner, its start offsets)
+    print(f"| source: start() to the first micro-batch, s | {source['query_start']:.1f} |")
+    print(f"| source: first micro-batch, s / rows it read | {source['first']:.1f} / {source['first_rows']:,} |")
+    print(f"| source: per-batch overhead outside addBatch, ms (median) | {source['overhead']:,} |")
     if floor:
         rate = floor["rows"] / floor["seconds"]
         print(f"| Spark alone: the same rows parquet → parquet, cold, rows/s | {rate:,.0f} |")
         print(f"| the same as a ratio to the direct consume | {rate / direct:.2f} |")
         print(f"| Spark alone after the first micro-batch, rows/s (ratio) | {floor['steady']:,.0f}"
               f" ({floor['steady'] / direct:.2f}) |")
-
 
 if __name__ == "__main__":
     sys.exit(main())
