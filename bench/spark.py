@@ -335,6 +335,8 @@ def _progress(progress: list, seconds: float) -> dict:
     addBatch (ms), and the time from start() to the first trigger (s) of a query that ran for
     `seconds`."""
     batches = [p for p in progress if p["numInputRows"]]
+    if not batches:
+        raise RuntimeError("the query read no rows")
     return {
         "rows": sum(p["numInputRows"] for p in batches),
         "steady": (sum(p["numInputRows"] for p in batches[1:])
@@ -376,6 +378,7 @@ def _source_table(direct: float, rate_in: float, source: dict, floor: dict | Non
         print(f"| the same as a ratio to the direct consume | {rate / direct:.2f} |")
         print(f"| Spark alone after the first micro-batch, rows/s (ratio) | {floor['steady']:,.0f}"
               f" ({floor['steady'] / direct:.2f}) |")
+
 
 if __name__ == "__main__":
     sys.exit(main())

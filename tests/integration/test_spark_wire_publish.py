@@ -20,7 +20,9 @@ import pytest
 from pamqp import commands as spec
 
 from warren.spark.connection import endpoint
-from warren.spark.wire import Nacked, ProtocolError, Publisher, Returned, encode_properties, property_template
+from warren.spark.wire import (
+    Nacked, ProtocolError, Publisher, Returned, encode_properties, joined_frames, property_template,
+)
 
 EXTERNAL = os.environ.get("WARREN_TEST_BROKER")
 
@@ -60,6 +62,50 @@ def test_a_small_window_big_and_empty_bodies_and_properties(broker, channel, nam
     assert [p.message_id for p, _ in got] == ["id-%d" % i for i in range(2500)]
     p = got[0][0]
     assert (p.headers, p.delivery_mode, p.type, p.content_type) == ({"n": 1, "s": "t"}, 2, "kind", None)
+
+
+def _joined(wire, exchange, key, bodies, mandatory=False, first=1):
+    """The frames of `bodies` made a column at a time (the sink's path for bodies alone)."""
+    import pyarrow as pa
+    before, after = property_template({})
+    return joined_frames(wire.method(exchange, key, mandatory), before, after, b"j:", first,
+                         pa.array(bodies, pa.binary()))
+
+
+@pytest.mark.parametrize("window", [1, 3, 1000])
+def test_frames_made_a_column_at_a_time_keep_the_window(broker, channel, names, window):
+    """publish_joined: every message arrives, in order, with its id, whatever the window; a
+    slice of the frames (an Arrow offset) sends only its messages."""
+    q = names("swp-joined")
+    channel.queue_declare(q)
+    wire = _publisher(broker, window=window)
+    bodies = [b"b%d" % i * (1 + i % 300) for i in range(700)]
+    frames = _joined(wire, "", q, bodies)
+    wire.publish_joined(frames.slice(0, 300))
+    assert wire.unconfirmed <= window
+    wire.publish_joined(frames.slice(300))
+    wire.wait_confirms()
+    assert (wire.published, wire.unconfirmed) == (700, 0)
+    wire.close()
+    got = _get_all(channel, q)
+    assert [body for _, body in got] == bodies
+    assert [p.message_id for p, _ in got] == ["j:%d" % i for i in range(1, 701)]
+
+
+def test_frames_made_a_column_at_a_time_are_nacked_and_returned(broker, channel, names):
+    q, x = names("swp-joined-full"), names("swp-joined-x")
+    channel.queue_declare(q, arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    channel.exchange_declare(x, "direct")
+    wire = _publisher(broker)
+    with pytest.raises(Nacked):  # (from an ack read between sends, or while waiting)
+        wire.publish_joined(_joined(wire, "", q, [b"r0", b"r1", b"r2"]))
+        wire.wait_confirms()
+    wire.close()
+    wire = _publisher(broker)
+    with pytest.raises(Returned, match="312 NO_ROUTE"):
+        wire.publish_joined(_joined(wire, x, "nowhere", [b"lost"] * 5, mandatory=True))
+        wire.wait_confirms()
+    wire.close()
 
 
 def test_reject_publish_nacks(broker, channel, names):

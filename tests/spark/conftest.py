@@ -16,7 +16,7 @@ REQUIRED = os.environ.get("WARREN_REQUIRE_SPARK") == "1"
 def _missing() -> str | None:
     if shutil.which("java") is None:
         return "no java on PATH (Spark needs Java 17+)"
-    shown = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
+    shown = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=60).stderr
     version = re.search(r'version "(\d+)', shown)
     if version is None or int(version.group(1)) < 17:
         return f"Spark needs Java 17+, java on PATH says: {shown.splitlines()[0] if shown else 'nothing'}"

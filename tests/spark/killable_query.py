@@ -78,6 +78,8 @@ def _session():
              .config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2")
              # (an Arrow writer's task gets its rows 50 at a time, as they come from the UDF)
              .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
+             # (no compaction of the file sink's log: the tests read which batch added each file)
+             .config("spark.sql.streaming.fileSink.log.compactInterval", "1000")
              .getOrCreate())
     spark.sparkContext.setLogLevel("WARN")  # "Lost task" lines: the test reads them
     register(spark)

@@ -204,6 +204,17 @@ def test_replay_as_one_command(spark, broker, uid, tmp_path):
     assert _drain(broker, work) == []
 
 
+def test_a_replays_checkpoint_is_named_by_its_selection(tmp_path, capsys):
+    """The name is fixed (a change would orphan every replay's checkpoint); a checkpoint of the
+    days before selections were named is not taken for any one of them (no Spark needed)."""
+    assert pipeline._selection(_args(where="reason = 'expired'")) == "replay-beefa77f17d8cd69"
+    assert pipeline._selection(_args()) != pipeline._selection(_args(to_exchange="x"))
+    (tmp_path / "audit").mkdir()
+    (tmp_path / "audit.replay-checkpoint").mkdir()
+    assert pipeline.replay(None, _args(input=str(tmp_path / "audit"))) == 2
+    assert "is an earlier replay's checkpoint, for every selection" in capsys.readouterr().err
+
+
 def test_the_tls_flags_parse():
     args = build_parser().parse_args(["pipeline", "replay", "--stream", "dlq", "--uri", "amqps://h/%2F",
                                       "--cacertfile", "ca.pem", "--certfile", "c.pem", "--keyfile", "k.pem",

@@ -195,6 +195,13 @@ def dlq_audit(spark: Any, args: argparse.Namespace) -> int:
 def replay(spark: Any, args: argparse.Namespace) -> int:
     from pyspark.sql import functions as F
 
+    checkpoints = (args.input.rstrip("/") if args.input else args.stream) + ".replay-checkpoints"
+    earlier = checkpoints[:-1]  # (one checkpoint for every selection, before they were named)
+    if args.checkpoint is None and os.path.isdir(earlier):
+        print(f"warren pipeline replay: {earlier} is an earlier replay's checkpoint, for every selection: "
+              f"resume it with --checkpoint {earlier}, or remove it", file=sys.stderr)
+        return 2
+    checkpoint = args.checkpoint or os.path.join(checkpoints, _selection(args))
     if args.input:
         if os.path.isdir(os.path.join(args.input, "_delta_log")):
             print("warren pipeline replay: --input reads a parquet table; a Delta table has no streaming "
@@ -202,12 +209,9 @@ def replay(spark: Any, args: argparse.Namespace) -> int:
             return 2
         schema = spark.read.parquet(args.input).schema
         rows = spark.readStream.schema(schema).parquet(args.input)
-        checkpoints = args.input.rstrip("/") + ".replay-checkpoints"
     else:
         rows = flattened(_broker(spark.readStream, args).option("stream", args.stream)
                          .option("startingOffsets", "earliest").load())
-        checkpoints = f"{args.stream}.replay-checkpoints"
-    checkpoint = args.checkpoint or os.path.join(checkpoints, _selection(args))
     resumed = os.path.isdir(os.path.join(checkpoint, "commits"))
     if args.where:
         rows = rows.where(args.where)

@@ -159,11 +159,13 @@ class _Publisher:
     def _batch(self, wire: Publisher, batch: Any, prefix: str, n: int) -> int:
         """Publish the rows of one batch, numbered from n + 1; the last row's number."""
         bodies_only = _bodies_only(batch, wire.frame_max - 8)
-        if bodies_only is not None:  # (the frames made a column at a time)
+        if bodies_only is not None:  # (the frames made a column at a time, JOINED_BYTES of bodies at once)
             before, after = property_template({})
             method = wire.method(self.exchange, self.routing_key, self.mandatory)
-            wire.publish_joined(joined_frames(method, before, after, f"{prefix}:".encode(), n + 1, bodies_only))
-            return n + len(bodies_only)
+            for piece in _pieces(bodies_only, JOINED_BYTES):
+                wire.publish_joined(joined_frames(method, before, after, f"{prefix}:".encode(), n + 1, piece))
+                n += len(piece)
+            return n
         rows, (bodies, exchanges, keys, headers, properties, ids) = _columns(batch)
         if not rows:
             return n
@@ -196,6 +198,24 @@ class _Publisher:
             publish(_text(exchange) or self.exchange, _text(key) or self.routing_key, body,
                     before + bytes((len(mid),)) + mid + after, mandatory)
         return n
+
+
+# Bodies whose frames are made at once: a bound on the copy (and under Arrow's 2 GiB of int32
+# offsets whatever Spark's Arrow batch size).
+JOINED_BYTES = 32 << 20
+
+
+def _pieces(bodies: Any, most: int) -> Iterator:
+    """`bodies` cut into slices of at most `most` octets of bodies (at least one body each)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    ends = np.cumsum(pc.binary_length(bodies).to_numpy())
+    start = 0
+    while start < len(bodies):
+        stop = max(start + 1, int(np.searchsorted(ends, (ends[start - 1] if start else 0) + most, side="right")))
+        yield bodies.slice(start, stop - start)
+        start = stop
 
 
 def _bodies_only(batch: Any, body_max: int) -> Any:

@@ -407,9 +407,7 @@ class Publisher(Wire):
         if self.published - self.settled - len(self.acked_above) >= self.window:
             self.flush()
             self._wait(self.window - 1)
-        method = self._methods.get((exchange, routing_key, mandatory))
-        if method is None:
-            method = self._method(exchange, routing_key, mandatory)
+        method = self.method(exchange, routing_key, mandatory)
         out = self.out
         out += method
         size = len(body)
@@ -436,14 +434,16 @@ class Publisher(Wire):
 
     def publish_joined(self, frames: Any) -> None:
         """Publish the messages whose frames joined_frames() made, like publish() one by one:
-        at most `window` unconfirmed, sent a quarter window at a time."""
+        at most `window` unconfirmed, sent about FLUSH_AT octets at a time (at least one
+        message), the acks read between sends."""
         n = len(frames)
         offsets = np.frombuffer(frames.buffers()[1], np.int32)[frames.offset:frames.offset + n + 1]
         data = memoryview(frames.buffers()[2])
-        step = max(1, self.window // 4)
+        # (the message after which each send ends: the first to reach FLUSH_AT octets more)
+        ends = np.searchsorted(offsets, offsets[:-1] + FLUSH_AT, side="left")
         done = 0
         while done < n:
-            k = min(step, n - done)
+            k = max(1, min(int(ends[done]) - done, n - done, self.window))
             if self.published - self.settled - len(self.acked_above) > self.window - k:
                 self.flush()
                 self._wait(self.window - k)
