@@ -105,7 +105,7 @@ def test_stream_and_queue_neither_or_both():
     ("endingOffsets", '{"streams": {"s": -5}}', "offset of stream 's' must be a whole number >= 0, not -5"),
     ("startingTimestamp", "2026-01-01", "startingTimestamp must be milliseconds since the epoch, not '2026-01-01'"),
     ("startingTimestamp", "-1", "startingTimestamp must be milliseconds since the epoch (>= 0), not -1"),
-    ("maxRecordsPerTrigger", "0", "maxRecordsPerTrigger must be above 0, not 0"),
+    ("maxRecordsPerTrigger", "0", "maxRecordsPerTrigger must be a whole number (>= 1), not 0"),
     ("maxBytesPerTrigger", "1k", "maxBytesPerTrigger must be a whole number, not '1k'"),
     ("failOnDataLoss", "no", "failOnDataLoss must be true or false, not 'no'"),
 ])

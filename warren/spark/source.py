@@ -72,29 +72,17 @@ def _flag(options: Mapping[str, str], key: str, default: bool) -> bool:
     raise ValueError(f"{key} must be true or false, not {value!r}")
 
 
-def _count(options: Mapping[str, str], key: str) -> int | None:
+def _count(options: Mapping[str, str], key: str, least: int = 1, what: str = "a whole number") -> int | None:
+    """The option as an integer of at least `least` (None if not given)."""
     value = options.get(key.lower())
     if value is None:
         return None
     try:
         n = int(value)
     except ValueError:
-        raise ValueError(f"{key} must be a whole number, not {value!r}") from None
-    if n <= 0:
-        raise ValueError(f"{key} must be above 0, not {n}")
-    return n
-
-
-def _timestamp(options: Mapping[str, str]) -> int | None:
-    value = options.get("startingtimestamp")
-    if value is None:
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        raise ValueError(f"startingTimestamp must be milliseconds since the epoch, not {value!r}") from None
-    if n < 0:
-        raise ValueError(f"startingTimestamp must be milliseconds since the epoch (>= 0), not {n}")
+        raise ValueError(f"{key} must be {what}, not {value!r}") from None
+    if n < least:
+        raise ValueError(f"{key} must be {what} (>= {least}), not {n}")
     return n
 
 
@@ -163,7 +151,7 @@ class SourceOptions:
             starting_ = checked("startingOffsets", starting_, ("earliest", "latest"), list(streams))
         if ending_ is not None:
             ending_ = checked("endingOffsets", ending_, ("latest",), list(streams))
-        return cls(endpoint(raw), queue, streams, starting_, _timestamp(opts), ending_,
+        return cls(endpoint(raw), queue, streams, starting_, _count(opts, "startingTimestamp", 0, "milliseconds since the epoch"), ending_,
                    _count(opts, "maxRecordsPerTrigger"), _count(opts, "maxBytesPerTrigger"),
                    _count(opts, "minPartitions") or default_parallelism(),
                    _count(opts, "maxRecordsPerPartition") or DEFAULT_MAX_PER_PARTITION,
