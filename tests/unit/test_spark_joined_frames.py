@@ -10,7 +10,7 @@ pytest.importorskip("pyspark")
 pa = pytest.importorskip("pyarrow")
 
 from warren.spark import wire  # noqa: E402
-from warren.spark.sink import _bodies_only  # noqa: E402
+from warren.spark.sink import _bodies_only, _pieces  # noqa: E402
 
 
 class Buffered(wire.Publisher):
@@ -59,7 +59,7 @@ def test_only_batches_of_bodies_alone_take_the_column_path():
         return pa.RecordBatch.from_pydict(columns)
 
     assert _bodies_only(batch(body=pa.array([b"a", b"bc"])), 10).to_pylist() == [b"a", b"bc"]
-    assert _bodies_only(batch(body=pa.array(["a", "é"])), 10).to_pylist() == [b"a", "é".encode()]
+    assert _bodies_only(batch(body=pa.array(["a", "é"], pa.large_string())), 10).to_pylist() == ["a", "é"]
     assert _bodies_only(batch(body=pa.array([b"a"]), extra=pa.array([1])), 10) is not None  # (not the sink's)
     assert _bodies_only(batch(body=pa.array([b"a"]), routing_key=pa.array(["k"])), 10) is None
     assert _bodies_only(batch(body=pa.array([b"a"]), message_id=pa.array(["m"])), 10) is None
@@ -68,3 +68,11 @@ def test_only_batches_of_bodies_alone_take_the_column_path():
     assert _bodies_only(batch(body=pa.array([b"a" * 11])), 10) is None  # (more than one body frame)
     assert _bodies_only(batch(body=pa.array([1, 2])), 10) is None
     assert _bodies_only(batch(body=pa.array([], pa.binary())), 10) is None
+
+
+def test_bodies_are_joined_a_bounded_piece_at_a_time():
+    bodies = pa.array(["x" * n for n in (5, 5, 5, 20, 1, 1, 1)], pa.large_string())
+    pieces = list(_pieces(bodies, 10))
+    assert [p.type for p in pieces] == [pa.binary()] * 4
+    assert [[len(b) for b in p.to_pylist()] for p in pieces] == [[5, 5], [5], [20], [1, 1, 1]]
+    assert [len(p) for p in _pieces(bodies, 1 << 20)] == [7]

@@ -206,22 +206,24 @@ JOINED_BYTES = 32 << 20
 
 
 def _pieces(bodies: Any, most: int) -> Iterator:
-    """`bodies` cut into slices of at most `most` octets of bodies (at least one body each)."""
+    """`bodies` cut into slices of at most `most` octets of bodies (at least one body each),
+    each as a binary array."""
     import numpy as np
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     ends = np.cumsum(pc.binary_length(bodies).to_numpy())
     start = 0
     while start < len(bodies):
         stop = max(start + 1, int(np.searchsorted(ends, (ends[start - 1] if start else 0) + most, side="right")))
-        yield bodies.slice(start, stop - start)
+        yield bodies.slice(start, stop - start).cast(pa.binary())
         start = stop
 
 
 def _bodies_only(batch: Any, body_max: int) -> Any:
-    """The body column of an Arrow record batch as a binary array, if the batch has none of the
-    other columns the sink reads and every body is present, not empty, and fits one body
-    frame; else None."""
+    """The body column of an Arrow record batch (binary or string, large or not), if the batch
+    has none of the other columns the sink reads and every body is present, not empty, and fits
+    one body frame; else None."""
     if not hasattr(batch, "schema") or not batch.num_rows:
         return None
     import pyarrow as pa
@@ -238,7 +240,7 @@ def _bodies_only(batch: Any, body_max: int) -> Any:
     shortest, longest = pc.min_max(pc.binary_length(bodies)).values()
     if shortest.as_py() == 0 or longest.as_py() > body_max:  # (an empty body has no body frame)
         return None
-    return bodies.cast(pa.binary())
+    return bodies
 
 
 def _template(cache: dict, headers: Any, given: Any) -> tuple[bytes, bytes, Any]:
