@@ -115,6 +115,15 @@ def test_available_now_ends_while_messages_keep_coming(spark, broker, uid, tmp_p
     assert len(offsets) < 200 + len(published)
 
 
+def test_the_password_is_not_in_plans_or_progress(spark, broker, uid, tmp_path):
+    s = stream(broker, f"sp-secret-{uid}", 5)
+    secret = uri(broker).split("@")[0]  # amqp://user:password
+    df = reader(spark, broker, s)
+    assert df.count() == 5 and secret not in df._jdf.queryExecution().toString()
+    query = _run(spark, broker, s, str(tmp_path / "out"), str(tmp_path / "cp"), startingOffsets="earliest")
+    assert query.recentProgress and all(secret not in p.json for p in query.recentProgress)
+
+
 def test_data_loss_fails_or_is_skipped(spark, broker, uid):
     s = stream(broker, f"sp-loss-{uid}", 100, **{"x-stream-max-segment-size-bytes": 2000,
                                                   "x-max-length-bytes": 4000})
