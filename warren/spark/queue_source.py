@@ -31,11 +31,12 @@ from typing import Any, Iterator
 
 from pamqp import commands as spec
 from pamqp import frame as pframe
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition, ReadAllAvailable, ReadLimit
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition, ReadLimit
 from pyspark.sql.streaming.datasource import ReadMaxBytes, ReadMaxRows, SupportsTriggerAvailableNow
 
 from .connection import Endpoint
 from .queue_offsets import Fingerprints, QueueOffset, decode
+from .read_limits import caps
 from .rows import Batch
 from .wire import ProtocolError, Wire
 
@@ -202,17 +203,11 @@ class QueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------ the held messages
     def _limits(self, limit: ReadLimit) -> tuple[int, int | None]:
-        """(messages, body octets) of the next batch: both options apply, whatever limit
-        Spark passes (PySpark's ReadLimit holds one); never more than batch_limit, which
-        bounds the driver's memory, even under ReadAllAvailable."""
-        octets = self.options.max_bytes
-        if isinstance(limit, ReadMaxRows):
-            return min(limit.max_rows, self.batch_limit), octets
-        if isinstance(limit, ReadMaxBytes):
-            return self.batch_limit, min(limit.max_bytes, octets or limit.max_bytes)
-        if isinstance(limit, ReadAllAvailable):
-            return self.batch_limit, octets
-        raise ValueError(f"the warren source takes no read limit {limit!r}")
+        """(messages, body octets) of the next batch: the stream source's caps(), both options
+        applying whatever limit Spark passes, with batch_limit as the message option: never more,
+        as it bounds the driver's memory, even under ReadAllAvailable (Trigger.Once too)."""
+        messages, octets = caps(limit, self.batch_limit, self.options.max_bytes, available_now=True)
+        return messages or self.batch_limit, octets
 
     def _connected(self, position: int) -> QueueConsumer:
         if self._consumer is None:
