@@ -24,6 +24,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import free_port
+from warren.mgmt.node_resources import sockets_limit
 
 AMQP = (("protocol", "amqp091"),)
 CLASSIC = (("protocol", "amqp091"), ("queue_type", "rabbit_classic_queue"))
@@ -120,6 +121,10 @@ def test_scraped_values_follow_the_traffic(metrics_broker, uid):
     assert after[("rabbitmq_resident_memory_limit_bytes", ())] > after[("rabbitmq_process_resident_memory_bytes", ())]
     assert after[("rabbitmq_disk_space_available_bytes", ())] > after[("rabbitmq_disk_space_available_limit_bytes", ())]
     assert 0 < after[("rabbitmq_process_open_fds", ())] < after[("rabbitmq_process_max_fds", ())]
+    # RabbitMQ's socket limit for that fd limit, as /api/nodes gives it too.
+    sockets = after[("rabbitmq_process_max_tcp_sockets", ())]
+    assert sockets == sockets_limit(int(after[("rabbitmq_process_max_fds", ())])) > 0
+    assert requests.get(b.api + "/nodes", auth=("guest", "guest"), timeout=10).json()[0]["sockets_total"] == sockets
     assert requests.get(f"http://127.0.0.1:{port}/metrics/detailed", timeout=10).status_code == 404
     gzipped = requests.get(f"http://127.0.0.1:{port}/metrics", headers={"Accept-Encoding": "gzip"}, timeout=10)
     assert gzipped.headers["Content-Encoding"] == "gzip" and "rabbitmq_queues " in gzipped.text
