@@ -16,7 +16,10 @@ the node's rabbitmq.conf, e.g. a TLS listener and its ssl_options.*.
 
 With plugins=["rabbitmq_management"] (command line: --plugins rabbitmq_management) the
 management plugin also runs, on a free port of 127.0.0.1: node.mgmt_port, node.mgmt_api
-("http://127.0.0.1:PORT/api"); `run` then also sets WARREN_TEST_MGMT to that URL.
+("http://127.0.0.1:PORT/api"); `run` then also sets WARREN_TEST_MGMT to that URL. With
+rabbitmq_prometheus its metrics endpoint is on a free port of 127.0.0.1 too (not the plugin's
+15692, which a Warren on the machine may hold): node.prometheus_port, and `run` sets
+WARREN_TEST_PROMETHEUS=127.0.0.1:PORT.
 
 Every process is started in its own process group and is killed at the end, also on
 errors; if the Python process itself is SIGKILLed, a small watchdog process kills
@@ -35,7 +38,8 @@ As a command, to run the tests against RabbitMQ:
 starts a node, runs the command with WARREN_TEST_BROKER=host:port and
 WARREN_TEST_RABBITMQCTL (a rabbitmqctl command line for that node) set, stops the
 node and exits with the command's status. With --plugins rabbitmq_management also
-WARREN_TEST_MGMT=http://127.0.0.1:PORT/api (the management API of that node).
+WARREN_TEST_MGMT=http://127.0.0.1:PORT/api (the management API of that node); with
+--plugins rabbitmq_prometheus WARREN_TEST_PROMETHEUS=127.0.0.1:PORT (its metrics endpoint).
 """
 
 from __future__ import annotations
@@ -285,6 +289,7 @@ class RabbitMQNode:
         self.conf = list(conf)  # extra rabbitmq.conf lines
         self.port = 0
         self.mgmt_port = 0  # the management plugin's HTTP port, if it is enabled
+        self.prometheus_port = 0  # the rabbitmq_prometheus plugin's, if it is enabled
         self.dist_port = 0
         self.epmd_port = 0
         self.version = "?"
@@ -381,8 +386,9 @@ class RabbitMQNode:
         if not self.keep_tmp:
             watchdog_send(f"d+{t}")
         mgmt = "rabbitmq_management" in self.plugins
-        self.port, self.dist_port, self.epmd_port, mgmt_port = free_ports(4)
+        self.port, self.dist_port, self.epmd_port, mgmt_port, prometheus_port = free_ports(5)
         self.mgmt_port = mgmt_port if mgmt else 0
+        self.prometheus_port = prometheus_port if "rabbitmq_prometheus" in self.plugins else 0
         self.logfile = os.path.join(t, "rabbitmq-server.out")
         # Own cookie in our own HOME: rabbitmq-server and rabbitmqctl both read
         # $HOME/.erlang.cookie, so they agree even when run as root, and
@@ -397,6 +403,8 @@ class RabbitMQNode:
         conf = list(self.conf)
         if self.mgmt_port:
             conf[:0] = [f"management.tcp.ip = {self.host}", f"management.tcp.port = {self.mgmt_port}"]
+        if self.prometheus_port:
+            conf[:0] = [f"prometheus.tcp.ip = {self.host}", f"prometheus.tcp.port = {self.prometheus_port}"]
         if conf:
             with open(os.path.join(t, "rabbitmq.conf"), "w") as f:
                 f.write("".join(line + "\n" for line in conf))
@@ -435,7 +443,8 @@ class RabbitMQNode:
             time.sleep(0.05)
         self.log(f"rabbitmq: starting node {self.nodename} on {self.host}:{self.port} "
                  f"(dist {self.dist_port}, epmd {self.epmd_port}, dir {t}"
-                 + (f", management {self.mgmt_port}" if self.mgmt_port else "") + ")")
+                 + (f", management {self.mgmt_port}" if self.mgmt_port else "")
+                 + (f", prometheus {self.prometheus_port}" if self.prometheus_port else "") + ")")
         try:
             with open(self.logfile, "ab") as lf:
                 self.proc = spawn([self.server], env=env, cwd=t, stdout=lf, stderr=lf)
@@ -464,12 +473,13 @@ class RabbitMQNode:
         # Also proves that rabbitmqctl reaches the node (cookie, epmd).
         self.ctl("await_startup", "--timeout", str(max(5, int(deadline - time.monotonic()))),
                  timeout=max(10.0, deadline - time.monotonic() + 10))
-        while self.mgmt_port and not port_open(self.mgmt_port, self.host):
-            if time.monotonic() > deadline:
-                raise RabbitMQNodeError(
-                    f"the management plugin did not listen on port {self.mgmt_port} within "
-                    f"{self.start_timeout:.0f} s; last log lines:\n{self.log_tail()}")
-            time.sleep(0.2)
+        for plugin, port in (("management", self.mgmt_port), ("rabbitmq_prometheus", self.prometheus_port)):
+            while port and not port_open(port, self.host):
+                if time.monotonic() > deadline:
+                    raise RabbitMQNodeError(
+                        f"the {plugin} plugin did not listen on port {port} within "
+                        f"{self.start_timeout:.0f} s; last log lines:\n{self.log_tail()}")
+                time.sleep(0.2)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -544,6 +554,9 @@ def _run(args) -> int:
         if node.mgmt_api:
             env["WARREN_TEST_MGMT"] = node.mgmt_api
             _log(f"  WARREN_TEST_MGMT={env['WARREN_TEST_MGMT']}")
+        if node.prometheus_port:
+            env["WARREN_TEST_PROMETHEUS"] = f"{node.host}:{node.prometheus_port}"
+            _log(f"  WARREN_TEST_PROMETHEUS={env['WARREN_TEST_PROMETHEUS']}")
         try:
             proc = subprocess.Popen(cmd, env=env)
         except OSError as e:
@@ -589,7 +602,8 @@ def main(argv=None) -> int:
                      help="keep the node's temporary directory (data, logs)")
     run.add_argument("--plugins", default=[], type=lambda v: [p for p in v.split(",") if p],
                      help="comma-separated plugins to enable, e.g. rabbitmq_management "
-                          "(default none); with it, WARREN_TEST_MGMT is set too")
+                          "(default none); with it, WARREN_TEST_MGMT is set too (with "
+                          "rabbitmq_prometheus, WARREN_TEST_PROMETHEUS)")
     run.add_argument("--conf", default=[], action="append", metavar="'KEY = VALUE'",
                      help="a line for the node's rabbitmq.conf (repeatable), e.g. "
                           "'listeners.ssl.default = 5671'")

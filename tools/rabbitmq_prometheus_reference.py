@@ -6,8 +6,8 @@ help texts and labels with it):
     python tools/rabbitmq_node.py run --plugins rabbitmq_prometheus -- \\
         python tools/rabbitmq_prometheus_reference.py tests/data
 
-The node's endpoint is the plugin's default, 15692 (every interface): nothing else may listen
-there meanwhile (a Warren started with its defaults does). Some traffic first (two queues,
+The node's endpoint is WARREN_TEST_PROMETHEUS (host:port, which tools/rabbitmq_node.py sets for
+the plugin), else the plugin's default, 127.0.0.1:15692. Some traffic first (two queues,
 publishes with confirms, one unroutable, a basic.get, a consumer), so that every per-object
 family has samples; then /metrics and /metrics/per-object are saved, trimmed to the
 rabbitmq_* and process_* families (the erlang_*/telemetry_* ones have no Warren counterpart).
@@ -57,7 +57,8 @@ def main(directory: str) -> int:
     time.sleep(6)  # the plugin's figures come from stats that are collected every 5 s
     version = os.environ.get("RABBITMQ_VERSION", "3.10.8")
     for path, name in (("/metrics", "metrics"), ("/metrics/per-object", "metrics-per-object")):
-        with urllib.request.urlopen(f"http://127.0.0.1:15692{path}", timeout=30) as response:
+        endpoint = os.environ.get("WARREN_TEST_PROMETHEUS", "127.0.0.1:15692")
+        with urllib.request.urlopen(f"http://{endpoint}{path}", timeout=30) as response:
             text = response.read().decode()
         target = os.path.join(directory, f"rabbitmq-{version}-prometheus-{name}.txt")
         with open(target, "w") as f:

@@ -137,7 +137,8 @@ def test_cluster_name_in_definitions(target, cluster_name):
 def test_cluster_name_survives_restart(make_broker, restart_broker):
     b = make_broker()
     api = Target(b, b.api)
-    assert api.call("GET", "/definitions").json()["global_parameters"] == []  # never set: not exported
+    # never set: not exported (the one global parameter is the permanent id, made at the first start)
+    assert [p["name"] for p in api.call("GET", "/definitions").json()["global_parameters"]] == ["internal_cluster_id"]
     assert api.call("PUT", "/cluster-name", {"name": f"kept-{SUFFIX}"}).status_code == 204
     b = restart_broker(b)
     api = Target(b, b.api)

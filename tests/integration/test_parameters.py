@@ -265,9 +265,10 @@ def test_parameters_survive_restart(make_broker, restart_broker):
     api = Api(b.api)
     assert api.ok("GET", "/parameters/vhost-limits/pv/limits").json()["value"] == {"max-queues": 3}
     assert api.ok("GET", "/parameters/operator_policy/pv/op").json()["value"]["priority"] == 1
+    permanent_id = api.ok("GET", "/global-parameters/internal_cluster_id").json()["value"]
     assert api.ok("GET", "/global-parameters").json() == [
         {"name": "cluster_name", "value": "restarted"}, {"name": "g1", "value": {"k": [1, "v"]}},
-        {"name": "g2", "value": None}]
+        {"name": "g2", "value": None}, {"name": "internal_cluster_id", "value": permanent_id}]
     assert api.ok("GET", "/cluster-name").json() == {"name": "restarted"}
     # Clearing survives too.
     api.ok("DELETE", "/global-parameters/g1")
@@ -275,6 +276,7 @@ def test_parameters_survive_restart(make_broker, restart_broker):
     api.ok("DELETE", "/global-parameters/cluster_name")
     b = restart_broker(b)
     api = Api(b.api)
-    assert api.ok("GET", "/global-parameters").json() == [{"name": "g2", "value": None}]
+    assert api.ok("GET", "/global-parameters").json() == [
+        {"name": "g2", "value": None}, {"name": "internal_cluster_id", "value": permanent_id}]
     assert api.ok("GET", "/parameters/vhost-limits").json() == []
     assert api.ok("GET", "/cluster-name").json() == {"name": "warren@localhost"}

@@ -10,6 +10,7 @@ WARREN_REQUIRE_PROMETHEUS=1, which .ci/run sets after installing it), where it m
 
 import os
 import pathlib
+import re
 import shutil
 import socket
 import subprocess
@@ -22,7 +23,8 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import EXTERNAL, free_port
+from conftest import free_port
+from warren.mgmt.node_resources import sockets_limit
 
 AMQP = (("protocol", "amqp091"),)
 CLASSIC = (("protocol", "amqp091"), ("queue_type", "rabbit_classic_queue"))
@@ -33,7 +35,7 @@ def scrape(port: int, path: str = "/metrics") -> dict:
     types too, under (family name, "TYPE")."""
     r = requests.get(f"http://127.0.0.1:{port}{path}", timeout=10)
     assert r.status_code == 200
-    assert r.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert r.headers["Content-Type"] == "text/plain; version=0.0.4"  # RabbitMQ 3.10.8's
     out: dict = {}
     for family in text_string_to_metric_families(r.text):
         out[(family.name, "TYPE")] = family.type
@@ -119,6 +121,10 @@ def test_scraped_values_follow_the_traffic(metrics_broker, uid):
     assert after[("rabbitmq_resident_memory_limit_bytes", ())] > after[("rabbitmq_process_resident_memory_bytes", ())]
     assert after[("rabbitmq_disk_space_available_bytes", ())] > after[("rabbitmq_disk_space_available_limit_bytes", ())]
     assert 0 < after[("rabbitmq_process_open_fds", ())] < after[("rabbitmq_process_max_fds", ())]
+    # RabbitMQ's socket limit for that fd limit, as /api/nodes gives it too.
+    sockets = after[("rabbitmq_process_max_tcp_sockets", ())]
+    assert sockets == sockets_limit(int(after[("rabbitmq_process_max_fds", ())])) > 0
+    assert requests.get(b.api + "/nodes", auth=("guest", "guest"), timeout=10).json()[0]["sockets_total"] == sockets
     assert requests.get(f"http://127.0.0.1:{port}/metrics/detailed", timeout=10).status_code == 404
     gzipped = requests.get(f"http://127.0.0.1:{port}/metrics", headers={"Accept-Encoding": "gzip"}, timeout=10)
     assert gzipped.headers["Content-Encoding"] == "gzip" and "rabbitmq_queues " in gzipped.text
@@ -126,6 +132,25 @@ def test_scraped_values_follow_the_traffic(metrics_broker, uid):
     listeners = requests.get(b.api + "/overview", auth=("guest", "guest"), timeout=10).json()["listeners"]
     assert [(x["ip_address"], x["port"]) for x in listeners if x["protocol"] == "http/prometheus"] == [
         ("127.0.0.1", port)]
+
+
+def test_the_permanent_cluster_id_survives_a_restart(make_broker, restart_broker):
+    """rabbitmq_identity_info's rabbitmq_cluster_permanent_id: RabbitMQ's internal_cluster_id
+    global parameter, made at the first start and kept with the definitions in the data dir."""
+    port = free_port()
+    b = make_broker("--prometheus-port", str(port))
+
+    def identity() -> dict:
+        [labels] = [key[1] for key in scrape(port) if key[0] == "rabbitmq_identity_info" and key[1] != "TYPE"]
+        return dict(labels)
+
+    first = identity()["rabbitmq_cluster_permanent_id"]
+    assert re.fullmatch(r"rabbitmq-cluster-id-[A-Za-z0-9_-]{22}", first)
+    assert requests.get(b.api + "/global-parameters/internal_cluster_id", auth=("guest", "guest"),
+                        timeout=10).json() == {"name": "internal_cluster_id", "value": first}
+    b = restart_broker(b, "--prometheus-port", str(port))
+    assert identity() == {"rabbitmq_node": "warren@localhost", "rabbitmq_cluster": "warren@localhost",
+                          "rabbitmq_cluster_permanent_id": first}
 
 
 def test_the_config_file_keys(make_broker, tmp_path):
@@ -182,86 +207,125 @@ def prometheus_binary() -> str:
     return binary
 
 
-def test_a_real_prometheus_scrapes_it(make_broker, uid):
-    """Prometheus 2.42 starts scraping some 5 s after it starts (its scrape manager takes new
-    targets every 5 s): it is started first, the broker and its traffic meanwhile."""
-    if EXTERNAL:
-        pytest.skip("needs to start its own Warren broker")
-    binary = prometheus_binary()
-    port = free_port()
-    workdir = tempfile.mkdtemp(prefix="warren-prometheus-")
-    with open(os.path.join(workdir, "prometheus.yml"), "w") as f:
-        f.write(f"""global:
-  scrape_interval: 500ms
-  scrape_timeout: 500ms
+SCRAPE_INTERVAL = 0.5  # seconds: rate() over the last two samples has data a second after the first
+
+
+def scrape_config(target: str) -> str:
+    """The README's prometheus.yml for the endpoint at target (host:port), scraped every
+    SCRAPE_INTERVAL: /metrics (what the RabbitMQ-Overview dashboard reads) and
+    /metrics/per-object as an instance of its own without rabbitmq_identity_info, so the
+    dashboard, which joins every metric with it on instance, counts the node once."""
+    return f"""global:
+  scrape_interval: {SCRAPE_INTERVAL * 1000:.0f}ms
+  scrape_timeout: {SCRAPE_INTERVAL * 1000:.0f}ms
 scrape_configs:
   - job_name: warren
     static_configs:
-      - targets: ['127.0.0.1:{port}']
+      - targets: ['{target}']
   - job_name: warren-per-object
     metrics_path: /metrics/per-object
     static_configs:
-      - targets: ['127.0.0.1:{port}']
-    relabel_configs:  # an instance of its own, so the dashboard's joins on instance stay one-to-one
+      - targets: ['{target}']
+    relabel_configs:
       - target_label: instance
         replacement: warren-per-object
-""")
-    web = free_port()
-    log = open(os.path.join(workdir, "prometheus.log"), "wb")
-    proc = subprocess.Popen([binary, f"--config.file={workdir}/prometheus.yml",
-                             f"--storage.tsdb.path={workdir}/data", f"--web.listen-address=127.0.0.1:{web}",
-                             "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT)
-    conn = None
-    api = f"http://127.0.0.1:{web}/api/v1/query"
+    metric_relabel_configs:
+      - source_labels: [__name__]
+        regex: rabbitmq_identity_info
+        action: drop
+"""
 
-    def query(expr):
+
+class Prometheus:
+    """Debian's `prometheus` on a free loopback port with a scrape configuration, in a temp dir,
+    asked through its HTTP API. Prometheus 2.42 starts scraping some 5 s after it starts (its
+    scrape manager takes new targets every 5 s): start it first, the broker and its traffic
+    meanwhile."""
+
+    def __init__(self, binary: str, config: str):
+        self.workdir = tempfile.mkdtemp(prefix="warren-prometheus-")
+        pathlib.Path(self.workdir, "prometheus.yml").write_text(config)
+        web = free_port()
+        self.api = f"http://127.0.0.1:{web}/api/v1"
+        self.log = open(os.path.join(self.workdir, "prometheus.log"), "wb")
+        self.proc = subprocess.Popen([binary, f"--config.file={self.workdir}/prometheus.yml",
+                                      f"--storage.tsdb.path={self.workdir}/data", f"--web.listen-address=127.0.0.1:{web}",
+                                      "--log.level=warn"], stdout=self.log, stderr=subprocess.STDOUT)
+
+    def get(self, path: str, **params):
+        """The `data` of GET /api/v1/PATH, None while it is not listening yet or on an error."""
         try:
-            r = requests.get(api, params={"query": expr}, timeout=5)
-        except requests.ConnectionError:  # not listening yet
-            assert proc.poll() is None, pathlib.Path(workdir, "prometheus.log").read_text()
-            return []
-        return r.json()["data"]["result"] if r.status_code == 200 else []
+            r = requests.get(self.api + path, params=params, timeout=5)
+        except requests.ConnectionError:
+            assert self.proc.poll() is None, pathlib.Path(self.workdir, "prometheus.log").read_text()
+            return None
+        return r.json()["data"] if r.status_code == 200 else None
 
-    def value(expr):
-        result = query(expr)
+    def query(self, expr: str) -> list:
+        data = self.get("/query", query=expr)
+        return data["result"] if data else []
+
+    def value(self, expr: str) -> float | None:
+        result = self.query(expr)
         return float(result[0]["value"][1]) if len(result) == 1 else None
 
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def prometheus():
+    """Start a Prometheus scraping the endpoint at host:port (scrape_config); stopped after the
+    test. Needs the binary: skipped without it, except in CI."""
+    binary = prometheus_binary()
+    started: list[Prometheus] = []
+
+    def start(target: str) -> Prometheus:
+        started.append(Prometheus(binary, scrape_config(target)))
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def test_a_real_prometheus_scrapes_it(make_broker, prometheus, uid):
+    port = free_port()
+    prom = prometheus(f"127.0.0.1:{port}")
+    b = make_broker("--prometheus-port", str(port))
+    queue = f"scraped-{uid}"
+    conn = pika.BlockingConnection(b.pika_params())
     try:
-        b = make_broker("--prometheus-port", str(port))
-        queue = f"scraped-{uid}"
-        conn = pika.BlockingConnection(b.pika_params())
         ch = conn.channel()
         ch.queue_declare(queue)
         for _ in range(7):
             ch.basic_publish("", queue, b"m")
         # Both jobs up, and the gauge as the RabbitMQ-Overview dashboard asks for it (joined
-        # with the node's identity, by cluster name; the left side of /metrics only, as a
-        # Prometheus that scrapes the dashboard's one endpoint has it).
-        assert wait_for(lambda: value('sum(up{job=~"warren.*"})') == 2, 20), query("up")
-        ready = ('sum(rabbitmq_queue_messages_ready{job="warren"} * on(instance) group_left(rabbitmq_cluster) '
+        # with the node's identity, by cluster name: /metrics only, the per-object job has no
+        # identity).
+        assert wait_for(lambda: prom.value('sum(up{job=~"warren.*"})') == 2, 20), prom.query("up")
+        ready = ('sum(rabbitmq_queue_messages_ready * on(instance) group_left(rabbitmq_cluster) '
                  'rabbitmq_identity_info{rabbitmq_cluster="warren@localhost", namespace=""})')
-        assert wait_for(lambda: value(ready) == 7, 10), query(ready)
+        assert wait_for(lambda: prom.value(ready) == 7, 10), prom.query(ready)
         per_queue = f'rabbitmq_queue_messages_ready{{job="warren-per-object",queue="{queue}",vhost="/"}}'
-        assert wait_for(lambda: value(per_queue) == 7, 10), query(per_queue)
+        assert wait_for(lambda: prom.value(per_queue) == 7, 10), prom.query(per_queue)
         for _ in range(3):
             ch.basic_publish("", queue, b"m")
         received = 'rabbitmq_global_messages_received_total{job="warren",protocol="amqp091"}'
-        assert wait_for(lambda: value(received) == 10, 10), query(received)
-        assert value('rabbitmq_connections{job="warren"}') == 1
-        assert value('rabbitmq_resident_memory_limit_bytes{job="warren"} - '
-                     'rabbitmq_process_resident_memory_bytes{job="warren"}') > 0
-        nodes = query('rabbitmq_build_info * on(instance) group_left(rabbitmq_cluster, rabbitmq_node) '
-                      'rabbitmq_identity_info{job="warren"}')
+        assert wait_for(lambda: prom.value(received) == 10, 10), prom.query(received)
+        assert prom.value('rabbitmq_connections{job="warren"}') == 1
+        assert prom.value('rabbitmq_resident_memory_limit_bytes{job="warren"} - '
+                          'rabbitmq_process_resident_memory_bytes{job="warren"}') > 0
+        nodes = prom.query('rabbitmq_build_info * on(instance) group_left(rabbitmq_cluster, rabbitmq_node) '
+                           'rabbitmq_identity_info')
         assert [(n["metric"]["rabbitmq_node"], n["metric"]["rabbitmq_version"]) for n in nodes] == [
             ("warren@localhost", "3.10.8")]
     finally:
-        if conn is not None:
-            conn.close()
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        shutil.rmtree(workdir, ignore_errors=True)
+        conn.close()

@@ -4,6 +4,7 @@ by tools/rabbitmq_prometheus_reference.py from a real node), and the node-wide c
 what deleted queues and exchanges and closed channels and connections had counted."""
 
 import pathlib
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -11,7 +12,9 @@ from pamqp import commands, frame
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from warren.broker import parameters
 from warren.mgmt.metrics import endpoints
+from warren.mgmt.node_resources import max_fds, sockets_limit
 
 from .fake_transport import PROTOCOL_HEADER, Client, FakeTransport, durable_broker, make_connection
 
@@ -20,7 +23,6 @@ DATA = pathlib.Path(__file__).parent.parent / "data"
 # RabbitMQ's families Warren leaves out (the README's list): it has no such number.
 MISSING = {
     "rabbitmq_alarms_file_descriptor_limit",  # no file descriptor alarm
-    "rabbitmq_process_max_tcp_sockets",  # no socket limit of its own (the fd limit is rabbitmq_process_max_fds)
     # Erlang VM and Mnesia internals
     "rabbitmq_erlang_processes_used", "rabbitmq_erlang_processes_limit", "rabbitmq_erlang_gc_runs",
     "rabbitmq_erlang_gc_reclaimed_bytes", "rabbitmq_erlang_scheduler_context_switches",
@@ -63,12 +65,9 @@ MISSING_PER_OBJECT = {
     "rabbitmq_channel_messages_delivered", "rabbitmq_channel_messages_redelivered",
     "rabbitmq_channel_messages_acked", "rabbitmq_channel_get_empty", "rabbitmq_queue_messages_published",
 }
-# Labels that differ, on purpose: no Erlang (Python's version instead), no cluster id.
-LABELS = {
-    "rabbitmq_build_info": {"rabbitmq_version", "prometheus_plugin_version", "prometheus_client_version",
-                            "python_version"},
-    "rabbitmq_identity_info": {"rabbitmq_node", "rabbitmq_cluster"},
-}
+# Labels beside RabbitMQ's, on purpose: Python's version, and the product's name and version
+# (RabbitMQ's own labels when its product.name and product.version are set).
+EXTRA_LABELS = {"rabbitmq_build_info": {"python_version", "product_name", "product_version"}}
 
 
 def families(text: str) -> dict:
@@ -129,7 +128,7 @@ def test_names_types_help_and_labels_are_rabbitmqs(busy, per_object_endpoint):
             continue  # prometheus_client's process collector (CPU, memory, fds): beyond RabbitMQ's
         assert name in rabbit, f"{name} is not one of RabbitMQ's"
         assert (kind, documentation) == rabbit[name][:2], name
-        expected = {frozenset(LABELS[name])} if name in LABELS else rabbit[name][2]
+        expected = {labels | EXTRA_LABELS.get(name, set()) for labels in rabbit[name][2]}
         assert label_sets == expected, name
     missing = {n for n in rabbit if n not in warren}
     assert missing == (MISSING | (MISSING_PER_OBJECT if per_object_endpoint else set())) & set(rabbit)
@@ -165,7 +164,9 @@ def test_the_scene_in_numbers(busy):
     assert v[("rabbitmq_consumer_prefetch", ())] == 2
     assert (v[("rabbitmq_connections", ())], v[("rabbitmq_channels", ())], v[("rabbitmq_queues", ())]) == (1, 2, 2)
     assert v[("rabbitmq_auth_attempts_succeeded_total", amqp)] == 1
+    permanent_id = busy.broker.global_parameters["internal_cluster_id"]
     assert v[("rabbitmq_identity_info", (("rabbitmq_cluster", "warren@localhost"),
+                                         ("rabbitmq_cluster_permanent_id", permanent_id),
                                          ("rabbitmq_node", "warren@localhost")))] == 1
     per_object = values(busy, per_object=True)
     assert per_object[("rabbitmq_queue_messages_ready", (("queue", "q1"), ("vhost", "/")))] == 2
@@ -247,3 +248,42 @@ def test_failed_logins_are_counted():
     amqp = (("protocol", "amqp091"),)
     assert (v[("rabbitmq_auth_attempts_total", amqp)], v[("rabbitmq_auth_attempts_succeeded_total", amqp)],
             v[("rabbitmq_auth_attempts_failed_total", amqp)]) == (2, 1, 1)
+
+
+def test_the_socket_limit_is_rabbitmqs_for_the_fd_limit(busy):
+    """RabbitMQ's figure for a file descriptor limit: its reference output's pair (20000 fds),
+    and a node of RabbitMQ 3.10.8 started under `ulimit -n 4096`."""
+    rabbit = {s.name: s.value for f in text_string_to_metric_families(
+        (DATA / "rabbitmq-3.10.8-prometheus-metrics.txt").read_text()) for s in f.samples}
+    assert sockets_limit(int(rabbit["rabbitmq_process_max_fds"])) == rabbit["rabbitmq_process_max_tcp_sockets"] == 17910
+    assert sockets_limit(4096) == 3597
+    assert (sockets_limit(100), sockets_limit(0)) == (0, 0)  # (RabbitMQ's floor of 2 handles, no socket)
+    for per_object in (False, True):
+        assert values(busy, per_object)[("rabbitmq_process_max_tcp_sockets", ())] == sockets_limit(max_fds())
+
+
+def test_the_permanent_cluster_id():
+    """RabbitMQ's internal_cluster_id global parameter: made once, then the same at every
+    scrape, on both endpoints; replaced by an import or a PUT, made anew once cleared."""
+    c = Client()
+    identity = [(s, v) for s, v in values(c).items() if s[0] == "rabbitmq_identity_info"]
+    [((_, labels), value)] = identity
+    permanent_id = dict(labels)["rabbitmq_cluster_permanent_id"]
+    assert re.fullmatch(r"rabbitmq-cluster-id-[A-Za-z0-9_-]{22}", permanent_id) and value == 1
+    assert parameters.global_parameters(c.broker)["internal_cluster_id"] == permanent_id
+    assert [s for s in values(c, per_object=True) if s[0] == "rabbitmq_identity_info"] == [identity[0][0]]
+    parameters.set_global(c.broker, "internal_cluster_id", "rabbitmq-cluster-id-imported")
+    assert parameters.permanent_cluster_id(c.broker) == "rabbitmq-cluster-id-imported"
+    parameters.clear_global(c.broker, "internal_cluster_id")
+    again = parameters.permanent_cluster_id(c.broker)
+    assert again.startswith("rabbitmq-cluster-id-") and again != permanent_id
+
+
+def test_build_info_has_rabbitmqs_labels(busy):
+    [labels] = [dict(s[1]) for s in values(busy) if s[0] == "rabbitmq_build_info"]
+    rabbit = [dict(s.labels) for f in text_string_to_metric_families(
+        (DATA / "rabbitmq-3.10.8-prometheus-metrics.txt").read_text()) for s in f.samples
+        if s.name == "rabbitmq_build_info"][0]
+    assert set(rabbit) <= set(labels) and all(labels.values())
+    assert (labels["rabbitmq_version"], labels["prometheus_plugin_version"], labels["erlang_version"],
+            labels["product_name"]) == ("3.10.8", "3.10.8", "none", "Warren")

@@ -6,11 +6,17 @@ within this broker (warren.broker.shovel). Any other component - "federation-ups
 refused as RabbitMQ without its plugin refuses it ("component ... not found"), never stored.
 
 Global parameters take any name and any JSON value; "cluster_name" is the broker's name
-(Broker.cluster_name), the others live in Broker.global_parameters.
+(Broker.cluster_name), the others live in Broker.global_parameters. "internal_cluster_id" is
+the broker's permanent id (Prometheus's rabbitmq_cluster_permanent_id), made at the first
+start as RabbitMQ makes it and kept with the definitions in the data dir.
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
+import secrets
 from typing import TYPE_CHECKING, Any
 
 from ..amqp.erlang import erl_json, erl_list
@@ -27,6 +33,9 @@ VHOST_LIMITS = "vhost-limits"
 OPERATOR_POLICY = "operator_policy"
 POLICY = "policy"
 CLUSTER_NAME = "cluster_name"
+INTERNAL_CLUSTER_ID = "internal_cluster_id"
+
+log = logging.getLogger("warren.definitions")
 
 
 class ParameterError(ValueError):
@@ -184,3 +193,17 @@ def clear_global(broker: Broker, name: str) -> bool:
     del broker.global_parameters[name]
     broker.mark_definitions_changed("global_parameter", name)
     return True
+
+
+def permanent_cluster_id(broker: Broker) -> str:
+    """The internal_cluster_id global parameter, made if there is none (rabbit_nodes:
+    persistent_cluster_id at boot and at each read): "rabbitmq-cluster-id-" and 16 random
+    bytes in unpadded base64url. An import or PUT may replace it (as in RabbitMQ); a value that
+    is not a string is given as its JSON."""
+    if INTERNAL_CLUSTER_ID in broker.global_parameters:
+        value = broker.global_parameters[INTERNAL_CLUSTER_ID]
+    else:
+        value = "rabbitmq-cluster-id-" + base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
+        log.info("Initialising internal cluster ID to '%s'", value)
+        set_global(broker, INTERNAL_CLUSTER_ID, value)
+    return value if isinstance(value, str) else json.dumps(value)

@@ -12,7 +12,7 @@ import sys
 import time
 
 from ..amqp import codec
-from ..broker import definitions
+from ..broker import definitions, parameters
 from ..broker.broker import Broker, Limits
 from ..server.disk_monitor import DEFAULT_LIMIT, DiskMonitor
 from ..spark import pipeline
@@ -235,6 +235,8 @@ def main(argv=None) -> int:
             print(f"warren: cannot load definitions {args.definitions}: {err}", file=sys.stderr)
             return 2
         log.info("imported definitions from %s: %s", args.definitions, _describe_counts(counts))
+    # The permanent id (Prometheus's rabbitmq_cluster_permanent_id), saved with the definitions.
+    parameters.permanent_cluster_id(broker)
     if broker.persister is not None:
         broker.persister.clean_start((v.name, q.name) for v in broker.vhosts.values()
                                      for q in v.queues.values() if q.durable)

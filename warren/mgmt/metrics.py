@@ -44,11 +44,12 @@ from prometheus_client.samples import Sample
 
 from .. import __version__
 from ..broker.alarms import DISK, MEMORY
+from ..broker.parameters import permanent_cluster_id
 from ..broker.stats import CHANNEL_COUNTERS, CONNECTION_COUNTERS, DELIVER_GET, RECEIVED_CONFIRM
 from ..server.disk_monitor import DiskMonitor
 from . import stats
 from .api.overview import RABBITMQ_VERSION
-from .node_resources import data_dir, max_fds, mem_used, open_fds, service_of
+from .node_resources import data_dir, max_fds, max_tcp_sockets, mem_used, open_fds, service_of
 from .shapes import channel_name, connection_name
 
 PROTOCOL = "amqp091"
@@ -184,6 +185,17 @@ def client_version() -> str:
         return ""
 
 
+@cache
+def build_info() -> dict[str, str]:
+    """rabbitmq_build_info's labels: RabbitMQ's, with product_name and product_version as a
+    node whose product.name and product.version are set has them (Warren's, as in
+    /api/overview), the version of the rabbitmq_prometheus plugin whose output this is, no
+    Erlang/OTP ("none": an empty value would drop the label), and Python's version beside it."""
+    return {"product_name": "Warren", "product_version": __version__, "rabbitmq_version": RABBITMQ_VERSION,
+            "prometheus_plugin_version": RABBITMQ_VERSION, "prometheus_client_version": client_version(),
+            "erlang_version": "none", "python_version": platform.python_version()}
+
+
 # ------------------------------------------------------------------------ a reading
 _CHANNEL_GAUGES = (
     ("rabbitmq_channel_consumers", "Consumers on a channel", lambda ch: len(ch.consumers)),
@@ -243,6 +255,8 @@ def read(server, per_object: bool) -> Reading:
         ("rabbitmq_process_resident_memory_bytes", "Memory used in bytes", mem_used(server)),
         ("rabbitmq_disk_space_available_bytes", "Disk space available in bytes", disk_free(server, broker)),
         ("rabbitmq_process_max_fds", "Open file descriptors limit", max_fds()),
+        # (RabbitMQ's limit for that many fds: node_resources.sockets_limit)
+        ("rabbitmq_process_max_tcp_sockets", "Open TCP sockets limit", max_tcp_sockets()),
         ("rabbitmq_resident_memory_limit_bytes", "Memory high watermark in bytes", broker.mem_limit),
         # (None while disk monitoring is disabled)
         ("rabbitmq_disk_space_available_limit_bytes", "Free disk space low watermark in bytes",
@@ -266,7 +280,8 @@ def read(server, per_object: bool) -> Reading:
         by_queue_type=queue_totals_by_type(broker, queues),
         routed=routed_total(broker),
         publishers=sum(1 for ch in channels if ch.stats["publish"]),
-        identity={"rabbitmq_node": stats.node_name(broker), "rabbitmq_cluster": broker.cluster_name},
+        identity={"rabbitmq_node": stats.node_name(broker), "rabbitmq_cluster": broker.cluster_name,
+                  "rabbitmq_cluster_permanent_id": permanent_cluster_id(broker)},
     )
 
 
@@ -384,10 +399,7 @@ def families(r: Reading, per_object: bool, alarms: bool) -> Iterator[Metric]:
     yield one("gauge", "rabbitmq_channels", "Channels currently open", len(r.channels))
     yield one("gauge", "rabbitmq_consumers", "Consumers currently connected", consumers)
     yield one("gauge", "rabbitmq_queues", "Queues available", r.queue_count)
-    # RabbitMQ's erlang_version has no Warren counterpart: python_version stands beside it.
-    yield family("untyped", "rabbitmq_build_info", "RabbitMQ & Erlang/OTP version info",
-                 [({"rabbitmq_version": RABBITMQ_VERSION, "prometheus_plugin_version": __version__,
-                    "prometheus_client_version": client_version(), "python_version": platform.python_version()}, 1)])
+    yield family("untyped", "rabbitmq_build_info", "RabbitMQ & Erlang/OTP version info", [(build_info(), 1)])
     yield family("untyped", "rabbitmq_identity_info", "RabbitMQ node & cluster identity info", [(r.identity, 1)])
 
     by_type = r.by_queue_type

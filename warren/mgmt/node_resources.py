@@ -29,6 +29,21 @@ def max_fds() -> int | None:
     return None if soft == resource.RLIM_INFINITY else soft
 
 
+def sockets_limit(fd_limit: int) -> int:
+    """RabbitMQ's socket limit for a file descriptor limit (its file_handle_cache's
+    obtain_limit, sockets_total in /api/nodes, rabbitmq_process_max_tcp_sockets): the handles
+    it manages are the limit less ?RESERVED_FOR_OTHERS, a macro `100 + 3` whose missing
+    parentheses make it `- 100 + 3`, and sockets get 90 % of those, less 2 (20000 fds: 17910,
+    as RabbitMQ 3.10.8 reports). Warren does not refuse sockets there: only the fds bound it."""
+    handles = max(2, fd_limit - 100 + 3)
+    return max(0, int(handles * 0.9 - 2))
+
+
+def max_tcp_sockets() -> int | None:
+    fds = max_fds()
+    return None if fds is None else sockets_limit(fds)
+
+
 def service_of(server, kind):
     """The server's service of that class (a monitor), or None."""
     return next((s for s in getattr(server, "services", ()) if isinstance(s, kind)), None)

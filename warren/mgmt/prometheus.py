@@ -7,7 +7,9 @@ server's services (warren.server.listener.Service), served by aiohttp on the bro
 - GET /metrics/per-object: a sample per queue, channel and connection.
 
 In Prometheus's text format 0.0.4 (gzip-compressed when the scraper accepts it), without
-authentication, as RabbitMQ serves it. The metrics are read from the broker at each scrape
+authentication, as RabbitMQ 3.10 serves it: also to a scraper that prefers OpenMetrics
+(Prometheus 2.42's Accept header), with RabbitMQ's Content-Type, and the info metrics
+(rabbitmq_build_info, rabbitmq_identity_info) untyped. The metrics are read from the broker at each scrape
 (warren.mgmt.metrics).
 
 With `required` False (the port nobody asked for: the default), a port already taken is
@@ -30,7 +32,7 @@ from .metrics import Endpoint, endpoints
 log = logging.getLogger("warren.mgmt")
 
 DEFAULT_PORT = 15692
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # RabbitMQ's (and the format generate_latest writes)
+CONTENT_TYPE = "text/plain; version=0.0.4"  # RabbitMQ 3.10.8's, whatever the Accept header (generate_latest's format)
 
 
 def _handler(endpoint: Endpoint):

@@ -12,7 +12,7 @@ from ..access import MONITOR, access
 from .. import stats
 from ..resources import item_response, list_response
 from ..app import not_found
-from ..node_resources import data_dir, max_fds, open_fds, resource_figures
+from ..node_resources import data_dir, max_fds, open_fds, resource_figures, sockets_limit
 from .overview import contexts, exchange_types
 
 routes = web.RouteTableDef()
@@ -49,7 +49,7 @@ def node_info(request) -> dict:
         "rates_mode": "basic",
         "run_queue": 0,
         "running": True,
-        "sockets_total": fd_total,
+        "sockets_total": sockets_limit(fd_total),
         "sockets_used": len(server.protocols) if server is not None else len(broker.connections),
         "type": "disc",
         "uptime": int((time.monotonic() - stats.STARTED) * 1000),
