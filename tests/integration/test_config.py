@@ -238,7 +238,8 @@ def test_management_body_limit(make_broker, tmp_path, uid, name, text):
 
     assert put(f"at-{uid}", 300).status_code == 201
     r = put(f"past-{uid}", 301)
-    assert (r.status_code, r.json()) == (400, {"error": "bad_request", "reason": "Exceeded HTTP request body size limit"})
+    assert (r.status_code, r.json()) == (400, {"error": "bad_request",
+                                               "reason": "Exceeded HTTP request body size limit"})
 
 
 def test_handshake_timeout(make_broker, tmp_path):

@@ -5,7 +5,10 @@ whole into memory).
 A body over the limit is refused with RabbitMQ's 400 {"error": "bad_request", "reason":
 "Exceeded HTTP request body size limit"} without being kept: a Content-Length over the
 limit is refused before a byte is read, a chunked body as soon as what came passes it. The
-rest is discarded as it arrives (aiohttp's lingering close), never held.
+rest is discarded as it arrives (aiohttp's lingering close), never held. (3.11.24 and 3.12.7
+compare the size in bits, and only between cowboy's reads of 8 MB; Warren counts bytes, as the
+key's documentation and RabbitMQ 4 do, and checks Content-Length first, as RabbitMQ 4 does
+for definitions.)
 
 Bodies are read only here, by handlers, so after authentication and the route's access rule
 (warren.mgmt.app.auth_middleware): a request without valid credentials gets its 401 and its
