@@ -174,9 +174,9 @@ async def _not_allowed(request) -> web.Response:
     return web.Response(status=200 if request.method == "OPTIONS" else 405, headers={"Allow": header})
 
 
-# management.http.max_body_size's default (bytes), RabbitMQ's since 3.11.24 and 3.12.7: a
-# bigger request body is refused (warren.mgmt.body, which reads every body). RabbitMQ 3.10
-# read bodies of any size.
+# management.http.max_body_size's default (bytes), RabbitMQ's since 3.11.24 and 3.12.7 (and
+# Debian's 3.10.8): a bigger request body is refused (warren.mgmt.body, which reads every
+# body). Upstream RabbitMQ 3.10 read bodies of any size.
 MAX_BODY_SIZE = 10_000_000
 
 
