@@ -222,6 +222,26 @@ def test_max_message_size_with_a_unit(make_broker, tmp_path):
         conn.close()
 
 
+@pytest.mark.parametrize("name, text", [
+    ("rabbitmq.conf", "management.http.max_body_size = 300\n"),
+    ("advanced.config", "[{rabbitmq_management, [{max_http_body_size, 300}]}].\n"),
+], ids=["new-style", "erlang"])
+def test_management_body_limit(make_broker, tmp_path, uid, name, text):
+    """The API reads a request body of up to the limit and refuses a bigger one with RabbitMQ's
+    400 (test_mgmt_body_limit.py has the rest)."""
+    b = make_broker("--config", write(tmp_path, name, text))
+    body = b'{"durable": false}'
+
+    def put(queue, size):
+        return requests.put(f"{b.api}/queues/%2F/{queue}", data=body + b" " * (size - len(body)),
+                            auth=("guest", "guest"), headers={"Content-Type": "application/json"}, timeout=10)
+
+    assert put(f"at-{uid}", 300).status_code == 201
+    r = put(f"past-{uid}", 301)
+    assert (r.status_code, r.json()) == (400, {"error": "bad_request",
+                                               "reason": "Exceeded HTTP request body size limit"})
+
+
 def test_handshake_timeout(make_broker, tmp_path):
     b = make_broker("--config", write(tmp_path, "rabbitmq.conf", "handshake_timeout = 300\n"))
     with RawClient(b.host, b.port) as raw:
@@ -372,6 +392,13 @@ def test_queue_window_from_the_file(make_broker, tmp_path, args, pages):
      "{path}:3: syntax error: expected ',' or ']' but found '{{'"),
     ("rabbitmq.config", "[{rabbit, [\n  {disk_free_limit, {mem_relative, -1.0}}]}].\n",
      "{path}:2: rabbit.disk_free_limit: expected a non-negative float, got -1.0"),
+    ("rabbitmq.conf", "management.http.max_body_size = 10MB\n",
+     "{path}:1: management.http.max_body_size: expected a number of bytes (an integer such as 10000000, "
+     "no unit), got '10MB'"),
+    ("rabbitmq.conf", "management.http.max_body_size = -1\n",
+     "{path}:1: management.http.max_body_size: expected a non-negative number of bytes such as 10000000, got -1"),
+    ("advanced.config", "[{rabbitmq_management, [{max_http_body_size, \"20000000\"}]}].\n",
+     '{path}:1: rabbitmq_management.max_http_body_size: expected an integer, got "20000000"'),
     ("rabbitmq.config", "[{rabbit, [{vm_memory_high_watermark, {absolute, \"1.5GB\"}}]}].\n",
      "{path}:1: rabbit.vm_memory_high_watermark: expected an integer number of bytes or one with a unit: "
      "500MB, 500MiB, 4Gi, 10GB, 2TB, got '1.5GB'"),

@@ -132,6 +132,8 @@ def test_bad_bytesize(text):
     ("management.tcp.port = 0", {"management_port": 0}),
     ("management.tcp.ip = 0.0.0.0", {"management_host": "0.0.0.0"}),
     ("management.tcp.ip = ::1", {"management_host": "::1"}),
+    ("management.http.max_body_size = 50000000", {"management_max_body_size": 50000000}),
+    ("management.http.max_body_size = 0", {"management_max_body_size": 0}),
     ("prometheus.tcp.port = 15693", {"prometheus_port": 15693}),
     ("prometheus.tcp.port = 0", {"prometheus_port": 0}),
     ("prometheus.tcp.ip = 0.0.0.0", {"prometheus_host": "0.0.0.0"}),
@@ -198,6 +200,11 @@ def test_new_style_keys(line, expected):
     ("management.tcp.port = 99999", "expected a port number from 1 to 65535, got 99999"),
     ("management.tcp.port = http", "expected an integer, got 'http'"),
     ("management.tcp.ip = localhost", "expected an IPv4 or IPv6 address, got 'localhost'"),
+    ("management.http.max_body_size = -1", "expected a non-negative number of bytes such as 10000000, got -1"),
+    ("management.http.max_body_size = 10MiB", "expected a number of bytes (an integer such as 10000000, no unit), "
+                                              "got '10MiB'"),
+    ("management.http.max_body_size = 1e7", "expected a number of bytes (an integer such as 10000000, no unit), "
+                                            "got '1e7'"),
     ("prometheus.tcp.port = 65536", "expected a port number from 1 to 65535, got 65536"),
     ("prometheus.tcp.port = none", "expected an integer, got 'none'"),
     ("prometheus.tcp.ip = localhost", "expected an IPv4 or IPv6 address, got 'localhost'"),
@@ -469,6 +476,16 @@ def test_erlang_management_and_warren_sections():
         "rabbitmq.config:2: rabbitmq_management.listener.ssl: unknown key"]
     assert erl_errors('[{rabbitmq_management, [{tcp_config, [{port, "15672"}]}]}].') == [
         'rabbitmq.config:1: rabbitmq_management.tcp_config.port: expected an integer, got "15672"']
+    assert erl('[{rabbitmq_management, [{max_http_body_size, 20000000}]}].') == {
+        "management_max_body_size": 20000000}
+    assert erl_errors('[{rabbitmq_management, [{max_http_body_size, -1}]}].') == [
+        "rabbitmq.config:1: rabbitmq_management.max_http_body_size: expected a non-negative number of bytes "
+        "such as 10000000, got -1"]
+    assert erl_errors('[{rabbitmq_management, [{max_http_body_size, infinity}]}].') == [
+        "rabbitmq.config:1: rabbitmq_management.max_http_body_size: expected an integer, got infinity"]
+    assert erl_errors('[{rabbitmq_management, [{max_body_size, 1}]}].') == [
+        "rabbitmq.config:1: rabbitmq_management.max_body_size: unknown key (did you mean "
+        "rabbitmq_management.max_http_body_size?)"]
     assert erl_errors('[{warren, [{queue_window, 0}]}].') == [
         "rabbitmq.config:1: warren.queue_window: expected an integer from 1 to 2147483647, got 0"]
 

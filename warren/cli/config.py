@@ -26,6 +26,9 @@ load_config() returns a dict with the settings present in the file (nothing for 
   consumer_timeout              ms a delivery may stay unacked (None: no limit, classic
                                 format's `undefined`)
   management_port, management_host
+  management_max_body_size      bytes: the API refuses a bigger request body
+                                (management.http.max_body_size; classic: rabbitmq_management's
+                                max_http_body_size)
   ssl_listeners                 [(host or None, port), ...]: the AMQPS listeners (listeners.ssl.*)
   ssl_options                   {cacertfile, certfile, keyfile, password, verify ("verify_peer" or
                                 "verify_none"), fail_if_no_peer_cert (bool), versions (["tlsv1.2",
@@ -233,6 +236,21 @@ def _consumer_timeout(value: int) -> int:
 
 def _management_port(value: int) -> int:
     return 0 if value == 0 else _port(value)  # 0: no management API, as --management-port 0
+
+
+def _max_body_size(value: int) -> int:
+    # RabbitMQ's schema (3.11.24, 3.12.7): an integer, validator non_negative_integer; 0
+    # refuses every body that is not empty.
+    if value < 0:
+        raise ValueError(f"expected a non-negative number of bytes such as 10000000, got {value}")
+    return value
+
+
+def _max_body_size_text(text: str) -> int:
+    # cuttlefish's integer: no unit ("10MB" is refused by RabbitMQ too).
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise ValueError(f"expected a number of bytes (an integer such as 10000000, no unit), got '{text}'")
+    return _max_body_size(int(text))
 
 
 def _prometheus_port(value: int) -> int:
@@ -564,6 +582,7 @@ _NEW_STYLE = {
     "disk_free_limit.absolute": _disk_limit("absolute"),
     "management.tcp.port": _simple("management_port", lambda v: _management_port(_integer(v))),
     "management.tcp.ip": _simple("management_host", _ip),
+    "management.http.max_body_size": _simple("management_max_body_size", _max_body_size_text),
     "prometheus.tcp.port": _simple("prometheus_port", lambda v: _prometheus_port(_integer(v))),
     "prometheus.tcp.ip": _simple("prometheus_host", _ip),
     "prometheus.return_per_object_metrics": _simple("prometheus_per_object", _boolean),
@@ -1228,7 +1247,9 @@ _ERLANG_APPS = {
     "rabbit": _ERLANG_RABBIT,
     # tcp_config since 3.7; listener is the older name RabbitMQ still reads.
     "rabbitmq_management": {"tcp_config": _erl_management_listener, "listener": _erl_management_listener,
-                            "ssl_config": _erl_tls_options("management.ssl", listener=True)},
+                            "ssl_config": _erl_tls_options("management.ssl", listener=True),
+                            "max_http_body_size": _erl_simple("management_max_body_size",
+                                                              lambda v: _max_body_size(_erl_int(v)))},
     "rabbitmq_prometheus": {"tcp_config": _erl_prometheus_listener,
                             "return_per_object_metrics": _erl_simple("prometheus_per_object", _erl_boolean)},
     "warren": {"queue_window": _erl_simple("queue_window", lambda v: _in_range(_erl_int(v), 1, 2 ** 31 - 1))},

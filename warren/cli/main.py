@@ -267,13 +267,14 @@ def main(argv=None) -> int:
     # socket there (even with the TCP port off: rabbitmqctl needs no management plugin).
     socket_path = control_socket(args.data_dir) if args.data_dir else None
     if management_port or socket_path or https_options:
-        from ..mgmt.app import HTTPS, ManagementService  # aiohttp is loaded only when the API is on
+        from ..mgmt.app import HTTPS, MAX_BODY_SIZE, ManagementService  # aiohttp is loaded only when the API is on
         https = None
         if https_options and https_context is not None:
             https = HTTPS(https_options.get("ip", config.get("management_host", "127.0.0.1")),
                           https_options["port"], https_context, https_options)
         services.append(ManagementService(config.get("management_host", "127.0.0.1"), management_port or None,
-                                          socket_path, https=https))
+                                          socket_path, https=https,
+                                          max_body_size=config.get("management_max_body_size", MAX_BODY_SIZE)))
     prometheus_port = args.prometheus_port if args.prometheus_port is not None else config.get("prometheus_port")
     if prometheus_port != 0:
         from ..mgmt.prometheus import DEFAULT_PORT, PrometheusService

@@ -174,14 +174,20 @@ async def _not_allowed(request) -> web.Response:
     return web.Response(status=200 if request.method == "OPTIONS" else 405, headers={"Allow": header})
 
 
-# RabbitMQ 3.10 reads a request body of any size; aiohttp's default of 1 MiB refused the
-# definitions of ~5,000 queues. Bodies are read only by handlers, after authentication.
-MAX_REQUEST_BODY = 64 << 20  # definitions of 100,000 queues and their bindings are ~26 MB
+# management.http.max_body_size's default (bytes), RabbitMQ's since 3.11.24 and 3.12.7 (and
+# Debian's 3.10.8): a bigger request body is refused (warren.mgmt.body, which reads every
+# body). Upstream RabbitMQ 3.10 read bodies of any size.
+MAX_BODY_SIZE = 10_000_000
 
 
-def make_app(broker, server=None, service: "ManagementService | None" = None) -> web.Application:
+def make_app(broker, server=None, service: "ManagementService | None" = None,
+             max_body_size: int = MAX_BODY_SIZE) -> web.Application:
+    from . import body
+    # aiohttp bounds its own reads too (request.read(), .post()), should a handler use them;
+    # its 0 would mean no bound.
     app = web.Application(middlewares=[routing_middleware, error_middleware, auth_middleware],
-                          client_max_size=MAX_REQUEST_BODY)
+                          client_max_size=max(max_body_size, 1))
+    app["max_body_size"] = max_body_size
     app["broker"] = broker
     app["server"] = server
     app["management"] = service
@@ -194,11 +200,13 @@ def make_app(broker, server=None, service: "ManagementService | None" = None) ->
     # Every module under warren/mgmt/api/ is a resource with a `routes` RouteTableDef.
     for info in sorted(pkgutil.iter_modules(api.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{api.__name__}.{info.name}")
-        app.add_routes(module.routes)
+        routes = [r for r in module.routes if isinstance(r, web.RouteDef)]
         # As RabbitMQ (cowboy's router), one trailing slash names the same resource:
-        # amqpstorm's healthchecks.get() asks for /api/healthchecks/node/.
-        app.add_routes([web.RouteDef(r.method, r.path + "/", r.handler, r.kwargs)
-                        for r in module.routes if isinstance(r, web.RouteDef)])
+        # amqpstorm's healthchecks.get() asks for /api/healthchecks/node/. 100 Continue
+        # waits until the body is read (warren.mgmt.body).
+        for suffix in ("", "/"):
+            app.add_routes([web.RouteDef(r.method, r.path + suffix, r.handler,
+                                         {**r.kwargs, "expect_handler": body.expect_later}) for r in routes])
     # The web UI's page and files, public as in RabbitMQ (the page logs in to the API).
     app["ui_assets"] = webui.load_assets()
     app["public"] = frozenset(route.resource for route in app.add_routes(webui.routes))
@@ -222,19 +230,22 @@ class HTTPS(NamedTuple):
 class ManagementService:
     """The API on host:port (port None: not over TCP), over HTTPS if `https` says where, and
     on the control socket (a Unix socket path, or None), as one of the server's services
-    (warren.server.listener.Service)."""
+    (warren.server.listener.Service). Request bodies may be up to max_body_size bytes
+    (management.http.max_body_size)."""
 
     def __init__(self, host: str, port: int | None, control_socket: str | None = None,
-                 https: HTTPS | None = None):
+                 https: HTTPS | None = None, max_body_size: int = MAX_BODY_SIZE):
         self.host = host
         self.port = port
         self.https = https
+        self.max_body_size = max_body_size
         self.control_socket = control_socket
         self._control_inode: tuple[int, int] | None = None  # of the socket file we made
         self._runner: web.AppRunner | None = None
 
     async def start(self, server) -> None:
-        runner = self._runner = web.AppRunner(make_app(server.broker, server, self), access_log=None)
+        app = make_app(server.broker, server, self, self.max_body_size)
+        runner = self._runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         if self.port:
             await web.TCPSite(runner, self.host, self.port, reuse_address=True).start()

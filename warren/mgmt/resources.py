@@ -20,7 +20,7 @@ from ..amqp.constants import REPLY_NAMES
 from ..amqp.erlang import erl_list
 from ..broker.errors import AMQPError
 from ..broker.ops import Actor
-from . import access
+from . import access, body
 from .app import ApiError, bad_request, json_response, not_found, trusted
 from ..broker.erlhash import Atom, phash2
 
@@ -127,7 +127,7 @@ def nesting(value) -> int:
 
 async def read_body(request) -> dict:
     """The request body as a JSON object; 400 not_json as RabbitMQ otherwise."""
-    text = await request.text()
+    text = (await body.read(request)).decode(request.charset or "utf-8")
     if not text.strip():
         return {}
     data = parse_json(text)

@@ -9,6 +9,7 @@ from aiohttp import web
 
 from ... import __version__
 from ...broker import definitions
+from .. import body
 from ..access import ADMIN, access
 from ..app import ApiError, bad_request, json_response, trusted
 from ..resources import check_nesting, flush, parse_json
@@ -64,11 +65,11 @@ async def get_vhost_definitions(request):
 async def _read_definitions(request) -> dict:
     """The posted definitions: a JSON body, or the "file" field of a form upload."""
     if request.content_type.startswith("multipart/") or request.content_type == "application/x-www-form-urlencoded":
-        form = await request.post()
-        field = form.get("file")
-        text = field.file.read().decode(errors="replace") if hasattr(field, "file") else (field or "")
+        field = (await body.form(request)).get("file")
+        value = field.file.read() if isinstance(field, web.FileField) else field or ""
+        text = value.decode(errors="replace") if isinstance(value, bytes) else value
     else:
-        text = await request.text()
+        text = (await body.read(request)).decode(request.charset or "utf-8")
     data = parse_json(text, "failed_to_parse_json")
     if not isinstance(data, dict):
         raise bad_request("failed_to_parse_json")
