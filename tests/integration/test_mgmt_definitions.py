@@ -212,7 +212,7 @@ def test_import_bad_input(api_broker):
     bad(api.post("/definitions", data="[]"), "failed_to_parse_json")
     bad(_import(api, {"queues": [{"name": "q", "vhost": "nowhere", "durable": True}]}), "unknown vhost 'nowhere'")
     bad(_import(api, {"policies": [{"vhost": "/", "name": "p", "pattern": "x", "definition": {"expires": 0}}]}),
-        "0 is not a valid queue expiry")
+        "Validation failed\n\n0 is not a valid queue expiry\n (//p)")
     bad(_import(api, {"queues": [{"vhost": "/", "durable": True}]}), "definition is missing the field 'name'")
     # What came before an error stays (as RabbitMQ's import).
     partial = {"vhosts": [{"name": "before-error"}], "queues": [{"name": "q", "vhost": "nowhere"}]}

@@ -205,9 +205,15 @@ def check_topic_permission(exchange, write, read) -> None:
 
 
 def _load_policy(broker, p, operator=False):
+    """A policy, validated as the API's PUT validates it; refused with RabbitMQ's import text
+    (its validation text, " (vhost/name)" added, HTML-escaped)."""
     vhost = _vhost(broker, p)
-    set_policy(vhost, Policy.validated(vhost.name, p["name"], p["pattern"], p["definition"],
-                                       p.get("priority", 0), p.get("apply-to", "all"), operator), operator)
+    try:
+        policy = Policy.validated(vhost.name, p["name"], p["pattern"], p["definition"], p.get("priority", 0),
+                                  p.get("apply-to", "all"), operator)
+    except PolicyError as err:
+        raise DefinitionsError(html.escape(f"{err} ({vhost.name}/{p['name']})", quote=False)) from None
+    set_policy(vhost, policy, operator)
 
 
 def _load_parameter(broker, p):

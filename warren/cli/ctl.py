@@ -772,12 +772,9 @@ def _set_policy(ctx, args, kind, what):
     if apply_to not in ("queues", "exchanges", "all"):
         raise UsageError(f"Error (argument validation): --apply-to must be one of queues, exchanges, all, "
                          f"not '{apply_to}'")
-    try:
-        parsed = json.loads(definition)
-    except ValueError as err:
-        raise CtlError(EX_DATAERR, f"Error:\nJSON decoding error. Reason: {err}") from None
-    if not isinstance(parsed, dict):
-        raise CtlError(EX_DATAERR, "Error:\nValidation failed\n\ndefinition must be a JSON object")
+    parsed = _json_arg(definition)
+    if not isinstance(parsed, dict):  # (rabbitmqctl fails with a badmap)
+        raise Failed(f"Validation failed\n\ndefinition must be a JSON object, not {compact_json(parsed)}")
     try:
         ctx.api.put(f"/{kind}/{q(ctx.vhost)}/{q(name)}",
                     {"pattern": pattern, "definition": parsed, "priority": priority, "apply-to": apply_to})
@@ -785,11 +782,15 @@ def _set_policy(ctx, args, kind, what):
         if err.status == 404:
             raise vhost_missing(ctx, ctx.vhost) from None
         if err.status == 400:
-            reason = html.unescape(err.reason).strip()
-            if reason.startswith("Validation failed"):
-                reason = reason[len("Validation failed"):].strip()
-            raise CtlError(EX_DATAERR, f"Error:\nValidation failed\n\n{reason}") from None
+            raise Failed(_erlang_chars(html.unescape(err.reason))) from None
         raise
+
+
+def _erlang_chars(reason: str) -> str:
+    """A validation text as rabbitmqctl prints it: RabbitMQ's texts are made of Erlang's
+    characters, one per byte of a value's UTF-8 ("é" shows as "Ã©"), which its HTTP replies
+    give back as UTF-8 and rabbitmqctl shows one by one."""
+    return reason.encode("utf-8", "surrogatepass").decode("latin-1")
 
 
 def _clear_policy(ctx, args, kind, what):
