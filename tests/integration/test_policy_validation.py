@@ -190,16 +190,27 @@ def test_values_at_the_edges_are_taken(api, uid, definition):
     assert api.ok("GET", f"/policies/%2F/pv-{uid}").json()["definition"] == definition
 
 
-def test_import_refuses_a_bad_policy_with_where_it_is(api, uid):
+def test_import_refuses_a_bad_policy_with_where_it_is(broker, api, uid, tmp_path):
     """As the API's PUT, with " (vhost/name)" added and the whole text HTML-escaped; an operator
-    policy, a runtime parameter, with " (vhost/component/name)"."""
+    policy, a runtime parameter, with " (vhost/component/name)". warrenctl's import_definitions
+    shows the text as rabbitmqctl's does, escaped, and exits with 69."""
     name = f"pv-{uid}"
     policy = {"vhost": "/", "name": name, "pattern": "^pv-", "apply-to": "bogus", "priority": 0,
               "definition": {"max-age": "1x", "max-length": -1}}
+    text = html.escape('Validation failed\n\n<<"1x">> is not a valid max age\n'
+                       f"apply-to 'bogus' unrecognised; should be 'queues', 'exchanges' or 'all'\n (//{name})",
+                       quote=False)
     r = api.call("POST", "/definitions", {"policies": [policy]})
-    assert (r.status_code, r.json()) == (400, _refused(html.escape(
-        'Validation failed\n\n<<"1x">> is not a valid max age\n'
-        f"apply-to 'bogus' unrecognised; should be 'queues', 'exchanges' or 'all'\n (//{name})", quote=False)))
+    assert (r.status_code, r.json()) == (400, _refused(text))
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps({"policies": [policy]}))
+    commands = [[WARRENCTL, "--port", str(_mgmt_port(broker))]]
+    if EXTERNAL and RABBITMQCTL:
+        commands.append(shlex.split(RABBITMQCTL))
+    for command in commands:
+        r = subprocess.run([*command, "import_definitions", str(path)], capture_output=True, text=True, timeout=60)
+        assert (r.returncode, r.stdout, r.stderr) == (
+            69, f'Importing definitions in JSON from a file at "{path}" ...\n', f"Error:\n{text}\n"), r
     parameter = {"vhost": "/", "component": "operator_policy", "name": name,
                  "value": {"pattern": "^pv-", "definition": {"max-age": "1x"}, "priority": 0, "apply-to": "queues"}}
     r = api.call("POST", "/definitions", {"parameters": [parameter]})

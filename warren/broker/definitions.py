@@ -1,5 +1,9 @@
-"""RabbitMQ's definitions JSON: import (the format `load_definitions` reads) and export (what
-its management API's GET /api/definitions writes), also the format of Warren's data dir."""
+"""RabbitMQ's definitions JSON: import (the format `load_definitions` reads, also newer
+RabbitMQ's, as RabbitMQ 3.10 reads them) and export, also the format of Warren's data dir.
+
+The export here has every field either of RabbitMQ's exporters writes (vhost metadata, queue
+type, the exchanges' "internal"), so that the data dir keeps everything; the management API
+shapes it into RabbitMQ 3.10.8's GET /api/definitions (warren.mgmt.api.definitions)."""
 
 import datetime
 import decimal

@@ -282,9 +282,10 @@ class Policy:
                 "definition": self.definition, "priority": self.priority}
 
     def to_parameter(self, component: str = "operator_policy") -> dict:
-        """As RabbitMQ exports an operator policy: a runtime parameter."""
-        return {"value": {"pattern": self.pattern, "definition": self.definition, "priority": self.priority,
-                          "apply-to": self.apply_to},
+        """As RabbitMQ exports an operator policy: a runtime parameter (its value's keys in the
+        order RabbitMQ keeps them after an import or a PUT)."""
+        return {"value": {"apply-to": self.apply_to, "definition": self.definition, "pattern": self.pattern,
+                          "priority": self.priority},
                 "vhost": self.vhost, "component": component, "name": self.name}
 
 
