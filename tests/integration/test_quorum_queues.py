@@ -411,7 +411,8 @@ def test_management_api_shows_a_quorum_queue(make_broker, uid):
     assert info["arguments"] == {"x-queue-type": "quorum", "x-delivery-limit": 3}
     defs = requests.get(f"{b.api}/definitions", auth=("guest", "guest"), timeout=10).json()
     (exported,) = [d for d in defs["queues"] if d["name"] == q]
-    assert exported["type"] == "quorum" and exported["arguments"]["x-queue-type"] == "quorum"
+    # RabbitMQ 3.10.8's API export has no queue "type": the argument makes it a quorum queue.
+    assert "type" not in exported and exported["arguments"]["x-queue-type"] == "quorum"
     # Imported into a fresh broker, it is a quorum queue again.
     b2 = make_broker()
     r = requests.post(f"{b2.api}/definitions", json=defs, auth=("guest", "guest"), timeout=10)

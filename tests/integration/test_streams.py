@@ -190,7 +190,8 @@ def test_check_order_values_then_keys_then_properties(connection, uid):
 @pytest.mark.parametrize("args", [
     {"x-max-length-bytes": 100000}, {"x-max-length-bytes": 0}, {"x-max-length-bytes": 2 ** 40},
     {"x-max-age": "7D"}, {"x-max-age": "12h"}, {"x-max-age": "30m"}, {"x-max-age": "10s"}, {"x-max-age": "1Y"},
-    {"x-max-age": "1M"},
+    {"x-max-age": "1M"}, {"x-max-age": "01s"},
+    {"x-max-age": "1s\nthe rest"},  # (RabbitMQ's unit ends at the end of the first line)
     {"x-stream-max-segment-size-bytes": 1000}, {"x-stream-max-segment-size-bytes": 3_000_000_000},
     {"x-queue-leader-locator": "client-local"}, {"x-queue-leader-locator": "balanced"},
     {"x-initial-cluster-size": 1}, {"x-initial-cluster-size": 3},

@@ -1,5 +1,9 @@
-"""RabbitMQ's definitions JSON: import (the format `load_definitions` reads) and export (what
-its management API's GET /api/definitions writes), also the format of Warren's data dir."""
+"""RabbitMQ's definitions JSON: import (the format `load_definitions` reads, also newer
+RabbitMQ's, as RabbitMQ 3.10 reads them) and export, also the format of Warren's data dir.
+
+The export here has every field either of RabbitMQ's exporters writes (vhost metadata, queue
+type, the exchanges' "internal"), so that the data dir keeps everything; the management API
+shapes it into RabbitMQ 3.10.8's GET /api/definitions (warren.mgmt.api.definitions)."""
 
 import datetime
 import decimal
@@ -205,9 +209,15 @@ def check_topic_permission(exchange, write, read) -> None:
 
 
 def _load_policy(broker, p, operator=False):
+    """A policy, validated as the API's PUT validates it; refused with RabbitMQ's import text
+    (its validation text, " (vhost/name)" added, HTML-escaped)."""
     vhost = _vhost(broker, p)
-    set_policy(vhost, Policy.validated(vhost.name, p["name"], p["pattern"], p["definition"],
-                                       p.get("priority", 0), p.get("apply-to", "all"), operator), operator)
+    try:
+        policy = Policy.validated(vhost.name, p["name"], p["pattern"], p["definition"], p.get("priority", 0),
+                                  p.get("apply-to", "all"), operator)
+    except PolicyError as err:
+        raise DefinitionsError(html.escape(f"{err} ({vhost.name}/{p['name']})", quote=False)) from None
+    set_policy(vhost, policy, operator)
 
 
 def _load_parameter(broker, p):

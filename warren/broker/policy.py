@@ -9,19 +9,18 @@ keys with its arguments (warren.broker.queue_settings) whenever a policy changes
 """
 
 import re
+from typing import Any, Callable
 
-from ..amqp.erlang import erl_json
+from ..amqp.erlang import Atom, erl_format, erl_json, erl_text
+from .stream_offsets import max_age_ms
 
-# Keys an operator policy may set (RabbitMQ 3.10's operator_policy_validator registry).
-OPERATOR_KEYS = frozenset({"expires", "message-ttl", "max-length", "max-length-bytes",
-                           "max-in-memory-length", "max-in-memory-bytes", "delivery-limit"})
 APPLY_TO = ("exchanges", "queues", "all")
 # Keys whose operator-policy value caps the policy's (rabbit_policies:merge_policy_value): the
 # lower of the two; for any other key both set, the operator policy's.
 MERGED_BY_MIN = frozenset({"message-ttl", "max-length", "max-length-bytes", "max-in-memory-length",
                            "max-in-memory-bytes", "expires", "delivery-limit"})
-_HA_DEPENDENT = ("ha-params", "ha-sync-mode", "ha-promote-on-shutdown", "ha-promote-on-failure",
-                 "ha-sync-batch-size")
+# The largest stream-max-segment-size-bytes (RabbitMQ's ?MAX_STREAM_MAX_SEGMENT_SIZE).
+MAX_SEGMENT_SIZE = 3_000_000_000
 
 
 class PolicyError(ValueError):
@@ -32,77 +31,205 @@ class PolicyError(ValueError):
         super().__init__("Validation failed\n\n" + "".join(e + "\n" for e in errors))
 
 
+def _text(fmt: str, *values: Any) -> str:
+    """RabbitMQ's error text: the values as ~p lays them out, as its HTTP replies show them."""
+    return erl_text(erl_format(fmt, *values))
+
+
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _int_at_least(minimum, what):
+# A check takes a key's value and returns RabbitMQ's error text, or None.
+Check = Callable[[Any], str | None]
+
+
+def _int_in(minimum: int, maximum: float, what: str) -> Check:
     def check(v):
-        return None if _is_int(v) and v >= minimum else f"{erl_json(v)} is not a valid {what}"
+        return None if _is_int(v) and minimum <= v <= maximum else _text(f"~p is not a valid {what}", v)
     return check
 
 
-def _binary(what):
+def _binary(what: str) -> Check:
     def check(v):
-        return None if isinstance(v, str) else f"{erl_json(v)} is not a valid {what}"
+        return None if isinstance(v, str) else _text(f"~p is not a valid {what}", v)
     return check
 
 
-def _one_of(values, text):
+def _one_of(values: tuple, fmt: str) -> Check:
+    """One of some strings or integers (not a float or a boolean equal to one)."""
     def check(v):
-        return None if v in values and not isinstance(v, bool) else text.format(erl_json(v))
+        valid = type(v) in (str, int) and v in values
+        return None if valid else _text(fmt, v)
     return check
 
 
-# RabbitMQ 3.10's policy validators (key -> check returning an error text or None).
-_VALIDATORS = {
+def _max_age(v) -> str | None:
+    # RabbitMQ also takes a list of strings and bytes (Erlang iodata) here, and its streams
+    # then fail on it; a value that does not start with a digit it fails on at once: both
+    # refused here, with its text.
+    valid = isinstance(v, str) and max_age_ms(v) is not None
+    return None if valid else _text("~p is not a valid max age", v)
+
+
+INFINITY = float("inf")
+
+# rabbit_policies' validators (key -> check), the keys of rabbit_policies:register/0.
+_POLICIES: dict[str, Check] = {
     "alternate-exchange": _binary("alternate exchange name"),
     "dead-letter-exchange": _binary("dead letter exchange name"),
     "dead-letter-routing-key": _binary("dead letter routing key"),
-    "dead-letter-strategy": _one_of(("at-most-once", "at-least-once"), "{} is not a valid dead letter strategy"),
-    "message-ttl": _int_at_least(0, "message TTL"),
-    "expires": _int_at_least(1, "queue expiry"),
-    "max-length": _int_at_least(0, "maximum length"),
-    "max-length-bytes": _int_at_least(0, "maximum length in bytes"),
-    "max-in-memory-length": _int_at_least(0, "maximum memory in bytes"),
-    "max-in-memory-bytes": _int_at_least(0, "maximum memory in bytes"),
-    "delivery-limit": _int_at_least(0, "delivery limit"),
-    "queue-mode": _one_of(("default", "lazy"), "{} is not a valid queue-mode value"),
-    "queue-version": _one_of((1, 2), "{} is not a valid queue-version value"),
-    "overflow": _one_of(("drop-head", "reject-publish", "reject-publish-dlx"), "{} is not a valid overflow value"),
-    "queue-master-locator": _one_of(("min-masters", "client-local", "random"),
-                                    "{} invalid queue-master-locator value"),
-    "queue-leader-locator": _one_of(("client-local", "balanced"), "{} is not a valid queue leader locator value"),
-    "max-age": _binary("max age"),
-    "stream-max-segment-size-bytes": _int_at_least(0, "segment size"),
-    "ha-mode": _one_of(("all", "exactly", "nodes"), "{} is not a valid ha-mode value"),
-    "ha-params": lambda v: None,
-    "ha-sync-mode": _one_of(("manual", "automatic"), "{} is not a valid ha-sync-mode value"),
-    "ha-sync-batch-size": _int_at_least(1, "ha-sync-batch-size value"),
-    "ha-promote-on-shutdown": _one_of(("when-synced", "always"), "{} is not a valid ha-promote-on-shutdown value"),
-    "ha-promote-on-failure": _one_of(("when-synced", "always"), "{} is not a valid ha-promote-on-failure value"),
+    "dead-letter-strategy": _one_of(("at-most-once", "at-least-once"), "~p is not a valid dead letter strategy"),
+    "message-ttl": _int_in(0, INFINITY, "message TTL"),
+    "expires": _int_in(1, INFINITY, "queue expiry"),
+    "max-length": _int_in(0, INFINITY, "maximum length"),
+    "max-length-bytes": _int_in(0, INFINITY, "maximum length in bytes"),
+    "max-in-memory-length": _int_in(0, INFINITY, "maximum memory in bytes"),
+    "max-in-memory-bytes": _int_in(0, INFINITY, "maximum memory in bytes"),
+    "queue-mode": _one_of(("default", "lazy"), "~p is not a valid queue-mode value"),
+    "queue-version": _one_of((1, 2), "~p is not a valid queue-version value"),
+    "overflow": _one_of(("drop-head", "reject-publish", "reject-publish-dlx"), "~p is not a valid overflow value"),
+    "delivery-limit": _int_in(0, INFINITY, "delivery limit"),
+    "max-age": _max_age,
+    # "random" and "least-leaders" are the deprecated names of "balanced".
+    "queue-leader-locator": _one_of(("client-local", "balanced", "random", "least-leaders"),
+                                    "~p is not a valid queue leader locator value"),
+    "initial-cluster-size": _int_in(0, INFINITY, "cluster size"),
+    "stream-max-segment-size-bytes": _int_in(0, MAX_SEGMENT_SIZE, "segment size"),
 }
 
+# Keys an operator policy may set (rabbit_policies' operator_policy_validator registry).
+OPERATOR_KEYS = frozenset({"expires", "message-ttl", "max-length", "max-length-bytes",
+                           "max-in-memory-length", "max-in-memory-bytes", "delivery-limit"})
 
-def _definition_error(definition, operator: bool):
-    """The first error RabbitMQ reports for a policy definition, or None."""
+
+def _iodata(v) -> bytes | None:
+    """A JSON list as Erlang's list_to_binary/1 takes it (strings and bytes, nested), or None."""
+    if isinstance(v, str):
+        return v.encode("utf-8", "surrogatepass")
+    if _is_int(v) and 0 <= v <= 255:
+        return bytes((v,))
+    if isinstance(v, list):
+        parts = [_iodata(item) for item in v]
+        return None if any(p is None for p in parts) else b"".join(p for p in parts if p is not None)
+    return None
+
+
+_MASTER_LOCATORS = (b"min-masters", b"client-local", b"random")
+
+
+def _master_locator(definition: dict) -> str | None:
+    """rabbit_queue_location_validator: a strategy's name, also as a list of its pieces (which
+    RabbitMQ joins) or a term that names none (true, 5: invalid). A float or an object would
+    never return there (it loops): refused here."""
+    v = definition["queue-master-locator"]
+    if isinstance(v, bool) or v is None:
+        name: bytes | None = b"true" if v is True else b"false" if v is False else b"null"
+    elif _is_int(v):
+        name = str(v).encode()
+    elif isinstance(v, (str, list)):
+        name = _iodata(v)
+    else:
+        name = None
+    return None if name in _MASTER_LOCATORS else _text("~p invalid queue-master-locator value", v)
+
+
+_HA_KEYS = ("ha-mode", "ha-params", "ha-sync-mode", "ha-sync-batch-size", "ha-promote-on-shutdown",
+            "ha-promote-on-failure")
+_NONE = Atom("none")  # a key the definition does not have, as rabbit_mirror_queue_misc shows it
+
+
+def _ha_params(mode: str, params) -> str | None:
+    """The ha-params a mode takes (rabbit_mirror_queue_mode_*:validate_policy/1)."""
+    if mode == "all":
+        return None if params is _NONE else 'ha-mode="all" does not take parameters'
+    if mode == "exactly":
+        return None if _is_int(params) and params > 0 else _text('ha-mode="exactly" takes an integer, ~p given',
+                                                                 params)
+    if params == []:
+        return 'ha-mode="nodes" list must be non-empty'
+    if not isinstance(params, list):
+        return _text('ha-mode="nodes" takes a list, ~p given', params)
+    invalid = [node for node in params if not isinstance(node, str)]
+    return _text('ha-mode="nodes" takes a list of strings, ~p was not a string', invalid) if invalid else None
+
+
+def _either(allowed: tuple[str, ...], fmt: str) -> Check:
+    return lambda v: None if isinstance(v, str) and v in allowed else _text(fmt, v)
+
+
+# The keys rabbit_mirror_queue_misc checks after ha-mode and ha-params, in its order.
+_HA_CHECKS: tuple[tuple[str, Check], ...] = (
+    ("ha-sync-mode", _either(("manual", "automatic"), 'ha-sync-mode must be "manual" or "automatic", got ~p')),
+    ("ha-sync-batch-size", lambda v: None if _is_int(v) and v > 0
+     else _text("ha-sync-batch-size takes an integer greater than 0, ~p given", v)),
+    ("ha-promote-on-shutdown", _either(("always", "when-synced"),
+                                       'ha-promote-on-shutdown must be "always" or "when-synced", got ~p')),
+    ("ha-promote-on-failure", _either(("always", "when-synced"),
+                                      'ha-promote-on-failure must be "always" or "when-synced", got ~p')),
+)
+
+
+def _mirroring(definition: dict) -> str | None:
+    """rabbit_mirror_queue_misc:validate_policy/1: ha-mode first (one that is not a string,
+    which fails RabbitMQ's validator, is refused as an unknown mode), then its ha-params, then
+    the other keys."""
+    mode = definition.get("ha-mode", _NONE)
+    if mode is _NONE:
+        return "ha-mode must be specified to specify ha-params, ha-sync-mode or ha-promote-on-shutdown"
+    if not isinstance(mode, str) or mode not in ("all", "exactly", "nodes"):
+        return _text("~p is not a valid ha-mode value", mode)
+    err = _ha_params(mode, definition.get("ha-params", _NONE))
+    for key, check in _HA_CHECKS:
+        if err:
+            break
+        if key in definition:
+            err = check(definition[key])
+    return err
+
+
+def _each_key(checks: dict[str, Check]) -> Callable[[dict], str | None]:
+    """rabbit_policies:validate_policy/1: its keys in order, the first error."""
+    def validate(definition: dict) -> str | None:
+        for key in sorted(definition):
+            if key in checks:
+                err = checks[key](definition[key])
+                if err:
+                    return err
+        return None
+    return validate
+
+
+# The validating modules with their keys, in the order rabbit_policy:validation0/2 runs them
+# (checked on RabbitMQ 3.10.8): each is given the definition's keys it registered; the first
+# error stops the validation; keys none of them registered are refused together after.
+_VALIDATORS: tuple[tuple[frozenset[str], Callable[[dict], str | None]], ...] = (
+    (frozenset({"queue-master-locator"}), _master_locator),
+    (frozenset(_POLICIES), _each_key(_POLICIES)),
+    (frozenset(_HA_KEYS), _mirroring),
+)
+_OPERATOR_VALIDATORS = ((OPERATOR_KEYS, _each_key({k: _POLICIES[k] for k in OPERATOR_KEYS})),)
+
+
+def _definition_error(definition, operator: bool) -> str | None:
+    """The error RabbitMQ reports for a policy definition, or None."""
     if not isinstance(definition, dict):
+        # (RabbitMQ fails on one with a 500 and no text.)
         return f"definition must be a JSON object, not {erl_json(definition)}"
     if not definition:
         return "no policy provided"
-    allowed = OPERATOR_KEYS if operator else _VALIDATORS
-    # Known keys first (in key order, the first error only), then the unknown ones together.
-    for key in sorted(definition):
-        if key in allowed:
-            err = _VALIDATORS[key](definition[key])
+    validators = _OPERATOR_VALIDATORS if operator else _VALIDATORS
+    known: set[str] = set()
+    for keys, validate in validators:
+        scope = {k: v for k, v in definition.items() if k in keys}
+        known.update(scope)
+        if scope:
+            err = validate(scope)
             if err:
                 return err
-    if not operator and any(k in definition for k in _HA_DEPENDENT) and "ha-mode" not in definition:
-        return "ha-mode must be specified to specify ha-params, ha-sync-mode or ha-promote-on-shutdown"
-    unknown = sorted(k for k in definition if k not in allowed)
+    unknown = [(k, definition[k]) for k in sorted(definition) if k not in known]
     if unknown:
-        items = ",".join(f"{{{erl_json(k)},{erl_json(definition[k])}}}" for k in unknown)
-        return f"[{items}] are not recognised policy settings"
+        return _text("~p are not recognised policy settings", unknown)
     return None
 
 
@@ -155,9 +282,10 @@ class Policy:
                 "definition": self.definition, "priority": self.priority}
 
     def to_parameter(self, component: str = "operator_policy") -> dict:
-        """As RabbitMQ exports an operator policy: a runtime parameter."""
-        return {"value": {"pattern": self.pattern, "definition": self.definition, "priority": self.priority,
-                          "apply-to": self.apply_to},
+        """As RabbitMQ exports an operator policy: a runtime parameter (its value's keys in the
+        order RabbitMQ keeps them after an import or a PUT)."""
+        return {"value": {"apply-to": self.apply_to, "definition": self.definition, "pattern": self.pattern,
+                          "priority": self.priority},
                 "vhost": self.vhost, "component": component, "name": self.name}
 
 

@@ -15,15 +15,18 @@ from ..amqp.codec import table_type_name
 # ms in each unit of an age string: Y(ears), M(onths), D(ays), h, m, s (RabbitMQ's
 # unit_value_in_ms: a year is 365 days, a month 30).
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "D": 86_400_000, "M": 30 * 86_400_000, "Y": 365 * 86_400_000}
-_AGE = re.compile(r"([0-9]*)(.*)", re.DOTALL)
+# check_max_age's regular expression: its unit is what follows the number up to the end of
+# the first line ("." stops at a newline; "1s\nrest" is one second).
+_AGE = re.compile(r"([0-9]*)(.*)")
 
 
 def max_age_ms(text: str | bytes) -> int | None:
     """An age string such as "7D", "12h" or "30m" in ms, or None if RabbitMQ would refuse it
-    (invalid_max_age): a positive whole number, then one of the units."""
+    (invalid_max_age): a positive whole number, then one of the units. (One that does not
+    start with a digit, RabbitMQ fails on: a crash there, refused here.)"""
     if isinstance(text, bytes):
         text = text.decode(errors="replace")
-    match = _AGE.fullmatch(text)
+    match = _AGE.match(text)
     if match is None or not match.group(1):
         return None
     value = int(match.group(1))

@@ -772,12 +772,9 @@ def _set_policy(ctx, args, kind, what):
     if apply_to not in ("queues", "exchanges", "all"):
         raise UsageError(f"Error (argument validation): --apply-to must be one of queues, exchanges, all, "
                          f"not '{apply_to}'")
-    try:
-        parsed = json.loads(definition)
-    except ValueError as err:
-        raise CtlError(EX_DATAERR, f"Error:\nJSON decoding error. Reason: {err}") from None
-    if not isinstance(parsed, dict):
-        raise CtlError(EX_DATAERR, "Error:\nValidation failed\n\ndefinition must be a JSON object")
+    parsed = _json_arg(definition)
+    if not isinstance(parsed, dict):  # (rabbitmqctl fails with a badmap)
+        raise Failed(f"Validation failed\n\ndefinition must be a JSON object, not {compact_json(parsed)}")
     try:
         ctx.api.put(f"/{kind}/{q(ctx.vhost)}/{q(name)}",
                     {"pattern": pattern, "definition": parsed, "priority": priority, "apply-to": apply_to})
@@ -785,11 +782,15 @@ def _set_policy(ctx, args, kind, what):
         if err.status == 404:
             raise vhost_missing(ctx, ctx.vhost) from None
         if err.status == 400:
-            reason = html.unescape(err.reason).strip()
-            if reason.startswith("Validation failed"):
-                reason = reason[len("Validation failed"):].strip()
-            raise CtlError(EX_DATAERR, f"Error:\nValidation failed\n\n{reason}") from None
+            raise Failed(_erlang_chars(html.unescape(err.reason))) from None
         raise
+
+
+def _erlang_chars(reason: str) -> str:
+    """A validation text as rabbitmqctl prints it: RabbitMQ's texts are made of Erlang's
+    characters, one per byte of a value's UTF-8 ("é" shows as "Ã©"), which its HTTP replies
+    give back as UTF-8 and rabbitmqctl shows one by one."""
+    return reason.encode("utf-8", "surrogatepass").decode("latin-1")
 
 
 def _clear_policy(ctx, args, kind, what):
@@ -903,7 +904,7 @@ def export_definitions(ctx, args):
             raise CtlError(EX_DATAERR, f"Error (argument validation): Bad argument: Directory {directory} "
                                        "does not exist")
         ctx.out.info(f'Exporting definitions in JSON to a file at "{path}" ...')
-    body = compact_json(ctx.api.get("/definitions"))
+    body = json.dumps(_rabbitmqctl_definitions(ctx), separators=(",", ":"), ensure_ascii=False, sort_keys=True)
     if path == "-":
         sys.stdout.write(body)
         sys.stdout.flush()
@@ -913,6 +914,39 @@ def export_definitions(ctx, args):
             f.write(body)
     except OSError as err:
         raise CtlError(EX_DATAERR, f"Error:\ncannot write {path}: {err.strerror or err}") from None
+
+
+# The fields of a binding in rabbitmqctl's export.
+BINDING_FIELDS = ("source", "vhost", "destination", "destination_type", "routing_key", "arguments")
+
+
+def _rabbitmqctl_definitions(ctx) -> dict:
+    """What rabbitmqctl 3.10.8's export_definitions writes (rabbit_definitions:all_definitions),
+    made of the management API's answers: its export, with each vhost's limits (as [name,
+    value] pairs) and metadata, each queue's type, every binding but the default exchange's
+    (those to exclusive queues too), no internal exchanges (nor the "internal" key) and no
+    global parameter whose name starts with "internal". JSON objects are Erlang maps there:
+    their keys come sorted."""
+    api = ctx.api.get("/definitions")
+    metadata = {v["name"]: v.get("metadata", {"description": v.get("description", ""), "tags": v.get("tags", [])})
+                for v in ctx.api.get("/vhosts?columns=name,description,tags,metadata")}
+    limits = {p["vhost"]: sorted([name, value] for name, value in p["value"].items())
+              if isinstance(p["value"], dict) else p["value"]  # (no limits: [])
+              for p in api["parameters"] if p["component"] == "vhost-limits"}
+    types = {(q["vhost"], q["name"]): q.get("type", "classic") for q in ctx.api.get("/queues?columns=vhost,name,type")}
+    return {
+        "rabbit_version": api["rabbit_version"], "rabbitmq_version": api.get("rabbitmq_version", api["rabbit_version"]),
+        "users": api["users"],
+        "vhosts": [{"name": v["name"], "limits": limits.get(v["name"], []), "metadata": metadata.get(v["name"], {})}
+                   for v in api["vhosts"]],
+        "permissions": api["permissions"], "topic_permissions": api["topic_permissions"],
+        "parameters": api["parameters"],
+        "global_parameters": [g for g in api["global_parameters"] if not g["name"].startswith("internal")],
+        "policies": api["policies"],
+        "queues": [{**q, "type": types.get((q["vhost"], q["name"]), "classic")} for q in api["queues"]],
+        "exchanges": [{k: v for k, v in x.items() if k != "internal"} for x in api["exchanges"] if not x["internal"]],
+        "bindings": [{k: b[k] for k in BINDING_FIELDS} for b in ctx.api.get("/bindings") if b["source"] != ""],
+    }
 
 
 @verb("import_definitions", 'import_definitions <file_path | "-">', (1, 1),
@@ -940,8 +974,8 @@ def import_definitions(ctx, args):
     try:
         ctx.api.post("/definitions", parsed)
     except HttpError as err:
-        if err.status == 400:
-            raise CtlError(EX_DATAERR, f"Error:\n{err.reason}") from None
+        if err.status == 400:  # the broker's text, as it gives it (HTML-escaped), as rabbitmqctl
+            raise Failed(err.reason) from None
         raise
     ctx.out.message("Successfully imported definitions.")
 

@@ -1,22 +1,28 @@
 """/api/definitions: export and import RabbitMQ's definitions JSON (users, vhosts,
 permissions, policies, operator policies as "parameters", queues, exchanges, bindings), for
 the whole broker or one vhost. Unlike the data dir's copy, the export includes transient
-exchanges and queues (not exclusive ones), as RabbitMQ's does."""
+exchanges and queues (not exclusive ones), as RabbitMQ's does.
+
+The export has the shape of RabbitMQ 3.10.8's (rabbit_mgmt_wm_definitions): only the fields
+its rw_state/0 keeps, in the order its objects have them. So vhosts are listed by name only
+(their limits are "vhost-limits" runtime parameters; Warren's capture exchange is added when
+set) and queues have no "type" (a quorum queue or a stream has it in x-queue-type). `warrenctl export_definitions` gives rabbitmqctl's
+shape, with vhost metadata and queue types (warren.cli.ctl).
+"""
 
 from typing import Any
 
 from aiohttp import web
 
 from ... import __version__
-from ...broker import definitions
+from ...broker import definitions, missing_exchange
 from .. import body
 from ..access import ADMIN, access
 from ..app import ApiError, bad_request, json_response, trusted
 from ..resources import check_nesting, flush, parse_json
+from .overview import RABBITMQ_VERSION
 
 routes = web.RouteTableDef()
-
-_VHOST_KINDS = ("parameters", "policies", "queues", "exchanges", "bindings")
 
 
 def _respond(request, data: dict):
@@ -27,22 +33,50 @@ def _respond(request, data: dict):
     return response
 
 
+# The fields RabbitMQ 3.10.8's export keeps of each kind, in the order its objects have them.
+_FIELDS = {
+    "users": ("name", "password_hash", "hashing_algorithm", "tags", "limits"),
+    "vhosts": ("name",),
+    "permissions": ("user", "vhost", "configure", "write", "read"),
+    "topic_permissions": ("user", "vhost", "exchange", "write", "read"),
+    "parameters": ("value", "vhost", "component", "name"),
+    "global_parameters": ("name", "value"),
+    "policies": ("vhost", "name", "pattern", "apply-to", "definition", "priority"),
+    "queues": ("name", "vhost", "durable", "auto_delete", "arguments"),
+    "exchanges": ("name", "vhost", "type", "durable", "auto_delete", "internal", "arguments"),
+    "bindings": ("source", "vhost", "destination", "destination_type", "routing_key", "arguments"),
+}
+_VHOST_KINDS = ("parameters", "policies", "queues", "exchanges", "bindings")
+
+
+def _shaped(kind: str, items: list, drop: str | None = None) -> list:
+    return [{field: item[field] for field in _FIELDS[kind] if field in item and field != drop} for item in items]
+
+
+def _vhost(item: dict) -> dict:
+    """A vhost by name, and Warren's capture exchange when it is set (RabbitMQ's import
+    ignores the key; Warren's reads it here as in "metadata")."""
+    capture = item["metadata"].get(missing_exchange.SETTING)
+    return {"name": item["name"]} if capture is None else {"name": item["name"], missing_exchange.SETTING: capture}
+
+
 def export_all(broker) -> dict:
     data = definitions.export(broker, durable_only=False)
-    return {"rabbit_version": __version__, "rabbitmq_version": __version__, "product_name": "Warren",
-            "product_version": __version__, **data}
+    out: dict[str, Any] = {"rabbit_version": RABBITMQ_VERSION, "rabbitmq_version": RABBITMQ_VERSION,
+                           "product_name": "Warren", "product_version": __version__}
+    for kind in _FIELDS:
+        out[kind] = [_vhost(v) for v in data[kind]] if kind == "vhosts" else _shaped(kind, data[kind])
+    return out
 
 
 def export_vhost(broker, name: str) -> dict:
     """One vhost's part, as RabbitMQ exports it: no users or vhosts, and no "vhost" keys on
     queues, exchanges and bindings."""
     data = definitions.export(broker, durable_only=False)
-    out: dict[str, Any] = {"rabbit_version": __version__}
+    out: dict[str, Any] = {"rabbit_version": RABBITMQ_VERSION}
     for kind in _VHOST_KINDS:
-        items = [item for item in data.get(kind, []) if item.get("vhost") == name]
-        if kind in ("queues", "exchanges", "bindings"):
-            items = [{k: v for k, v in item.items() if k != "vhost"} for item in items]
-        out[kind] = items
+        items = [item for item in data[kind] if item.get("vhost") == name]
+        out[kind] = _shaped(kind, items, drop="vhost" if kind in ("queues", "exchanges", "bindings") else None)
     return out
 
 
