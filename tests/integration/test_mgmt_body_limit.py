@@ -268,7 +268,7 @@ def test_warrenctl_on_the_control_socket_has_no_limit(small, uid, tmp_path):
     defs = _definitions(f"ctl-{uid}", 10 * LIMIT)
     path.write_text(json.dumps(defs))
     refused = ctl(small, "import_definitions", str(path), user="guest", password="guest")
-    assert (refused.returncode, refused.stderr.strip().splitlines()[-1]) == (65, EXCEEDED), refused
+    assert (refused.returncode, refused.stderr.strip().splitlines()[-1]) == (69, EXCEEDED), refused
     local = run_ctl("import_definitions", str(path), data_dir=small.data_dir)
     assert (local.returncode, local.stderr) == (0, ""), local
     names = {q["name"] for q in Api(small).get("/queues/%2F?columns=name").json()}

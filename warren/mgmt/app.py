@@ -17,7 +17,8 @@ import struct
 import tempfile
 from typing import Any, NamedTuple
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.http import HttpVersion11
 
 from ..amqp import codec
 from ..broker.auth import User
@@ -180,9 +181,16 @@ async def _not_allowed(request) -> web.Response:
 MAX_BODY_SIZE = 10_000_000
 
 
+async def expect_later(request) -> None:
+    """The routes' Expect handler: 100 Continue is sent when the body is read (warren.mgmt.body);
+    any other expectation is refused (417) as aiohttp's own handler does."""
+    expect = request.headers.get(hdrs.EXPECT, "")
+    if request.version == HttpVersion11 and expect.lower() != "100-continue":
+        raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
+
+
 def make_app(broker, server=None, service: "ManagementService | None" = None,
              max_body_size: int = MAX_BODY_SIZE) -> web.Application:
-    from . import body
     # aiohttp bounds its own reads too (request.read(), .post()), should a handler use them;
     # its 0 would mean no bound.
     app = web.Application(middlewares=[routing_middleware, error_middleware, auth_middleware],
@@ -206,7 +214,7 @@ def make_app(broker, server=None, service: "ManagementService | None" = None,
         # waits until the body is read (warren.mgmt.body).
         for suffix in ("", "/"):
             app.add_routes([web.RouteDef(r.method, r.path + suffix, r.handler,
-                                         {**r.kwargs, "expect_handler": body.expect_later}) for r in routes])
+                                         {**r.kwargs, "expect_handler": expect_later}) for r in routes])
     # The web UI's page and files, public as in RabbitMQ (the page logs in to the API).
     app["ui_assets"] = webui.load_assets()
     app["public"] = frozenset(route.resource for route in app.add_routes(webui.routes))

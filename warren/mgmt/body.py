@@ -78,11 +78,3 @@ async def form(request) -> "MultiDictProxy[str | bytes | web.FileField]":
     if limit is not None and request.content.total_bytes > limit:
         raise _too_large(request, limit, request.content.total_bytes)
     return fields
-
-
-async def expect_later(request) -> None:
-    """The routes' Expect handler: 100 Continue is sent by _start(), when the body is read;
-    any other expectation is refused (417) as aiohttp's own handler does."""
-    expect = request.headers.get(hdrs.EXPECT, "")
-    if request.version == HttpVersion11 and expect.lower() != "100-continue":
-        raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
