@@ -14,7 +14,7 @@ import pytest
 from warren.cli.main import build_parser
 from warren.spark import pipeline
 
-from .conftest import get_all, require_dead_letters_in_streams, uri
+from .conftest import bare_env, get_all, require_dead_letters_in_streams, uri, warren_script
 
 
 def _dead_letters(broker, uid, dlq_type="stream"):
@@ -143,13 +143,17 @@ def test_the_commands_parse(broker):
         assert done.returncode == 2 and "one of --stream NAME, --queue NAME or --queue NAME --stream" in done.stderr
 
 
+@pytest.mark.timeout(300)  # (a Spark of its own)
 def test_dlq_audit_as_one_command(spark, broker, uid, tmp_path):
-    """The command itself, in its own Spark (local[2]), draining a dead-letter queue."""
+    """The command itself, in its own Spark (local[2]), draining a dead-letter queue: this
+    environment's `warren` run by its path from an environment whose PATH does not hold it (as
+    cron or systemd run it), so `python3` on PATH has no warren: Spark's Python processes must
+    not be that one."""
     _work, dlq = _dead_letters(broker, uid, "classic")
     table = str(tmp_path / "audit")
-    done = subprocess.run([sys.executable, "-m", "warren", "pipeline", "dlq-audit", "--uri", uri(broker),
+    done = subprocess.run([warren_script(), "pipeline", "dlq-audit", "--uri", uri(broker),
                            "--master", "local[2]", "--queue", dlq, "--output", table],
-                          capture_output=True, text=True, timeout=300)
+                          env=bare_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "15 dead letters in" in done.stdout and "rejected" in done.stdout
 
@@ -178,14 +182,16 @@ def test_audit_and_replay_over_amqps(spark, uid, tmp_path, capsys):
         broker.stop()
 
 
+@pytest.mark.timeout(600)  # (two Sparks of their own)
 def test_replay_as_one_command(spark, broker, uid, tmp_path):
-    """The commands themselves, each in its own Spark: a dead-letter stream audited (named as
+    """The commands themselves, each in its own Spark, run as test_dlq_audit_as_one_command runs
+    its command (PATH without this environment): a dead-letter stream audited (named as
     `--queue NAME --stream`), the table replayed to another exchange."""
     work, dlq = _dead_letters(broker, uid)
     table = str(tmp_path / "audit")
-    done = subprocess.run([sys.executable, "-m", "warren", "pipeline", "dlq-audit", "--uri", uri(broker),
+    done = subprocess.run([warren_script(), "pipeline", "dlq-audit", "--uri", uri(broker),
                            "--master", "local[2]", "--queue", dlq, "--stream", "--output", table],
-                          capture_output=True, text=True, timeout=300)
+                          env=bare_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "15 dead letters in" in done.stdout
     again = f"again-{uid}"
@@ -195,9 +201,9 @@ def test_replay_as_one_command(spark, broker, uid, tmp_path):
     ch.queue_declare(again)
     ch.queue_bind(again, again)
     conn.close()
-    done = subprocess.run([sys.executable, "-m", "warren", "pipeline", "replay", "--uri", uri(broker),
+    done = subprocess.run([warren_script(), "pipeline", "replay", "--uri", uri(broker),
                            "--master", "local[2]", "--input", table, "--where", "reason = 'expired'",
-                           "--to-exchange", again], capture_output=True, text=True, timeout=300)
+                           "--to-exchange", again], env=bare_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "replayed 5 dead letters (new checkpoint" in done.stdout
     assert sorted(m for _, m, _ in _drain(broker, again)) == [f"t{i}" for i in range(5)]

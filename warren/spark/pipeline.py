@@ -17,9 +17,11 @@ sends it, so the same replay run again republishes nothing twice, and another se
 the same table starts from its beginning (the dead letters both select are sent again, with
 the same message ids).
 
-Both run on local[*] unless --master says otherwise. `prepare` makes the class archive the
-driver's JVM of every later Spark session built with warren.spark.fast_start() maps (once per
-Spark and JVM: warren.spark.class_archive), for a faster cold start.
+Both run on local[*] unless --master says otherwise; on a local master, Spark's Python
+processes run this environment's Python unless the user named one (warren.spark.interpreter).
+`prepare` makes the class archive the driver's JVM of every later Spark session built with
+warren.spark.fast_start() maps (once per Spark and JVM: warren.spark.class_archive), for a
+faster cold start.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         print("warren pipeline: needs the spark extra: pip install -e '.[spark]' (and Java 17)", file=sys.stderr)
         return 2
-    from . import fast_start, register
+    from . import fast_start, interpreter, register
 
     if args.job == "prepare":
         from .class_archive import prepare
@@ -100,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
         path, what = prepare()
         print(f"warren pipeline prepare: {path or 'no class archive'}: {what}")
         return 0 if path else 1
+    python = interpreter.for_session(args.master, os.environ)
+    if python:  # (read as the JVM and the SparkContext start: not python3 on PATH, which may lack warren)
+        os.environ[interpreter.ENV] = python
     builder = SparkSession.builder.master(args.master).appName(f"warren pipeline {args.job}").config(
         "spark.ui.enabled", "false")
     for key, value in fast_start().items():
