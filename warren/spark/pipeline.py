@@ -121,10 +121,17 @@ def run(args: argparse.Namespace) -> int:
 def flattened(df: Any) -> Any:
     """The source's rows with the dead-letter details as columns: the first death's reason,
     queue, exchange and routing keys (what the message was before it ever died), how many
-    times it died, the newest death's reason, and the first and last death times."""
+    times it died, the newest death's reason, and the first and last death times. A message
+    without x-death (published to the dead-letter queue or stream directly: a manual republish,
+    a shovel, another tool), or whose x-death holds nothing readable (warren.spark.rows.deaths),
+    has null death columns, but for the first death's reason, queue and exchange from
+    x-first-death-* headers if it has them; a death without a readable count counts once, and a
+    sum past a long is null."""
     from pyspark.sql import functions as F
 
-    oldest = F.element_at("death", -1)
+    # (try_: Spark 4 runs with ANSI SQL, where an index out of an array's bounds or an overflow
+    # fails the whole query)
+    oldest = F.try_element_at("death", F.lit(-1))
     times = F.transform("death", lambda d: d["time"])
     return df.select(
         "body", "source", "offset", "exchange", "routing_key", "headers", "properties",
@@ -133,9 +140,10 @@ def flattened(df: Any) -> Any:
         F.coalesce(F.col("headers")["x-first-death-queue"], oldest["queue"]).alias("queue"),
         F.coalesce(F.col("headers")["x-first-death-exchange"], oldest["exchange"]).alias("death_exchange"),
         oldest["routing_keys"].alias("death_routing_keys"),
-        F.aggregate("death", F.lit(0).cast("bigint"), lambda acc, d: acc + F.coalesce(d["count"], F.lit(1))
-                    ).alias("death_count"),
-        F.element_at("death", 1)["reason"].alias("last_reason"),
+        F.when(F.size("death") > 0, F.aggregate(
+            "death", F.lit(0).cast("bigint"),
+            lambda acc, d: F.try_add(acc, F.coalesce(d["count"], F.lit(1).cast("bigint"))))).alias("death_count"),
+        F.try_element_at("death", F.lit(1))["reason"].alias("last_reason"),
         F.array_min(times).alias("first_death_time"), F.array_max(times).alias("last_death_time"))
 
 
@@ -223,7 +231,7 @@ def replay(spark: Any, args: argparse.Namespace) -> int:
     rows = rows.observe("replay", F.count(F.lit(1)).alias("rows"))
     exchange = F.lit(args.to_exchange) if args.to_exchange is not None else F.coalesce("death_exchange", "exchange")
     key = (F.lit(args.routing_key) if args.routing_key is not None
-           else F.coalesce(F.element_at("death_routing_keys", 1), F.col("routing_key")))
+           else F.coalesce(F.try_element_at("death_routing_keys", F.lit(1)), F.col("routing_key")))
     out = rows.select(
         "body", exchange.alias("exchange"), key.alias("routing_key"), "properties",
         # (the source's headers are strings; the broker's own x- headers are not sent again)
