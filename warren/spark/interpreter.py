@@ -7,7 +7,7 @@ with `python3` on PATH: from cron, systemd or a shell without the virtual enviro
 that is another Python, without warren (`[PYTHON_DATA_SOURCE_ERROR] ... No module named
 'warren'`). `spark.pyspark.python` (spark-defaults.conf, `--conf`, the session builder) is
 applied only by spark-submit starting a Python program; a driver that is itself a Python
-program (the `warren` command, a script) gets `python3` whatever it says. So the format's Python
+program (the `warren` command, a script) takes PYSPARK_PYTHON or `python3` whatever it says. So the format's Python
 is the one the user named (`spark.pyspark.python`, which wins as under spark-submit, else
 `PYSPARK_PYTHON`); if none, on a local master this environment's, and on a cluster Spark's
 `python3` (the executors are other machines: the user names a Python that has warren there).
