@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 
@@ -56,6 +57,28 @@ def spark(tmp_path_factory):
     register(session)
     yield session
     session.stop()
+
+
+def warren_script() -> str:
+    """This environment's `warren` command (a console script beside this interpreter)."""
+    script = os.path.join(os.path.dirname(sys.executable), "warren")
+    if not os.access(script, os.X_OK):
+        pytest.fail(f"{script} is not installed (pip install -e '.[spark]' installs it)")
+    return script
+
+
+def bare_env(**extra: str) -> dict[str, str]:
+    """An environment as cron or systemd give one: PATH without this virtual environment (only
+    /usr/bin:/bin, and java's directory if it is elsewhere), so `python3` there is not this
+    environment's, and no PYSPARK_* variable; HOME, JAVA_HOME, TMPDIR, XDG_CACHE_HOME and
+    PYTHONPATH (the tree under test) kept."""
+    path = ["/usr/bin", "/bin"]
+    java = shutil.which("java")
+    if java and os.path.dirname(java) not in path:
+        path.append(os.path.dirname(java))
+    assert os.path.dirname(sys.executable) not in path, "java shares this environment's bin directory"
+    env = {k: v for k, v in os.environ.items() if k in ("HOME", "JAVA_HOME", "TMPDIR", "XDG_CACHE_HOME", "PYTHONPATH")}
+    return {**env, "PATH": os.pathsep.join(path), **extra}
 
 
 def uri(broker) -> str:

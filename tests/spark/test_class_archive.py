@@ -7,7 +7,9 @@ import stat
 import subprocess
 import sys
 
-from .conftest import require_spark
+import pytest
+
+from .conftest import bare_env, require_spark, warren_script
 
 # A fresh driver JVM with fast_start() (plus a class-load log): where did SparkContext come from?
 _SESSION = """
@@ -41,13 +43,16 @@ def _session(env, log) -> tuple[str, str]:
     return line.split("source: ", 1)[1], done.stdout.strip().splitlines()[-2]
 
 
+@pytest.mark.timeout(600)  # (three Sparks of their own, one of them dumping its classes)
 def test_prepare_makes_the_archive_once_and_a_session_maps_it(tmp_path):
     require_spark()
     env = _env(tmp_path)
     assert _session(env, tmp_path / "before.log")[0].startswith("file:")  # from Spark's jar: no archive yet
 
-    made = subprocess.run([sys.executable, "-m", "warren", "pipeline", "prepare"], env=env, capture_output=True,
-                          text=True, timeout=600)
+    # (this environment's `warren` from a PATH without it, as cron runs it: the sample format's
+    # Python processes must not be python3 on PATH, which has no warren)
+    made = subprocess.run([warren_script(), "pipeline", "prepare"], env=bare_env(XDG_CACHE_HOME=env["XDG_CACHE_HOME"]),
+                          capture_output=True, text=True, timeout=600)
     assert made.returncode == 0, made.stdout + made.stderr[-2000:]
     path = made.stdout.split(": ")[1]
     assert made.stdout.strip().endswith(": made") and path.startswith(str(tmp_path / "cache dir" / "warren"))

@@ -5,6 +5,7 @@ second replay publishes nothing again; a dead-letter queue drained into the same
 second drain adding nothing; a Delta table written exactly once."""
 
 import argparse
+import datetime
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ import pytest
 from warren.cli.main import build_parser
 from warren.spark import pipeline
 
-from .conftest import get_all, require_dead_letters_in_streams, uri
+from .conftest import bare_env, get_all, require_dead_letters_in_streams, uri, warren_script
 
 
 def _dead_letters(broker, uid, dlq_type="stream"):
@@ -94,6 +95,80 @@ def test_a_dead_letter_queue_drained_into_the_audit(spark, broker, uid, tmp_path
     assert {r.source for r in rows} == {dlq}
 
 
+T1 = datetime.datetime(2026, 11, 30, 8, 0, 1, tzinfo=datetime.timezone.utc)
+T2 = datetime.datetime(2026, 11, 30, 8, 0, 5, tzinfo=datetime.timezone.utc)
+# Messages published to a dead-letter queue directly (a manual republish, a shovel, another
+# tool), by message id: their headers, and their (reason, queue, death_exchange,
+# death_routing_keys, death_count, last_reason, first_death_time, last_death_time).
+NONE = (None,) * 8
+NOT_DEAD_LETTERED = {
+    "p-plain": (None, NONE),
+    "p-headers": ({"kind": "manual"}, NONE),
+    "p-string": ({"x-death": "rejected"}, NONE),  # (as a client that turns headers into strings sends it)
+    "p-long": ({"x-death": 5}, NONE),
+    "p-table": ({"x-death": {"reason": "rejected", "queue": "work"}}, NONE),
+    "p-not-tables": ({"x-death": ["rejected", 7]}, NONE),
+    "p-empty-table": ({"x-death": [{}]}, (None, None, None, None, 1, None, None, None)),  # (one death, unknown)
+    "p-wrong-types": ({"x-death": [{"queue": 5, "reason": ["x"], "exchange": {"a": 1}, "routing-keys": "work",
+                                    "count": "3", "time": "yesterday"}]}, (None, None, None, None, 1, None, None, None)),
+    # readable, but for counts whose sum is past a long; the oldest death's routing keys empty
+    "p-overflow": ({"x-death": [{"count": 1 << 62, "exchange": "x", "queue": "q2", "reason": "rejected",
+                                 "routing-keys": ["k"], "time": T2},
+                                {"count": 1 << 62, "exchange": "", "queue": "q1", "reason": "expired",
+                                 "routing-keys": [], "time": T1}]},
+                   ("expired", "q1", "", [], None, "rejected", T1, T2)),
+    "p-first-death": ({"x-first-death-reason": "expired", "x-first-death-queue": "old",
+                       "x-first-death-exchange": "ex"}, ("expired", "old", "ex", None, None, None, None, None)),
+}
+
+
+@pytest.mark.parametrize("dlq_type", ["classic", "stream"])
+def test_messages_that_were_not_dead_lettered_land_with_null_death_columns(spark, broker, uid, tmp_path, capsys,
+                                                                          dlq_type):
+    """A dead-letter queue (or stream) holding dead letters and messages published to it
+    directly, with no x-death or one a client made up: every one lands in the table (those with
+    null death columns, or what of their x-death can be read), the queue is drained, and a
+    replay of them runs."""
+    work, dlq = _dead_letters(broker, uid, dlq_type)
+    conn = pika.BlockingConnection(broker.pika_params())
+    ch = conn.channel()
+    ch.confirm_delivery()
+    for message_id, (headers, _) in NOT_DEAD_LETTERED.items():
+        ch.basic_publish("", dlq, message_id.encode(), pika.BasicProperties(message_id=message_id, headers=headers))
+    conn.close()
+    table = str(tmp_path / "audit")
+    args = _args(uri=uri(broker), output=table, **({"queue": dlq} if dlq_type == "classic" else {"stream": dlq}))
+    assert pipeline.dlq_audit(spark, args) == 0
+    out = capsys.readouterr().out
+    assert "25 dead letters in" in out and f"rejected\t{work}\t10" in out and "-\t-\t8" in out
+    if dlq_type == "classic":
+        assert _drain(broker, dlq) == []  # (each acked once its batch was in the table)
+    rows = {r.message_id: r for r in spark.read.parquet(table).collect()}
+    assert sorted(rows) == sorted([str(i) for i in range(10)] + [f"t{i}" for i in range(5)] + list(NOT_DEAD_LETTERED))
+    death_columns = ("reason", "queue", "death_exchange", "death_routing_keys", "death_count", "last_reason",
+                     "first_death_time", "last_death_time")
+    for message_id, (_, expected) in NOT_DEAD_LETTERED.items():
+        row = rows[message_id]
+        got = tuple(row[c] for c in death_columns)
+        times = tuple(t if t is None else t.astimezone(datetime.timezone.utc) for t in got[6:])
+        assert got[:6] + times == expected, message_id
+        assert row.body == message_id.encode()
+    job = rows["3"]
+    assert tuple(job[c] for c in death_columns[:6]) == ("rejected", work, "", [work], 1, "rejected")
+
+    again = f"again-{uid}"
+    conn = pika.BlockingConnection(broker.pika_params())
+    ch = conn.channel()
+    ch.exchange_declare(again, "fanout")
+    ch.queue_declare(again)
+    ch.queue_bind(again, again)
+    conn.close()
+    assert pipeline.replay(spark, _args(uri=uri(broker), input=table, where="message_id LIKE 'p-%'",
+                                        to_exchange=again)) == 0
+    assert "replayed 10 dead letters" in capsys.readouterr().out
+    assert sorted(m for _, m, _ in _drain(broker, again)) == sorted(NOT_DEAD_LETTERED)
+
+
 def test_audit_into_a_delta_table_exactly_once(spark, broker, uid, tmp_path, capsys):
     """--format delta (delta-rs, no Delta jar): the table holds each dead letter once, also when
     Spark replays a batch whose Delta commit was made but whose Spark commit was not (a crash
@@ -143,13 +218,17 @@ def test_the_commands_parse(broker):
         assert done.returncode == 2 and "one of --stream NAME, --queue NAME or --queue NAME --stream" in done.stderr
 
 
+@pytest.mark.timeout(300)  # (a Spark of its own)
 def test_dlq_audit_as_one_command(spark, broker, uid, tmp_path):
-    """The command itself, in its own Spark (local[2]), draining a dead-letter queue."""
+    """The command itself, in its own Spark (local[2]), draining a dead-letter queue: this
+    environment's `warren` run by its path from an environment whose PATH does not hold it (as
+    cron or systemd run it), so `python3` on PATH has no warren: Spark's Python processes must
+    not be that one."""
     _work, dlq = _dead_letters(broker, uid, "classic")
     table = str(tmp_path / "audit")
-    done = subprocess.run([sys.executable, "-m", "warren", "pipeline", "dlq-audit", "--uri", uri(broker),
+    done = subprocess.run([warren_script(), "pipeline", "dlq-audit", "--uri", uri(broker),
                            "--master", "local[2]", "--queue", dlq, "--output", table],
-                          capture_output=True, text=True, timeout=300)
+                          env=bare_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "15 dead letters in" in done.stdout and "rejected" in done.stdout
 
@@ -178,14 +257,16 @@ def test_audit_and_replay_over_amqps(spark, uid, tmp_path, capsys):
         broker.stop()
 
 
+@pytest.mark.timeout(600)  # (two Sparks of their own)
 def test_replay_as_one_command(spark, broker, uid, tmp_path):
-    """The commands themselves, each in its own Spark: a dead-letter stream audited (named as
+    """The commands themselves, each in its own Spark, run as test_dlq_audit_as_one_command runs
+    its command (PATH without this environment): a dead-letter stream audited (named as
     `--queue NAME --stream`), the table replayed to another exchange."""
     work, dlq = _dead_letters(broker, uid)
     table = str(tmp_path / "audit")
-    done = subprocess.run([sys.executable, "-m", "warren", "pipeline", "dlq-audit", "--uri", uri(broker),
+    done = subprocess.run([warren_script(), "pipeline", "dlq-audit", "--uri", uri(broker),
                            "--master", "local[2]", "--queue", dlq, "--stream", "--output", table],
-                          capture_output=True, text=True, timeout=300)
+                          env=bare_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "15 dead letters in" in done.stdout
     again = f"again-{uid}"
@@ -195,9 +276,9 @@ def test_replay_as_one_command(spark, broker, uid, tmp_path):
     ch.queue_declare(again)
     ch.queue_bind(again, again)
     conn.close()
-    done = subprocess.run([sys.executable, "-m", "warren", "pipeline", "replay", "--uri", uri(broker),
+    done = subprocess.run([warren_script(), "pipeline", "replay", "--uri", uri(broker),
                            "--master", "local[2]", "--input", table, "--where", "reason = 'expired'",
-                           "--to-exchange", again], capture_output=True, text=True, timeout=300)
+                           "--to-exchange", again], env=bare_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "replayed 5 dead letters (new checkpoint" in done.stdout
     assert sorted(m for _, m, _ in _drain(broker, again)) == [f"t{i}" for i in range(5)]

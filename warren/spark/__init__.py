@@ -12,6 +12,7 @@ RabbitMQ 3.10 streams too, with the differences warren.spark.broker names."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from typing import Any
 
@@ -34,12 +35,14 @@ def fast_start() -> dict[str, str]:
 
 def register(spark: Any) -> None:
     """Register the `warren` format with a SparkSession. Refused with speculative execution on:
-    a speculative copy of a write task would publish its rows twice at once. With a local
-    master whose Python is this environment's, the format's Python processes start through
-    warren-spark-python (warren.spark.launcher: pyspark not compiled from its zip again)."""
+    a speculative copy of a write task would publish its rows twice at once. The format's
+    Python processes start with the Python the user named (`spark.pyspark.python`, else
+    PYSPARK_PYTHON) or, if none, on a local master with this environment's, not whatever
+    `python3` is on PATH (warren.spark.interpreter); this environment's Python on a local master
+    is warren-spark-python (warren.spark.launcher: pyspark not compiled from its zip again)."""
     if str(spark.conf.get("spark.speculation", "false")).lower() == "true":
         raise ValueError("the warren sink needs spark.speculation=false (a speculative task publishes its rows twice)")
-    from .launcher import launcher_for
+    from . import interpreter
     from .source import PARALLELISM_ENV, WarrenDataSource
     try:
         context = spark.sparkContext
@@ -54,15 +57,14 @@ def register(spark: Any) -> None:
         environment[PARALLELISM_ENV] = str(context.defaultParallelism)
         seeded.append(PARALLELISM_ENV)
     python = context.pythonExec if context is not None else None
-    # (a local master's executors are this machine, which has the launcher; a cluster's may not)
-    local = context is not None and str(context.master).startswith("local")
-    launcher = launcher_for(python) if local and python else None
-    if launcher:  # (the format's Python function takes the context's Python as it is registered)
-        context.pythonExec = launcher
+    chosen = python if context is None else interpreter.for_format(
+        str(context.master), context.getConf().get(interpreter.CONF), os.environ, str(python))
+    if chosen != python:  # (the format's Python function takes the context's Python as it is registered)
+        context.pythonExec = chosen
     try:
         spark.dataSource.register(WarrenDataSource)
     finally:
-        if launcher:
+        if chosen != python:
             context.pythonExec = python
         for k in seeded:
             del environment[k]

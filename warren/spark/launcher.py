@@ -1,6 +1,7 @@
 """`warren-spark-python`: the Python that Spark starts for the `warren` format's processes
 (warren.spark.register puts it in the format's Python function on a local master whose
-Python is this environment's).
+Python is this environment's: warren.spark.interpreter), and, under `warren pipeline` on a
+local master, for every Python process of the session.
 
 Spark starts every Python process of a query (the planner's daemons, the streaming source's
 runner, the tasks' daemon) with `$SPARK_HOME/python/lib/pyspark.zip` and its py4j zip first on

@@ -17,9 +17,11 @@ sends it, so the same replay run again republishes nothing twice, and another se
 the same table starts from its beginning (the dead letters both select are sent again, with
 the same message ids).
 
-Both run on local[*] unless --master says otherwise. `prepare` makes the class archive the
-driver's JVM of every later Spark session built with warren.spark.fast_start() maps (once per
-Spark and JVM: warren.spark.class_archive), for a faster cold start.
+Both run on local[*] unless --master says otherwise; on a local master, Spark's Python
+processes run this environment's Python unless the user named one (warren.spark.interpreter).
+`prepare` makes the class archive the driver's JVM of every later Spark session built with
+warren.spark.fast_start() maps (once per Spark and JVM: warren.spark.class_archive), for a
+faster cold start.
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     except ImportError:
         print("warren pipeline: needs the spark extra: pip install -e '.[spark]' (and Java 17)", file=sys.stderr)
         return 2
-    from . import fast_start, register
+    from . import fast_start, interpreter, register
 
     if args.job == "prepare":
         from .class_archive import prepare
@@ -100,6 +102,9 @@ def run(args: argparse.Namespace) -> int:
         path, what = prepare()
         print(f"warren pipeline prepare: {path or 'no class archive'}: {what}")
         return 0 if path else 1
+    python = interpreter.for_session(args.master, os.environ)
+    if python:  # (read as the JVM and the SparkContext start: not python3 on PATH, which may lack warren)
+        os.environ[interpreter.ENV] = python
     builder = SparkSession.builder.master(args.master).appName(f"warren pipeline {args.job}").config(
         "spark.ui.enabled", "false")
     for key, value in fast_start().items():
@@ -116,10 +121,17 @@ def run(args: argparse.Namespace) -> int:
 def flattened(df: Any) -> Any:
     """The source's rows with the dead-letter details as columns: the first death's reason,
     queue, exchange and routing keys (what the message was before it ever died), how many
-    times it died, the newest death's reason, and the first and last death times."""
+    times it died, the newest death's reason, and the first and last death times. A message
+    without x-death (published to the dead-letter queue or stream directly: a manual republish,
+    a shovel, another tool), or whose x-death holds nothing readable (warren.spark.rows.deaths),
+    has null death columns, but for the first death's reason, queue and exchange from
+    x-first-death-* headers if it has them; a death without a readable count counts once, and a
+    sum past a long is null."""
     from pyspark.sql import functions as F
 
-    oldest = F.element_at("death", -1)
+    # (try_: Spark 4 runs with ANSI SQL, where an index out of an array's bounds or an overflow
+    # fails the whole query)
+    oldest = F.try_element_at("death", F.lit(-1))
     times = F.transform("death", lambda d: d["time"])
     return df.select(
         "body", "source", "offset", "exchange", "routing_key", "headers", "properties",
@@ -128,9 +140,10 @@ def flattened(df: Any) -> Any:
         F.coalesce(F.col("headers")["x-first-death-queue"], oldest["queue"]).alias("queue"),
         F.coalesce(F.col("headers")["x-first-death-exchange"], oldest["exchange"]).alias("death_exchange"),
         oldest["routing_keys"].alias("death_routing_keys"),
-        F.aggregate("death", F.lit(0).cast("bigint"), lambda acc, d: acc + F.coalesce(d["count"], F.lit(1))
-                    ).alias("death_count"),
-        F.element_at("death", 1)["reason"].alias("last_reason"),
+        F.when(F.size("death") > 0, F.aggregate(
+            "death", F.lit(0).cast("bigint"),
+            lambda acc, d: F.try_add(acc, F.coalesce(d["count"], F.lit(1).cast("bigint"))))).alias("death_count"),
+        F.try_element_at("death", F.lit(1))["reason"].alias("last_reason"),
         F.array_min(times).alias("first_death_time"), F.array_max(times).alias("last_death_time"))
 
 
@@ -218,7 +231,7 @@ def replay(spark: Any, args: argparse.Namespace) -> int:
     rows = rows.observe("replay", F.count(F.lit(1)).alias("rows"))
     exchange = F.lit(args.to_exchange) if args.to_exchange is not None else F.coalesce("death_exchange", "exchange")
     key = (F.lit(args.routing_key) if args.routing_key is not None
-           else F.coalesce(F.element_at("death_routing_keys", 1), F.col("routing_key")))
+           else F.coalesce(F.try_element_at("death_routing_keys", F.lit(1)), F.col("routing_key")))
     out = rows.select(
         "body", exchange.alias("exchange"), key.alias("routing_key"), "properties",
         # (the source's headers are strings; the broker's own x- headers are not sent again)

@@ -38,14 +38,6 @@ _PROPERTY_FIELDS = ("content_type", "content_encoding", "delivery_mode", "priori
                     "expiration", "message_id", "message_type", "user_id", "app_id")
 
 
-def _text(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        return value.decode(errors="replace")
-    return str(value)
-
-
 def header_text(value: Any) -> str:
     """A header value as the `headers` map shows it: strings as they are, bytes decoded,
     timestamps in ISO form, tables and arrays as JSON."""
@@ -70,17 +62,37 @@ def _utc(value: Any) -> datetime.datetime | None:
 
 
 def deaths(headers: dict | None) -> list[dict]:
-    """The x-death array (RabbitMQ's dead-lettering history, newest first) as rows."""
+    """The x-death array (RabbitMQ's dead-lettering history, newest first) as rows, read as
+    RabbitMQ writes it (rabbit_dead_letter: an array of tables, each with queue, reason and
+    exchange strings, routing-keys an array of strings, count a long and time a timestamp).
+    What a client put there otherwise reads as nothing, never as an error: an x-death that is
+    not an array gives no deaths, an element that is not a table is left out, and a field that
+    is missing or of another type is null (routing-keys unless every key is a string; count
+    unless an integer, of any width)."""
+    value = (headers or {}).get("x-death")
+    if not isinstance(value, list):
+        return []
     out = []
-    for entry in (headers or {}).get("x-death") or []:
+    for entry in value:
         if not isinstance(entry, dict):
             continue
+        keys = entry.get("routing-keys")
         count = entry.get("count")
-        out.append({"queue": _text(entry.get("queue")), "reason": _text(entry.get("reason")),
-                    "exchange": _text(entry.get("exchange")),
-                    "routing_keys": [_text(k) for k in entry.get("routing-keys") or []],
-                    "count": int(count) if isinstance(count, int) else None, "time": _utc(entry.get("time"))})
+        out.append({"queue": _string(entry.get("queue")), "reason": _string(entry.get("reason")),
+                    "exchange": _string(entry.get("exchange")),
+                    "routing_keys": ([_string(k) for k in keys]
+                                     if isinstance(keys, list) and all(isinstance(k, (str, bytes)) for k in keys)
+                                     else None),
+                    "count": count if isinstance(count, int) and not isinstance(count, bool) else None,
+                    "time": _utc(entry.get("time"))})
     return out
+
+
+def _string(value: Any) -> str | None:
+    """A string field (a longstr, which pamqp gives as bytes when it is not UTF-8), else None."""
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return value if isinstance(value, str) else None
 
 
 class Batch:
