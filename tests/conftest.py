@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -63,6 +64,26 @@ def _port_slice() -> tuple[int, int]:
 # Shared by this file's two module objects (pytest's `conftest` and `tests.conftest`, which
 # some tests import): one cursor, so they never both hand out a port not yet bound.
 _port_cursor: list[int] = sys.modules.setdefault("_warren_test_port_cursor", [])  # type: ignore[arg-type]
+
+
+# Directories the run made for brokers (data dirs with their logs, definitions files): removed
+# when the session ends, so that runs don't pile up in /tmp (one session's left 25 GB there).
+# WARREN_KEEP_TEST_DIRS=1 keeps them for a look afterwards.
+_scratch_dirs: list[str] = sys.modules.setdefault("_warren_test_scratch_dirs", [])  # type: ignore[arg-type]
+
+
+def scratch_dir(prefix: str) -> str:
+    """A new temp directory, removed at the end of the test session."""
+    directory = tempfile.mkdtemp(prefix=prefix)
+    _scratch_dirs.append(directory)
+    return directory
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if os.environ.get("WARREN_KEEP_TEST_DIRS"):
+        return
+    while _scratch_dirs:
+        shutil.rmtree(_scratch_dirs.pop(), ignore_errors=True)
 
 
 def free_port() -> int:
@@ -146,7 +167,7 @@ def start_broker(*extra_args, data_dir=None, port=None, wait=True, preexec_fn=No
             if inner is not None:
                 inner()
     port = port or free_port()
-    data_dir = data_dir or tempfile.mkdtemp(prefix="warren-test-")
+    data_dir = data_dir or scratch_dir("warren-test-")
     log_path = os.path.join(data_dir, f"broker-{port}.log")
     log = open(log_path, "ab")
     mgmt_port = None
@@ -198,7 +219,7 @@ class DefinitionsBroker:
     def __init__(self, definitions: dict):
         self.definitions = definitions
         self.external = bool(EXTERNAL)
-        directory = tempfile.mkdtemp(prefix="warren-defs-")
+        directory = scratch_dir("warren-defs-")
         os.chmod(directory, 0o755)
         path = os.path.join(directory, "definitions.json")
         with open(path, "w") as f:

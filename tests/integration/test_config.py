@@ -12,7 +12,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 
 import pika
@@ -20,7 +19,7 @@ import pytest
 import requests
 from pamqp import commands
 
-from conftest import EXTERNAL, BrokerProcess, channel_error, free_port
+from conftest import EXTERNAL, BrokerProcess, channel_error, free_port, scratch_dir
 from rawamqp import RawClient
 
 pytestmark = pytest.mark.skipif(bool(EXTERNAL), reason="starts its own Warren brokers")
@@ -43,7 +42,7 @@ def launch():
     started = []
 
     def start(config, *args, host="127.0.0.1", port, mgmt_port=None, data_dir=None):
-        data_dir = data_dir or tempfile.mkdtemp(prefix="warren-config-")
+        data_dir = data_dir or scratch_dir("warren-config-")
         log_path = os.path.join(data_dir, "broker.log")
         with open(log_path, "ab") as log:
             proc = subprocess.Popen([sys.executable, "-m", "warren", "server", "--data-dir", data_dir,

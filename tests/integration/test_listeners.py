@@ -6,13 +6,12 @@ import asyncio
 import logging
 import os
 import socket
-import tempfile
 import time
 
 import pika
 import pytest
 
-from conftest import EXTERNAL, free_port
+from conftest import EXTERNAL, free_port, scratch_dir
 from warren.broker.broker import Broker
 from warren.server.listener import Listen, Server
 
@@ -102,7 +101,7 @@ def test_a_named_address_that_cannot_be_bound_stops_the_start(make_broker):
 
 
 def _config(text: str) -> str:
-    directory = tempfile.mkdtemp(prefix="warren-listeners-")
+    directory = scratch_dir("warren-listeners-")
     path = os.path.join(directory, "rabbitmq.conf")
     with open(path, "w") as f:
         f.write(text)
