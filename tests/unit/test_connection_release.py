@@ -21,7 +21,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 
 import pytest
-from pamqp import commands, frame
+from pamqp import body, commands, frame, header
 from pamqp.heartbeat import Heartbeat
 
 from tls_certs import TestCerts
@@ -106,12 +106,12 @@ def leftovers(scenario: Scenario, tls: bool = False, limits: Limits | None = Non
 
 # ------------------------------------------------------------------ the client side
 async def read_method(reader: asyncio.StreamReader):
-    """The next method from the server (heartbeats skipped), decoded with pamqp."""
+    """The next method from the server (heartbeats and content skipped), decoded with pamqp."""
     while True:
         head = await reader.readexactly(7)
         size = struct.unpack_from(">I", head, 3)[0]
         _, _, value = frame.unmarshal(head + await reader.readexactly(size + 1))
-        if not isinstance(value, Heartbeat):
+        if not isinstance(value, (Heartbeat, header.ContentHeader, body.ContentBody)):
             return value
 
 
@@ -173,6 +173,31 @@ async def consumer_on_an_exclusive_queue(reader, writer, server):
     await close(reader, writer)
 
 
+async def publisher_and_consumer_of_a_shared_queue(reader, writer, server):
+    """Confirmed publishes, a consumer and a basic.get holding unacked messages (requeued at the
+    close), an uncommitted transaction: the queue outlives the connection."""
+    await with_channel(reader, writer, server)
+    send(writer, 1, commands.Queue.Declare(queue="shared", durable=True), commands.Confirm.Select())
+    await expect(reader, commands.Queue.DeclareOk)
+    await expect(reader, commands.Confirm.SelectOk)
+    for n in range(3):
+        send(writer, 1, commands.Basic.Publish(routing_key="shared"))
+        writer.write(frame.marshal(header.ContentHeader(0, 1, commands.Basic.Properties(delivery_mode=2)), 1)
+                     + frame.marshal(body.ContentBody(b"%d" % n), 1))
+        await expect(reader, commands.Basic.Ack)
+    send(writer, 1, commands.Basic.Qos(prefetch_count=1), commands.Basic.Consume(queue="shared", consumer_tag="c"))
+    await expect(reader, commands.Basic.QosOk)
+    await expect(reader, commands.Basic.ConsumeOk)
+    await expect(reader, commands.Basic.Deliver)
+    send(writer, 2, commands.Channel.Open(), commands.Basic.Get(queue="shared"), commands.Tx.Select(),
+         commands.Basic.Publish(routing_key="shared"))
+    writer.write(frame.marshal(header.ContentHeader(0, 0, commands.Basic.Properties()), 2))
+    for reply in (commands.Channel.OpenOk, commands.Basic.GetOk, commands.Tx.SelectOk):
+        await expect(reader, reply)
+    server.protocols.channels_of_open()
+    await close(reader, writer)
+
+
 async def with_heartbeats(reader, writer, server):
     await with_channel(reader, writer, server, heartbeat=10)
     await close(reader, writer)
@@ -212,7 +237,8 @@ async def handshake_timed_out(reader, writer, server):
 
 
 @pytest.mark.parametrize("scenario", [
-    handshake_channel_close, dropped_with_a_channel_open, consumer_on_an_exclusive_queue, with_heartbeats,
+    handshake_channel_close, dropped_with_a_channel_open, consumer_on_an_exclusive_queue,
+    publisher_and_consumer_of_a_shared_queue, with_heartbeats,
     nothing_sent, not_amqp, login_refused, closed_by_the_server,
 ], ids=lambda f: f.__name__)
 def test_a_closed_connection_is_freed_without_the_cyclic_gc(scenario):
