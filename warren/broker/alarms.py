@@ -25,7 +25,9 @@ class Alarms:
 
     def __init__(self) -> None:
         self.active: set[str] = set()
-        self._listeners: list[Callable[[], None]] = []
+        # Every open connection listens: a dict (ordered) so that one unsubscribing is not a
+        # search through all the others (thousands of clients connecting per request).
+        self._listeners: dict[Callable[[], None], None] = {}
 
     def __iter__(self) -> Iterator[str]:
         return iter(sorted(self.active))
@@ -54,10 +56,7 @@ class Alarms:
         return _REASONS.get(frozenset(self.active), "")
 
     def subscribe(self, listener: Callable[[], None]) -> None:
-        self._listeners.append(listener)
+        self._listeners[listener] = None
 
     def unsubscribe(self, listener: Callable[[], None]) -> None:
-        try:
-            self._listeners.remove(listener)
-        except ValueError:
-            pass
+        self._listeners.pop(listener, None)

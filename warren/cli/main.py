@@ -168,7 +168,8 @@ def _tls_listen(config: dict, context) -> list[Listen]:
 
 
 def _raise_open_files_limit() -> None:
-    """Each queue segment holds two file descriptors: allow as many as the system lets us."""
+    """Each connection holds a file descriptor and each queue segment two: allow as many as
+    the system lets us (with a data directory or without one)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
         try:
@@ -213,7 +214,7 @@ def main(argv=None) -> int:
     if args.data_dir:
         # Before definitions are recovered, so durable queues recover their messages too.
         broker.persister = Persister(args.data_dir, window=args.queue_window or config.get("queue_window"))
-        _raise_open_files_limit()
+    _raise_open_files_limit()
     _recover_definitions(broker, store, config)
     if "loopback_users" in config:
         broker.loopback_users = config["loopback_users"]

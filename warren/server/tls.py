@@ -149,6 +149,9 @@ class TLSServerProtocol(asyncio.Protocol):
             self.timer = None
         if self.app is not None:
             self.app.connection_lost(exc)
+            # The TLS transport refers back to this protocol: let both go with the connection,
+            # by reference counting (no cycle for the GC to find).
+            self.app = self.app_transport = None
 
     def pause_writing(self) -> None:
         if self.app is not None:

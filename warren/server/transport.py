@@ -73,6 +73,7 @@ class AMQPProtocol(asyncio.Protocol):
             internal_errors.report(f"releasing connection {self.conn.name}", err)
             self.server.broker.connections.discard(self.conn)
         self.server.protocols.discard(self)
+        self.conn.detach()  # no cycle left: both are freed once uvloop lets go of this protocol
 
     def pause_writing(self):
         self._guarded(self.conn.pause_writing)

@@ -733,6 +733,7 @@ class Channel:
         broker.node_counters["channels_closed"] += 1
         if self.ack_timeout is not None:
             self.ack_timeout.stop()
+            self.ack_timeout = None  # (it refers back to this channel: no cycle left behind)
         consumers = list(self.consumers.values())
         self.consumers.clear()
         for consumer in consumers:

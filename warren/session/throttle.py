@@ -61,6 +61,11 @@ class Throttle:
         self._transport = transport
         self._on_resume = on_resume  # consumers may be sent to again
 
+    def detach(self, transport: Transport) -> None:
+        """The connection is over (Connection.detach): refer to neither it nor its transport."""
+        self._transport = transport
+        self._on_resume = _nothing
+
     def add(self, reason: Reason) -> None:
         if reason not in self.reasons:
             self.reasons.add(reason)
@@ -85,3 +90,7 @@ class Throttle:
             self.delivering = delivering
             if delivering:
                 self._on_resume()
+
+
+def _nothing() -> None:
+    pass
