@@ -306,7 +306,8 @@ static void usage(void) {
 "         --confirm [--window N (1000)] --persistent --rate MSG_PER_S (0)\n"
 "         --batch-bytes N (65536) --sndbuf BYTES (262144; 0=kernel default)\n"
 "         --lib-publish --no-marker\n"
-"         --confirm-timeout S (30)\n"
+"         --confirm-timeout S (30; give up after S s without a confirm while the window\n"
+"         is full, or with the broker reading nothing, or waiting at the end)\n"
 "         --key-template T (a new routing key per message, see below)\n"
 "         --header K=V (repeatable; string message headers, V may be a template)\n"
 "         --message-id T (the message_id property, a template)\n"
@@ -624,7 +625,9 @@ static void check_status(int status, const char *ctx) {
   if (status < 0) die("%s: %s", ctx, amqp_error_string2(status));
 }
 
-static amqp_connection_state_t connect_broker(const opts_t *o, int *fd_out) {
+/* blocked_cap: announce the connection.blocked capability (the publisher: a broker whose
+ * resource alarm holds it back then says so, where it would otherwise just stop reading). */
+static amqp_connection_state_t connect_broker_as(const opts_t *o, int *fd_out, int blocked_cap) {
   amqp_connection_state_t conn = amqp_new_connection();
   if (!conn) die("amqp_new_connection failed");
   amqp_socket_t *sock = amqp_tcp_socket_new(conn);
@@ -636,8 +639,15 @@ static amqp_connection_state_t connect_broker(const opts_t *o, int *fd_out) {
   amqp_set_handshake_timeout(conn, &tv);
   struct timeval rpc_tv = {30, 0};
   amqp_set_rpc_timeout(conn, &rpc_tv);
-  check_reply(amqp_login(conn, o->vhost, 0, o->frame_max, 0 /* no heartbeat */,
-                         AMQP_SASL_METHOD_PLAIN, o->user, o->pass),
+  /* librabbitmq merges these capabilities into its own (which lack connection.blocked) */
+  amqp_table_entry_t cap = {.key = amqp_cstring_bytes("connection.blocked"),
+                            .value = {.kind = AMQP_FIELD_KIND_BOOLEAN, .value = {.boolean = 1}}};
+  amqp_table_entry_t prop = {.key = amqp_cstring_bytes("capabilities"),
+                             .value = {.kind = AMQP_FIELD_KIND_TABLE, .value = {.table = {1, &cap}}}};
+  amqp_table_t props = {1, &prop};
+  check_reply(amqp_login_with_properties(conn, o->vhost, 0, o->frame_max, 0 /* no heartbeat */,
+                                         blocked_cap ? &props : &amqp_empty_table,
+                                         AMQP_SASL_METHOD_PLAIN, o->user, o->pass),
               "login");
   amqp_channel_open(conn, 1);
   check_reply(amqp_get_rpc_reply(conn), "channel.open");
@@ -648,6 +658,10 @@ static amqp_connection_state_t connect_broker(const opts_t *o, int *fd_out) {
   if (fl >= 0 && !(fl & O_NONBLOCK)) fcntl(fd, F_SETFL, fl | O_NONBLOCK);
   if (fd_out) *fd_out = fd;
   return conn;
+}
+
+static amqp_connection_state_t connect_broker(const opts_t *o, int *fd_out) {
+  return connect_broker_as(o, fd_out, 0);
 }
 
 static void close_broker(amqp_connection_state_t conn) {
@@ -779,7 +793,23 @@ typedef struct {
   hist_t confirm_lat;
 
   uint64_t bad_confirms, writes;
+  /* connection.blocked / unblocked from the broker (a resource alarm holds us back) */
+  uint64_t blocked_events;
+  int blocked;
+  char blocked_reason[128];
+  int stuck; /* the broker stopped reading: nothing more is sent */
 } pub_t;
+
+/* " (...)" for a note about missing confirms: whether the broker has blocked us. */
+static const char *pub_blocked_text(const pub_t *p, char *buf, size_t len) {
+  if (p->blocked)
+    snprintf(buf, len, " (the broker has blocked the connection: %s)", p->blocked_reason);
+  else if (p->blocked_events)
+    snprintf(buf, len, " (not blocked now; blocked %" PRIu64 " times before)", p->blocked_events);
+  else
+    snprintf(buf, len, " (no connection.blocked from the broker)");
+  return buf;
+}
 
 static void build_template(pub_t *p) {
   const opts_t *o = p->o;
@@ -921,6 +951,20 @@ static int pub_read_frames(pub_t *p, uint64_t timeout_ns) {
         p->returned++;
         skip_content(p);
         break;
+      case AMQP_CONNECTION_BLOCKED_METHOD: {
+        amqp_connection_blocked_t *m = (amqp_connection_blocked_t *)f.payload.method.decoded;
+        int n = (int)(m->reason.len < sizeof(p->blocked_reason) - 1 ? m->reason.len
+                                                                   : sizeof(p->blocked_reason) - 1);
+        snprintf(p->blocked_reason, sizeof(p->blocked_reason), "%.*s", n, (char *)m->reason.bytes);
+        p->blocked = 1;
+        p->blocked_events++;
+        note("connection.blocked: %s", p->blocked_reason);
+        break;
+      }
+      case AMQP_CONNECTION_UNBLOCKED_METHOD:
+        p->blocked = 0;
+        note("connection.unblocked");
+        break;
       case AMQP_CHANNEL_CLOSE_METHOD:
       case AMQP_CONNECTION_CLOSE_METHOD:
         fatal_close(p->conn, &f);
@@ -949,24 +993,35 @@ static int pub_wait_frames(pub_t *p, uint64_t timeout_ns) {
   return 0;
 }
 
-/* write the whole batch buffer; service confirms while the socket is full */
+/* write the whole batch buffer; service confirms while the socket is full. If the
+ * broker reads nothing and sends nothing for --confirm-timeout seconds (an alarm or flow
+ * control holds the connection), give up: p->stuck is set and the rest is dropped. */
 static void pub_flush(pub_t *p) {
   size_t off = 0;
-  while (off < p->buf_len) {
+  uint64_t waiting_since = 0;
+  while (off < p->buf_len && !p->stuck) {
     ssize_t n = send(p->fd, p->buf + off, p->buf_len - off, MSG_NOSIGNAL);
     if (n > 0) {
       off += (size_t)n;
       p->writes++;
+      waiting_since = 0;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      if (!waiting_since) waiting_since = now_ns();
       struct pollfd pfd = {.fd = p->fd, .events = POLLOUT | POLLIN};
       int r = poll(&pfd, 1, 1000);
-      if (r > 0 && (pfd.revents & POLLIN)) pub_read_frames(p, 0);
+      if (r > 0 && (pfd.revents & POLLIN) && pub_read_frames(p, 0)) waiting_since = now_ns();
       if (r > 0 && (pfd.revents & (POLLERR | POLLHUP)) && !(pfd.revents & POLLOUT))
         die("socket error while publishing");
       if (g_stop) die("interrupted");
+      if (now_ns() - waiting_since >= (uint64_t)(p->o->confirm_timeout * 1e9)) {
+        char why[200];
+        note("the broker read nothing and sent nothing for %.0f s%s", p->o->confirm_timeout,
+             pub_blocked_text(p, why, sizeof(why)));
+        p->stuck = 1;
+      }
       continue;
     }
     die("send: %s", strerror(errno));
@@ -1115,13 +1170,16 @@ static int pub_wait_window(pub_t *p) {
   while (p->outstanding >= (uint64_t)o->window ||
          p->next_tag - p->low_tag > p->ring_mask) {
     pub_flush_any(p);
+    if (p->stuck) return -1;
     uint64_t before = p->acked + p->nacked;
     uint64_t t_wait = now_ns();
     while (p->acked + p->nacked == before) {
       if (g_stop) return -1;
       pub_wait_frames(p, 100000000ull);
       if (now_ns() - t_wait >= (uint64_t)(o->confirm_timeout * 1e9)) {
-        note("no confirm received for %.0f s with the window full", o->confirm_timeout);
+        char why[200];
+        note("no confirm received for %.0f s with the window full (%" PRIu64 " unconfirmed)%s",
+             o->confirm_timeout, p->outstanding, pub_blocked_text(p, why, sizeof(why)));
         return -1;
       }
     }
@@ -1143,7 +1201,7 @@ static int cmd_publish(opts_t *o) {
   pub_t *p = &P;
   p->o = o;
   p->dynamic = o->nkey_tmpl || o->nheaders || o->message_id_tmpl;
-  p->conn = connect_broker(o, &p->fd);
+  p->conn = connect_broker_as(o, &p->fd, 1);
   if (o->sndbuf > 0) {
     /* keep the amount of data parked in socket buffers small, otherwise a
      * slow broker gets credited with publishes it has not read yet */
@@ -1177,6 +1235,10 @@ static int cmd_publish(opts_t *o) {
   while ((!o->count || seq < o->count)) {
     if (g_stop) {
       stopped_by_signal = 1;
+      break;
+    }
+    if (p->stuck) {
+      stalled = 1;
       break;
     }
     if (interval > 0) {
@@ -1232,7 +1294,9 @@ static int cmd_publish(opts_t *o) {
     while (p->outstanding > 0) {
       if (now_ns() >= limit) {
         confirm_timed_out = 1;
-        note("timed out waiting for %" PRIu64 " confirms", p->outstanding);
+        char why[200];
+        note("timed out waiting for %" PRIu64 " confirms%s", p->outstanding,
+             pub_blocked_text(p, why, sizeof(why)));
         break;
       }
       pub_wait_frames(p, 100000000ull);
@@ -1245,7 +1309,10 @@ static int cmd_publish(opts_t *o) {
    * already such a barrier. */
   int drain_timed_out = 0;
   uint64_t t_end = now_ns();
-  {
+  if (p->stuck) {
+    /* librabbitmq's sends wait without a bound: a close would hang on the full socket */
+    drain_timed_out = 1;
+  } else {
     struct timeval tv = ns_to_tv((uint64_t)(o->confirm_timeout * 1e9));
     if (stalled || stopped_by_signal || confirm_timed_out) tv.tv_sec = 2, tv.tv_usec = 0;
     amqp_set_rpc_timeout(p->conn, &tv);
@@ -1261,7 +1328,7 @@ static int cmd_publish(opts_t *o) {
   {
     struct timeval tv = {5, 0};
     amqp_set_rpc_timeout(p->conn, &tv);
-    amqp_connection_close(p->conn, AMQP_REPLY_SUCCESS);
+    if (!p->stuck && !drain_timed_out) amqp_connection_close(p->conn, AMQP_REPLY_SUCCESS);
     amqp_destroy_connection(p->conn);
   }
 
@@ -1280,9 +1347,10 @@ static int cmd_publish(opts_t *o) {
            confirm_timed_out ? "true" : "false");
     hist_json(stdout, "confirm_latency", &p->confirm_lat);
   }
-  printf(",\"returned\":%" PRIu64 ",\"drain_timed_out\":%s,\"interrupted\":%s}\n",
-         p->returned, drain_timed_out ? "true" : "false",
-         stopped_by_signal ? "true" : "false");
+  printf(",\"returned\":%" PRIu64 ",\"blocked\":%" PRIu64 ",\"blocked_at_end\":%s"
+         ",\"send_stuck\":%s,\"drain_timed_out\":%s,\"interrupted\":%s}\n",
+         p->returned, p->blocked_events, p->blocked ? "true" : "false", p->stuck ? "true" : "false",
+         drain_timed_out ? "true" : "false", stopped_by_signal ? "true" : "false");
   fflush(stdout);
   return (confirm_timed_out || stopped_by_signal) ? 3 : 0;
 }

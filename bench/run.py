@@ -230,6 +230,16 @@ class Broker:
         except OSError:
             return ""
 
+    def alarm_lines(self, n: int = 5) -> str:
+        """The last resource-alarm lines of its log (both brokers log "... resource limit
+        alarm set/cleared ..."): a publisher that got no confirm may simply be blocked."""
+        try:
+            with open(self.logfile, errors="replace") as f:
+                lines = [line for line in f if "alarm" in line]
+        except OSError:
+            return ""
+        return "".join(lines[-n:])
+
     def start(self) -> None:
         raise NotImplementedError
 
@@ -595,7 +605,7 @@ def run_scenario(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
         t0 = time.monotonic()
         # exit 3 = finished but with unconfirmed messages: still a result
         pub, pub_cpu = ps.finish(ps.start("pub", port, "publish", *popts), pub_timeout,
-                                 f"{broker.name}: publisher", ok_codes=(0, 3))
+                                 f"{broker.name}: publisher", ok_codes=(0, 3), broker=broker)
 
         cons_results = []
         cons_cpu = 0.0
@@ -655,8 +665,11 @@ class ProcSet:
         self.procs.append(p)
         return p, out, err
 
-    def finish(self, handle, timeout: float, what: str, ok_codes=(0,)) -> tuple[dict, float]:
-        """Wait for a started loadgen; return (its JSON result, its CPU seconds)."""
+    def finish(self, handle, timeout: float, what: str, ok_codes=(0,),
+               broker: "Broker | None" = None) -> tuple[dict, float]:
+        """Wait for a started loadgen; return (its JSON result, its CPU seconds). With
+        `broker` (a publisher), a run that gave up waiting for confirms, or for the broker
+        to read, also logs the broker's resource-alarm lines and the end of its log."""
         p, out, err = handle
         rc, cpu = wait_rusage(p, timeout)
         if rc is None:
@@ -669,7 +682,11 @@ class ProcSet:
             raise RunError(f"{what} failed (exit {rc}): {etext or text}")
         if etext:
             log(f"{what}: {etext}")
-        return json.loads(text.splitlines()[-1]), cpu
+        res = json.loads(text.splitlines()[-1])
+        if broker is not None and (res.get("confirm_timed_out") or res.get("send_stuck")):
+            log(f"{what}: gave up waiting for the broker; {broker.name}'s alarm lines:\n"
+                f"{broker.alarm_lines() or '  (none)'}\nand the end of its log:\n{broker.log_tail(10)}")
+        return res, cpu
 
     def close(self, keep: bool) -> None:
         for p in self.procs:
@@ -690,7 +707,8 @@ def backlog_publish(ps: ProcSet, broker: Broker, sc: Scenario, queue: str, n: in
              "--confirm", "--window", sc.window, "--persistent", "--confirm-timeout", 120]
     cpu0 = group_cpu_seconds(broker.pid)
     h = ps.start(name, broker.port, "publish", *popts)
-    pub, cpu = ps.finish(h, 120 + n / 2000.0, f"{broker.name}: publisher", ok_codes=(0, 3))
+    pub, cpu = ps.finish(h, 120 + n / 2000.0, f"{broker.name}: publisher", ok_codes=(0, 3),
+                         broker=broker)
     if pub.get("nacked") or pub.get("unconfirmed"):
         log(f"{broker.name}: publisher: {pub.get('nacked')} nacked, "
             f"{pub.get('unconfirmed')} unconfirmed")
@@ -1025,7 +1043,7 @@ def publish_phase(ps: ProcSet, broker: Broker, args, name: str, popts: list,
     pub, _ = ps.finish(ps.start(name, broker.port, "publish", "--seconds", est,
                                 "--confirm", "--window", 1000, "--confirm-timeout", 60,
                                 *popts),
-                       est * 3 + 120, f"{broker.name}: {name}", ok_codes=(0, 3))
+                       est * 3 + 120, f"{broker.name}: {name}", ok_codes=(0, 3), broker=broker)
     cons = None
     if handle:
         cons, _ = ps.finish(handle, cons_deadline + 15, f"{broker.name}: {name} consumer")
@@ -1239,7 +1257,7 @@ def run_bodies(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
                     popts.append("--persistent")
                 pub, _ = ps.finish(ps.start(f"{name}-pub", broker.port, "publish", *popts),
                                    args.seconds * 3 + 180, f"{broker.name}: {name} publisher",
-                                   ok_codes=(0, 3))
+                                   ok_codes=(0, 3), broker=broker)
                 cons, _ = ps.finish(ch, cons_deadline + 15, f"{broker.name}: {name} consumer")
                 sampler.set_phase(None)
                 integ.add(pub, cons)
