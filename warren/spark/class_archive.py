@@ -225,11 +225,11 @@ def _dump(part: str) -> int:
     the JVM's exit status."""
     from pyspark.sql import SparkSession
 
-    from . import interpreter
+    from .interpreter import ENV, for_session
 
-    python = interpreter.for_session("local[2]", os.environ)
+    python = for_session("local[2]", os.environ)
     if python:  # (the sample format's Python processes need warren: not python3 on PATH)
-        os.environ[interpreter.ENV] = python
+        os.environ[ENV] = python
     dump = f"{_configured_options()} {_option('-XX:ArchiveClassesAtExit', part)}".strip()
     spark = (SparkSession.builder.master("local[2]").appName("warren class archive")
              .config("spark.ui.enabled", "false").config(DRIVER_OPTIONS, dump).getOrCreate())
