@@ -93,7 +93,6 @@ POLICY_CASES = [
     # (in key order), then the ha- keys'; keys none knows come last, all together.
     ({"ha-mode": "x", "max-length": -1, "queue-master-locator": "x", "zz": 1},
      '<<"x">> invalid queue-master-locator value'),
-    ({"ha-mode": "x", "max-length": -1}, "-1 is not a valid maximum length"),
     ({"message-ttl": -1, "max-length": -2}, "-2 is not a valid maximum length"),
     ({"ha-mode": "x", "zz": 1}, '<<"x">> is not a valid ha-mode value'),
     ({"zz": 1, "max-length": 1, "another": "a"},
@@ -138,8 +137,24 @@ ACCEPTED = [
 ]
 
 
+# Errors of two validator modules at once (rabbit_policies', rabbit_mirror_queue_misc's): which
+# one RabbitMQ reports follows its registry's hash set of modules, which differs between nodes
+# with different plugins (CI's management node with the shovel plugins reports the ha-mode
+# error, a node with management alone the max-length one). Warren's order is fixed (the core
+# keys first): checked on Warren only.
+NODE_DEPENDENT = [({"ha-mode": "x", "max-length": -1}, "-1 is not a valid maximum length")]
+
+
 def _id(case) -> str:
     return json.dumps(case[0] if isinstance(case, tuple) else case)[:60]
+
+
+def _cases(cases: list, node_dependent: list) -> list:
+    """pytest params of `cases`, and of `node_dependent` on Warren only."""
+    return ([pytest.param(*c, id=_id(c)) for c in cases]
+            + [pytest.param(*c, id=_id(c), marks=pytest.mark.skipif(
+                bool(EXTERNAL), reason="which error RabbitMQ reports depends on the node's plugins"))
+               for c in node_dependent])
 
 
 class Api(HttpApi):
@@ -169,7 +184,7 @@ def _refused(reason: str) -> dict:
 
 
 # ----------------------------------------------------------------------- HTTP API
-@pytest.mark.parametrize("definition, text", POLICY_CASES, ids=[_id(c) for c in POLICY_CASES])
+@pytest.mark.parametrize("definition, text", _cases(POLICY_CASES, NODE_DEPENDENT))
 def test_policy_refused_over_the_api(api, uid, definition, text):
     r = api.put_policy("policies", f"pv-{uid}", definition)
     # /api/policies HTML-escapes its validation texts.
@@ -262,7 +277,7 @@ def _expect_ctl(r: subprocess.CompletedProcess, what: str, name: str, definition
         69, info, f"Error:\nValidation failed\n\n{_ctl_text(text)}\n\n"), r
 
 
-@pytest.mark.parametrize("definition, text", POLICY_CASES, ids=[_id(c) for c in POLICY_CASES])
+@pytest.mark.parametrize("definition, text", _cases(POLICY_CASES, NODE_DEPENDENT))
 def test_warrenctl_set_policy_refuses(broker, api, uid, definition, text):
     assert WARRENCTL, "warrenctl is not installed: run `pip install -e .`"
     name = f"pv-{uid}"
