@@ -26,6 +26,7 @@ from .queue_arguments import check_server_named
 from .names import server_named
 from . import stream_offsets_request
 from .sender_selected import route_sender_selected
+from ..store.settlement import REJECTED, SETTLED, Settlement, later
 
 if TYPE_CHECKING:
     from ..store.persister import Ticket
@@ -34,10 +35,6 @@ if TYPE_CHECKING:
     from .exchanges.base import Exchange
     from .queues.classic import ClassicQueue
     from .vhost import VHost
-
-# What a queue's publish() (and enqueue()) returns for a message a queue refused (x-overflow
-# reject-publish): the publisher gets basic.nack.
-REJECTED = -1
 
 # Properties a publish is refused for when they are wrong (checked only if present).
 _CHECKED_PROPS = FLAG_USER_ID | FLAG_EXPIRATION
@@ -274,19 +271,24 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
     return message, queues
 
 
-def enqueue(message: Message, queues: list, refusals: bool = True, ticket: Ticket | None = None) -> int:
-    """Hand a routed message to its queues. Returns the store batch whose fsync a confirm of
-    it must wait for (0: none), or, with `refusals`, REJECTED if a queue refused it
-    (x-overflow reject-publish: the confirm is a basic.nack, whatever the other queues did).
-    Without `refusals` (a dead letter: at most once where refused) the batch is returned
-    whatever a queue refused. With a confirm `ticket` (a channel's big persistent publish),
-    queues may hold their records back: the ticket tracks those (warren.store.persister)."""
-    batch = 0
+def enqueue(message: Message, queues: list, refusals: bool = True, ticket: Ticket | None = None) -> Settlement:
+    """Hand a routed message to its queues. Returns the settlement handle a confirm of it
+    waits on (warren.store.settlement: SETTLED when nothing needs to happen first), or, with
+    `refusals`, REJECTED if a queue refused it (x-overflow reject-publish: the confirm is a
+    basic.nack, whatever the other queues did). Without `refusals` (a dead letter: at most
+    once where refused) what the other queues need is returned whatever a queue refused.
+    With a confirm `ticket` (a channel's big persistent publish), queues may hold their
+    records back: the ticket, covering every copy, is then the handle."""
+    settlement: Settlement = SETTLED
     rejected = False
     for q in queues:
-        b = q.publish(message, ticket)
-        if b > batch:
-            batch = b
-        elif b < 0:
+        s = q.publish(message, ticket)
+        if s is REJECTED:
             rejected = True
-    return REJECTED if rejected and refusals else batch
+        elif s is not SETTLED:
+            settlement = later(settlement, s)
+    if rejected and refusals:
+        return REJECTED
+    if ticket is not None:
+        return ticket.covering(settlement)
+    return settlement

@@ -49,6 +49,7 @@ from .auth import User
 from .consumer import Consumer, check_consume_arguments
 from .errors import AMQPError, access_refused
 from .names import server_named
+from ..store.settlement import SETTLED, Settlement
 
 if TYPE_CHECKING:
     from ..store.queued_message import QueuedMessage
@@ -498,7 +499,7 @@ class Shovel:
         self.dest_actor: ops.Actor | None = None
         self.pending: list[QueuedMessage] = []  # delivered, to forward on the next tick
         # on-confirm: (store batch, message, its queue, its consumer) published, not yet acked.
-        self.inflight: deque[tuple[int, QueuedMessage, Any, Consumer | None]] = deque()
+        self.inflight: deque[tuple[Settlement, QueuedMessage, Any, Consumer | None]] = deque()
         self.remaining: int | None = None          # counts down to the autodelete (None: never)
         self.remaining_unacked: int | None = None  # deliveries still to take
         self.window = config.prefetch or DEFAULT_PREFETCH
@@ -742,11 +743,11 @@ class Shovel:
         try:
             while n < len(pending) and self.active:
                 qm = pending[n]
-                batch = self._forward(qm)
+                settlement = self._forward(qm)
                 n += 1
                 self.forwarded += 1
                 if mode == "on-confirm":
-                    self.inflight.append((batch, qm, queue, consumer))
+                    self.inflight.append((settlement, qm, queue, consumer))
                 else:
                     if mode == "on-publish":
                         self._settle(qm, queue, consumer, ack=True)
@@ -766,9 +767,9 @@ class Shovel:
             self._reopen()
         self.broker.durability.flush()
 
-    def _forward(self, qm: QueuedMessage) -> int:
-        """Publish one message to the destination through the operations layer; the store
-        batch a confirm of it waits for (0: none, ops.REJECTED: refused)."""
+    def _forward(self, qm: QueuedMessage) -> Settlement:
+        """Publish one message to the destination through the operations layer; what a
+        confirm of it waits for (warren.store.settlement; REJECTED: refused)."""
         c = self.config
         message = qm.message
         exchange = message.exchange if c.dest_exchange is None else c.dest_exchange
@@ -788,7 +789,7 @@ class Shovel:
         ops.check_message_size(self.broker, len(message.body))
         new, queues = ops.route(self.dest_actor, exchange, routing_key, route, header, message.body)
         if not queues:
-            return 0  # unroutable: dropped, and confirmed, as RabbitMQ's publisher confirm says
+            return SETTLED  # unroutable: dropped, and confirmed, as RabbitMQ's publisher confirm says
         return ops.enqueue(new, queues)
 
     def _header(self, header: bytes) -> bytes:
@@ -868,13 +869,12 @@ class Shovel:
         self._schedule_tick()  # (the acks' marks are written by the tick's flush)
 
     def _check_inflight(self) -> None:
-        status = self.broker.durability.status
         inflight = self.inflight
         done = 0
         refused = False
         while inflight:
-            batch, qm, queue, consumer = inflight[0]
-            safe = status(batch)
+            settlement, qm, queue, consumer = inflight[0]
+            safe = settlement.status()
             if safe is None:
                 break
             inflight.popleft()
@@ -885,7 +885,7 @@ class Shovel:
             done += 1
         if inflight and not self._waiting_sync:
             self._waiting_sync = True
-            self.broker.durability.wait(self)
+            inflight[0][0].notify(self)
         if not self.active:
             return
         if done and self._decr_remaining(done):

@@ -24,7 +24,7 @@ from ..broker.errors import (
 )
 from ..broker.stats import RECEIVED_CONFIRM, new_channel_counters
 from ..broker.names import server_named
-from ..store.persister import Ticket
+from ..store.settlement import REJECTED, SETTLED, Settlement
 from . import connection_log, frame_errors
 from .ack_timeout import AckTimeout
 from .transaction import Transaction, TxPublish
@@ -96,8 +96,8 @@ class Channel:
         self.confirm = False
         self.publish_seq = 0       # last publish sequence number handed out in confirm mode
         self.confirmed = 0         # last sequence number acked to the publisher
-        # (sequence number, store batch or confirm Ticket) not yet on disk
-        self.sync_waits: deque[tuple[int, int | Ticket]] = deque()
+        # (sequence number, settlement handle) of the publishes not yet settled (in order)
+        self.sync_waits: deque[tuple[int, Settlement]] = deque()
         self.tx: Transaction | None = None  # while in tx mode
         self.last_queue = ""       # for the empty-queue-name shortcut
         self.held_cancels: list[str] | None = None  # during our own queue.delete: see _queue_delete
@@ -498,39 +498,25 @@ class Channel:
         if self.tx is not None:
             self.tx.publish(queues, message, mandatory)
             return
-        batch = 0
-        ticket = None
+        settlement: Settlement = SETTLED
         if queues:
-            ticket = self.durability.ticket(message)
-            batch = _enqueue(message, queues, True, ticket)
+            settlement = _enqueue(message, queues, True, self.durability.ticket(message))
         elif mandatory:
             self._return(message, NO_ROUTE, "NO_ROUTE")
         else:
             self.stats["drop_unroutable"] += 1
         if self.confirm:
             self.publish_seq += 1
-            if ticket is not None and batch >= 0:
-                if ticket.pending:
-                    # Confirmed once every queue has settled its copy or fsynced it.
-                    if batch > 0 and batch not in ticket.batches:
-                        ticket.batches.append(batch)  # the copies written at once
-                    ticket.waiter = self
-                    self.sync_waits.append((self.publish_seq, ticket))
-                    self.durability.wait(self)
-                    return
-                if ticket.batches:
-                    # Copies held and written meanwhile: this publish, so the open batch.
-                    batch = max(batch, *ticket.batches)
-            if batch > 0:
-                # Persistent message in a durable queue: confirmed once its batch is on disk.
-                self.sync_waits.append((self.publish_seq, batch))
-                self.durability.wait(self)
-            elif batch:
-                # A queue refused it (ops.REJECTED): nacked in order with the acks around it.
-                self.sync_waits.append((self.publish_seq, batch))
+            if settlement is SETTLED:
+                self.conn.confirming.add(self)
+                return
+            # Confirmed (or nacked: REJECTED, a failed write) in order with the others, once
+            # settled: a persistent message in a durable queue once its batch is on disk.
+            self.sync_waits.append((self.publish_seq, settlement))
+            if settlement is REJECTED:
                 self.conn.confirming.add(self)
             else:
-                self.conn.confirming.add(self)
+                settlement.notify(self)
 
     def _return(self, message: Message, code: int, text: str) -> None:
         self.stats["return_unroutable"] += 1
@@ -549,9 +535,8 @@ class Channel:
         upto = self.publish_seq
         waits = self.sync_waits
         if waits:
-            status = self.durability.status
             while waits:
-                safe = status(waits[0][1])
+                safe = waits[0][1].status()
                 if safe is None:
                     break
                 seq, _batch = waits.popleft()
@@ -561,7 +546,7 @@ class Channel:
                     self.confirmed = seq
             if waits:
                 upto = waits[0][0] - 1
-                self.durability.wait(self)
+                waits[0][1].notify(self)
         self._send_ack(upto)
 
     def _send_ack(self, upto: int) -> None:
@@ -695,7 +680,7 @@ class Channel:
             if isinstance(action, TxPublish):
                 live = [q for q in action.queues if not q.deleted]
                 if live:
-                    durable_writes |= bool(_enqueue(action.message, live))
+                    durable_writes |= _enqueue(action.message, live) is not SETTLED
                 elif action.mandatory:
                     self._return(action.message, NO_ROUTE, "NO_ROUTE")
             else:

@@ -28,6 +28,7 @@ from .disk import DiskQueueStore
 from .interface import QueueStore
 from .memory import MemoryQueueStore
 from .queued_message import QueuedMessage
+from .settlement import Settlement
 
 if TYPE_CHECKING:
     from .persister import Persister
@@ -95,7 +96,7 @@ class PriorityQueueStore:
     def ready_bytes(self) -> int:
         return sum(s.ready_bytes for s in self._order)
 
-    def accept(self, qm: QueuedMessage, ticket: object = None) -> int:
+    def accept(self, qm: QueuedMessage, ticket: object = None) -> Settlement:
         return self._level(qm).accept(qm)  # (never held back: no ticket)
 
     def write_held(self, qm: QueuedMessage) -> None:

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from ...store import MemoryQueueStore, QueueStore
 from ...store.queued_message import QueuedMessage
+from ...store.settlement import REJECTED, SETTLED, Settlement
 from .. import dead_letter
 from ..consumer_set import ConsumerSet
 from ..errors import inequivalent, precondition_failed, rs
-from ..ops import REJECTED
 from ..queue_flow import FLOW_HIGH, FLOW_LOW, QueueCredit
 from ..queue_arguments import EQUIVALENCE_ARGS, check_equivalent_arguments
 from ..queue_settings import PLAIN, QueueSettings, resolve
@@ -89,8 +89,9 @@ class ClassicQueue:
         self._expiry_timer: Timer | None = None
         self._last_used = self._now()
         # Messages whose copies (dead-lettered, or re-appended by a quorum queue) wait for an
-        # fsync before they are settled: (batch, message, requeue if the write fails).
-        self._unsafe: deque[tuple[int, QueuedMessage, bool]] = deque()
+        # fsync before they are settled: (the copies' settlement, message, requeue if the
+        # write fails).
+        self._unsafe: deque[tuple[Settlement, QueuedMessage, bool]] = deque()
         # dead-letter-strategy at-least-once (quorum queues): dead letters that went nowhere,
         # unsettled (a restart finds them again) and retried every DEAD_LETTER_RETRY seconds.
         self._held_dead_letters: list[tuple[QueuedMessage, str]] = []
@@ -175,12 +176,12 @@ class ClassicQueue:
         return replace(s, dead_letter_strategy="at-most-once") if s.dead_letter_strategy != "at-most-once" else s
 
     # enqueue and deliver -----------------------------------------------------
-    def publish(self, message, ticket: Ticket | None = None) -> int:
+    def publish(self, message, ticket: Ticket | None = None) -> Settlement:
         """Accept a routed message: hand it straight to a ready consumer, else store it.
-        Returns the store batch a publisher confirm must wait for (0: none; REJECTED: the
-        queue refused it, a reject-publish overflow). With a confirm `ticket` (a big
-        persistent body) the store may hold its record back while consumers may ack it first
-        (warren.store.persister): the ticket then tracks it."""
+        Returns what a publisher confirm waits for (warren.store.settlement: the store's
+        batch, SETTLED, or REJECTED: the queue refused it, a reject-publish overflow). With a
+        confirm `ticket` (a big persistent body) the store may hold its record back while
+        consumers may ack it first (warren.store.persister): the ticket then tracks it."""
         if self.special or message.ttl is not None:
             return self._publish_checked(message, ticket)
         self.next_seq += 1
@@ -195,7 +196,7 @@ class ClassicQueue:
             self.vhost.broker.queue_flow.pressed.add(self)  # (queue_flow.py)
         return batch
 
-    def _publish_checked(self, message, ticket: Ticket | None = None) -> int:
+    def _publish_checked(self, message, ticket: Ticket | None = None) -> Settlement:
         """publish() for a queue with a TTL or a length limit, or a message with a TTL."""
         s = self.settings
         store = self.store
@@ -429,18 +430,22 @@ class ClassicQueue:
         once the copy's batch is on disk, so a crash between the two never loses it."""
         stats = self.stats
         for qm in qms:
-            batch = dead_letter.publish(self, qm.message, reason)
-            if batch is None and self.settings.dead_letter_strategy == "at-least-once":
-                self._held_dead_letters.append((qm, reason))  # kept until it routes somewhere
-                self._retry_dead_letters_later()
-                continue
-            stats[("dropped_" if batch is None else "dead_lettered_") + reason] += 1
-            if batch and qm.hold is not None:
-                self.store.write_held(qm)  # held back: its copy must be on disk before it goes
-            if batch and qm.seg is not None:
-                self.settle_when_safe(batch, qm, requeue_on_failure=True)
+            copies = dead_letter.publish(self, qm.message, reason)
+            if copies is None:
+                if self.settings.dead_letter_strategy == "at-least-once":
+                    self._held_dead_letters.append((qm, reason))  # kept until it routes somewhere
+                    self._retry_dead_letters_later()
+                    continue
+                stats["dropped_" + reason] += 1
             else:
-                self.store.settle(qm)
+                stats["dead_lettered_" + reason] += 1
+                if copies is not SETTLED:
+                    if qm.hold is not None:
+                        self.store.write_held(qm)  # held back: its copy must be on disk before it goes
+                    if qm.seg is not None:
+                        self.settle_when_safe(copies, qm, requeue_on_failure=True)
+                        continue
+            self.store.settle(qm)
 
     def _retry_dead_letters_later(self) -> None:
         scheduler = self._scheduler()
@@ -458,22 +463,21 @@ class ClassicQueue:
         for qm, reason in held:
             self.dead_letter([qm], reason)
 
-    def settle_when_safe(self, batch: int, qm: QueuedMessage, requeue_on_failure: bool) -> None:
-        """Settle qm once store batch `batch` (its copy, elsewhere) is on disk. If that write
-        fails, qm is requeued here (`requeue_on_failure`), or its record is left for the next
-        start-up to find (a copy already serves it in memory)."""
-        self._unsafe.append((batch, qm, requeue_on_failure))
+    def settle_when_safe(self, copies: Settlement, qm: QueuedMessage, requeue_on_failure: bool) -> None:
+        """Settle qm once its copies elsewhere are safe (`copies`, their settlement handle).
+        If their write fails, qm is requeued here (`requeue_on_failure`), or its record is
+        left for the next start-up to find (a copy already serves it in memory)."""
+        self._unsafe.append((copies, qm, requeue_on_failure))
         if not self._waiting_sync:
             self._waiting_sync = True
-            self.vhost.broker.durability.wait(self)
+            copies.notify(self)
 
     def store_synced(self) -> None:
         """A SyncWaiter: an fsync finished; let go of the messages whose copies are on disk."""
         self._waiting_sync = False
-        status = self.vhost.broker.durability.status
         pending = self._unsafe
         while pending:
-            safe = status(pending[0][0])
+            safe = pending[0][0].status()
             if safe is None:
                 break
             _batch, qm, requeue_on_failure = pending.popleft()
@@ -486,7 +490,7 @@ class ClassicQueue:
                 self.store.requeue(qm)
         if pending and not self.deleted:
             self._waiting_sync = True
-            self.vhost.broker.durability.wait(self)
+            pending[0][0].notify(self)
 
     # settlement --------------------------------------------------------------
     def delivered(self, qm, no_ack: bool, get: bool = False) -> None:

@@ -37,6 +37,7 @@ from ...amqp import reencode as rt
 from ...amqp.message import Message
 from ...amqp.properties import FLAG_HEADERS
 from ...store.queued_message import QueuedMessage
+from ...store.settlement import SETTLED
 from ..errors import not_implemented, resource_locked
 from ..queue_arguments import QUORUM_EQUIVALENCE_ARGS
 from ..queue_settings import QueueSettings
@@ -199,10 +200,10 @@ class QuorumQueue(ClassicQueue):
             again = QueuedMessage(self.next_seq, qm.message, True)
             again.deliveries = qm.deliveries
             again.expiry = qm.expiry
-            batch = store.accept(again)
+            copy = store.accept(again)
             store.carry_deliveries(again)  # its count survives a restart, as the old entry's marks did
-            if batch and qm.seg is not None:
-                self.settle_when_safe(batch, qm, requeue_on_failure=False)  # old record until the new one is on disk
+            if copy is not SETTLED and qm.seg is not None:
+                self.settle_when_safe(copy, qm, requeue_on_failure=False)  # old record until the new one is on disk
             else:
                 store.settle(qm)
             store.push(again)

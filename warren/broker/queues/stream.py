@@ -42,6 +42,7 @@ from ..consumer_set import ConsumerSet
 if TYPE_CHECKING:
     from ..consumer import Consumer
     from ..ports import Timer
+    from ...store.settlement import Settlement
 
 log = logging.getLogger("warren.stream")
 
@@ -187,7 +188,7 @@ class StreamQueue(ClassicQueue):
         """(x-expires does not apply to streams.)"""
 
     # publish -----------------------------------------------------------------------
-    def publish(self, message, ticket: object = None) -> int:
+    def publish(self, message, ticket: object = None) -> Settlement:
         self.stats["publish"] += 1
         return self.log.append(message)
 
