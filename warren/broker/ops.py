@@ -1,23 +1,26 @@
-"""The operations layer: declare, bind, delete, purge and publish for every way in.
+"""The operations layer: declare, bind, delete, purge, publish, consume, cancel, get and
+settle for every way in.
 
-The AMQP channel, the management HTTP API and internal publishers (dead-lettering next) all
-call these functions, so the rules - permissions, the `amq.` prefix, the default-exchange
-rule, AE and DLX argument checks, exclusivity, routing - exist once, in RabbitMQ's order
-(as its management API declares through the channel's code path, rabbit_mgmt_wm_queue.erl).
-Each function raises an AMQPError with RabbitMQ's code and text, or returns a result that
-the caller turns into its own reply (a method frame, an HTTP status).
+The AMQP channel, the management HTTP API, shovels, the health checks and internal
+publishers (dead-lettering) all call these functions, so the rules - permissions, the `amq.`
+prefix, the default-exchange rule, AE and DLX argument checks, exclusivity, the consume
+arguments, routing, auto-delete on the last consumer's departure - exist once, in RabbitMQ's
+order (as its management API declares through the channel's code path,
+rabbit_mgmt_wm_queue.erl). Each function raises an AMQPError with RabbitMQ's code and text,
+or returns a result that the caller turns into its own reply (a method frame, an HTTP status).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Container
 
 from ..amqp.body import Body
 from ..amqp.codec import table_type_name
 from ..amqp.message import Message
 from ..amqp.properties import FLAG_EXPIRATION, FLAG_HEADERS, FLAG_USER_ID
-from .errors import access_refused, command_invalid, not_found, precondition_failed, rs
+from .consumer import Consumer, check_consume_arguments
+from .errors import access_refused, command_invalid, not_allowed, not_found, precondition_failed, rs
 from .exchanges import TYPES
 from .limits import check_queue as check_queue_limit
 from . import missing_exchange
@@ -32,7 +35,10 @@ if TYPE_CHECKING:
     from ..store.persister import Ticket
     from .auth import User
     from .broker import Broker
+    from ..store.queued_message import QueuedMessage
+    from .consumer import Gate
     from .exchanges.base import Exchange
+    from .ports import DeliverySink
     from .queues.classic import ClassicQueue
     from .vhost import VHost
 
@@ -214,6 +220,62 @@ def purge_queue(actor: Actor, name: str) -> int:
     return readable_queue(actor, name).purge()
 
 
+# ------------------------------------------------------------------ consumers
+def consume(actor: Actor, queue_name: str, tag: str, no_ack: bool, exclusive: bool, arguments: dict | None,
+            prefetch: int, global_prefetch: int, sink: DeliverySink, gate: Gate, prefix: bytes = b"",
+            tags_in_use: Container[str] = ()) -> Consumer:
+    """basic.consume: a new consumer of the queue, in RabbitMQ's order of checks (read
+    permission, the queue, exclusivity; the tag; the arguments; what the queue type
+    refuses; an exclusive consumer). The caller answers consume-ok, then lets the queue
+    deliver (consumer.queue.deliver_ready()). `prefetch` is the consumer's own limit,
+    `global_prefetch` its channel's (basic.qos global), `sink` where its messages go and
+    `gate` whether its connection may be sent to now."""
+    q = readable_queue(actor, queue_name)
+    if tag in tags_in_use:
+        raise not_allowed(f"attempt to reuse consumer tag '{tag}'")
+    check_consume_arguments(arguments, q.describe(), q.queue_type)
+    q.check_consume(no_ack, prefetch, global_prefetch, arguments)
+    if q.consumers.exclusive_refused(exclusive):
+        raise access_refused(f"{q.describe()} in exclusive use")
+    consumer = Consumer(tag, sink, q, no_ack, exclusive, arguments, prefetch, prefix, gate)
+    q.add_consumer(consumer)
+    return consumer
+
+
+def cancel(consumer: Consumer) -> None:
+    """basic.cancel, or its consumer's channel closing: the queue forgets it, and an
+    auto-delete queue whose last consumer this was is deleted (RabbitMQ's rule, for every
+    way in). The caller lets the queue deliver again once what the consumer held is back
+    (a single active consumer's successor takes over)."""
+    q = consumer.queue
+    q.remove_consumer(consumer)
+    if q.unused_auto_delete and not q.deleted:
+        q.vhost.delete_queue(q)
+
+
+def get(actor: Actor, queue_name: str, no_ack: bool) -> tuple[ClassicQueue, QueuedMessage | None]:
+    """basic.get: the queue and its next ready message (None: empty), handed out (settled
+    at once with `no_ack`, else waiting for settle())."""
+    q = readable_queue(actor, queue_name)
+    qm = q.get()
+    if qm is not None:
+        q.delivered(qm, no_ack, True)
+    return q, qm
+
+
+def settle(qm: QueuedMessage, queue: ClassicQueue, consumer: Consumer | None, ack: bool, requeue: bool = False,
+           closed: bool = False) -> None:
+    """basic.ack, or basic.reject/nack (`requeue`; `closed`: given back by its closing channel),
+    of one delivery (`consumer` None: a basic.get). The caller then lets the queues that got
+    something back deliver again (queue.deliver_ready(), once per queue)."""
+    if consumer is not None:
+        consumer.unacked -= 1
+    if ack:
+        queue.ack(qm)
+    else:
+        queue.reject(qm, requeue, closed)
+
+
 # -------------------------------------------------------------------- publish
 def check_message_size(broker: Broker, size: int) -> None:
     max_size = broker.limits.max_message_size
@@ -269,6 +331,18 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
     xstats["publish_in"] += 1
     xstats["publish_out"] += len(queues)
     return message, queues
+
+
+def publish(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes, header: bytes, body: Body,
+            may_hold: bool = False) -> tuple[Message, list, Settlement]:
+    """basic.publish: route() and enqueue(): (message, the queues it went to, what a confirm
+    of it waits for). With `may_hold` (a channel's publish) queues may hold a big persistent
+    body's records back while their consumers may ack it first (warren.store.persister)."""
+    message, queues = route(actor, exchange_name, routing_key, route_bytes, header, body)
+    if not queues:
+        return message, queues, SETTLED
+    ticket = actor.broker.durability.ticket(message) if may_hold else None
+    return message, queues, enqueue(message, queues, True, ticket)
 
 
 def enqueue(message: Message, queues: list, refusals: bool = True, ticket: Ticket | None = None) -> Settlement:

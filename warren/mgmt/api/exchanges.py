@@ -174,9 +174,8 @@ def publish(request, vhost, name: str, routing_key: str, properties: dict, body:
         route = shortstr(name) + shortstr(routing_key)
     except ValueError:
         raise bad_request("routing_key is longer than 255 bytes") from None
-    message, queues = ops.route(actor(request, vhost), name, routing_key, route,
-                                encode_header(len(body), properties), body)
-    settlement = ops.enqueue(message, queues)
+    _, queues, settlement = ops.publish(actor(request, vhost), name, routing_key, route,
+                                        encode_header(len(body), properties), body)
     if settlement is REJECTED:  # a queue refused it (reject-publish): not routed, as a nack
         return False, SETTLED
     return bool(queues), settlement
