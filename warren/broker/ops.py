@@ -25,7 +25,8 @@ from .exchanges import TYPES
 from .limits import check_queue as check_queue_limit
 from . import missing_exchange
 from .publish_checks import check_properties
-from .queue_arguments import check_server_named
+from . import queues
+from .queues import CONSUMER_ARGUMENTS, check_server_named
 from .names import server_named
 from . import stream_offsets_request
 from .sender_selected import route_sender_selected
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from .consumer import Gate
     from .exchanges.base import Exchange
     from .ports import DeliverySink
-    from .queues.classic import ClassicQueue
+    from .queues.base import Queue
     from .vhost import VHost
 
 # Properties a publish is refused for when they are wrong (checked only if present).
@@ -73,7 +74,7 @@ class Actor:
             self.broker.check_topic(self.user.name, self.vhost.name, what, x.name, routing_key)
 
 
-def _check_exclusive(actor: Actor, queue: ClassicQueue) -> None:
+def _check_exclusive(actor: Actor, queue: Queue) -> None:
     actor.vhost.check_exclusive(queue, actor.connection)
 
 
@@ -154,7 +155,7 @@ def unbind(actor: Actor, source: str, dest_kind: str, destination: str, routing_
 
 # --------------------------------------------------------------------- queues
 def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool = False, exclusive: bool = False,
-                  auto_delete: bool = False, arguments: dict | None = None) -> tuple[ClassicQueue, bool]:
+                  auto_delete: bool = False, arguments: dict | None = None) -> tuple[Queue, bool]:
     """queue.declare: (queue, created). An empty name gets a server-named queue."""
     vhost = actor.vhost
     if passive:
@@ -165,7 +166,7 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
     args = arguments or {}
     default_type = vhost.default_queue_type
     if default_type is not None and "x-queue-type" not in args and (
-            default_type == "classic" or (durable and not exclusive and not auto_delete)):
+            not queues.TYPES[default_type].CAPABILITIES.durable_only or (durable and not exclusive and not auto_delete)):
         # RabbitMQ's augment_declare_args: the vhost's default type, where it is compatible.
         args = {**args, "x-queue-type": default_type}
     if name == "":
@@ -206,7 +207,7 @@ def delete_queue(actor: Actor, name: str, if_unused: bool = False, if_empty: boo
     return vhost.delete_queue(q)
 
 
-def readable_queue(actor: Actor, name: str) -> ClassicQueue:
+def readable_queue(actor: Actor, name: str) -> Queue:
     """The queue for basic.consume, basic.get and purge: read permission first (a missing
     queue is a 403 too), then the lookup, then exclusivity."""
     actor.check("read", "queue", name)
@@ -233,7 +234,8 @@ def consume(actor: Actor, queue_name: str, tag: str, no_ack: bool, exclusive: bo
     q = readable_queue(actor, queue_name)
     if tag in tags_in_use:
         raise not_allowed(f"attempt to reuse consumer tag '{tag}'")
-    check_consume_arguments(arguments, q.describe(), q.queue_type)
+    caps = q.CAPABILITIES
+    check_consume_arguments(arguments, q.describe(), caps.consumer_arguments, CONSUMER_ARGUMENTS, caps.module)
     q.check_consume(no_ack, prefetch, global_prefetch, arguments)
     if q.consumers.exclusive_refused(exclusive):
         raise access_refused(f"{q.describe()} in exclusive use")
@@ -253,7 +255,7 @@ def cancel(consumer: Consumer) -> None:
         q.vhost.delete_queue(q)
 
 
-def get(actor: Actor, queue_name: str, no_ack: bool) -> tuple[ClassicQueue, QueuedMessage | None]:
+def get(actor: Actor, queue_name: str, no_ack: bool) -> tuple[Queue, QueuedMessage | None]:
     """basic.get: the queue and its next ready message (None: empty), handed out (settled
     at once with `no_ack`, else waiting for settle())."""
     q = readable_queue(actor, queue_name)
@@ -263,7 +265,7 @@ def get(actor: Actor, queue_name: str, no_ack: bool) -> tuple[ClassicQueue, Queu
     return q, qm
 
 
-def settle(qm: QueuedMessage, queue: ClassicQueue, consumer: Consumer | None, ack: bool, requeue: bool = False,
+def settle(qm: QueuedMessage, queue: Queue, consumer: Consumer | None, ack: bool, requeue: bool = False,
            closed: bool = False) -> None:
     """basic.ack, or basic.reject/nack (`requeue`; `closed`: given back by its closing channel),
     of one delivery (`consumer` None: a basic.get). The caller then lets the queues that got

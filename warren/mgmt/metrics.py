@@ -43,6 +43,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 
 from .. import __version__
+from ..broker import queues
 from ..broker.alarms import DISK, MEMORY
 from ..broker.parameters import permanent_cluster_id
 from ..broker.stats import CHANNEL_COUNTERS, CONNECTION_COUNTERS, DELIVER_GET, RECEIVED_CONFIRM
@@ -55,8 +56,7 @@ from .shapes import channel_name, connection_name
 PROTOCOL = "amqp091"
 AMQP = {"protocol": PROTOCOL}
 # Warren's queue types as RabbitMQ's queue_type label names them, in its order.
-QUEUE_TYPES = (("classic", "rabbit_classic_queue"), ("quorum", "rabbit_quorum_queue"),
-               ("stream", "rabbit_stream_queue"))
+QUEUE_TYPES = tuple((name, t.CAPABILITIES.module) for name, t in queues.TYPES.items())
 OPEN = 0  # warren.session.channel's OPEN: a closing channel's counters are already in the totals
 
 _KINDS = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily, "untyped": UnknownMetricFamily}
@@ -147,7 +147,7 @@ def queue_rows(broker, queues: list, per_object: bool) -> list[tuple[dict[str, s
         unacked = queue.unacked_count
         ready_bytes = store.ready_bytes
         held_bytes = unacked_bytes.get(queue, 0) if unacked_bytes else 0
-        total = ready if queue.queue_type == "stream" else ready + unacked
+        total = ready + unacked if queue.CAPABILITIES.counts_unacked else ready
         if per_object:
             rows.append(({"vhost": queue.vhost.name, "queue": queue.name},
                          (ready, unacked, total, queue.consumer_count, ready_bytes + held_bytes, ready_bytes,

@@ -49,7 +49,7 @@ class PriorityQueueStore:
         self._on_destroy = on_destroy
         self._by_level: list[QueueStore | None] = [None] * (max_priority + 1)
         self._order: list[QueueStore] = []  # the levels that exist, highest first
-        self.max_seq = 0  # highest sequence number recovered (ClassicQueue continues after it)
+        self.max_seq = 0  # highest sequence number recovered (the queue continues after it)
 
     @classmethod
     def in_memory(cls, max_priority: int) -> PriorityQueueStore:

@@ -51,7 +51,7 @@ async def list_vhost(request):
 @access(VHOST)
 async def get_queue(request):
     _, q = _queue_or_404(request)
-    return json_response(queue_json(q, details=True))
+    return json_response(queue_json(request.app["broker"], q, details=True))
 
 
 @routes.put("/api/queues/{vhost}/{name}")
