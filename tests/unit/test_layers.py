@@ -1,6 +1,6 @@
 """The package's layers import downward only, and no modules import each other in a cycle
-(README, Design). Imports under `if TYPE_CHECKING:` must point downward too, but as they
-never run they cannot make a cycle."""
+(docs/architecture.md, Current design). Imports under `if TYPE_CHECKING:` must point downward
+too, but as they never run they cannot make a cycle."""
 
 import ast
 import pathlib

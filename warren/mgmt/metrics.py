@@ -5,8 +5,8 @@ Nothing here runs on the message path: a scrape reads the counters the model kee
 (warren.broker.stats: per queue, exchange and channel, the node's events, and what deleted
 queues and exchanges and closed channels and connections had counted) and the figures the
 management API shows (memory and disk from the server's monitors, alarms). Every metric is
-a real reading: a number Warren does not have is left out (README, "Prometheus metrics"),
-never given as a constant.
+a real reading: a number Warren does not have is left out (docs/prometheus.md, "What Warren
+leaves out"), never given as a constant.
 
 Two endpoints, as the plugin's two registries:
 
