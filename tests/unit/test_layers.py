@@ -107,3 +107,13 @@ def test_the_client_side_stands_alone():
             if target.split(".")[1:2] not in (["spark"], ["client"]):
                 wrong.append(f"{name} imports {target}")
     assert not wrong
+
+
+def test_queue_types_stay_below_the_operations():
+    """A queue type reaches the node only through its QueueHost port (warren.broker.queues.host):
+    nothing under warren/broker/queues imports the operations layer, the vhost, the broker or
+    dead-lettering, at run time or for types."""
+    above = ("warren.broker.ops", "warren.broker.vhost", "warren.broker.broker", "warren.broker.dead_letter")
+    wrong = [f"{name} imports {target}" for name, path in modules() if name.startswith("warren.broker.queues")
+             for target in imports(name, path) if target.startswith(above)]
+    assert not wrong
