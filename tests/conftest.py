@@ -72,6 +72,15 @@ _port_cursor: list[int] = sys.modules.setdefault("_warren_test_port_cursor", [])
 _scratch_dirs: list[str] = sys.modules.setdefault("_warren_test_scratch_dirs", [])  # type: ignore[arg-type]
 
 
+def process_memory(pid: int, field: str = "VmRSS") -> int:
+    """A process's resident set (VmRSS) or its peak (VmHWM), in bytes, from /proc."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} for process {pid}")
+
+
 def scratch_dir(prefix: str) -> str:
     """A new temp directory, removed at the end of the test session."""
     directory = tempfile.mkdtemp(prefix=prefix)

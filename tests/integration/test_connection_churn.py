@@ -21,6 +21,8 @@ import time
 import pytest
 from pamqp import commands, frame
 
+from conftest import process_memory
+
 uvloop = pytest.importorskip("uvloop")
 
 WAVE = 4000           # connections open at once (fewer if the file descriptor limit is lower)
@@ -131,11 +133,7 @@ async def wave(port: int, size: int) -> None:
 
 
 def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
+    return process_memory(pid) / (1 << 20)
 
 
 def open_files(pid: int) -> int:

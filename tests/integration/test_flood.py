@@ -25,7 +25,7 @@ import pika
 import pytest
 import requests
 
-from conftest import EXTERNAL, start_broker
+from conftest import EXTERNAL, process_memory, start_broker
 
 MiB = 1 << 20
 WATERMARK = 300_000_000
@@ -39,12 +39,7 @@ pytestmark = [pytest.mark.skipif(bool(EXTERNAL), reason="Warren only: starts its
               pytest.mark.timeout(180)]
 
 
-def rss(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
+rss = process_memory
 
 
 class Sampler(threading.Thread):

@@ -9,16 +9,13 @@ import pika
 from pamqp import commands
 
 import rawamqp
+from conftest import process_memory
 
 MB = 1 << 20
 
 
 def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
+    return process_memory(pid) / (1 << 20)
 
 
 def settled_rss(pid: int, seconds: float = 1.0) -> float:

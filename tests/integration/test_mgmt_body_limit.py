@@ -25,7 +25,7 @@ import pytest
 import requests
 from urllib3 import encode_multipart_formdata
 
-from conftest import EXTERNAL, start_broker
+from conftest import EXTERNAL, process_memory, start_broker
 from integration.test_ctl_local import run_ctl
 from integration.test_mgmt_resources import Api, bad, expect
 from integration.test_warrenctl import ctl
@@ -94,11 +94,7 @@ def exceeded(response) -> None:
 
 def peak_rss(pid: int) -> int:
     """The process's peak resident set (VmHWM), bytes."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM")
+    return process_memory(pid, "VmHWM")
 
 
 # ------------------------------------------------------------------ at and past the limit

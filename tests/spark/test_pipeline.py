@@ -47,6 +47,17 @@ def _args(**kw):
                                  "routing_key": None, "format": "parquet", "batch": 4, **kw})
 
 
+def _replay_target(broker, name: str) -> str:
+    """A fanout exchange and a queue bound to it, both named `name`: where a replay goes."""
+    conn = pika.BlockingConnection(broker.pika_params())
+    ch = conn.channel()
+    ch.exchange_declare(name, "fanout")
+    ch.queue_declare(name)
+    ch.queue_bind(name, name)
+    conn.close()
+    return name
+
+
 def _drain(broker, queue):
     return [(body, props.message_id, props.headers) for _m, props, body in get_all(broker, queue)]
 
@@ -156,13 +167,7 @@ def test_messages_that_were_not_dead_lettered_land_with_null_death_columns(spark
     job = rows["3"]
     assert tuple(job[c] for c in death_columns[:6]) == ("rejected", work, "", [work], 1, "rejected")
 
-    again = f"again-{uid}"
-    conn = pika.BlockingConnection(broker.pika_params())
-    ch = conn.channel()
-    ch.exchange_declare(again, "fanout")
-    ch.queue_declare(again)
-    ch.queue_bind(again, again)
-    conn.close()
+    again = _replay_target(broker, f"again-{uid}")
     assert pipeline.replay(spark, _args(uri=uri(broker), input=table, where="message_id LIKE 'p-%'",
                                         to_exchange=again)) == 0
     assert "replayed 10 dead letters" in capsys.readouterr().out
@@ -269,13 +274,7 @@ def test_replay_as_one_command(spark, broker, uid, tmp_path):
                           env=bare_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "15 dead letters in" in done.stdout
-    again = f"again-{uid}"
-    conn = pika.BlockingConnection(broker.pika_params())
-    ch = conn.channel()
-    ch.exchange_declare(again, "fanout")
-    ch.queue_declare(again)
-    ch.queue_bind(again, again)
-    conn.close()
+    again = _replay_target(broker, f"again-{uid}")
     done = subprocess.run([warren_script(), "pipeline", "replay", "--uri", uri(broker),
                            "--master", "local[2]", "--input", table, "--where", "reason = 'expired'",
                            "--to-exchange", again], env=bare_env(), capture_output=True, text=True, timeout=300)

@@ -362,7 +362,7 @@ def enqueue(message: Message, queues: list, refusals: bool = True, ticket: Ticke
         if s is REJECTED:
             rejected = True
         elif s is not SETTLED:
-            settlement = later(settlement, s)
+            settlement = s if settlement is SETTLED else later(settlement, s)  # (one queue: no call)
     if rejected and refusals:
         return REJECTED
     if ticket is not None:

@@ -43,7 +43,7 @@ _I = struct.Struct(">I")
 _CHANNEL_CLOSE, _CHANNEL_CLOSE_OK = (20 << 16) | 40, (20 << 16) | 41
 _CHANNEL_OPEN = (20 << 16) | 10
 _PUBLISH_IDS = (60, 40)
-_route, _publish, _enqueue, _settle = ops.route, ops.publish, ops.enqueue, ops.settle
+_route, _enqueue, _settle = ops.route, ops.enqueue, ops.settle
 
 
 class ChannelState(enum.IntEnum):
@@ -483,7 +483,10 @@ class Channel:
             self.stats["publish"] += 1
             self.tx.publish(queues, message, mandatory)
             return
-        message, queues, settlement = _publish(self.actor, exchange_name, routing_key, route, header, body, True)
+        # ops.publish(..., may_hold=True), inlined: its call and result tuple were ~4 % of the
+        # CPU of a persistent confirmed publish.
+        message, queues = _route(self.actor, exchange_name, routing_key, route, header, body)
+        settlement = _enqueue(message, queues, True, self.durability.ticket(message)) if queues else SETTLED
         self.stats["publish"] += 1
         if not queues:
             if mandatory:
