@@ -483,8 +483,8 @@ class Channel:
             self.stats["publish"] += 1
             self.tx.publish(queues, message, mandatory)
             return
-        # ops.publish(..., may_hold=True), inlined: its call and result tuple were ~4 % of the
-        # CPU of a persistent confirmed publish.
+        # ops.publish(..., may_hold=True), inlined: its call and result tuple were 2 % of the
+        # instructions of a persistent confirmed publish (callgrind, 70.9k -> 69.5k a message).
         message, queues = _route(self.actor, exchange_name, routing_key, route, header, body)
         settlement = _enqueue(message, queues, True, self.durability.ticket(message)) if queues else SETTLED
         self.stats["publish"] += 1
