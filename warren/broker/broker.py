@@ -48,9 +48,10 @@ class Broker:
     # topic exchange tests it for truth before looking its key up.
     topic_permissions: dict = field(default_factory=dict)
     loopback_users: set = field(default_factory=lambda: {"guest"})
-    # The SASL mechanisms offered (auth_mechanisms.N, in warren.session.sasl's order; EXTERNAL
-    # only on TLS connections) and where EXTERNAL finds the user name in a client certificate
-    # (ssl_cert_login_from: distinguished_name or common_name, warren.session.x509).
+    # The SASL mechanisms offered (auth_mechanisms.N, in warren.broker.auth_mechanisms'
+    # order; EXTERNAL only on TLS connections) and where EXTERNAL finds the user name in a
+    # client certificate (ssl_cert_login_from: distinguished_name or common_name,
+    # warren.broker.x509).
     auth_mechanisms: tuple = ("PLAIN", "AMQPLAIN")
     ssl_cert_login_from: str = "distinguished_name"
     connections: set = field(default_factory=set)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from ..broker.policy import effective_definition
-from ..session import x509
+from ..broker import x509
 from .resources import properties_key, table_json
 from .stats import (channel_stats, connection_stats, exchange_stats, node_name, queue_stats,
                     unacked_bytes_by_queue)

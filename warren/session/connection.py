@@ -26,12 +26,12 @@ from ..broker.errors import (
     AMQPError, channel_error, command_invalid, not_allowed,
     syntax_error, unexpected_frame,
 )
+from ..broker import auth_mechanisms, x509
 from ..broker.consumer import RECORD_BATCH
 from ..broker.limits import check_channel, check_connection
 from . import connection_log, frame_errors
 from .channel import Channel
 from .closed_transport import ClosedTransport
-from . import sasl, x509
 from .sasl import credentials
 from .throttle import Reason, Throttle
 
@@ -257,7 +257,7 @@ class Connection:
         return True
 
     def _mechanisms(self) -> list[str]:
-        return sasl.offered(self.broker.auth_mechanisms, self.tls is not None)
+        return auth_mechanisms.offered(self.broker.auth_mechanisms, self.tls is not None)
 
     def _refuse_protocol(self) -> None:
         # As the spec says: answer with the protocol header we do speak, then close.
@@ -515,7 +515,7 @@ class Connection:
         self.capabilities = caps if isinstance(caps, dict) else {}
         mechanism = method.mechanism
         if mechanism not in self._mechanisms():
-            raise command_invalid(f"{'invalid' if sasl.known(mechanism) else 'unknown'} "
+            raise command_invalid(f"{'invalid' if auth_mechanisms.known(mechanism) else 'unknown'} "
                                   f"authentication mechanism '{mechanism}'")
         refused: str | None = None  # why, in RabbitMQ's log words (EXTERNAL)
         if mechanism == "EXTERNAL":
