@@ -18,6 +18,7 @@ from .vhost import VHost
 from . import shovel
 
 if TYPE_CHECKING:
+    from .records import ConnectionHandle
     from ..store.definitions import DefinitionsFile
     from ..store.interface import QueueStore
     from ..store.persister import Persister
@@ -54,7 +55,9 @@ class Broker:
     # warren.broker.x509).
     auth_mechanisms: tuple = ("PLAIN", "AMQPLAIN")
     ssl_cert_login_from: str = "distinguished_name"
-    connections: set = field(default_factory=set)
+    # The open connections (from connection.open-ok to their close), as handles: what the
+    # management API and the metrics show of them are their records (warren.broker.records).
+    connections: "set[ConnectionHandle]" = field(default_factory=set)
     # Message counters of the channels that have closed (the overview's totals include them).
     message_totals: dict = field(default_factory=dict)
     # The counters of deleted queues and exchanges and closed connections, and the node's
