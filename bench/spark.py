@@ -25,7 +25,7 @@ cold run's floor on this machine.
 
 On a VM whose kernel reports free pages to its host (virtio-balloon free page reporting), memory
 a process frees goes back to the host at once, and the next page handed out costs a fault in the
-host (~8 µs a 4 KiB page where the README's figures were taken, against ~0.3 µs for a page the
+host (~8 µs a 4 KiB page where bench/RESULTS.md's figures were taken, against ~0.3 µs for a page the
 guest kept): the title says whether reporting is on. With --keep-guest-memory GIB (root), the
 run turns it off (restored at the end) and first touches GIB GiB, so the memory it uses is the
 guest's own. The title also says how much disk is free where the broker writes: a nearly full

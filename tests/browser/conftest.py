@@ -5,8 +5,8 @@ listener): a headless Chromium driven by selenium through the system chromedrive
 Without Chromium, chromedriver or selenium they are skipped; with CI=true or
 WARREN_REQUIRE_BROWSER=1 (.ci/run sets it after installing the packages) they fail instead.
 
-WARREN_UI_SCREENSHOTS=DIR makes them save the README's screenshots (overview.png, queues.png,
-queue.png) there."""
+WARREN_UI_SCREENSHOTS=DIR makes them save the docs' screenshots (overview.png, queues.png,
+queue.png: docs/ui/, shown in docs/management.md and the README) there."""
 
 import os
 import shutil
@@ -69,7 +69,7 @@ def chrome(tmp_path_factory):
     browser = webdriver.Chrome(service=Service(driver, log_output=log_path), options=options)
     browser.set_page_load_timeout(30)
     # The page's viewport itself 1280x900 (the window's size includes what headless keeps for
-    # its frame): the README's screenshots are that size.
+    # its frame): the screenshots in docs/ui/ are that size.
     browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
                             {"width": WINDOW[0], "height": WINDOW[1], "deviceScaleFactor": 1, "mobile": False})
     try:

@@ -12,7 +12,8 @@ with confirms, half persistent, half transient) with no consumer, then a slow co
 - Every confirmed message arrives.
 
 Warren only: it starts its own broker with a config file and reads its RSS. It prints the
-figures the README quotes (peak RSS, time from alarm to blocked and from clear to unblocked).
+figures bench/RESULTS.md quotes ("Memory alarm flood": peak RSS, time from alarm to blocked and
+from clear to unblocked).
 """
 
 import shutil

@@ -127,7 +127,8 @@ CASES = {
         lambda c: c.send_frame(FRAME_METHOD, 1, method(50, 10, b"\x00\x00\x02\xff\xfe\x00\x00\x00\x00\x00")),
         (501, "FRAME_ERROR - Malformed UTF-8 in shortstr", 0, 0), True),
     # RabbitMQ 3.10's reader crashes on these: the socket closes without connection.close.
-    # Warren says why (README, "Deliberate departures from RabbitMQ"; tests/integration/test_malformed.py).
+    # Warren says why (docs/compatibility.md, "Deliberate departures from RabbitMQ 3.10.8";
+    # tests/integration/test_malformed.py).
     "unknown class id": (lambda c: c.send_frame(FRAME_METHOD, 1, method(99, 10)),
                          "eof" if EXTERNAL else (540, "NOT_IMPLEMENTED - unknown method 99.10", 99, 10), True),
     "unknown method id": (lambda c: c.send_frame(FRAME_METHOD, 1, method(50, 99)),

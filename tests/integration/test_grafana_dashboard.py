@@ -27,7 +27,7 @@ from .test_prometheus import SCRAPE_INTERVAL, Prometheus, prometheus  # noqa: F4
 
 DASHBOARD = pathlib.Path(__file__).parent.parent / "data" / "rabbitmq-3.10.8-grafana-RabbitMQ-Overview.json"
 
-# Panels that show nothing on a single node, with the reason (the README's list too): none,
+# Panels that show nothing on a single node, with the reason (docs/prometheus.md's list too): none,
 # every panel of the 3.10.8 dashboard has data on one node.
 NO_DATA_ON_ONE_NODE: dict[str, str] = {}
 

@@ -2,8 +2,8 @@
 not UTF-8, deep nesting, the legacy protocol header.
 
 Each case was sent to RabbitMQ 3.10.8 and Warren. Where they answer alike the test runs
-against both; where Warren departs on purpose (README, "Deliberate departures from
-RabbitMQ") the test says what RabbitMQ does and checks Warren's answer only against Warren.
+against both; where Warren departs on purpose (docs/compatibility.md, "Deliberate
+departures from RabbitMQ 3.10.8") the test says what RabbitMQ does and checks Warren's answer only against Warren.
 """
 
 import json

@@ -211,7 +211,7 @@ SCRAPE_INTERVAL = 0.5  # seconds: rate() over the last two samples has data a se
 
 
 def scrape_config(target: str) -> str:
-    """The README's prometheus.yml for the endpoint at target (host:port), scraped every
+    """docs/prometheus.md's prometheus.yml ("A scrape configuration") for the endpoint at target (host:port), scraped every
     SCRAPE_INTERVAL: /metrics (what the RabbitMQ-Overview dashboard reads) and
     /metrics/per-object as an instance of its own without rabbitmq_identity_info, so the
     dashboard, which joins every metric with it on instance, counts the node once."""

@@ -104,7 +104,7 @@ def get_all(broker, queue) -> list[tuple]:
 def require_dead_letters_in_streams(broker) -> None:
     """Skip on a RabbitMQ before 3.13: it drops dead letters routed to a stream (fixed by
     rabbitmq-server#7846 in 3.11/3.12) and gives stream consumers no x-death (#11173, 3.13), so
-    a dead-letter stream needs Warren there (the README says so)."""
+    a dead-letter stream needs Warren there (docs/spark.md, "Against RabbitMQ 3.10", says so)."""
     import pika
 
     conn = pika.BlockingConnection(broker.pika_params())

@@ -14,6 +14,7 @@ from warren.amqp.message import Message
 from warren.broker.queues.classic import ClassicQueue
 from warren.store import segments as sg
 from warren.store.persister import Persister
+from warren.store.settlement import StoreBatch
 
 ROUTE = shortstr("") + shortstr("q")
 
@@ -42,8 +43,9 @@ class Store:
         return self.store.directory
 
     def publish(self, body, persistent=True, **props) -> int:
-        batch = self.queue.publish(message(body, persistent, **props))
-        return batch
+        """The number of the persister batch the message joined (0: none to wait for)."""
+        settlement = self.queue.publish(message(body, persistent, **props))
+        return settlement.number if isinstance(settlement, StoreBatch) else 0
 
     def publish_many(self, numbers, persistent=True, size=100):
         for i in numbers:

@@ -1,10 +1,12 @@
-"""The durability object: what a reply or a confirm may promise, from the store's group commit."""
+"""The durability object and settlement handles: what a reply or a confirm may promise, from the
+store's group commit (warren.store.settlement)."""
 
 from warren.amqp.codec import shortstr
 from warren.amqp.properties import encode_header
 from warren.broker import ops
 from warren.broker.broker import Broker
 from warren.store.persister import Persister
+from warren.store.settlement import REJECTED, SETTLED, AllOf, StoreBatch, later
 
 
 class Waiter:
@@ -35,15 +37,17 @@ def test_a_persistent_publish_is_safe_after_its_fsync(tmp_path):
     broker, actor, fsyncs = setup(tmp_path)
     durability = broker.durability
     batch = publish_persistent(actor)
-    assert batch and durability.status(batch) is None
+    assert isinstance(batch, StoreBatch) and batch.status() is None
+    assert publish_persistent(actor) is batch  # one handle for every message of the batch
     waiter = Waiter()
-    durability.wait(waiter)
+    batch.notify(waiter)
     durability.flush()  # writes the record and starts the group commit
-    assert len(fsyncs) == 1 and durability.status(batch) is None
+    assert len(fsyncs) == 1 and batch.status() is None
+    assert publish_persistent(actor) is not batch  # the next batch's
     job, done = fsyncs.pop()
     job()
     done(None)
-    assert waiter.synced == 1 and durability.status(batch) is True
+    assert waiter.synced == 1 and batch.status() is True
 
 
 def test_a_failed_fsync_is_reported_for_nacks(tmp_path):
@@ -52,11 +56,31 @@ def test_a_failed_fsync_is_reported_for_nacks(tmp_path):
     broker.durability.flush()
     _job, done = fsyncs.pop()
     done("disk on fire")
-    assert broker.durability.status(batch) is False
+    assert batch.status() is False
 
 
-def test_nothing_to_wait_for_without_a_batch_or_a_store(tmp_path):
-    assert Broker.with_defaults().durability.status(7) is True
-    broker, _actor, _ = setup(tmp_path)
-    assert broker.durability.status(0) is True
+def test_nothing_to_wait_for_without_a_store(tmp_path):
+    broker = Broker.with_defaults()
+    actor = ops.Actor(broker, broker.users["guest"], broker.vhosts["/"])
+    ops.declare_queue(actor, "q", durable=True)
+    assert publish_persistent(actor) is SETTLED and SETTLED.status() is True
     assert broker.durability.sync_now()
+
+
+def test_handles_combine_without_allocating_for_one_persister(tmp_path):
+    broker, actor, fsyncs = setup(tmp_path)
+    first = publish_persistent(actor)
+    broker.durability.flush()
+    second = publish_persistent(actor)
+    assert later(first, second) is second and later(second, first) is second
+    assert later(SETTLED, first) is first and later(first, SETTLED) is first
+    assert later(first, REJECTED) is REJECTED and REJECTED.status() is False
+    other = Persister(str(tmp_path / "other"), run_in_thread=lambda job, done: None).batch
+    both = later(first, other)
+    assert isinstance(both, AllOf) and both.status() is None
+    job, done = fsyncs.pop()
+    done(None)
+    other.persister.synced = other.number
+    assert both.status() is True
+    other.persister.failed[other.number] = "disk on fire"
+    assert both.status() is False

@@ -1,7 +1,8 @@
 """The package's layers import downward only, and no modules import each other in a cycle
-(README, Design). Imports under `if TYPE_CHECKING:` must point downward too, but as they
-never run they cannot make a cycle. The management API reads connections and channels as
-records (warren.broker.records), never the session's objects: it imports nothing of it."""
+(docs/architecture.md, Current design). Imports under `if TYPE_CHECKING:` must point downward
+too, but as they never run they cannot make a cycle. The management API reads connections and
+channels as records (warren.broker.records), never the session's objects: it imports nothing
+of it."""
 
 import ast
 import pathlib
@@ -107,6 +108,16 @@ def test_the_client_side_stands_alone():
         for target in imports(name, path):
             if target.split(".")[1:2] not in (["spark"], ["client"]):
                 wrong.append(f"{name} imports {target}")
+    assert not wrong
+
+
+def test_queue_types_stay_below_the_operations():
+    """A queue type reaches the node only through its QueueHost port (warren.broker.queues.host):
+    nothing under warren/broker/queues imports the operations layer, the vhost, the broker or
+    dead-lettering, at run time or for types."""
+    above = ("warren.broker.ops", "warren.broker.vhost", "warren.broker.broker", "warren.broker.dead_letter")
+    wrong = [f"{name} imports {target}" for name, path in modules() if name.startswith("warren.broker.queues")
+             for target in imports(name, path) if target.startswith(above)]
     assert not wrong
 
 

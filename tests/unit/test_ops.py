@@ -8,6 +8,7 @@ from warren.broker import ops
 from warren.broker.auth import User
 from warren.broker.broker import Broker
 from warren.broker.errors import AMQPError
+from warren.store.settlement import SETTLED
 
 
 @pytest.fixture
@@ -114,7 +115,7 @@ def test_publish_routes_checks_and_counts(broker):
     a, bob = actor(broker), actor(broker, "bob")
     q, _ = ops.declare_queue(a, "out.q")
     message, queues, batch = publish(a, "", "out.q", b"hello")
-    assert queues == [q] and batch == 0 and q.message_count == 1 and message.body == b"hello"
+    assert queues == [q] and batch is SETTLED and q.message_count == 1 and message.body == b"hello"
     assert publish(a, "amq.direct", "nowhere")[1] == []
     x = broker.vhosts["/"].exchanges["amq.direct"]
     assert x.stats["publish_in"] == 1 and x.stats["publish_out"] == 0

@@ -254,17 +254,15 @@ def test_durable_levels_are_recovered_with_their_priorities(tmp_path):
 
 def test_queue_numbers_continue_after_recovered_levels(tmp_path):
     persister = Persister(str(tmp_path), window=WINDOW)
-    broker = Broker(persister=persister)
     args = {"x-max-priority": 5}
-    store = broker.make_store("/", "pq", True, args)
+    store = ClassicQueue.make_store(persister, "/", "pq", True, args)
     assert isinstance(store, PriorityQueueStore)
     q = ClassicQueue(None, "pq", True, arguments=args, store=store)
     for i in range(6):
         q.publish(message(b"m%d" % i, i))
     persister.flush()
     persister = Persister(str(tmp_path), window=WINDOW)
-    broker = Broker(persister=persister)
-    q = ClassicQueue(None, "pq", True, arguments=args, store=broker.make_store("/", "pq", True, args))
+    q = ClassicQueue(None, "pq", True, arguments=args, store=ClassicQueue.make_store(persister, "/", "pq", True, args))
     assert q.next_seq == 6
     q.publish(message(b"new", 5))
     got = []
@@ -275,17 +273,16 @@ def test_queue_numbers_continue_after_recovered_levels(tmp_path):
 
 
 def test_make_store_chooses_by_x_max_priority(tmp_path):
-    memory_broker = Broker()
-    assert memory_broker.make_store("/", "q", True, None) is None
-    assert memory_broker.make_store("/", "q", True, {"x-max-priority": 0}) is None  # one level: a plain queue
-    store = memory_broker.make_store("/", "q", True, {"x-max-priority": 3})
+    assert ClassicQueue.make_store(None, "/", "q", True, {}) is None
+    assert ClassicQueue.make_store(None, "/", "q", True, {"x-max-priority": 0}) is None  # one level: a plain queue
+    store = ClassicQueue.make_store(None, "/", "q", True, {"x-max-priority": 3})
     assert isinstance(store, PriorityQueueStore) and store.max_priority == 3
     store.push(QueuedMessage(1, message(b"x", 2)))
     assert isinstance(store.levels()[0], MemoryQueueStore)
-    disk_broker = Broker(persister=Persister(str(tmp_path)))
-    assert isinstance(disk_broker.make_store("/", "q", True, {"x-max-priority": 0}), DiskQueueStore)
+    persister = Persister(str(tmp_path))
+    assert isinstance(ClassicQueue.make_store(persister, "/", "q", True, {"x-max-priority": 0}), DiskQueueStore)
     for durable in (True, False):
-        store = disk_broker.make_store("/", "q", durable, {"x-max-priority": 255})
+        store = ClassicQueue.make_store(persister, "/", "q", durable, {"x-max-priority": 255})
         store.push(QueuedMessage(1, message(b"x", 200)))
         assert isinstance(store, PriorityQueueStore) and isinstance(store.levels()[0], DiskQueueStore)
 

@@ -20,7 +20,7 @@ from .fake_transport import PROTOCOL_HEADER, Client, FakeTransport, durable_brok
 
 DATA = pathlib.Path(__file__).parent.parent / "data"
 
-# RabbitMQ's families Warren leaves out (the README's list): it has no such number.
+# RabbitMQ's families Warren leaves out (docs/prometheus.md, "What Warren leaves out"): it has no such number.
 MISSING = {
     "rabbitmq_alarms_file_descriptor_limit",  # no file descriptor alarm
     # Erlang VM and Mnesia internals

@@ -3,11 +3,12 @@
 A body that fits one frame of one read is sliced out of that read (its only copy). A bigger
 body arrives as parts of several reads. Joining them into one buffer was a pass over memory
 that had left the cache: on 16 MiB bodies the broker's CPU was mostly copies, and keeping
-the parts instead cut its CPU a GB by a quarter (user time by more than a third; README). So a
-body of SPLIT_MIN octets or more stays the list of its parts, views of the reads it came in,
-and goes to sockets (writev) and segment files (pwritev) as those, as RabbitMQ keeps a body as
-the list of its frames' binaries. Code that needs one buffer calls bytes(body): free for a
-plain bytes body, a join for a split one.
+the parts instead cut its CPU a GB by a quarter (user time by more than a third;
+bench/RESULTS.md, "Big bodies kept in parts"). So a body of SPLIT_MIN octets or more stays
+the list of its parts, views of the reads it came in, and goes to sockets (writev) and
+segment files (pwritev) as those, as RabbitMQ keeps a body as the list of its frames'
+binaries. Code that needs one buffer calls bytes(body): free for a plain bytes body, a join
+for a split one.
 """
 
 from __future__ import annotations

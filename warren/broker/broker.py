@@ -4,13 +4,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..store.priority import PriorityQueueStore
-from ..store.stream import StreamLog
 from .alarms import Alarms
 from .auth import Permission, TopicPermission, User, check, check_topic
 from .definitions import changes, export
 from .durability import Durability
-from .errors import precondition_failed
 from .ports import Scheduler
 from .queue_flow import QueueFlow
 from .stats import RetiredCounters, new_node_counters
@@ -20,7 +17,6 @@ from . import shovel
 if TYPE_CHECKING:
     from .records import ConnectionHandle
     from ..store.definitions import DefinitionsFile
-    from ..store.interface import QueueStore
     from ..store.persister import Persister
 
 log = logging.getLogger("warren.definitions")
@@ -126,23 +122,6 @@ class Broker:
         for vhost in self.vhosts.values():
             for queue in vhost.queues.values():
                 queue.shutdown()
-
-    def make_store(self, vhost: str, queue: str, durable: bool,
-                   arguments: dict | None = None) -> "QueueStore | StreamLog | None":
-        """The store for a new queue (None: the queue's in-memory default), from its validated
-        arguments: x-max-priority above 0 gives one store per priority level (with 0 every
-        message has priority 0: a plain store behaves the same)."""
-        persister = self.persister
-        if (arguments or {}).get("x-queue-type") == "stream":
-            if persister is None:
-                raise precondition_failed("stream queues need a data directory (warren server --data-dir)")
-            return StreamLog(persister, persister.queue_dir(vhost, queue))
-        max_priority = (arguments or {}).get("x-max-priority")
-        if max_priority:
-            if persister is None:
-                return PriorityQueueStore.in_memory(max_priority)
-            return PriorityQueueStore.on_disk(persister, vhost, queue, durable, max_priority)
-        return persister.queue_store(vhost, queue, durable) if persister is not None else None
 
     def add_vhost(self, name: str) -> VHost:
         vhost = self.vhosts.get(name)

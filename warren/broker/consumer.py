@@ -15,24 +15,15 @@ if TYPE_CHECKING:
 # which connection.start's capabilities list.
 RECORD_BATCH = "x-warren-record-batch"
 
-# The consumer arguments of each queue type (RabbitMQ 3.10's capabilities); another type's is
-# refused.
-_TYPE_ARGS = {
-    "classic": frozenset({"x-cancel-on-ha-failover", "x-priority", "x-credit"}),
-    "quorum": frozenset({"x-priority", "x-credit"}),
-    "stream": frozenset({"x-stream-offset", "x-credit", RECORD_BATCH}),
-}
-_ALL_ARGS = frozenset().union(*_TYPE_ARGS.values())
-
-
-def check_consume_arguments(arguments: dict[str, Any] | None, what: str, queue_type: str = "classic") -> None:
+def check_consume_arguments(arguments: dict[str, Any] | None, what: str, own: frozenset[str],
+                            every: frozenset[str], type_module: str) -> None:
     """406 for a basic.consume argument RabbitMQ 3.10 refuses (rabbit_amqqueue
     check_consume_arguments, in its order): a non-integer x-priority, a non-boolean
-    x-cancel-on-ha-failover (each where the queue type has it), then the first argument of
-    another queue type. Other arguments are ignored."""
+    x-cancel-on-ha-failover (each where the queue type has it: `own`, its capabilities'),
+    then the first argument of another queue type (in `every` type's, not in `own`). Other
+    arguments are ignored."""
     if not arguments:
         return
-    own = _TYPE_ARGS[queue_type]
     priority = arguments.get("x-priority")
     if "x-priority" in arguments and "x-priority" in own and (isinstance(priority, bool)
                                                                or not isinstance(priority, int)):
@@ -43,8 +34,8 @@ def check_consume_arguments(arguments: dict[str, Any] | None, what: str, queue_t
         raise precondition_failed(f"invalid arg 'x-cancel-on-ha-failover' for {what}: "
                                   f"{{unacceptable_type,{table_type_name(failover)}}}")
     for key in arguments:
-        if key in _ALL_ARGS and key not in own:
-            raise precondition_failed(f"invalid arg '{key}' for {what} of queue type rabbit_{queue_type}_queue")
+        if key in every and key not in own:
+            raise precondition_failed(f"invalid arg '{key}' for {what} of queue type {type_module}")
 
 
 class Gate(Protocol):

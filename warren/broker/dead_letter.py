@@ -20,7 +20,9 @@ from .sender_selected import route_keys
 
 if TYPE_CHECKING:
     from ..amqp.message import Message
-    from .queues.classic import ClassicQueue
+    from .queues.base import Queue
+    from .vhost import VHost
+    from ..store.settlement import Settlement
 
 log = logging.getLogger("warren.dead_letter")
 
@@ -39,15 +41,14 @@ def _warn_once(key: tuple[str, ...], text: str, *args: object) -> None:
     log.warning(text, *args)
 
 
-def publish(queue: ClassicQueue, message: Message, reason: str) -> int | None:
-    """Republish one message of `queue` to its dead-letter exchange. Returns the store batch
-    whose fsync the durable copies wait for (0: nothing to wait for), or None when the
+def publish(vhost: VHost, queue: Queue, message: Message, reason: str) -> Settlement | None:
+    """Republish one message of `queue` to its dead-letter exchange. Returns the settlement
+    handle of its copies (SETTLED: nothing to wait for), or None when the
     message goes nowhere: no DLX set, a DLX that does not exist (a warning, once), no queue
     it routes to (cycles left out)."""
     settings = queue.settings
     if settings.dlx is None:
         return None
-    vhost = queue.vhost
     x = vhost.exchanges.get(settings.dlx)
     if x is None:
         _warn_once(("dlx", vhost.name, queue.name, settings.dlx),

@@ -15,7 +15,7 @@ from .auth import MD5, SHA256, SHA512, User, invalid_regexp
 from .errors import AMQPError
 from .exchanges import TYPES
 from .policy import Policy, PolicyError, set_policy
-from . import limits, missing_exchange, parameters as runtime_parameters
+from . import limits, missing_exchange, parameters as runtime_parameters, queues
 
 
 class DefinitionsError(ValueError):
@@ -115,12 +115,6 @@ def _fail(on_error, kind, item, message):
     on_error(kind, item, message)
 
 
-# The queue types a vhost's default_queue_type may name (RabbitMQ's rabbit_queue_type:discover).
-# A declare that gets a type Warren lacks (stream, for now) from the default (ops.declare_queue)
-# is refused as an explicit x-queue-type would be.
-QUEUE_TYPES = ("classic", "quorum", "stream")
-
-
 _ABSENT = object()
 
 
@@ -151,7 +145,7 @@ def _load_vhost(broker, v) -> bool:
             raise DefinitionsError(f"{err} (vhost '{name}')") from None
     vhost = broker.vhosts.get(name)
     if vhost is None:
-        if default_queue_type is not None and default_queue_type not in QUEUE_TYPES:
+        if default_queue_type is not None and default_queue_type not in queues.TYPES:  # (rabbit_queue_type:discover)
             raise DefinitionsError(f"invalid_queue_type '{default_queue_type}' for vhost '{name}'")
         vhost = broker.add_vhost(name)
         vhost.default_queue_type = default_queue_type

@@ -1,9 +1,10 @@
 """One owner for "what a reply promises is on disk before the reply leaves".
 
 A declare-ok, a delete-ok or an HTTP 201 follows the journal write of the definitions it
-changed; a delivery follows the write of its delivered-mark; a publisher confirm follows the
-fsync of the group commit its message joined. The AMQP session and the HTTP API both go
-through this object instead of reaching into the definitions file and the persister.
+changed; a delivery follows the write of its delivered-mark; a publisher confirm follows its
+message's settlement handle (warren.store.settlement: the group commit it joined, here). The
+AMQP session and the HTTP API both go through this object instead of reaching into the
+definitions file and the persister.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from ..store.persister import HOLD_MIN, Ticket
 if TYPE_CHECKING:
     from ..amqp.message import Message
     from .broker import Broker
-    from ..store.interface import SyncWaiter
 
 
 class Durability:
@@ -32,23 +32,6 @@ class Durability:
         if persister is not None:
             persister.flush()
 
-    def status(self, batch: int | Ticket) -> bool | None:
-        """Whether a store batch is safely on disk: True, False (its write or fsync failed, or
-        a queue refused the message - ops.REJECTED: nack), or None (not yet). For a confirm
-        Ticket (records held back): whether every copy is settled or safely on disk."""
-        if not isinstance(batch, int):
-            persister = self.broker.persister
-            assert persister is not None  # (only a persister holds)
-            return batch.status(persister)
-        if batch < 0:
-            return False
-        persister = self.broker.persister
-        if persister is None or not batch:
-            return True
-        if persister.synced < batch:
-            return None
-        return batch not in persister.failed
-
     def ticket(self, message: Message) -> Ticket | None:
         """A confirm Ticket for a publish whose queues may hold its records back until they
         are acked (a big persistent body: warren.store.persister); None: they write it at once.
@@ -58,13 +41,7 @@ class Durability:
         persister = self.broker.persister
         if persister is None or not persister.holding:
             return None
-        return Ticket()
-
-    def wait(self, waiter: SyncWaiter) -> None:
-        """Call waiter.store_synced() after the next fsync finishes."""
-        persister = self.broker.persister
-        if persister is not None:
-            persister.wait_for(waiter)
+        return Ticket(persister)
 
     def sync_now(self) -> bool:
         """Write and fsync everything now (tx.commit). True if all of it is safe."""

@@ -1,43 +1,47 @@
-"""The operations layer: declare, bind, delete, purge and publish for every way in.
+"""The operations layer: declare, bind, delete, purge, publish, consume, cancel, get and
+settle for every way in.
 
-The AMQP channel, the management HTTP API and internal publishers (dead-lettering next) all
-call these functions, so the rules - permissions, the `amq.` prefix, the default-exchange
-rule, AE and DLX argument checks, exclusivity, routing - exist once, in RabbitMQ's order
-(as its management API declares through the channel's code path, rabbit_mgmt_wm_queue.erl).
-Each function raises an AMQPError with RabbitMQ's code and text, or returns a result that
-the caller turns into its own reply (a method frame, an HTTP status).
+The AMQP channel, the management HTTP API, shovels, the health checks and internal
+publishers (dead-lettering) all call these functions, so the rules - permissions, the `amq.`
+prefix, the default-exchange rule, AE and DLX argument checks, exclusivity, the consume
+arguments, routing, auto-delete on the last consumer's departure - exist once, in RabbitMQ's
+order (as its management API declares through the channel's code path,
+rabbit_mgmt_wm_queue.erl). Each function raises an AMQPError with RabbitMQ's code and text,
+or returns a result that the caller turns into its own reply (a method frame, an HTTP status).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Container
 
 from ..amqp.body import Body
 from ..amqp.codec import table_type_name
 from ..amqp.message import Message
 from ..amqp.properties import FLAG_EXPIRATION, FLAG_HEADERS, FLAG_USER_ID
-from .errors import access_refused, command_invalid, not_found, precondition_failed, rs
+from .consumer import Consumer, check_consume_arguments
+from .errors import access_refused, command_invalid, not_allowed, not_found, precondition_failed, rs
 from .exchanges import TYPES
 from .limits import check_queue as check_queue_limit
 from . import missing_exchange
 from .publish_checks import check_properties
-from .queue_arguments import check_server_named
+from . import queues
+from .queues import CONSUMER_ARGUMENTS, check_server_named
 from .names import server_named
 from . import stream_offsets_request
 from .sender_selected import route_sender_selected
+from ..store.settlement import REJECTED, SETTLED, Settlement, later
 
 if TYPE_CHECKING:
     from ..store.persister import Ticket
     from .auth import User
     from .broker import Broker
+    from ..store.queued_message import QueuedMessage
+    from .consumer import Gate
     from .exchanges.base import Exchange
-    from .queues.classic import ClassicQueue
+    from .ports import DeliverySink
+    from .queues.base import Queue
     from .vhost import VHost
-
-# What a queue's publish() (and enqueue()) returns for a message a queue refused (x-overflow
-# reject-publish): the publisher gets basic.nack.
-REJECTED = -1
 
 # Properties a publish is refused for when they are wrong (checked only if present).
 _CHECKED_PROPS = FLAG_USER_ID | FLAG_EXPIRATION
@@ -70,7 +74,7 @@ class Actor:
             self.broker.check_topic(self.user.name, self.vhost.name, what, x.name, routing_key)
 
 
-def _check_exclusive(actor: Actor, queue: ClassicQueue) -> None:
+def _check_exclusive(actor: Actor, queue: Queue) -> None:
     actor.vhost.check_exclusive(queue, actor.connection)
 
 
@@ -151,7 +155,7 @@ def unbind(actor: Actor, source: str, dest_kind: str, destination: str, routing_
 
 # --------------------------------------------------------------------- queues
 def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool = False, exclusive: bool = False,
-                  auto_delete: bool = False, arguments: dict | None = None) -> tuple[ClassicQueue, bool]:
+                  auto_delete: bool = False, arguments: dict | None = None) -> tuple[Queue, bool]:
     """queue.declare: (queue, created). An empty name gets a server-named queue."""
     vhost = actor.vhost
     if passive:
@@ -162,7 +166,7 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
     args = arguments or {}
     default_type = vhost.default_queue_type
     if default_type is not None and "x-queue-type" not in args and (
-            default_type == "classic" or (durable and not exclusive and not auto_delete)):
+            not queues.TYPES[default_type].CAPABILITIES.durable_only or (durable and not exclusive and not auto_delete)):
         # RabbitMQ's augment_declare_args: the vhost's default type, where it is compatible.
         args = {**args, "x-queue-type": default_type}
     if name == "":
@@ -203,7 +207,7 @@ def delete_queue(actor: Actor, name: str, if_unused: bool = False, if_empty: boo
     return vhost.delete_queue(q)
 
 
-def readable_queue(actor: Actor, name: str) -> ClassicQueue:
+def readable_queue(actor: Actor, name: str) -> Queue:
     """The queue for basic.consume, basic.get and purge: read permission first (a missing
     queue is a 403 too), then the lookup, then exclusivity."""
     actor.check("read", "queue", name)
@@ -215,6 +219,63 @@ def readable_queue(actor: Actor, name: str) -> ClassicQueue:
 def purge_queue(actor: Actor, name: str) -> int:
     """queue.purge: the number of ready messages dropped."""
     return readable_queue(actor, name).purge()
+
+
+# ------------------------------------------------------------------ consumers
+def consume(actor: Actor, queue_name: str, tag: str, no_ack: bool, exclusive: bool, arguments: dict | None,
+            prefetch: int, global_prefetch: int, sink: DeliverySink, gate: Gate, prefix: bytes = b"",
+            tags_in_use: Container[str] = ()) -> Consumer:
+    """basic.consume: a new consumer of the queue, in RabbitMQ's order of checks (read
+    permission, the queue, exclusivity; the tag; the arguments; what the queue type
+    refuses; an exclusive consumer). The caller answers consume-ok, then lets the queue
+    deliver (consumer.queue.deliver_ready()). `prefetch` is the consumer's own limit,
+    `global_prefetch` its channel's (basic.qos global), `sink` where its messages go and
+    `gate` whether its connection may be sent to now."""
+    q = readable_queue(actor, queue_name)
+    if tag in tags_in_use:
+        raise not_allowed(f"attempt to reuse consumer tag '{tag}'")
+    caps = q.CAPABILITIES
+    check_consume_arguments(arguments, q.describe(), caps.consumer_arguments, CONSUMER_ARGUMENTS, caps.module)
+    q.check_consume(no_ack, prefetch, global_prefetch, arguments)
+    if q.consumers.exclusive_refused(exclusive):
+        raise access_refused(f"{q.describe()} in exclusive use")
+    consumer = Consumer(tag, sink, q, no_ack, exclusive, arguments, prefetch, prefix, gate)
+    q.add_consumer(consumer)
+    return consumer
+
+
+def cancel(consumer: Consumer) -> None:
+    """basic.cancel, or its consumer's channel closing: the queue forgets it, and an
+    auto-delete queue whose last consumer this was is deleted (RabbitMQ's rule, for every
+    way in). The caller lets the queue deliver again once what the consumer held is back
+    (a single active consumer's successor takes over)."""
+    q = consumer.queue
+    q.remove_consumer(consumer)
+    if q.unused_auto_delete and not q.deleted:
+        q.vhost.delete_queue(q)
+
+
+def get(actor: Actor, queue_name: str, no_ack: bool) -> tuple[Queue, QueuedMessage | None]:
+    """basic.get: the queue and its next ready message (None: empty), handed out (settled
+    at once with `no_ack`, else waiting for settle())."""
+    q = readable_queue(actor, queue_name)
+    qm = q.get()
+    if qm is not None:
+        q.delivered(qm, no_ack, True)
+    return q, qm
+
+
+def settle(qm: QueuedMessage, queue: Queue, consumer: Consumer | None, ack: bool, requeue: bool = False,
+           closed: bool = False) -> None:
+    """basic.ack, or basic.reject/nack (`requeue`; `closed`: given back by its closing channel),
+    of one delivery (`consumer` None: a basic.get). The caller then lets the queues that got
+    something back deliver again (queue.deliver_ready(), once per queue)."""
+    if consumer is not None:
+        consumer.unacked -= 1
+    if ack:
+        queue.ack(qm)
+    else:
+        queue.reject(qm, requeue, closed)
 
 
 # -------------------------------------------------------------------- publish
@@ -274,19 +335,36 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
     return message, queues
 
 
-def enqueue(message: Message, queues: list, refusals: bool = True, ticket: Ticket | None = None) -> int:
-    """Hand a routed message to its queues. Returns the store batch whose fsync a confirm of
-    it must wait for (0: none), or, with `refusals`, REJECTED if a queue refused it
-    (x-overflow reject-publish: the confirm is a basic.nack, whatever the other queues did).
-    Without `refusals` (a dead letter: at most once where refused) the batch is returned
-    whatever a queue refused. With a confirm `ticket` (a channel's big persistent publish),
-    queues may hold their records back: the ticket tracks those (warren.store.persister)."""
-    batch = 0
+def publish(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes, header: bytes, body: Body,
+            may_hold: bool = False) -> tuple[Message, list, Settlement]:
+    """basic.publish: route() and enqueue(): (message, the queues it went to, what a confirm
+    of it waits for). With `may_hold` (a channel's publish) queues may hold a big persistent
+    body's records back while their consumers may ack it first (warren.store.persister)."""
+    message, queues = route(actor, exchange_name, routing_key, route_bytes, header, body)
+    if not queues:
+        return message, queues, SETTLED
+    ticket = actor.broker.durability.ticket(message) if may_hold else None
+    return message, queues, enqueue(message, queues, True, ticket)
+
+
+def enqueue(message: Message, queues: list, refusals: bool = True, ticket: Ticket | None = None) -> Settlement:
+    """Hand a routed message to its queues. Returns the settlement handle a confirm of it
+    waits on (warren.store.settlement: SETTLED when nothing needs to happen first), or, with
+    `refusals`, REJECTED if a queue refused it (x-overflow reject-publish: the confirm is a
+    basic.nack, whatever the other queues did). Without `refusals` (a dead letter: at most
+    once where refused) what the other queues need is returned whatever a queue refused.
+    With a confirm `ticket` (a channel's big persistent publish), queues may hold their
+    records back: the ticket, covering every copy, is then the handle."""
+    settlement: Settlement = SETTLED
     rejected = False
     for q in queues:
-        b = q.publish(message, ticket)
-        if b > batch:
-            batch = b
-        elif b < 0:
+        s = q.publish(message, ticket)
+        if s is REJECTED:
             rejected = True
-    return REJECTED if rejected and refusals else batch
+        elif s is not SETTLED:
+            settlement = later(settlement, s)
+    if rejected and refusals:
+        return REJECTED
+    if ticket is not None:
+        return ticket.covering(settlement)
+    return settlement

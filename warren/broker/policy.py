@@ -337,7 +337,7 @@ def apply_to_exchange(vhost, exchange) -> None:
 
 
 def apply_to_queue(vhost, queue) -> None:
-    keys = queue.POLICY_KEYS
+    keys = queue.CAPABILITIES.policy_keys
     queue.policy = best(vhost.policies, "queue", queue.name, keys) if vhost.policies else None
     queue.operator_policy = (best(vhost.operator_policies, "queue", queue.name, keys)
                              if vhost.operator_policies else None)

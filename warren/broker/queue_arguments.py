@@ -1,7 +1,8 @@
 """A queue's x-arguments: RabbitMQ's checks when a queue is declared, and its comparison when
-one is redeclared. Kept apart from the queue classes: every queue type shares them."""
+one is redeclared. The checks and lists are each queue type's (its Capabilities name them);
+kept apart from the queue classes, which share the functions."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 from ..amqp.codec import table_type_class, table_type_name
@@ -47,9 +48,6 @@ NOT_STREAM_ARGS = frozenset({"x-expires", "x-message-ttl", "x-dead-letter-exchan
                              "x-single-active-consumer", "x-queue-master-locator", "x-max-in-memory-length",
                              "x-max-in-memory-bytes", "x-delivery-limit", "x-dead-letter-strategy",
                              "x-quorum-initial-group-size"})
-
-# x-queue-type values (queue_factory.QUEUE_TYPES).
-_QUEUE_TYPES = ("classic", "quorum", "stream")
 
 # A check returns None, or the Erlang term RabbitMQ prints for a bad value.
 Check = Callable[[Any, dict[str, Any]], str | None]
@@ -148,8 +146,8 @@ def _check_group_size(value: Any, args: dict[str, Any]) -> str | None:
     return err
 
 
-# RabbitMQ's declare_args(): each present argument is checked in this order.
-_CHECKS: tuple[tuple[str, Check], ...] = (
+# A classic queue's checks: RabbitMQ's declare_args(), each present argument in this order.
+CLASSIC_CHECKS: tuple[tuple[str, Check], ...] = (
     ("x-expires", _check_expires),
     ("x-message-ttl", lambda v, a: _expiry_arg(v)),
     ("x-dead-letter-exchange", lambda v, a: _str_arg(v)),
@@ -166,7 +164,7 @@ _CHECKS: tuple[tuple[str, Check], ...] = (
 
 # A quorum queue's checks: RabbitMQ's declare_args() order, those of its queue type only
 # (x-delivery-limit has none in 3.10: any value is taken, and only an integer limits).
-_QUORUM_CHECKS: tuple[tuple[str, Check], ...] = (
+QUORUM_CHECKS: tuple[tuple[str, Check], ...] = (
     ("x-expires", _check_expires),
     ("x-message-ttl", lambda v, a: _expiry_arg(v)),
     ("x-dead-letter-exchange", lambda v, a: _str_arg(v)),
@@ -194,7 +192,7 @@ def _check_max_age(value: Any, args: dict[str, Any]) -> str | None:
 
 
 # A stream's checks, in RabbitMQ's declare_args() order, those of its queue type only.
-_STREAM_CHECKS: tuple[tuple[str, Check], ...] = (
+STREAM_CHECKS: tuple[tuple[str, Check], ...] = (
     ("x-max-length-bytes", lambda v, a: _non_neg_int_arg(v)),
     ("x-max-age", _check_max_age),
     ("x-stream-max-segment-size-bytes", lambda v, a: _non_neg_int_arg(v)),
@@ -204,28 +202,24 @@ _STREAM_CHECKS: tuple[tuple[str, Check], ...] = (
 )
 
 
-def validate_arguments(args: dict[str, Any] | None, what: str) -> None:
-    """Check a new queue's arguments as RabbitMQ 3.10 does; unknown x- arguments are ignored."""
+def check_queue_type(args: dict[str, Any], what: str, known: Container[str]) -> None:
+    """x-queue-type, if given, names one of the `known` types (RabbitMQ's texts)."""
+    qtype = args.get("x-queue-type")
+    if qtype is None:
+        return
+    err = _str_arg(qtype)
+    if err is None and qtype not in known:
+        err = f"\"unsupported queue type '{erl_s(qtype)}'\""
+    if err:
+        raise precondition_failed(f"invalid arg 'x-queue-type' for {what}: {err}")
+
+
+def validate_arguments(args: dict[str, Any] | None, what: str, checks: tuple[tuple[str, Check], ...],
+                       refused: frozenset[str], type_module: str) -> None:
+    """Check a new queue's arguments as RabbitMQ 3.10 does: its type's checks in RabbitMQ's
+    order, then the other types' arguments (refused); unknown x- arguments are ignored."""
     if not args:
         return
-    qtype = args.get("x-queue-type")
-    if qtype is not None:
-        err = _str_arg(qtype)
-        if err is None and qtype not in _QUEUE_TYPES:
-            err = f"\"unsupported queue type '{erl_s(qtype)}'\""
-        if err:
-            raise precondition_failed(f"invalid arg 'x-queue-type' for {what}: {err}")
-    if qtype == "quorum":
-        _run_checks(args, what, _QUORUM_CHECKS, NOT_QUORUM_ARGS, "rabbit_quorum_queue")
-    elif qtype == "stream":
-        _run_checks(args, what, _STREAM_CHECKS, NOT_STREAM_ARGS, "rabbit_stream_queue")
-    else:
-        _run_checks(args, what, _CHECKS, NOT_CLASSIC_ARGS, "rabbit_classic_queue")
-
-
-def _run_checks(args: dict[str, Any], what: str, checks: tuple[tuple[str, Check], ...], refused: frozenset[str],
-                type_module: str) -> None:
-    """A queue type's argument checks in RabbitMQ's order, then the other types' arguments."""
     for key, check in checks:
         if key in args:
             err = check(args[key], args)
@@ -237,10 +231,9 @@ def _run_checks(args: dict[str, Any], what: str, checks: tuple[tuple[str, Check]
 
 
 def check_durable_only(what: str, durable: bool, exclusive: bool, auto_delete: bool) -> None:
-    """A quorum queue or a stream is durable, neither exclusive nor auto-delete: RabbitMQ's
-    checks, in its order (rabbit_quorum_queue:declare, rabbit_stream_queue:declare), after the
-    arguments'. (An exclusive declare is also non-durable there: the exclusive refusal comes
-    first.)"""
+    """A queue type that is durable only (a quorum queue, a stream): RabbitMQ's checks, in its
+    order (rabbit_quorum_queue:declare, rabbit_stream_queue:declare), after the arguments'.
+    (An exclusive declare is also non-durable there: the exclusive refusal comes first.)"""
     if auto_delete:
         raise precondition_failed(f"invalid property 'auto-delete' for {what}")
     if exclusive:
@@ -258,13 +251,6 @@ def check_segment_size(args: dict[str, Any]) -> None:
     size = args.get("x-stream-max-segment-size-bytes")
     if isinstance(size, int) and size > MAX_SEGMENT_SIZE:
         raise precondition_failed("Exceeded max value for x-stream-max-segment-size-bytes")
-
-
-def check_server_named(args: dict[str, Any] | None) -> None:
-    """queue.declare with an empty name: only classic queues may be server-named."""
-    qtype = (args or {}).get("x-queue-type")
-    if qtype in ("quorum", "stream"):
-        raise precondition_failed(f"Cannot declare a server-named queue for type rabbit_{qtype}_queue")
 
 
 def check_equivalent_arguments(what: str, received: dict[str, Any] | None, current: dict[str, Any],

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .ports import Scheduler, Timer
-    from .queues.classic import ClassicQueue
+    from .queues.base import Queue
 
 # Ready body bytes at which a queue with consumers presses its publishers, and at which it
 # lets them go. Measured with bench scenario 11 (64 KiB and 1 MiB bodies): 16/4 MiB beat
@@ -55,7 +55,7 @@ class QueueFlow:
     __slots__ = ("pressed",)
 
     def __init__(self) -> None:
-        self.pressed: set[ClassicQueue] = set()
+        self.pressed: set[Queue] = set()
 
 
 class QueueCredit:
@@ -63,7 +63,7 @@ class QueueCredit:
 
     __slots__ = ("queue", "held", "_timer", "_taken", "_stalled")
 
-    def __init__(self, queue: ClassicQueue):
+    def __init__(self, queue: Queue):
         self.queue = queue
         self.held: dict[HeldPublisher, None] = {}  # a set, in order
         self._timer: Timer | None = None
@@ -116,12 +116,12 @@ class QueueCredit:
             self.release()
             return
         self._taken = taken
-        scheduler = queue.vhost.broker.scheduler
+        scheduler = queue.vhost.scheduler
         if scheduler is not None:
             self._timer = scheduler.call_later(CHECK_INTERVAL, self._check)
 
 
-def _taken(queue: ClassicQueue) -> int:
+def _taken(queue: Queue) -> int:
     """How many messages have left the queue's ready list for consumers or basic.get."""
     stats = queue.stats
     return stats["deliver"] + stats["deliver_no_ack"] + stats["get"] + stats["get_no_ack"]

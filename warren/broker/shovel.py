@@ -46,9 +46,10 @@ from ..amqp.erlang import erl_json, erl_list, erl_string, erl_tuple
 from ..amqp.properties import FLAG_HEADERS
 from . import ops
 from .auth import User
-from .consumer import Consumer, check_consume_arguments
-from .errors import AMQPError, access_refused
+from .consumer import Consumer
+from .errors import AMQPError
 from .names import server_named
+from ..store.settlement import Settlement
 
 if TYPE_CHECKING:
     from ..store.queued_message import QueuedMessage
@@ -498,7 +499,7 @@ class Shovel:
         self.dest_actor: ops.Actor | None = None
         self.pending: list[QueuedMessage] = []  # delivered, to forward on the next tick
         # on-confirm: (store batch, message, its queue, its consumer) published, not yet acked.
-        self.inflight: deque[tuple[int, QueuedMessage, Any, Consumer | None]] = deque()
+        self.inflight: deque[tuple[Settlement, QueuedMessage, Any, Consumer | None]] = deque()
         self.remaining: int | None = None          # counts down to the autodelete (None: never)
         self.remaining_unacked: int | None = None  # deliveries still to take
         self.window = config.prefetch or DEFAULT_PREFETCH
@@ -561,6 +562,7 @@ class Shovel:
             queue, _ = ops.declare_queue(src, "", exclusive=True)
             self.exclusive_queue = queue
             ops.bind(src, c.src_exchange, "queue", queue.name, c.src_exchange_key, {})
+        queue_name = queue.name
         if c.delete_after == "queue-length":
             # What a passive declare says now, as RabbitMQ asks (the exchange's new queue: 0).
             self.remaining = queue.declare_ok_counts()[0]
@@ -571,17 +573,12 @@ class Shovel:
             self._autodelete()
             return
         no_ack = c.ack_mode == "no-ack"
-        args = c.src_consumer_args
-        check_consume_arguments(args, queue.describe(), queue.queue_type)
         prefetch = 0 if no_ack else self.window
-        queue.check_consume(no_ack, prefetch, 0, args)
-        if queue.consumers.exclusive_refused(False):
-            raise access_refused(f"{queue.describe()} in exclusive use")
-        self.queue = queue
-        self.consumer = Consumer(server_named("amq.ctag-"), self, queue, no_ack, False, args, prefetch, b"", self)
+        consumer = ops.consume(src, queue_name, server_named("amq.ctag-"), no_ack, False, c.src_consumer_args,
+                               prefetch, 0, self, self)
+        self.queue, self.consumer = consumer.queue, consumer
         self.active = True
         self.state, self.reason, self.timestamp = "running", None, _local_time()
-        queue.add_consumer(self.consumer)
         log.info("Shovel %s is running: from %s to %s", self.describe(), self._source_text(), self._dest_text())
         queue.deliver_ready()
 
@@ -630,15 +627,15 @@ class Shovel:
         consumer, queue = self.consumer, self.queue
         self.consumer = None
         if consumer is not None and queue is not None:
-            queue.remove_consumer(consumer)
+            if queue is self.exclusive_queue:
+                queue.remove_consumer(consumer)  # (deleted below, whatever its auto-delete)
+            else:
+                ops.cancel(consumer)
         pending, self.pending = self.pending, []
         for qm in pending:
             self._settle(qm, queue, consumer, ack=False)
         if queue is not None and not queue.deleted and queue is not self.exclusive_queue:
-            if queue.unused_auto_delete:
-                queue.vhost.delete_queue(queue)
-            else:
-                queue.deliver_ready()  # (the messages given back may go to other consumers)
+            queue.deliver_ready()  # (the messages given back may go to other consumers)
         own = self.exclusive_queue  # (RabbitMQ's goes with the shovel's connection)
         self.exclusive_queue = None
         if own is not None and not own.deleted:
@@ -742,11 +739,11 @@ class Shovel:
         try:
             while n < len(pending) and self.active:
                 qm = pending[n]
-                batch = self._forward(qm)
+                settlement = self._forward(qm)
                 n += 1
                 self.forwarded += 1
                 if mode == "on-confirm":
-                    self.inflight.append((batch, qm, queue, consumer))
+                    self.inflight.append((settlement, qm, queue, consumer))
                 else:
                     if mode == "on-publish":
                         self._settle(qm, queue, consumer, ack=True)
@@ -766,9 +763,9 @@ class Shovel:
             self._reopen()
         self.broker.durability.flush()
 
-    def _forward(self, qm: QueuedMessage) -> int:
-        """Publish one message to the destination through the operations layer; the store
-        batch a confirm of it waits for (0: none, ops.REJECTED: refused)."""
+    def _forward(self, qm: QueuedMessage) -> Settlement:
+        """Publish one message to the destination through the operations layer; what a
+        confirm of it waits for (warren.store.settlement; REJECTED: refused)."""
         c = self.config
         message = qm.message
         exchange = message.exchange if c.dest_exchange is None else c.dest_exchange
@@ -786,10 +783,8 @@ class Shovel:
             header = self._header(header)
         assert self.dest_actor is not None
         ops.check_message_size(self.broker, len(message.body))
-        new, queues = ops.route(self.dest_actor, exchange, routing_key, route, header, message.body)
-        if not queues:
-            return 0  # unroutable: dropped, and confirmed, as RabbitMQ's publisher confirm says
-        return ops.enqueue(new, queues)
+        # (unroutable: dropped, and confirmed, as RabbitMQ's publisher confirm says)
+        return ops.publish(self.dest_actor, exchange, routing_key, route, header, message.body)[2]
 
     def _header(self, header: bytes) -> bytes:
         """dest-publish-properties, dest-add-forward-headers and dest-add-timestamp-header
@@ -852,14 +847,11 @@ class Shovel:
         """Ack the source's copy, or give it back (requeue). No-ack deliveries are settled."""
         if consumer is None or consumer.no_ack:
             return
-        consumer.unacked -= 1
         self.unacked_count -= 1
         if queue is None:
+            consumer.unacked -= 1
             return  # the queue was deleted
-        if ack:
-            queue.ack(qm)
-        else:
-            queue.reject(qm, True)
+        ops.settle(qm, queue, consumer, ack, requeue=True)
 
     def store_synced(self) -> None:
         """SyncWaiter: an fsync finished; the confirms it brings ack the sources' copies."""
@@ -868,13 +860,12 @@ class Shovel:
         self._schedule_tick()  # (the acks' marks are written by the tick's flush)
 
     def _check_inflight(self) -> None:
-        status = self.broker.durability.status
         inflight = self.inflight
         done = 0
         refused = False
         while inflight:
-            batch, qm, queue, consumer = inflight[0]
-            safe = status(batch)
+            settlement, qm, queue, consumer = inflight[0]
+            safe = settlement.status()
             if safe is None:
                 break
             inflight.popleft()
@@ -885,7 +876,7 @@ class Shovel:
             done += 1
         if inflight and not self._waiting_sync:
             self._waiting_sync = True
-            self.broker.durability.wait(self)
+            inflight[0][0].notify(self)
         if not self.active:
             return
         if done and self._decr_remaining(done):

@@ -70,7 +70,7 @@ def answer(actor: Actor, vhost: VHost, stream: str, request: Message,
 def _offsets(queue: Any, consumer_name: Any) -> dict[str, Any]:
     if queue.queue_type != "stream":
         raise precondition_failed(f"{queue.describe()} is not a stream")
-    o = queue.offsets()
+    o = queue.info()["stream"]
     figures: dict[str, Any] = {
         "x-stream-first-offset": o["first_offset"], "x-stream-next-offset": o["next_offset"],
         "x-stream-messages": o["next_offset"] - o["first_offset"], "x-stream-bytes": o["bytes"],

@@ -6,11 +6,14 @@ from typing import TYPE_CHECKING, Callable
 from .errors import access_refused, not_found, precondition_failed, resource_locked, rs
 from .exchanges import TYPES, Binding, DefaultExchange, Exchange
 from .policy import apply_to_exchange, apply_to_queue
-from .queue_arguments import validate_arguments
-from .queue_factory import make_queue
+from . import dead_letter
+from .queues import checked_type
 
 if TYPE_CHECKING:
-    from .queues import ClassicQueue
+    from ..amqp.message import Message
+    from ..store.settlement import Settlement
+    from .ports import Scheduler
+    from .queues.base import Queue
 
 log = logging.getLogger("warren.routing")
 
@@ -115,9 +118,10 @@ class VHost:
             self.check_exclusive(existing, exclusive_owner, strict=True)
             existing.check_equivalent(durable, auto_delete, arguments)
             return existing, False
-        validate_arguments(arguments, rs("queue", name, self.name))
-        store = self.broker.make_store(self.name, name, durable, arguments) if self.broker is not None else None
-        q = make_queue(self, name, durable, exclusive_owner, auto_delete, arguments, store)
+        queue_type = checked_type(self.name, name, durable, exclusive_owner is not None, auto_delete, arguments)
+        persister = self.broker.persister if self.broker is not None else None
+        store = queue_type.make_store(persister, self.name, name, durable, arguments or {})
+        q = queue_type(self, name, durable, exclusive_owner, auto_delete, arguments, store)
         self.queues[name] = q
         if self.policies or self.operator_policies:
             apply_to_queue(self, q)
@@ -139,7 +143,7 @@ class VHost:
             "declared on another connection or the exclusive property value does not match that "
             "of the original declaration.")
 
-    def delete_queue(self, queue: "ClassicQueue") -> int:
+    def delete_queue(self, queue: "Queue") -> int:
         """Remove a queue; its consumers are cancelled. Returns the ready count it had."""
         if self.queues.get(queue.name) is not queue:
             return 0
@@ -159,6 +163,18 @@ class VHost:
             consumer.channel.consumer_cancelled(consumer)
         queue.consumers.clear()
         return count
+
+    # the queues' host (warren.broker.queues.host.QueueHost) ----------------------
+    @property
+    def scheduler(self) -> "Scheduler | None":
+        return self.broker.scheduler if self.broker is not None else None
+
+    def dead_letter(self, queue: "Queue", message: "Message", reason: str) -> "Settlement | None":
+        return dead_letter.publish(self, queue, message, reason)
+
+    def pressed(self, queue: "Queue") -> None:
+        if self.broker is not None:
+            self.broker.queue_flow.pressed.add(queue)
 
     def _definitions_changed(self, kind=None, key=None, binding=None) -> None:
         if self.broker is not None:

@@ -5,8 +5,8 @@ Nothing here runs on the message path: a scrape reads the counters the model kee
 (warren.broker.stats: per queue, exchange and channel, the node's events, and what deleted
 queues and exchanges and closed channels and connections had counted) and the figures the
 management API shows (memory and disk from the server's monitors, alarms). Every metric is
-a real reading: a number Warren does not have is left out (README, "Prometheus metrics"),
-never given as a constant.
+a real reading: a number Warren does not have is left out (docs/prometheus.md, "What Warren
+leaves out"), never given as a constant.
 
 Two endpoints, as the plugin's two registries:
 
@@ -44,6 +44,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 
 from .. import __version__
+from ..broker import queues
 from ..broker.alarms import DISK, MEMORY
 from ..broker.parameters import permanent_cluster_id
 from ..broker.records import ChannelInfo
@@ -56,8 +57,7 @@ from .node_resources import data_dir, max_fds, max_tcp_sockets, mem_used, open_f
 PROTOCOL = "amqp091"
 AMQP = {"protocol": PROTOCOL}
 # Warren's queue types as RabbitMQ's queue_type label names them, in its order.
-QUEUE_TYPES = (("classic", "rabbit_classic_queue"), ("quorum", "rabbit_quorum_queue"),
-               ("stream", "rabbit_stream_queue"))
+QUEUE_TYPES = tuple((name, t.CAPABILITIES.module) for name, t in queues.TYPES.items())
 
 _KINDS = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily, "untyped": UnknownMetricFamily}
 
@@ -146,7 +146,7 @@ def queue_rows(broker, queues: list, per_object: bool) -> list[tuple[dict[str, s
         unacked = queue.unacked_count
         ready_bytes = store.ready_bytes
         held_bytes = unacked_bytes.get(queue, 0) if unacked_bytes else 0
-        total = ready if queue.queue_type == "stream" else ready + unacked
+        total = ready + unacked if queue.CAPABILITIES.counts_unacked else ready
         if per_object:
             rows.append(({"vhost": queue.vhost.name, "queue": queue.name},
                          (ready, unacked, total, queue.consumer_count, ready_bytes + held_bytes, ready_bytes,

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..broker.broker import Broker
     from ..broker.consumer import Consumer
     from ..broker.exchanges.base import Binding, Exchange
-    from ..broker.queues.classic import ClassicQueue
+    from ..broker.queues.base import Queue
     from ..broker.records import (
         ChannelHandle, ChannelInfo, ConnectionHandle, ConnectionInfo, ConnectionLink, TLSSession,
     )
@@ -43,7 +43,7 @@ def binding_of(b: Binding) -> dict[str, Any]:
                         b.routing_key, b.arguments)
 
 
-def default_binding(queue: ClassicQueue) -> dict[str, Any]:
+def default_binding(queue: Queue) -> dict[str, Any]:
     """The implicit binding of every queue to the default exchange (RabbitMQ lists it)."""
     return binding_json(queue.vhost.name, "", queue.name, "queue", queue.name, {})
 
@@ -54,14 +54,14 @@ def _binding_sort_key(b: dict[str, Any]) -> tuple[str, ...]:
 
 
 def vhost_bindings(vhost: VHost, source: Exchange | None = None,
-                   destination: ClassicQueue | Exchange | None = None) -> list[dict[str, Any]]:
+                   destination: Queue | Exchange | None = None) -> list[dict[str, Any]]:
     """The bindings of a vhost (optionally from one source / to one destination), the
     default exchange's implicit ones included, in RabbitMQ's order."""
     out = []
     if source is None or source.is_default:
         if destination is not None:
             if destination.kind == "queue":
-                out.append(default_binding(cast("ClassicQueue", destination)))
+                out.append(default_binding(cast("Queue", destination)))
         else:
             out.extend(default_binding(q) for q in sorted(vhost.queues.values(), key=lambda q: q.name))
     if destination is not None:  # through the vhost's index by destination, not a scan
@@ -85,8 +85,7 @@ def exchange_json(x: Exchange) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------- queues
-def queue_json(q: ClassicQueue, unacked_bytes: int | None = None, details: bool = False) -> dict[str, Any]:
-    broker = q.vhost.broker
+def queue_json(broker: Broker, q: Queue, unacked_bytes: int | None = None, details: bool = False) -> dict[str, Any]:
     op = q.operator_policy
     d = {"name": q.name, "vhost": q.vhost.name, "durable": q.durable, "auto_delete": q.auto_delete,
          "exclusive": q.exclusive, "arguments": table_json(q.arguments), "type": q.queue_type,
@@ -95,20 +94,18 @@ def queue_json(q: ClassicQueue, unacked_bytes: int | None = None, details: bool 
          "operator_policy": op.name if op is not None else None,
          "effective_policy_definition": effective_definition(q.policy, op),
          "single_active_consumer_tag": q.consumers.active.tag if q.consumers.active is not None else None}
-    if q.queue_type != "classic":  # one node: the only member (a stream's JSON has no leader)
+    caps = q.CAPABILITIES
+    if caps.members:  # one node: the only member (a stream's JSON has no leader)
         d.update({"members": [d["node"]], "online": [d["node"]]})
-        if q.queue_type == "quorum":
+        if caps.leader:
             d["leader"] = d["node"]
-    if q.queue_type == "stream":
-        # Warren's: first/last/next offsets, the oldest chunk's time, and the named consumers'
-        # offsets and lag (queues/stream.py).
-        d["stream"] = q.offsets()  # type: ignore[attr-defined]
+    d.update(q.info())  # what the type adds (a stream's offsets)
     ready, unacked = len(q.store), q.unacked_count
     d.update({"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
               "message_bytes": q.store.ready_bytes, "message_bytes_ready": q.store.ready_bytes,
               "consumers": q.consumer_count, "state": "running",
               "exclusive_consumer_tag": next((c.tag for c in q.consumers if c.exclusive), None)})
-    d.update(queue_stats(q, unacked_bytes))
+    d.update(queue_stats(broker, q, unacked_bytes))
     if q.owner is not None:
         internal = getattr(q.owner, "channel_details", None)  # a shovel's queue (warren.broker.shovel)
         d["owner_pid_details"] = ({k: v for k, v in internal().items() if k in ("peer_host", "peer_port")}
@@ -121,9 +118,9 @@ def queue_json(q: ClassicQueue, unacked_bytes: int | None = None, details: bool 
     return d
 
 
-def queues_json(broker: Broker, queues: list[ClassicQueue]) -> list[dict[str, Any]]:
+def queues_json(broker: Broker, queues: list[Queue]) -> list[dict[str, Any]]:
     unacked = unacked_bytes_by_queue(broker)
-    return [queue_json(q, unacked.get(q, 0)) for q in queues]
+    return [queue_json(broker, q, unacked.get(q, 0)) for q in queues]
 
 
 # ------------------------------------------------------ connections, channels
@@ -254,16 +251,5 @@ def consumer_json(consumer: Consumer) -> dict[str, Any]:
         "exclusive": consumer.exclusive,
         "prefetch_count": consumer.prefetch,
         "queue": {"name": consumer.queue.name, "vhost": consumer.queue.vhost.name},
-        **_stream_position(consumer),
+        **consumer.queue.consumer_info(consumer),  # what the type adds (a stream reader's position)
     }
-
-
-def _stream_position(consumer: Consumer) -> dict[str, Any]:
-    """Warren's: a stream consumer's next offset and how far behind the stream's end it is."""
-    queue = consumer.queue
-    if queue.queue_type != "stream":
-        return {}
-    offset = queue.reader_offset(consumer)
-    if offset is None:
-        return {}
-    return {"stream_offset": offset, "stream_lag": max(queue.log.committed - offset, 0)}

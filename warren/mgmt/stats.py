@@ -9,7 +9,7 @@ Every function here is cheap and safe to call from any handler.
 Functions for the object shapes (warren.mgmt.shapes) and the handlers (all return fresh
 dicts to merge into an object's JSON):
 
-- `queue_stats(queue, unacked_bytes=None) -> dict`
+- `queue_stats(broker, queue, unacked_bytes=None) -> dict`
     messages, messages_details{rate}, messages_ready, messages_ready_details,
     messages_unacknowledged, messages_unacknowledged_details, message_bytes,
     message_bytes_ready, message_bytes_unacknowledged, message_bytes_ram, messages_ram,
@@ -258,8 +258,7 @@ def unacked_bytes_by_queue(broker) -> dict:
     return result
 
 
-def queue_stats(queue, unacked_bytes=None) -> dict:
-    broker = queue.vhost.broker
+def queue_stats(broker, queue, unacked_bytes=None) -> dict:
     if unacked_bytes is None:
         unacked_bytes = unacked_bytes_by_queue(broker).get(queue, 0) if broker is not None else 0
     sampler = sampler_for(broker)
@@ -276,7 +275,7 @@ def queue_stats(queue, unacked_bytes=None) -> dict:
         message_stats[f + "_details"] = {"rate": round(rates.get(f, 0.0), 1)}
     _with_deliver_get(message_stats, rates)
     # A stream's entries stay in it while delivered: its count is every entry it holds.
-    total = ready if queue.queue_type == "stream" else ready + unacked
+    total = ready + unacked if queue.CAPABILITIES.counts_unacked else ready
     return {
         "messages": total,
         "messages_details": {"rate": round(rates.get("messages", 0.0), 1)},

@@ -17,14 +17,14 @@ from ..amqp.body import Body, BodyAssembly
 from ..amqp.frames import ack_frame, content_frames, deliver_frame, deliver_prefix, get_ok_frame, nack_frame
 from ..amqp.properties import header_fields, properties_error
 from ..broker import ops
-from ..broker.consumer import Consumer, check_consume_arguments
+from ..broker.consumer import Consumer
 from ..broker.errors import (
-    AMQPError, access_refused, channel_error, command_invalid, not_allowed, not_found, not_implemented,
+    AMQPError, channel_error, command_invalid, not_found, not_implemented,
     precondition_failed, unexpected_frame,
 )
 from ..broker.stats import RECEIVED_CONFIRM, new_channel_counters
 from ..broker.names import server_named
-from ..store.persister import Ticket
+from ..store.settlement import REJECTED, SETTLED, Settlement
 from . import connection_log, frame_errors, records
 from .ack_timeout import AckTimeout
 from .transaction import Transaction, TxPublish
@@ -44,7 +44,7 @@ _I = struct.Struct(">I")
 _CHANNEL_CLOSE, _CHANNEL_CLOSE_OK = (20 << 16) | 40, (20 << 16) | 41
 _CHANNEL_OPEN = (20 << 16) | 10
 _PUBLISH_IDS = (60, 40)
-_route, _enqueue = ops.route, ops.enqueue
+_route, _publish, _enqueue, _settle = ops.route, ops.publish, ops.enqueue, ops.settle
 
 
 class ChannelState(enum.IntEnum):
@@ -97,8 +97,8 @@ class Channel:
         self.confirm = False
         self.publish_seq = 0       # last publish sequence number handed out in confirm mode
         self.confirmed = 0         # last sequence number acked to the publisher
-        # (sequence number, store batch or confirm Ticket) not yet on disk
-        self.sync_waits: deque[tuple[int, int | Ticket]] = deque()
+        # (sequence number, settlement handle) of the publishes not yet settled (in order)
+        self.sync_waits: deque[tuple[int, Settlement]] = deque()
         self.tx: Transaction | None = None  # while in tx mode
         self.last_queue = ""       # for the empty-queue-name shortcut
         self.held_cancels: list[str] | None = None  # during our own queue.delete: see _queue_delete
@@ -367,39 +367,26 @@ class Channel:
         self.kick_queues()
 
     def _basic_consume(self, m) -> None:  # typed, so mypy checks a Channel is a DeliverySink
-        q = ops.readable_queue(self.actor, self._queue_name(m.queue))
         tag = m.consumer_tag or server_named("amq.ctag-")
-        if tag in self.consumers:
-            raise not_allowed(f"attempt to reuse consumer tag '{tag}'")
-        check_consume_arguments(m.arguments, q.describe(), q.queue_type)
-        q.check_consume(m.no_ack, self.prefetch, self.global_prefetch, m.arguments)
-        if q.consumers.exclusive_refused(m.exclusive):
-            raise access_refused(f"{q.describe()} in exclusive use")
-        consumer = Consumer(tag, self, q, m.no_ack, m.exclusive, m.arguments, self.prefetch,
-                            deliver_prefix(tag), self.conn.throttle)
+        consumer = ops.consume(self.actor, self._queue_name(m.queue), tag, m.no_ack, m.exclusive, m.arguments,
+                               self.prefetch, self.global_prefetch, self, self.conn.throttle, deliver_prefix(tag),
+                               self.consumers)
         self.consumers[tag] = consumer
-        q.add_consumer(consumer)
         if not m.nowait:
             self.send(spec.BasicConsumeOk(consumer_tag=tag))
         if not m.no_ack:
             self._watch_acks()
-        q.deliver_ready()
+        consumer.queue.deliver_ready()
 
     def _basic_cancel(self, m):
         consumer = self.consumers.pop(m.consumer_tag, None)
         if consumer is not None:
-            self._drop_consumer(consumer)
+            ops.cancel(consumer)
             # A single active consumer's successor may take over now (RabbitMQ 3.10.8 waits
             # for the next requeue, and its next publish crashes the queue).
             consumer.queue.deliver_ready()
         if not m.nowait:
             self.send(spec.BasicCancelOk(consumer_tag=m.consumer_tag))
-
-    def _drop_consumer(self, consumer: Consumer) -> None:
-        q = consumer.queue
-        q.remove_consumer(consumer)
-        if q.unused_auto_delete and not q.deleted:
-            q.vhost.delete_queue(q)
 
     def consumer_cancelled(self, consumer: Consumer) -> None:
         """The queue went away: tell clients that asked for consumer_cancel_notify."""
@@ -412,8 +399,7 @@ class Channel:
                 self.send(spec.BasicCancel(consumer_tag=consumer.tag, nowait=True))
 
     def _basic_get(self, m):
-        q = ops.readable_queue(self.actor, self._queue_name(m.queue))
-        qm = q.get()
+        q, qm = ops.get(self.actor, self._queue_name(m.queue), m.no_ack)
         if qm is None:
             self.stats["get_empty"] += 1
             self.send(spec.BasicGetEmpty(cluster_id=""))
@@ -430,7 +416,6 @@ class Channel:
             # Not counted against the channel's prefetch, as in RabbitMQ.
             self.unacked[tag] = (qm, q, None)
             self._watch_acks()  # but by consumer_timeout
-        q.delivered(qm, m.no_ack, True)
         self.stats["get_no_ack" if m.no_ack else "get"] += 1
         if qm.redelivered:
             self.stats["redeliver"] += 1
@@ -494,44 +479,30 @@ class Channel:
 
     def publish(self, exchange_name: str, routing_key: str, route: bytes, mandatory: bool, header: bytes,
                 body: Body) -> None:
-        message, queues = _route(self.actor, exchange_name, routing_key, route, header, body)
-        self.stats["publish"] += 1
         if self.tx is not None:
+            message, queues = _route(self.actor, exchange_name, routing_key, route, header, body)
+            self.stats["publish"] += 1
             self.tx.publish(queues, message, mandatory)
             return
-        batch = 0
-        ticket = None
-        if queues:
-            ticket = self.durability.ticket(message)
-            batch = _enqueue(message, queues, True, ticket)
-        elif mandatory:
-            self._return(message, NO_ROUTE, "NO_ROUTE")
-        else:
-            self.stats["drop_unroutable"] += 1
+        message, queues, settlement = _publish(self.actor, exchange_name, routing_key, route, header, body, True)
+        self.stats["publish"] += 1
+        if not queues:
+            if mandatory:
+                self._return(message, NO_ROUTE, "NO_ROUTE")
+            else:
+                self.stats["drop_unroutable"] += 1
         if self.confirm:
             self.publish_seq += 1
-            if ticket is not None and batch >= 0:
-                if ticket.pending:
-                    # Confirmed once every queue has settled its copy or fsynced it.
-                    if batch > 0 and batch not in ticket.batches:
-                        ticket.batches.append(batch)  # the copies written at once
-                    ticket.waiter = self
-                    self.sync_waits.append((self.publish_seq, ticket))
-                    self.durability.wait(self)
-                    return
-                if ticket.batches:
-                    # Copies held and written meanwhile: this publish, so the open batch.
-                    batch = max(batch, *ticket.batches)
-            if batch > 0:
-                # Persistent message in a durable queue: confirmed once its batch is on disk.
-                self.sync_waits.append((self.publish_seq, batch))
-                self.durability.wait(self)
-            elif batch:
-                # A queue refused it (ops.REJECTED): nacked in order with the acks around it.
-                self.sync_waits.append((self.publish_seq, batch))
+            if settlement is SETTLED:
+                self.conn.confirming.add(self)
+                return
+            # Confirmed (or nacked: REJECTED, a failed write) in order with the others, once
+            # settled: a persistent message in a durable queue once its batch is on disk.
+            self.sync_waits.append((self.publish_seq, settlement))
+            if settlement is REJECTED:
                 self.conn.confirming.add(self)
             else:
-                self.conn.confirming.add(self)
+                settlement.notify(self)
 
     def _return(self, message: Message, code: int, text: str) -> None:
         self.stats["return_unroutable"] += 1
@@ -550,9 +521,8 @@ class Channel:
         upto = self.publish_seq
         waits = self.sync_waits
         if waits:
-            status = self.durability.status
             while waits:
-                safe = status(waits[0][1])
+                safe = waits[0][1].status()
                 if safe is None:
                     break
                 seq, _batch = waits.popleft()
@@ -562,7 +532,7 @@ class Channel:
                     self.confirmed = seq
             if waits:
                 upto = waits[0][0] - 1
-                self.durability.wait(self)
+                waits[0][1].notify(self)
         self._send_ack(upto)
 
     def _send_ack(self, upto: int) -> None:
@@ -660,12 +630,8 @@ class Channel:
         queues = set()
         for _tag, (qm, queue, consumer) in taken:
             if consumer is not None:
-                consumer.unacked -= 1
                 self.unacked_count -= 1
-            if ack:
-                queue.ack(qm)
-            else:
-                queue.reject(qm, requeue, closed)
+            _settle(qm, queue, consumer, ack, requeue, closed)
             queues.add(queue)
         if ack:
             self.stats["ack"] += len(taken)
@@ -696,7 +662,7 @@ class Channel:
             if isinstance(action, TxPublish):
                 live = [q for q in action.queues if not q.deleted]
                 if live:
-                    durable_writes |= bool(_enqueue(action.message, live))
+                    durable_writes |= _enqueue(action.message, live) is not SETTLED
                 elif action.mandatory:
                     self._return(action.message, NO_ROUTE, "NO_ROUTE")
             else:
@@ -738,7 +704,7 @@ class Channel:
         consumers = list(self.consumers.values())
         self.consumers.clear()
         for consumer in consumers:
-            self._drop_consumer(consumer)
+            ops.cancel(consumer)
         self._tx_restore_unacked()  # uncommitted acks did not happen: requeue those too
         self.tx = None
         self.publishing = None

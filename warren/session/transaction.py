@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Union
 if TYPE_CHECKING:
     from ..amqp.message import Message
     from ..broker.consumer import Consumer
-    from ..broker.queues.classic import ClassicQueue
+    from ..broker.queues.base import Queue
     from ..store.queued_message import QueuedMessage
 
     # A delivery tag and what it stands for: the message, its queue, the consumer (None: basic.get).
-    Unacked = tuple[int, tuple[QueuedMessage, ClassicQueue, Consumer | None]]
+    Unacked = tuple[int, tuple[QueuedMessage, Queue, Consumer | None]]
 
 
 @dataclass(slots=True)

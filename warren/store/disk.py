@@ -43,6 +43,7 @@ from . import segments as sg
 from .queued_message import QueuedMessage
 from .interface import take_head
 from .requeued import RequeuedMessages
+from .settlement import SETTLED, Settlement
 
 if TYPE_CHECKING:
     from .persister import Persister, Ticket
@@ -250,10 +251,10 @@ class DiskQueueStore:
 
     keep_all = False  # a quorum queue's store: transient messages are written (and kept) too
 
-    def accept(self, qm: QueuedMessage, ticket: "Ticket | None" = None) -> int:
+    def accept(self, qm: QueuedMessage, ticket: "Ticket | None" = None) -> Settlement:
         """Write a persistent message of a durable queue now; returns the batch to wait for.
         With a `ticket` (a big body, consumers waiting) its record may be held back instead
-        (the ticket then tracks it, and 0 is returned)."""
+        (the ticket then tracks it, and SETTLED is returned)."""
         if self.durable and (qm.message.persistent or self.keep_all):
             # (Not behind a backlog its consumers will not take before the hold ends.)
             if ticket is not None and not (self.keep_all or self.disk_count or self.paging) \
@@ -262,11 +263,11 @@ class DiskQueueStore:
                 ticket.pending += 1
                 self.held[qm] = None
                 self.persister.hold(self, qm)
-                return 0
+                return SETTLED
             if self.held:
                 self._write_held_all()  # (queue order)
             return self.persister.durable_append(self._append(qm, sg.FLAG_DURABLE))  # the seg it set in qm
-        return 0
+        return SETTLED
 
     def push(self, qm: QueuedMessage) -> None:
         size = len(qm.message.body)
@@ -463,7 +464,7 @@ class DiskQueueStore:
             seg = self._append(held, sg.FLAG_DURABLE)
             if held.deliveries:  # handed out meanwhile: a restart must know it
                 seg.mark_count(held.off, held.deliveries)
-            ticket.written(persister.durable_append(seg), persister)
+            ticket.written(persister.durable_append(seg))
             if held is qm:
                 break
 

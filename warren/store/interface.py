@@ -12,21 +12,22 @@ from .queued_message import QueuedMessage
 
 if TYPE_CHECKING:
     from .persister import Ticket
+    from .settlement import Settlement
 
 
 class SyncWaiter(Protocol):
-    """Waits for the persister's next fsync (warren.store.persister.Persister.wait_for): a
-    channel with publisher confirms due, or the management API's publish."""
+    """Waits on a settlement handle (warren.store.settlement): a channel with publisher
+    confirms due, the management API's publish, a shovel, a queue settling a copied message."""
 
     def store_synced(self) -> None:
-        """An fsync finished: the batches the waiter waits for may be on disk (or failed)."""
+        """What the waiter waits for may be settled now (an fsync finished, a held copy went)."""
         ...
 
 
 class QueueStore(Protocol):
-    def accept(self, qm: QueuedMessage, ticket: "Ticket | None" = None) -> int:
-        """A message arrives: write it now if it must survive a restart. Returns the
-        persister batch whose fsync its confirm must wait for (0: nothing to wait for).
+    def accept(self, qm: QueuedMessage, ticket: "Ticket | None" = None) -> "Settlement":
+        """A message arrives: write it now if it must survive a restart. Returns what its
+        confirm must wait for (the persister batch it joined, or SETTLED: nothing).
         With a confirm `ticket` (a big persistent body, consumers waiting) a store may hold
         the record back instead, setting qm.hold (warren.store.persister)."""
         ...

@@ -5,6 +5,7 @@ from collections import deque
 from .queued_message import QueuedMessage
 from .interface import take_head
 from .requeued import RequeuedMessages
+from .settlement import SETTLED, Settlement
 
 
 class MemoryQueueStore:
@@ -18,8 +19,8 @@ class MemoryQueueStore:
     def __len__(self) -> int:
         return len(self._fresh) + len(self._requeued)
 
-    def accept(self, qm: QueuedMessage, ticket: object = None) -> int:
-        return 0  # nothing to wait for: memory only
+    def accept(self, qm: QueuedMessage, ticket: object = None) -> Settlement:
+        return SETTLED  # nothing to wait for: memory only
 
     def write_held(self, qm: QueuedMessage) -> None:
         pass  # (never holds)

@@ -41,6 +41,8 @@ import shutil
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from .settlement import SETTLED, AllOf, Settlement, StoreBatch
+
 if TYPE_CHECKING:
     from .disk import DiskQueueStore, Segment
     from .interface import SyncWaiter
@@ -68,25 +70,31 @@ HOLD_BYTES = 64 << 20
 
 
 class Ticket:
-    """The confirm of one publish whose records some queues hold back: due when no copy is
-    pending (each written or settled) and the batches written for it are on disk."""
+    """The confirm of one publish whose records some queues hold back (a settlement handle,
+    warren.store.settlement): due when no copy is pending (each written or settled) and the
+    batches written for it are on disk."""
 
-    __slots__ = ("pending", "batches", "waiter")
+    __slots__ = ("persister", "pending", "batches", "waiter")
 
-    def __init__(self) -> None:
+    def __init__(self, persister: Persister) -> None:
+        self.persister = persister
         self.pending = 0      # copies held: neither written nor settled yet
         # The persister batches its copies were written in: those written at once share one,
         # each held copy written later may join another, and an fsync of any may fail alone.
         self.batches: list[int] = []
         self.waiter: SyncWaiter | None = None  # the publishing channel, once it waits
 
-    def written(self, batch: int, persister: Persister) -> None:
+    def written(self, batch: StoreBatch) -> None:
         """A held copy was written in `batch`: the fsync of that batch wakes the waiter."""
         self.pending -= 1
-        if batch not in self.batches:
-            self.batches.append(batch)
+        self.include(batch)
         if not self.pending and self.waiter is not None:
-            persister.wait_for(self.waiter)
+            self.persister.wait_for(self.waiter)
+
+    def include(self, batch: StoreBatch) -> None:
+        """A copy was written in `batch` (at once, or held and written later)."""
+        if batch.number not in self.batches:
+            self.batches.append(batch.number)
 
     def settled(self) -> None:
         """A held copy was settled before its write: it needs no disk."""
@@ -94,15 +102,29 @@ class Ticket:
         if not self.pending and self.waiter is not None:
             self.waiter.store_synced()
 
-    def status(self, persister: Persister) -> bool | None:
-        """As Durability.status: True (safe), False (a write or fsync failed), None (not yet)."""
+    def status(self) -> bool | None:
+        """True (safe), False (a write or fsync failed), None (not yet)."""
         if self.pending:
             return None
         if not self.batches:
             return True
+        persister = self.persister
         if persister.synced < max(self.batches):
             return None
         return not any(batch in persister.failed for batch in self.batches)
+
+    def notify(self, waiter: SyncWaiter) -> None:
+        self.waiter = waiter  # (woken when its last held copy is settled or written)
+        self.persister.wait_for(waiter)
+
+    def covering(self, settlement: Settlement) -> Settlement:
+        """The handle of a publish with this ticket, whose copies written at once settle by
+        `settlement`: the ticket, if any copy is held or was written, else `settlement`."""
+        if isinstance(settlement, StoreBatch):
+            self.include(settlement)
+        elif settlement is not SETTLED:
+            return AllOf((self, settlement)) if self.pending or self.batches else settlement
+        return self if self.pending or self.batches else SETTLED
 
 
 def _fsync_all(fds: Iterable[int]) -> None:
@@ -118,7 +140,7 @@ class Persister:
         # Without one (unit tests), fsyncs run inline.
         self.run_in_thread = run_in_thread
         self.dirty: set[Segment] = set()       # segments with buffered bytes or marks
-        self.batch = 1                         # the batch new durable appends join
+        self.batch = StoreBatch(self, 1)       # the batch new durable appends join
         self.synced = 0                        # every batch up to this one is on disk (or failed)
         self.failed: dict[int, str] = {}       # batch -> error text, for nacks
         self.syncing = False
@@ -182,7 +204,8 @@ class Persister:
                     shutil.rmtree(path, ignore_errors=True)
 
     # called by stores ---------------------------------------------------------
-    def durable_append(self, segment: Segment) -> int:
+    def durable_append(self, segment: Segment) -> StoreBatch:
+        """`segment` holds a durable record of the open batch: its handle."""
         self.to_sync.add(segment)
         return self.batch
 
@@ -268,7 +291,7 @@ class Persister:
                 except OSError as err:
                     log.error("write to %s failed: %s", segment.path, err)
                     if segment in to_sync:  # else only bytes of batches already failed
-                        self.failed[self.batch] = str(err)
+                        self.failed[self.batch.number] = str(err)
                     self.dirty.add(segment)  # keep the bytes; retried at the next flush
                 if segment in to_sync:  # durable records: outstanding until fsynced
                     self.unsynced += segment.flushed - before
@@ -295,12 +318,12 @@ class Persister:
         if write_held:
             self.write_held()
         self.flush()
-        batch = self.batch
+        batch = self.batch.number
         # Also cover a batch whose fsync is still running in the worker: marking this batch
         # synced marks that one too.
         fds = [s.fd for s in self.to_sync if s.fd is not None] + self.syncing_fds
         self.to_sync = set()
-        self.batch += 1
+        self.batch = StoreBatch(self, batch + 1)
         self.unsynced = self.syncing_bytes = 0  # the running fsync's bytes are covered too
         error = None
         try:
@@ -313,10 +336,10 @@ class Persister:
 
     # group commit ---------------------------------------------------------------
     def _start_sync(self) -> None:
-        batch = self.batch
+        batch = self.batch.number
         fds = self.syncing_fds = [s.fd for s in self.to_sync if s.fd is not None]
         self.to_sync = set()
-        self.batch += 1
+        self.batch = StoreBatch(self, batch + 1)
         self.syncing = True
         self.syncing_bytes, self.unsynced = self.unsynced, 0
         if self.run_in_thread is None:

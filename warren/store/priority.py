@@ -28,6 +28,7 @@ from .disk import DiskQueueStore
 from .interface import QueueStore
 from .memory import MemoryQueueStore
 from .queued_message import QueuedMessage
+from .settlement import Settlement
 
 if TYPE_CHECKING:
     from .persister import Persister
@@ -48,7 +49,7 @@ class PriorityQueueStore:
         self._on_destroy = on_destroy
         self._by_level: list[QueueStore | None] = [None] * (max_priority + 1)
         self._order: list[QueueStore] = []  # the levels that exist, highest first
-        self.max_seq = 0  # highest sequence number recovered (ClassicQueue continues after it)
+        self.max_seq = 0  # highest sequence number recovered (the queue continues after it)
 
     @classmethod
     def in_memory(cls, max_priority: int) -> PriorityQueueStore:
@@ -95,7 +96,7 @@ class PriorityQueueStore:
     def ready_bytes(self) -> int:
         return sum(s.ready_bytes for s in self._order)
 
-    def accept(self, qm: QueuedMessage, ticket: object = None) -> int:
+    def accept(self, qm: QueuedMessage, ticket: object = None) -> Settlement:
         return self._level(qm).accept(qm)  # (never held back: no ticket)
 
     def write_held(self, qm: QueuedMessage) -> None:

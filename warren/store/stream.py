@@ -49,6 +49,7 @@ from .disk import BIG_BODY, Segment, _route_parts
 
 if TYPE_CHECKING:
     from .persister import Persister
+    from .settlement import StoreBatch
 
 log = logging.getLogger("warren.stream")
 
@@ -299,7 +300,7 @@ class StreamLog:
         # Committed offsets: every offset below `committed` is fsynced. `_pending` holds
         # [persister batch, the offset after its last message] of the appends not yet safe.
         self.committed = 0
-        self._pending: deque[list[int]] = deque()
+        self._pending: deque[list] = deque()  # [StoreBatch, end offset]
         self._waiting = False
         self.on_commit: Callable[[], None] | None = None  # told when `committed` moves
         # Named consumers' offsets (the next offset each will read), saved now and then in
@@ -381,7 +382,7 @@ class StreamLog:
         return None
 
     # ---------------------------------------------------------------- appending
-    def append(self, message: Message) -> int:
+    def append(self, message: Message) -> StoreBatch:
         """Append a message at next_offset; returns the persister batch its confirm waits for."""
         seg = self.write_seg
         if seg is None or seg.size >= self.max_segment_size:
@@ -429,9 +430,12 @@ class StreamLog:
         persister = self.persister
         pending = self._pending
         moved = False
-        while pending and persister.synced >= pending[0][0]:
+        while pending:
             batch, end = pending[0]
-            if batch in persister.failed:
+            safe = batch.status()
+            if safe is None:
+                break
+            if not safe:
                 if self.write_seg is not None:
                     for entry in pending:
                         entry[0] = persister.durable_append(self.write_seg)

@@ -23,7 +23,7 @@ where they differ (rabbit_quorum_queue.erl, rabbit_fifo.erl, rabbit_fifo_client.
 - No global qos (540 at basic.consume), no basic.get with single active consumer (405),
   no queue.delete if-unused / if-empty (540, check_delete).
 - dead-letter-strategy at-least-once (with overflow reject-publish): a dead letter that goes
-  nowhere is held and retried (ClassicQueue.dead_letter); single active consumer's successor
+  nowhere is held and retried (Queue.dead_letter, base.py); single active consumer's successor
   is the earliest registered consumer (rabbit_fifo), whatever the priorities.
 """
 
@@ -37,10 +37,12 @@ from ...amqp import reencode as rt
 from ...amqp.message import Message
 from ...amqp.properties import FLAG_HEADERS
 from ...store.queued_message import QueuedMessage
+from ...store.settlement import SETTLED
 from ..errors import not_implemented, resource_locked
-from ..queue_arguments import QUORUM_EQUIVALENCE_ARGS
+from ..queue_arguments import NOT_QUORUM_ARGS, QUORUM_CHECKS, QUORUM_EQUIVALENCE_ARGS
 from ..queue_settings import QueueSettings
-from .classic import ClassicQueue
+from .base import Queue
+from .capabilities import Capabilities
 
 log = logging.getLogger("warren.queue")
 
@@ -85,12 +87,18 @@ def _limit_exceeded(count: int, limit: Any) -> bool:
     return count > limit
 
 
-class QuorumQueue(ClassicQueue):
+class QuorumQueue(Queue):
     """RabbitMQ's quorum queue, on this node only (leader and only member)."""
 
-    queue_type = "quorum"
-    SAC_SUCCESSOR_BY_PRIORITY = False  # rabbit_fifo activates the earliest registered waiting consumer
-    EQUIVALENCE_ARGS = QUORUM_EQUIVALENCE_ARGS
+    CAPABILITIES = Capabilities(
+        name="quorum", module="rabbit_quorum_queue",
+        argument_checks=QUORUM_CHECKS, refused_arguments=NOT_QUORUM_ARGS,
+        equivalence_arguments=QUORUM_EQUIVALENCE_ARGS,
+        consumer_arguments=frozenset({"x-priority", "x-credit"}),
+        # rabbit_quorum_queue:ra_machine_config: a policy's expires and overflow beat the arguments.
+        policy_wins=frozenset({"expires", "overflow"}),
+        server_named=False, durable_only=True, members=True, leader=True,
+        sac_successor_by_priority=False)  # rabbit_fifo activates the earliest registered waiting consumer
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -106,9 +114,6 @@ class QuorumQueue(ClassicQueue):
                                   "set are not supported by quorum queues")
 
     # settings ----------------------------------------------------------------
-    # rabbit_quorum_queue:ra_machine_config: a policy's expires and overflow beat the arguments.
-    POLICY_WINS = frozenset({"expires", "overflow"})
-
     def adjust_settings(self, s: QueueSettings) -> QueueSettings:
         """rabbit_quorum_queue's dead_letter_handler: reject-publish-dlx is taken as drop-head,
         at-least-once falls back to at-most-once unless overflow is reject-publish."""
@@ -199,10 +204,10 @@ class QuorumQueue(ClassicQueue):
             again = QueuedMessage(self.next_seq, qm.message, True)
             again.deliveries = qm.deliveries
             again.expiry = qm.expiry
-            batch = store.accept(again)
+            copy = store.accept(again)
             store.carry_deliveries(again)  # its count survives a restart, as the old entry's marks did
-            if batch and qm.seg is not None:
-                self.settle_when_safe(batch, qm, requeue_on_failure=False)  # old record until the new one is on disk
+            if copy is not SETTLED and qm.seg is not None:
+                self.settle_when_safe(copy, qm, requeue_on_failure=False)  # old record until the new one is on disk
             else:
                 store.settle(qm)
             store.push(again)

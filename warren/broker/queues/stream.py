@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING, Any
 from ...store.queued_message import QueuedMessage
 from ...store.stream import StreamLog, StreamReader
 from ..errors import not_implemented, precondition_failed
-from ..queue_arguments import STREAM_EQUIVALENCE_ARGS
+from ..queue_arguments import NOT_STREAM_ARGS, STREAM_CHECKS, STREAM_EQUIVALENCE_ARGS, check_segment_size
 from ..queue_settings import QueueSettings
 from ..stream_offsets import OffsetSpec, max_age_ms, parse_offset_spec
-from .classic import ClassicQueue
+from .base import Queue
+from .capabilities import Capabilities
 from ...amqp.codec import shortstr, table_type_name
 from ...amqp.properties import encode_header
 from ...amqp.erlang import erl_term
@@ -42,6 +43,8 @@ from ..consumer_set import ConsumerSet
 if TYPE_CHECKING:
     from ..consumer import Consumer
     from ..ports import Timer
+    from ...store.persister import Persister
+    from ...store.settlement import Settlement
 
 log = logging.getLogger("warren.stream")
 
@@ -95,15 +98,29 @@ class StreamConsumers(ConsumerSet):
         return False
 
 
-class StreamQueue(ClassicQueue):
+class StreamQueue(Queue):
     """RabbitMQ's stream queue on this node."""
 
-    queue_type = "stream"
-    EQUIVALENCE_ARGS = STREAM_EQUIVALENCE_ARGS
-    POLICY_WINS = frozenset({"max-length-bytes", "max-age", "stream-max-segment-size-bytes"})
-    # A policy with any other key does not apply to a stream (rabbit_stream_queue capabilities).
-    POLICY_KEYS = frozenset({"max-length-bytes", "max-age", "stream-max-segment-size-bytes",
-                             "queue-leader-locator", "initial-cluster-size"})
+    CAPABILITIES = Capabilities(
+        name="stream", module="rabbit_stream_queue",
+        argument_checks=STREAM_CHECKS, refused_arguments=NOT_STREAM_ARGS,
+        equivalence_arguments=STREAM_EQUIVALENCE_ARGS,
+        consumer_arguments=frozenset({"x-stream-offset", "x-credit", RECORD_BATCH}),
+        # A policy with any other key does not apply to a stream (rabbit_stream_queue capabilities).
+        policy_keys=frozenset({"max-length-bytes", "max-age", "stream-max-segment-size-bytes",
+                               "queue-leader-locator", "initial-cluster-size"}),
+        policy_wins=frozenset({"max-length-bytes", "max-age", "stream-max-segment-size-bytes"}),
+        server_named=False, durable_only=True, counts_unacked=False, members=True)
+
+    @classmethod
+    def make_store(cls, persister: Persister | None, vhost: str, name: str, durable: bool,
+                   arguments: dict[str, Any]) -> StreamLog:
+        """Its log; its segment size limit is checked here, after its declare properties, as
+        RabbitMQ does."""
+        check_segment_size(arguments)
+        if persister is None:
+            raise precondition_failed("stream queues need a data directory (warren server --data-dir)")
+        return StreamLog(persister, persister.queue_dir(vhost, name))
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -187,7 +204,7 @@ class StreamQueue(ClassicQueue):
         """(x-expires does not apply to streams.)"""
 
     # publish -----------------------------------------------------------------------
-    def publish(self, message, ticket: object = None) -> int:
+    def publish(self, message, ticket: object = None) -> Settlement:
         self.stats["publish"] += 1
         return self.log.append(message)
 
@@ -341,15 +358,20 @@ class StreamQueue(ClassicQueue):
             self.log.save_tracking()
 
     # what operators see ------------------------------------------------------------
-    def offsets(self) -> dict[str, Any]:
-        """The stream's offsets and its named consumers' (Warren's extension)."""
+    def info(self) -> dict[str, Any]:
+        """Warren's extension of a stream's view: its first/last/next offsets, the oldest
+        chunk's time, and its named consumers' offsets and lag."""
         log_ = self.log
-        return {"first_offset": log_.first_offset, "last_offset": log_.last_offset,
-                "next_offset": log_.committed, "first_timestamp": log_.first_timestamp,
-                "segments": len(log_.segments), "bytes": log_.total_bytes,
-                "consumer_offsets": [{"name": name, "offset": offset, "lag": max(log_.committed - offset, 0)}
-                                     for name, offset in sorted(log_.tracked.items())]}
+        return {"stream": {"first_offset": log_.first_offset, "last_offset": log_.last_offset,
+                           "next_offset": log_.committed, "first_timestamp": log_.first_timestamp,
+                           "segments": len(log_.segments), "bytes": log_.total_bytes,
+                           "consumer_offsets": [{"name": name, "offset": offset,
+                                                 "lag": max(log_.committed - offset, 0)}
+                                                for name, offset in sorted(log_.tracked.items())]}}
 
-    def reader_offset(self, consumer) -> int | None:
+    def consumer_info(self, consumer) -> dict[str, Any]:
+        """Warren's: a reader's next offset and how far behind the stream's end it is."""
         reader = self.readers.get(consumer)
-        return reader.offset if reader is not None else None
+        if reader is None:
+            return {}
+        return {"stream_offset": reader.offset, "stream_lag": max(self.log.committed - reader.offset, 0)}

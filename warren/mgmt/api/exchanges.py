@@ -11,6 +11,7 @@ from ...amqp.codec import shortstr
 from ...amqp.properties import encode_header
 from ...broker import ops
 from ...broker.errors import AMQPError
+from ...store.settlement import REJECTED, SETTLED, Settlement
 from ..access import IN_LOGIN_VHOSTS, VHOST, access
 from ..app import ApiError, bad_request, json_response, not_found
 from ..resources import (actor, channel_error_text, check_vhost_access, direct_error, exchange_name,
@@ -140,47 +141,44 @@ def basic_properties(props) -> dict:
     return out
 
 
-class _StoreSync:
-    """Waits, as a channel's confirm does, until a store batch is on disk (a SyncWaiter)."""
+class _Settled:
+    """Waits, as a channel's confirm does, until a settlement handle is decided (a SyncWaiter)."""
 
-    def __init__(self, durability, batch: int):
-        self.durability = durability
-        self.batch = batch
+    def __init__(self, settlement: Settlement):
+        self.settlement = settlement
         self.future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
 
     def store_synced(self) -> None:
         if self.future.done():
             return
-        safe = self.durability.status(self.batch)
+        safe = self.settlement.status()
         if safe is None:
-            self.durability.wait(self)
+            self.settlement.notify(self)
         else:
             self.future.set_result(safe)
 
 
-async def _confirmed(broker, batch: int) -> bool:
+async def _confirmed(broker, settlement: Settlement) -> bool:
     """Whether the published message is safe: on disk if it had to be written."""
-    durability = broker.durability
-    durability.flush()
-    waiter = _StoreSync(durability, batch)
+    broker.durability.flush()
+    waiter = _Settled(settlement)
     waiter.store_synced()
     return await waiter.future
 
 
 def publish(request, vhost, name: str, routing_key: str, properties: dict, body: bytes):
     """basic.publish on a channel of the API's user, through the same operations. Returns
-    (routed, store batch to wait for)."""
+    (routed, what its confirm waits for)."""
     ops.check_message_size(request.app["broker"], len(body))  # first, as rabbit_channel does
     try:
         route = shortstr(name) + shortstr(routing_key)
     except ValueError:
         raise bad_request("routing_key is longer than 255 bytes") from None
-    message, queues = ops.route(actor(request, vhost), name, routing_key, route,
-                                encode_header(len(body), properties), body)
-    batch = ops.enqueue(message, queues)
-    if batch == ops.REJECTED:  # a queue refused it (reject-publish): not routed, as a nack
-        return False, 0
-    return bool(queues), batch
+    _, queues, settlement = ops.publish(actor(request, vhost), name, routing_key, route,
+                                        encode_header(len(body), properties), body)
+    if settlement is REJECTED:  # a queue refused it (reject-publish): not routed, as a nack
+        return False, SETTLED
+    return bool(queues), settlement
 
 
 async def _alarms_cleared(broker) -> None:
@@ -229,9 +227,9 @@ async def publish_message(request):
     check_vhost_access(request, vhost)  # RabbitMQ's channel for the API's user must open
     await _alarms_cleared(request.app["broker"])
     try:
-        routed, batch = publish(request, vhost, name, routing_key, properties, data)
+        routed, settlement = publish(request, vhost, name, routing_key, properties, data)
     except AMQPError as err:
         raise bad_request(channel_error_text(err)) from None
-    if not await _confirmed(request.app["broker"], batch):
+    if not await _confirmed(request.app["broker"], settlement):
         raise ApiError(500, "internal_error", "the message could not be written to disk")
     return json_response({"routed": routed})

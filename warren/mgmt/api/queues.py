@@ -51,7 +51,7 @@ async def list_vhost(request):
 @access(VHOST)
 async def get_queue(request):
     _, q = _queue_or_404(request)
-    return json_response(queue_json(q, details=True))
+    return json_response(queue_json(request.app["broker"], q, details=True))
 
 
 @routes.put("/api/queues/{vhost}/{name}")
@@ -153,8 +153,9 @@ async def get_messages(request):
     truncate = body.get("truncate")
     truncate = parse_int(truncate) if truncate not in (None, "") else None
     check_vhost_access(request, vhost)  # RabbitMQ's channel for the API's user must open
+    who = actor(request, vhost)
     try:
-        q = ops.readable_queue(actor(request, vhost), name)
+        q = ops.readable_queue(who, name)
     except AMQPError as err:
         if err.code == 404:
             raise ApiError(404, "not_found", err.reply_text) from None
@@ -164,18 +165,14 @@ async def get_messages(request):
     taken = []
     result = []
     for _ in range(max(0, count)):
-        qm = q.get()
+        q, qm = ops.get(who, name, no_ack=False)
         if qm is None:
             break
-        q.delivered(qm, False, True)
         taken.append(qm)
         result.append(_message_json(qm, q.message_count, encoding, truncate))
     ack, requeue = ackmode
     for qm in taken:
-        if ack and not requeue:
-            q.ack(qm)
-        else:
-            q.reject(qm, requeue)
+        ops.settle(qm, q, None, ack and not requeue, requeue)
     if requeue and taken:
         q.deliver_ready()
     flush(request)

@@ -1,0 +1,34 @@
+"""What a queue asks of the node it lives on: the port between a queue type and the rest of
+the broker. A queue holds its host (its vhost, warren.broker.vhost.VHost, on this node) and
+reaches nothing else above it: no channel, no broker, no operations layer. A queue of a
+clustered or multi-process broker gets a host that forwards these calls where they belong."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ...amqp.message import Message
+    from ...store.settlement import Settlement
+    from ..ports import Scheduler
+    from .base import Queue
+
+
+class QueueHost(Protocol):
+    name: str  # the vhost's
+
+    @property
+    def scheduler(self) -> Scheduler | None:
+        """The node's timers (None before the server's loop runs, and in unit tests)."""
+
+    def dead_letter(self, queue: Queue, message: Message, reason: str) -> Settlement | None:
+        """Republish a message leaving `queue` for good to its dead-letter exchange: the
+        copies' settlement handle, or None when it goes nowhere."""
+
+    def delete_queue(self, queue: Queue) -> int:
+        """Delete the queue (its x-expires ran out, its last consumer of an auto-delete queue
+        left): its consumers are cancelled. The ready count it had."""
+
+    def pressed(self, queue: Queue) -> None:
+        """The queue holds more than its consumers take: publishers into it may be held back
+        (warren.broker.queue_flow)."""
