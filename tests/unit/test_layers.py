@@ -1,6 +1,8 @@
 """The package's layers import downward only, and no modules import each other in a cycle
 (docs/architecture.md, Current design). Imports under `if TYPE_CHECKING:` must point downward
-too, but as they never run they cannot make a cycle."""
+too, but as they never run they cannot make a cycle. The management API reads connections and
+channels as records (warren.broker.records), never the session's objects: it imports nothing
+of it."""
 
 import ast
 import pathlib
@@ -117,3 +119,44 @@ def test_queue_types_stay_below_the_operations():
     wrong = [f"{name} imports {target}" for name, path in modules() if name.startswith("warren.broker.queues")
              for target in imports(name, path) if target.startswith(above)]
     assert not wrong
+
+
+def _session_imports(name: str, path: pathlib.Path) -> list[str]:
+    """Everything `name` imports of warren.session: import statements anywhere in the module
+    (in functions and under TYPE_CHECKING too) and import_module / __import__ calls."""
+    found = [t for t in imports(name, path) if t == "warren.session" or t.startswith("warren.session.")]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            target = node.args[0].value
+            if called in ("import_module", "__import__") and isinstance(target, str) and (
+                    target == "warren.session" or target.startswith("warren.session.")):
+                found.append(target)
+    return found
+
+
+def test_mgmt_imports_nothing_of_the_session():
+    """What the API, the metrics and the web UI show of a connection or channel comes from its
+    records, so a connection may live in another process or node."""
+    wrong = [f"{name} imports {target}" for name, path in modules() if name.split(".")[1:2] == ["mgmt"]
+             for target in _session_imports(name, path)]
+    assert not wrong
+
+
+def test_the_session_import_check_sees_every_kind_of_import(tmp_path):
+    """The check above finds an import however it is written (else it could pass for nothing)."""
+    sources = {
+        "top": "from warren.session import connection\n",
+        "relative": "from ...session.channel import Channel\n",
+        "type_only": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ...session.connection import Connection\n",
+        "in_function": "def f():\n    import warren.session.records\n",
+        "dynamic": "import importlib\ndef f():\n    return importlib.import_module('warren.session.x')\n",
+    }
+    for label, source in sources.items():
+        path = tmp_path / f"{label}.py"
+        path.write_text(source)
+        assert _session_imports("warren.mgmt.api.example", path), label
+    clean = tmp_path / "clean.py"
+    clean.write_text("from ..broker.records import ConnectionInfo\nfrom ...broker import x509\n")
+    assert not _session_imports("warren.mgmt.api.example", clean)

@@ -1,11 +1,16 @@
 """The management statistics sampler (warren.mgmt.stats.Sampler) over a real broker model:
 rates over the last interval, a queue made between rounds counting from zero, a deleted
 queue forgotten, and a new queue that happens to get a dead one's id() not inheriting its
-counts. (Over the wire and the HTTP API: tests/integration/test_mgmt_overview.py.)"""
+counts; connections and channels by the broker's handles of them. (Over the wire and the
+HTTP API: tests/integration/test_mgmt_overview.py.)"""
+
+from pamqp import commands
 
 from warren.broker import ops
 from warren.broker.broker import Broker
-from warren.mgmt.stats import MAX_SHARE, Sampler
+from warren.mgmt.stats import MAX_SHARE, Sampler, overview_message_stats
+
+from .fake_transport import Client
 
 
 def actor(broker):
@@ -74,3 +79,24 @@ def test_a_long_round_stretches_the_period():
     sampler = Sampler(Broker.with_defaults(), 5)
     assert sampler.pause(0.01) == 5  # 0.2 % of the period
     assert sampler.pause(0.3) == 0.3 / MAX_SHARE  # 100,000 queues: every 15 s
+
+
+def test_connections_and_channels_by_their_handles(monkeypatch):
+    """A connection's and a channel's rates are kept by the broker's handle of them, from
+    their counters() records; the overview's totals leave a closing channel's counters to
+    broker.message_totals, which already has them."""
+    c = Client()
+    c.open_channel(1)
+    c.declare(1, "q")
+    sampler = Sampler(c.broker, 5)
+    sample_at(sampler, monkeypatch, 100.0)
+    c.fill(1, "q", [b"m"] * 10)
+    received = c.conn.counters().recv_oct
+    sample_at(sampler, monkeypatch, 105.0)
+    channel = c.conn.channels[1]
+    assert sampler.rates(channel)["publish"] == 2.0
+    assert sampler.rates(c.conn)["recv_oct"] > 0 and c.conn.counters().recv_oct == received
+    assert overview_message_stats(c.broker)["publish"] == 10
+    c.send(1, commands.Basic.Get(queue="missing"))  # closes the channel (404)
+    assert channel.counters().closing
+    assert overview_message_stats(c.broker)["publish"] == 10  # once, from message_totals

@@ -1,4 +1,4 @@
-"""TLS without sockets: the names RabbitMQ shows for a certificate (warren.session.x509), the
+"""TLS without sockets: the names RabbitMQ shows for a certificate (warren.broker.x509), the
 EXTERNAL mechanism in the session, and the TLS layer (warren.server.tls) driven through
 memory BIOs. RabbitMQ 3.10.8's answers were checked with tools/rabbitmq_node.py."""
 
@@ -15,7 +15,7 @@ from warren.broker.auth import User
 from warren.broker.broker import Broker
 from warren.broker.ports import TLSInfo
 from warren.server import tls as tls_layer
-from warren.session import x509
+from warren.broker import x509
 
 from .fake_transport import FakeTransport, make_connection
 

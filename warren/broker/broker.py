@@ -15,6 +15,7 @@ from .vhost import VHost
 from . import shovel
 
 if TYPE_CHECKING:
+    from .records import ConnectionHandle
     from ..store.definitions import DefinitionsFile
     from ..store.persister import Persister
 
@@ -44,12 +45,15 @@ class Broker:
     # topic exchange tests it for truth before looking its key up.
     topic_permissions: dict = field(default_factory=dict)
     loopback_users: set = field(default_factory=lambda: {"guest"})
-    # The SASL mechanisms offered (auth_mechanisms.N, in warren.session.sasl's order; EXTERNAL
-    # only on TLS connections) and where EXTERNAL finds the user name in a client certificate
-    # (ssl_cert_login_from: distinguished_name or common_name, warren.session.x509).
+    # The SASL mechanisms offered (auth_mechanisms.N, in warren.broker.auth_mechanisms'
+    # order; EXTERNAL only on TLS connections) and where EXTERNAL finds the user name in a
+    # client certificate (ssl_cert_login_from: distinguished_name or common_name,
+    # warren.broker.x509).
     auth_mechanisms: tuple = ("PLAIN", "AMQPLAIN")
     ssl_cert_login_from: str = "distinguished_name"
-    connections: set = field(default_factory=set)
+    # The open connections (from connection.open-ok to their close), as handles: what the
+    # management API and the metrics show of them are their records (warren.broker.records).
+    connections: "set[ConnectionHandle]" = field(default_factory=set)
     # Message counters of the channels that have closed (the overview's totals include them).
     message_totals: dict = field(default_factory=dict)
     # The counters of deleted queues and exchanges and closed connections, and the node's

@@ -14,7 +14,7 @@ connection or a channel under a limit costs O(connections), and nothing otherwis
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ..amqp.erlang import erl_json, erl_list
 from .errors import AMQPError, not_allowed, precondition_failed
@@ -22,6 +22,7 @@ from .errors import AMQPError, not_allowed, precondition_failed
 if TYPE_CHECKING:
     from .auth import User
     from .broker import Broker
+    from .records import ConnectionHandle
     from .vhost import VHost
 
 MAX_CONNECTIONS = "max-connections"
@@ -157,20 +158,13 @@ def clear_user_limit(broker: Broker, user: User, name: str) -> None:
 
 
 # --------------------------------------------------------------------- enforcement
-class Counted(Protocol):
-    """What the checks count of an open connection (warren.session.Connection)."""
-    user: User | None
-    vhost: VHost | None
-    channels: dict
-
-
 def limit(limits: dict[str, int] | None, name: str) -> int | None:
     """The limit in force, or None for none (absent or negative)."""
     value = (limits or {}).get(name)
     return value if value is not None and value >= 0 else None
 
 
-def _connections(broker: Broker) -> Iterable[Counted]:
+def _connections(broker: Broker) -> Iterable[ConnectionHandle]:
     return broker.connections
 
 

@@ -70,7 +70,7 @@ import re
 
 from ..amqp.erlang import erl_atom, erl_binary, erl_string
 from . import logs
-from ..session import sasl, x509
+from ..broker import auth_mechanisms, x509
 
 log = logging.getLogger("warren.config")
 
@@ -292,8 +292,8 @@ def _tls_version(text: str) -> str:
 
 
 def _mechanism(text: str) -> str:
-    if text not in sasl.KNOWN:
-        raise ValueError(f"expected one of {', '.join(sasl.KNOWN)} (the mechanisms Warren has), got '{text}'")
+    if text not in auth_mechanisms.KNOWN:
+        raise ValueError(f"expected one of {', '.join(auth_mechanisms.KNOWN)} (the mechanisms Warren has), got '{text}'")
     return text
 
 

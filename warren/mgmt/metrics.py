@@ -30,6 +30,7 @@ process_cpu_seconds_total, process_start_time_seconds, ... to /metrics.
 
 from __future__ import annotations
 
+import operator
 import os
 import platform
 import time
@@ -46,18 +47,17 @@ from .. import __version__
 from ..broker import queues
 from ..broker.alarms import DISK, MEMORY
 from ..broker.parameters import permanent_cluster_id
+from ..broker.records import ChannelInfo
 from ..broker.stats import CHANNEL_COUNTERS, CONNECTION_COUNTERS, DELIVER_GET, RECEIVED_CONFIRM
 from ..server.disk_monitor import DiskMonitor
 from . import stats
 from .api.overview import RABBITMQ_VERSION
 from .node_resources import data_dir, max_fds, max_tcp_sockets, mem_used, open_fds, service_of
-from .shapes import channel_name, connection_name
 
 PROTOCOL = "amqp091"
 AMQP = {"protocol": PROTOCOL}
 # Warren's queue types as RabbitMQ's queue_type label names them, in its order.
 QUEUE_TYPES = tuple((name, t.CAPABILITIES.module) for name, t in queues.TYPES.items())
-OPEN = 0  # warren.session.channel's OPEN: a closing channel's counters are already in the totals
 
 _KINDS = {"counter": CounterMetricFamily, "gauge": GaugeMetricFamily, "untyped": UnknownMetricFamily}
 
@@ -85,24 +85,23 @@ def _add(totals: dict[str, int], counts: dict[str, int]) -> None:
         totals[key] = totals.get(key, 0) + value
 
 
-def open_channels(broker) -> Iterator:
-    for conn in list(broker.connections):
-        for ch in conn.channels.values():
-            if ch.state == OPEN:
-                yield ch
+def open_channels(broker) -> list[ChannelInfo]:
+    """The records of the channels not closing (a closing one's counters are in the totals)."""
+    infos = [ch.info() for conn in list(broker.connections) for ch in list(conn.channels.values())]
+    return [info for info in infos if info.state == "running"]
 
 
 # ------------------------------------------------------------------ node-wide totals
-def channel_totals(broker) -> dict[str, int]:
+def channel_totals(broker, channels: list[ChannelInfo]) -> dict[str, int]:
     """Every channel's message counters (and its publishes in confirm mode), the closed
-    channels' included."""
+    channels' included (`channels`: open_channels(broker))."""
     totals = dict.fromkeys(CHANNEL_COUNTERS + (RECEIVED_CONFIRM,), 0)
     for key, value in broker.message_totals.items():
         if key in totals:
             totals[key] += value
-    for ch in open_channels(broker):
-        _add(totals, ch.stats)
-        totals[RECEIVED_CONFIRM] += ch.publish_seq
+    for ch in channels:
+        _add(totals, ch.counters)
+        totals[RECEIVED_CONFIRM] += ch.received_confirm
     return totals
 
 
@@ -197,20 +196,20 @@ def build_info() -> dict[str, str]:
 
 
 # ------------------------------------------------------------------------ a reading
+# (metric, help, the ChannelInfo field)
 _CHANNEL_GAUGES = (
-    ("rabbitmq_channel_consumers", "Consumers on a channel", lambda ch: len(ch.consumers)),
-    ("rabbitmq_channel_messages_unacked", "Delivered but not yet acknowledged messages",
-     lambda ch: len(ch.unacked)),
-    ("rabbitmq_channel_messages_unconfirmed", "Published but not yet confirmed messages",
-     lambda ch: ch.publish_seq - ch.confirmed),
+    ("rabbitmq_channel_consumers", "Consumers on a channel", "consumer_count"),
+    ("rabbitmq_channel_messages_unacked", "Delivered but not yet acknowledged messages", "unacked"),
+    ("rabbitmq_channel_messages_unconfirmed", "Published but not yet confirmed messages", "unconfirmed"),
     ("rabbitmq_channel_messages_uncommitted", "Messages received in a transaction but not yet committed",
-     lambda ch: ch.tx.messages_uncommitted if ch.tx is not None else 0),
+     "uncommitted"),
     ("rabbitmq_channel_acks_uncommitted", "Message acknowledgements in a transaction not yet committed",
-     lambda ch: ch.tx.acks_uncommitted if ch.tx is not None else 0),
-    ("rabbitmq_consumer_prefetch", "Limit of unacknowledged messages for each consumer", lambda ch: ch.prefetch),
+     "acks_uncommitted"),
+    ("rabbitmq_consumer_prefetch", "Limit of unacknowledged messages for each consumer", "prefetch"),
     ("rabbitmq_channel_prefetch", "Total limit of unacknowledged messages for all consumers on a channel",
-     lambda ch: ch.global_prefetch),
+     "global_prefetch"),
 )
+_channel_gauges = operator.attrgetter(*(field for _, _, field in _CHANNEL_GAUGES))
 
 _CONNECTION_COUNTERS = (
     ("recv_oct", "rabbitmq_connection_incoming_bytes_total", "Total number of bytes received on a connection"),
@@ -219,6 +218,7 @@ _CONNECTION_COUNTERS = (
     ("send_cnt", "rabbitmq_connection_outgoing_packets_total", "Total number of packets sent on a connection"),
 )
 assert {key for key, _, _ in _CONNECTION_COUNTERS} == set(CONNECTION_COUNTERS)
+_connection_counts = operator.attrgetter(*(key for key, _, _ in _CONNECTION_COUNTERS))
 
 Rows = list[tuple[dict[str, str], tuple[float, ...]]]
 
@@ -269,17 +269,16 @@ def read(server, per_object: bool) -> Reading:
         node=[(name, documentation, value) for name, documentation, value in node if value is not None],
         queues=queue_rows(broker, queues, per_object),
         queue_count=len(queues),
-        channels=[({"channel": channel_name(ch)} if per_object else no_label,
-                   tuple(value(ch) for _, _, value in _CHANNEL_GAUGES)) for ch in channels],
+        channels=[({"channel": ch.name} if per_object else no_label, _channel_gauges(ch)) for ch in channels],
         # Labelled "channel", as RabbitMQ 3.10.8 labels a connection's metrics (by its pid).
-        connections=[({"channel": connection_name(conn)} if per_object else no_label,
-                      tuple(getattr(conn, key, 0) for key, _, _ in _CONNECTION_COUNTERS) + (len(conn.channels),))
+        connections=[({"channel": conn.connection_link().name} if per_object else no_label,
+                      _connection_counts(conn.counters()) + (len(conn.channels),))
                      for conn in conns],
         retired_connections=dict(broker.retired.connections),
-        channel_totals=channel_totals(broker),
+        channel_totals=channel_totals(broker, channels),
         by_queue_type=queue_totals_by_type(broker, queues),
         routed=routed_total(broker),
-        publishers=sum(1 for ch in channels if ch.stats["publish"]),
+        publishers=sum(1 for ch in channels if ch.counters["publish"]),
         identity={"rabbitmq_node": stats.node_name(broker), "rabbitmq_cluster": broker.cluster_name,
                   "rabbitmq_cluster_permanent_id": permanent_cluster_id(broker)},
     )

@@ -4,7 +4,8 @@ queues, exchanges, bindings, consumers, connections and channels.
 Handlers answer with these and warrenctl reads them, so one function per object keeps every
 path that shows an object showing it alike. Request and response handling (parsing, list
 options, errors, field tables <-> JSON) is warren.mgmt.resources'; counters and rates are
-warren.mgmt.stats'.
+warren.mgmt.stats'. Connections and channels are shown from their records
+(warren.broker.records), read through the broker's handles of them.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, cast
 
 from ..broker.policy import effective_definition
-from ..session import x509
 from .resources import properties_key, table_json
 from .stats import (channel_stats, connection_stats, exchange_stats, node_name, queue_stats,
                     unacked_bytes_by_queue)
@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from ..broker.consumer import Consumer
     from ..broker.exchanges.base import Binding, Exchange
     from ..broker.queues.base import Queue
+    from ..broker.records import (
+        ChannelHandle, ChannelInfo, ConnectionHandle, ConnectionInfo, ConnectionLink, TLSSession,
+    )
     from ..broker.vhost import VHost
-    from ..session.channel import Channel
-    from ..session.connection import Connection
 
 PROTOCOL = "AMQP 0-9-1"
 
@@ -84,11 +85,6 @@ def exchange_json(x: Exchange) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------- queues
-def _conn_details(conn: Connection) -> dict[str, Any]:
-    peer = conn.peer
-    return {"name": connection_name(conn), "peer_host": peer[0], "peer_port": peer[1]}
-
-
 def queue_json(broker: Broker, q: Queue, unacked_bytes: int | None = None, details: bool = False) -> dict[str, Any]:
     op = q.operator_policy
     d = {"name": q.name, "vhost": q.vhost.name, "durable": q.durable, "auto_delete": q.auto_delete,
@@ -114,7 +110,7 @@ def queue_json(broker: Broker, q: Queue, unacked_bytes: int | None = None, detai
         internal = getattr(q.owner, "channel_details", None)  # a shovel's queue (warren.broker.shovel)
         d["owner_pid_details"] = ({k: v for k, v in internal().items() if k in ("peer_host", "peer_port")}
                                   | {"name": internal()["connection_name"]} if internal is not None
-                                  else _conn_details(cast("Connection", q.owner)))
+                                  else link_json(cast("ConnectionHandle", q.owner).connection_link()))
     if details:
         d["consumer_details"] = [consumer_json(c) for c in q.consumers]
         d["incoming"] = []
@@ -128,138 +124,121 @@ def queues_json(broker: Broker, queues: list[Queue]) -> list[dict[str, Any]]:
 
 
 # ------------------------------------------------------ connections, channels
-def addresses(conn: Connection) -> tuple[tuple[str, int], tuple[str, int]]:
-    """((peer host, peer port), (local host, local port)) of a connection."""
-    peer, local = conn.peer, conn.transport.local
-    return (peer[0], peer[1]), (local[0], local[1])
+def link_json(link: ConnectionLink) -> dict[str, Any]:
+    """A connection as a channel's connection_details and a queue's owner_pid_details name it."""
+    return {"name": link.name, "peer_host": link.peer_host, "peer_port": link.peer_port}
 
 
-def connection_name(conn: Connection) -> str:
-    """RabbitMQ's name of a connection: "127.0.0.1:PEERPORT -> 127.0.0.1:PORT"."""
-    (peer_host, peer_port), (host, port) = addresses(conn)
-    return f"{peer_host}:{peer_port} -> {host}:{port}"
-
-
-def _blocked_age(conn: Connection) -> float | str:
+def _blocked_age(age: float | None) -> float | str:
     """Seconds since the connection was last blocked (0 while it is), "infinity" if never."""
-    age = conn.blocked_age()
     return "infinity" if age is None else round(age, 1)
 
 
-def tls_json(conn: Connection) -> dict[str, Any]:
+_NOT_TLS: dict[str, Any] = {"peer_cert_issuer": None, "peer_cert_subject": None, "peer_cert_validity": None,
+                            "ssl": False, "ssl_cipher": None, "ssl_hash": None, "ssl_key_exchange": None,
+                            "ssl_protocol": None}
+
+
+def tls_json(tls: TLSSession | None) -> dict[str, Any]:
     """ssl and the TLS session's fields, as RabbitMQ's reader shows them (null when not over
     TLS, the peer_cert_* ones also when the client sent no certificate)."""
-    tls = conn.tls
-    info: dict[str, Any] = {"peer_cert_issuer": None, "peer_cert_subject": None, "peer_cert_validity": None,
-                            "ssl": tls is not None, "ssl_cipher": None, "ssl_hash": None,
-                            "ssl_key_exchange": None, "ssl_protocol": None}
+    info = dict(_NOT_TLS)
     if tls is None:
         return info
-    key_exchange, cipher, mac = x509.cipher_suite(tls.cipher)
-    info.update(ssl_protocol=tls.protocol.lower(), ssl_cipher=cipher, ssl_hash=mac or None,
-                ssl_key_exchange=key_exchange)
-    if tls.peer_cert is not None:
-        try:
-            info.update(peer_cert_issuer=x509.issuer(tls.peer_cert), peer_cert_subject=x509.subject(tls.peer_cert),
-                        peer_cert_validity=x509.validity(tls.peer_cert))
-        except x509.CertificateError:
-            pass
+    info["ssl"] = True
+    info.update(ssl_protocol=tls.protocol.lower(), ssl_cipher=tls.cipher, ssl_hash=tls.hash,
+                ssl_key_exchange=tls.key_exchange)
+    cert = tls.peer_certificate
+    if cert is not None:
+        info.update(peer_cert_issuer=cert.issuer, peer_cert_subject=cert.subject, peer_cert_validity=cert.validity)
     return info
 
 
-def connection_json(conn: Connection) -> dict[str, Any]:
-    broker = conn.broker
-    user, vhost = conn.user, conn.vhost
-    assert user is not None and vhost is not None  # only open connections are shown
-    (peer_host, peer_port), (host, port) = addresses(conn)
+def connection_json(broker: Broker, conn: ConnectionHandle, c: ConnectionInfo | None = None) -> dict[str, Any]:
+    """The connection's JSON, from its record `c` (read now if not given)."""
+    if c is None:
+        c = conn.info()
     info = {
-        "auth_mechanism": getattr(conn, "auth_mechanism", None) or "PLAIN",
-        "channel_max": conn.channel_max,
-        "channels": len(conn.channels),
-        "client_properties": conn.client_properties,
-        "connected_at": conn.connected_at,
-        "frame_max": conn.frame_max,
-        "host": host,
-        "name": f"{peer_host}:{peer_port} -> {host}:{port}",
+        "auth_mechanism": c.auth_mechanism,
+        "channel_max": c.channel_max,
+        "channels": c.channel_count,
+        "client_properties": c.client_properties,
+        "connected_at": c.connected_at,
+        "frame_max": c.frame_max,
+        "host": c.host,
+        "name": c.name,
         "node": node_name(broker),
-        "peer_host": peer_host,
-        "peer_port": peer_port,
-        "port": port,
+        "peer_host": c.peer_host,
+        "peer_port": c.peer_port,
+        "port": c.port,
         "protocol": PROTOCOL,
-        **tls_json(conn),
+        **(_NOT_TLS if c.tls is None else tls_json(c.tls)),
         # running, flow (read no faster than the store accepts, now or in the last 5 s),
         # blocking (an alarm is on), blocked (its publishing is held by an alarm).
         # last_blocked_by / last_blocked_age are the seed's (RabbitMQ 3.10's API lacks them).
-        "state": conn.throttle_state,
-        "last_blocked_by": conn.last_blocked_by,
-        "last_blocked_age": _blocked_age(conn),
-        "timeout": conn.heartbeat,
+        "state": c.state,
+        "last_blocked_by": c.last_blocked_by,
+        "last_blocked_age": _blocked_age(c.blocked_age),
+        "timeout": c.heartbeat,
         "type": "network",
-        "user": user.name,
-        "user_who_performed_action": user.name,
-        "vhost": vhost.name,
+        "user": c.user,
+        "user_who_performed_action": c.user,
+        "vhost": c.vhost,
     }
-    user_name = conn.client_properties.get("connection_name")
-    if isinstance(user_name, (str, bytes)):
-        info["user_provided_name"] = user_name.decode(errors="replace") if isinstance(user_name, bytes) else user_name
-    info.update(connection_stats(conn))
+    if c.provided_name is not None:
+        info["user_provided_name"] = c.provided_name
+    info.update(connection_stats(broker, conn, c))
     return info
 
 
-def channel_name(channel: Channel) -> str:
-    return f"{connection_name(channel.conn)} ({channel.id})"
-
-
-def channel_json(channel: Channel, details: bool = False) -> dict[str, Any]:
-    conn = channel.conn
-    vhost = channel.vhost
-    assert vhost is not None  # only channels of open connections are shown
-    (peer_host, peer_port), _ = addresses(conn)
-    tx = channel.tx
+def channel_json(broker: Broker, channel: ChannelHandle, details: bool = False,
+                 ch: ChannelInfo | None = None) -> dict[str, Any]:
+    """The channel's JSON, from its record `ch` (read now if not given)."""
+    if ch is None:
+        ch = channel.info()
     info = {
-        "acks_uncommitted": tx.acks_uncommitted if tx is not None else 0,
-        "confirm": channel.confirm,
-        "connection_details": {"name": connection_name(conn), "peer_host": peer_host, "peer_port": peer_port},
-        "consumer_count": len(channel.consumers),
-        "global_prefetch_count": channel.global_prefetch,
-        "messages_unacknowledged": len(channel.unacked),
-        "messages_uncommitted": tx.messages_uncommitted if tx is not None else 0,
-        "messages_unconfirmed": channel.publish_seq - channel.confirmed if channel.confirm else 0,
-        "name": channel_name(channel),
-        "node": node_name(conn.broker),
-        "number": channel.id,
+        "acks_uncommitted": ch.acks_uncommitted,
+        "confirm": ch.confirm,
+        "connection_details": link_json(ch.connection),
+        "consumer_count": ch.consumer_count,
+        "global_prefetch_count": ch.global_prefetch,
+        "messages_unacknowledged": ch.unacked,
+        "messages_uncommitted": ch.uncommitted,
+        "messages_unconfirmed": ch.unconfirmed,
+        "name": ch.name,
+        "node": node_name(broker),
+        "number": ch.number,
         "pending_raft_commands": 0,
-        "prefetch_count": channel.prefetch,
-        "state": "running" if channel.state == 0 else "closing",
-        "transactional": channel.tx is not None,
-        "user": channel.user,
-        "user_who_performed_action": channel.user,
-        "vhost": vhost.name,
+        "prefetch_count": ch.prefetch,
+        "state": ch.state,
+        "transactional": ch.transactional,
+        "user": ch.user,
+        "user_who_performed_action": ch.user,
+        "vhost": ch.vhost,
     }
-    info.update(channel_stats(channel))
+    info.update(channel_stats(broker, channel, ch.counters))
     if details:
-        info["consumer_details"] = [consumer_json(c) for c in channel.consumers.values()]
+        info["consumer_details"] = [consumer_json(c) for c in list(channel.consumers.values())]
         info["deliveries"] = []
         info["publishes"] = []
     return info
 
 
 def consumer_json(consumer: Consumer) -> dict[str, Any]:
+    node = node_name(consumer.queue.vhost.broker)
     internal = getattr(consumer.channel, "channel_details", None)
     if internal is not None:  # a shovel's (warren.broker.shovel): no AMQP channel
-        details = {**internal(), "node": node_name(consumer.queue.vhost.broker)}
+        details = {**internal(), "node": node}
     else:
-        channel = cast("Channel", consumer.channel)
-        conn = channel.conn
-        (peer_host, peer_port), _ = addresses(conn)
+        link = cast("ChannelHandle", consumer.channel).channel_link()
         details = {
-            "connection_name": connection_name(conn),
-            "name": channel_name(channel),
-            "node": node_name(conn.broker),
-            "number": channel.id,
-            "peer_host": peer_host,
-            "peer_port": peer_port,
-            "user": channel.user,
+            "connection_name": link.connection.name,
+            "name": link.name,
+            "node": node,
+            "number": link.number,
+            "peer_host": link.connection.peer_host,
+            "peer_port": link.connection.peer_port,
+            "user": link.user,
         }
     active, activity_status = consumer.queue.consumers.activity(consumer)
     return {

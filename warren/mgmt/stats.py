@@ -24,11 +24,11 @@ dicts to merge into an object's JSON):
 - `exchange_stats(exchange) -> dict`
     {"message_stats": {publish_in, publish_in_details, publish_out, publish_out_details}}
     (publish_out counts one per queue a message was routed to, as RabbitMQ).
-- `channel_stats(channel) -> dict`   {"message_stats": {publish, confirm, return_unroutable,
-    drop_unroutable, deliver, deliver_no_ack, get, get_no_ack, get_empty, deliver_get, ack,
-    redeliver, + *_details}}
-- `connection_stats(conn) -> dict`   recv_oct, recv_cnt, send_oct, send_cnt, send_pend and
-    recv_oct_details / send_oct_details
+- `channel_stats(broker, channel, counts) -> dict`   {"message_stats": {publish, confirm,
+    return_unroutable, drop_unroutable, deliver, deliver_no_ack, get, get_no_ack, get_empty,
+    deliver_get, ack, redeliver, + *_details}}
+- `connection_stats(broker, conn, info) -> dict`   recv_oct, recv_cnt, send_oct, send_cnt,
+    send_pend and recv_oct_details / send_oct_details
 - `overview_message_stats(broker) -> dict`, `queue_totals(broker) -> dict`,
   `object_totals(broker) -> dict`: the /api/overview parts (totals survive closed channels:
   a closing channel adds its counters to broker.message_totals).
@@ -37,9 +37,9 @@ dicts to merge into an object's JSON):
 - `alarms(broker) -> list[str]`: the resource alarms in effect ("memory", "disk"), from
   broker.alarms (raised and cleared by the server's memory and disk monitors).
 
-Hooks for the flow-control work (read if present, defaults otherwise): per connection conn.blocked_state ("running", "flow", "blocking", "blocked"),
-conn.last_blocked_by ("none", "resource", "flow") and conn.last_blocked_at (time.monotonic()
-of the last block, or None) for /api/connections' state, last_blocked_by, last_blocked_age.
+Connections and channels are read through the broker's handles of them (Broker.connections,
+warren.broker.records): their counters() for the sampling, info() records for the rest; the
+sampler keys their rates by the handle, as it keys a queue's by the queue.
 
 Counting differs from RabbitMQ 3.10.8 in two places, on purpose: get_empty (basic.get on an
 empty queue) and drop_unroutable (an unroutable publish without mandatory) are counted, where
@@ -58,6 +58,7 @@ import time
 import weakref
 from typing import Any
 
+from ..broker.records import ChannelCounters, ChannelHandle, ConnectionHandle, ConnectionInfo
 from ..broker.stats import (
     CHANNEL_COUNTERS, CONNECTION_COUNTERS, DELIVER_GET, EXCHANGE_COUNTERS, QUEUE_COUNTERS, QUEUE_DEAD_LETTER_COUNTERS,
 )
@@ -87,9 +88,7 @@ def interval() -> float:
 
 # ------------------------------------------------------------------ sampling
 _queue_counts = operator.itemgetter(*QUEUE_COUNTERS)
-_channel_counts = operator.itemgetter(*CHANNEL_COUNTERS)
 _exchange_counts = operator.itemgetter(*EXCHANGE_COUNTERS)
-_connection_counts = operator.attrgetter(*CONNECTION_COUNTERS)
 
 
 def _counts(getter, stats: dict, fields) -> tuple:
@@ -163,12 +162,15 @@ class Sampler:
                 s = getattr(x, "stats", None)
                 if s is not None:
                     keep(x, EXCHANGE_COUNTERS, _counts(_exchange_counts, s, EXCHANGE_COUNTERS))
+        channels = []
         for conn in list(broker.connections):
-            keep(conn, CONNECTION_COUNTERS, _connection_counts(conn))
-            for ch in conn.channels.values():
-                keep(ch, CHANNEL_COUNTERS, _counts(_channel_counts, ch.stats, CHANNEL_COUNTERS))
+            keep(conn, CONNECTION_COUNTERS, conn.counters())  # (a tuple in CONNECTION_COUNTERS' order)
+            for ch in list(conn.channels.values()):
+                counters = ch.counters()
+                keep(ch, CHANNEL_COUNTERS, counters.counts)
+                channels.append(counters)
         self.entries = entries
-        totals = _message_totals(broker)
+        totals = _message_totals(broker, channels)
         fields = CHANNEL_COUNTERS + QUEUE_DEPTHS
         counts = tuple(totals[f] for f in CHANNEL_COUNTERS) + (
             ready_total + unacked_total, ready_total, unacked_total)
@@ -223,9 +225,7 @@ async def stop_sampler(app) -> None:
 
 def _broker_of(obj):
     vhost = getattr(obj, "vhost", None)
-    if vhost is not None and getattr(vhost, "broker", None) is not None:
-        return vhost.broker
-    return getattr(obj, "broker", None) or getattr(getattr(obj, "conn", None), "broker", None)
+    return getattr(vhost, "broker", None)
 
 
 def _details(obj, counts: dict, fields, broker=None) -> dict:
@@ -249,10 +249,12 @@ def _with_deliver_get(stats: dict, rates: dict) -> dict:
 def unacked_bytes_by_queue(broker) -> dict:
     """Body bytes delivered but not yet acknowledged, per queue (one scan of all channels)."""
     result: dict = {}
-    for conn in broker.connections:
-        for ch in conn.channels.values():
-            for qm, queue, _consumer in ch.unacked.values():
-                result[queue] = result.get(queue, 0) + len(qm.message.body)
+    for conn in list(broker.connections):
+        for ch in list(conn.channels.values()):
+            held = ch.unacked_bytes()
+            if held:
+                for queue, size in held.items():
+                    result[queue] = result.get(queue, 0) + size
     return result
 
 
@@ -307,43 +309,46 @@ def exchange_stats(exchange) -> dict:
 
 
 # ----------------------------------------------------- channels, connections
-def channel_stats(channel) -> dict:
-    broker = channel.conn.broker
+def channel_stats(broker, channel: ChannelHandle, counts: dict[str, int]) -> dict:
+    """The message_stats of a channel (its rates are the sampler's of that handle)."""
     sampler = sampler_for(broker)
     rates = sampler.rates(channel) if sampler is not None else {}
-    stats = _details(channel, channel.stats, CHANNEL_COUNTERS, broker)
+    stats = _details(channel, counts, CHANNEL_COUNTERS, broker)
     return {"message_stats": _with_deliver_get(stats, rates)}
 
 
-def connection_stats(conn) -> dict:
-    sampler = sampler_for(conn.broker)
+def connection_stats(broker, conn: ConnectionHandle, info: ConnectionInfo) -> dict:
+    sampler = sampler_for(broker)
     rates = sampler.rates(conn) if sampler is not None else {}
-    out = {f: getattr(conn, f, 0) for f in CONNECTION_COUNTERS}
+    out: dict[str, Any] = dict(zip(CONNECTION_COUNTERS, info.counters))  # (a tuple in their order)
     out["recv_oct_details"] = {"rate": round(rates.get("recv_oct", 0.0), 1)}
     out["send_oct_details"] = {"rate": round(rates.get("send_oct", 0.0), 1)}
-    out["send_pend"] = getattr(conn, "out_bytes", 0)
+    out["send_pend"] = info.send_pend
     return out
 
 
 # ----------------------------------------------------------------- overview
-def _message_totals(broker) -> dict:
+def channel_counters(broker) -> list[ChannelCounters]:
+    return [ch.counters() for conn in list(broker.connections) for ch in list(conn.channels.values())]
+
+
+def _message_totals(broker, channels: list[ChannelCounters]) -> dict:
     """Counters of every channel ever: the closed ones (folded into broker.message_totals
-    when they closed) plus the open ones."""
+    when they closed) plus the open ones (`channels`: channel_counters(broker))."""
     totals = dict.fromkeys(CHANNEL_COUNTERS, 0)
     for f, v in (getattr(broker, "message_totals", None) or {}).items():
         if f in totals:
             totals[f] += v
-    for conn in list(broker.connections):
-        for ch in conn.channels.values():
-            if ch.state == 0:  # OPEN: a closing channel was already folded into the totals
-                for f, v in ch.stats.items():
-                    if f in totals:
-                        totals[f] += v
+    # (A closing channel's counts were already folded into the totals.)
+    open_counts = [counters.counts for counters in channels if not counters.closing]
+    if open_counts:
+        for f, column in zip(CHANNEL_COUNTERS, zip(*open_counts)):
+            totals[f] += sum(column)
     return totals
 
 
 def overview_message_stats(broker) -> dict:
-    totals = _message_totals(broker)
+    totals = _message_totals(broker, channel_counters(broker))
     sampler = sampler_for(broker)
     rates = sampler.overview_rates if sampler is not None else {}
     out = {}

@@ -25,12 +25,13 @@ from ..broker.errors import (
 from ..broker.stats import RECEIVED_CONFIRM, new_channel_counters
 from ..broker.names import server_named
 from ..store.settlement import REJECTED, SETTLED, Settlement
-from . import connection_log, frame_errors
+from . import connection_log, frame_errors, records
 from .ack_timeout import AckTimeout
 from .transaction import Transaction, TxPublish
 
 if TYPE_CHECKING:
     from ..amqp.message import Message
+    from ..broker.records import ChannelCounters, ChannelInfo, ChannelLink
     from ..store.queued_message import QueuedMessage
     from .connection import Connection
     from .transaction import Unacked
@@ -715,6 +716,19 @@ class Channel:
             self.requeue_unacked(closed=True)
         self.state = CLOSING
         self.conn.confirming.discard(self)
+
+    # ------------------------------ its connection's handle of it (warren.broker.records)
+    def channel_link(self) -> ChannelLink:
+        return records.channel_link(self)
+
+    def info(self) -> ChannelInfo:
+        return records.channel_info(self, self.state == CLOSING)
+
+    def counters(self) -> ChannelCounters:
+        return records.channel_counters(self, self.state == CLOSING)
+
+    def unacked_bytes(self) -> dict:
+        return records.unacked_bytes(self)
 
 
 _HANDLERS: dict[type, Callable[[Channel, spec.Method], None]] = {

@@ -26,12 +26,12 @@ from ..broker.errors import (
     AMQPError, channel_error, command_invalid, not_allowed,
     syntax_error, unexpected_frame,
 )
+from ..broker import auth_mechanisms, x509
 from ..broker.consumer import RECORD_BATCH
 from ..broker.limits import check_channel, check_connection
-from . import connection_log, frame_errors
+from . import connection_log, frame_errors, records
 from .channel import Channel
 from .closed_transport import ClosedTransport
-from . import sasl, x509
 from .sasl import credentials
 from .throttle import Reason, Throttle
 
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ..broker.broker import Broker
     from ..broker.ports import Timer, Transport
     from ..broker.queue_flow import QueueCredit
+    from ..broker.records import ConnectionCounters, ConnectionInfo, ConnectionLink
     from ..broker.vhost import VHost
 
 _FRAME_HEAD = struct.Struct(">BHI")
@@ -183,6 +184,7 @@ class Connection:
         self.data_seen = False
         self.end_logged = False
         self.connected_at = int(time.time() * 1000)
+        self.link: ConnectionLink | None = None  # how records name it, once asked (warren.session.records)
         # Traffic counters (warren.mgmt.stats): bytes and reads in, bytes and writes out.
         self.recv_oct = self.recv_cnt = self.send_oct = self.send_cnt = 0
 
@@ -257,7 +259,7 @@ class Connection:
         return True
 
     def _mechanisms(self) -> list[str]:
-        return sasl.offered(self.broker.auth_mechanisms, self.tls is not None)
+        return auth_mechanisms.offered(self.broker.auth_mechanisms, self.tls is not None)
 
     def _refuse_protocol(self) -> None:
         # As the spec says: answer with the protocol header we do speak, then close.
@@ -515,7 +517,7 @@ class Connection:
         self.capabilities = caps if isinstance(caps, dict) else {}
         mechanism = method.mechanism
         if mechanism not in self._mechanisms():
-            raise command_invalid(f"{'invalid' if sasl.known(mechanism) else 'unknown'} "
+            raise command_invalid(f"{'invalid' if auth_mechanisms.known(mechanism) else 'unknown'} "
                                   f"authentication mechanism '{mechanism}'")
         refused: str | None = None  # why, in RabbitMQ's log words (EXTERNAL)
         if mechanism == "EXTERNAL":
@@ -718,6 +720,19 @@ class Connection:
             return 0.0
         at = self.last_blocked_at
         return None if at is None else time.monotonic() - at
+
+    # ------------------------------------- the broker's handle (warren.broker.records)
+    def connection_link(self) -> ConnectionLink:
+        return records.connection_link(self)
+
+    def info(self) -> ConnectionInfo:
+        return records.connection_info(self)
+
+    def counters(self) -> ConnectionCounters:
+        return records.connection_counters(self)
+
+    def force_close(self, reason: str) -> None:
+        self.close(CONNECTION_FORCED, f"CONNECTION_FORCED - {reason}")
 
     # ----------------------------------------------------------------- output
     def send_method(self, channel: int, method) -> None:

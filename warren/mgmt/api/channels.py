@@ -3,23 +3,23 @@
 
 from aiohttp import web
 
+from ...broker.records import ChannelHandle
 from ..access import ANY, VHOST, access, own, owner
 from ..resources import item_response, list_response
 from ..app import not_found
-from ..shapes import channel_json, channel_name
+from ..shapes import channel_json
 from .connections import open_connections, vhost_or_404
 
 routes = web.RouteTableDef()
 
 
-def _channels(broker, vhost=None) -> list:
-    return [ch for conn in open_connections(broker) if vhost is None or conn.vhost is vhost
-            for ch in list(conn.channels.values())]
+def _channels(broker) -> list[ChannelHandle]:
+    return [ch for conn in open_connections(broker) for ch in list(conn.channels.values())]
 
 
-def _lookup(broker, name: str):
+def _lookup(broker, name: str) -> ChannelHandle | None:
     for ch in _channels(broker):
-        if channel_name(ch) == name:
+        if ch.channel_link().name == name:
             return ch
     return None
 
@@ -27,14 +27,14 @@ def _lookup(broker, name: str):
 def channel_owner(request) -> str | None:
     """The user of the channel named in the path (for access.owner)."""
     ch = _lookup(request.app["broker"], request.match_info["name"])
-    return ch.user if ch is not None else None
+    return ch.channel_link().user if ch is not None else None
 
 
 @routes.get("/api/channels")
 @access(ANY, lists=own())
 async def list_channels(request):
     broker = request.app["broker"]
-    return list_response(request, [channel_json(ch) for ch in _channels(broker)])
+    return list_response(request, [channel_json(broker, ch) for ch in _channels(broker)])
 
 
 @routes.get("/api/vhosts/{vhost}/channels")
@@ -42,13 +42,15 @@ async def list_channels(request):
 async def list_vhost_channels(request):
     broker = request.app["broker"]
     vhost = vhost_or_404(broker, request.match_info["vhost"])
-    return list_response(request, [channel_json(ch) for ch in _channels(broker, vhost)])
+    return list_response(request, [channel_json(broker, ch, ch=info) for ch in _channels(broker)
+                                   for info in (ch.info(),) if info.vhost == vhost.name])
 
 
 @routes.get("/api/channels/{name}")
 @access(owner(channel_owner))
 async def get_channel(request):
-    ch = _lookup(request.app["broker"], request.match_info["name"])
+    broker = request.app["broker"]
+    ch = _lookup(broker, request.match_info["name"])
     if ch is None:
         raise not_found()
-    return item_response(request, channel_json(ch, details=True))
+    return item_response(request, channel_json(broker, ch, details=True))

@@ -1,16 +1,16 @@
 """/api/connections: AMQP connections, as RabbitMQ's management API shows them.
 
 Also the helpers channels.py and consumers.py share: which connections are listed (the open
-ones) and the vhost named in a path. The JSON shapes are warren.mgmt.shapes'.
+ones) and the vhost named in a path. The JSON shapes are warren.mgmt.shapes'; the
+connections are the broker's handles of them (warren.broker.records).
 """
 
 from aiohttp import web
 
-from ...amqp.constants import CONNECTION_FORCED
-from ...session.connection import OPEN
+from ...broker.records import ConnectionHandle
 from ..access import ANY, VHOST, access, own, owner
 from ..resources import item_response, list_response
-from ..shapes import channel_json, connection_json, connection_name
+from ..shapes import channel_json, connection_json
 from ..app import not_found
 
 routes = web.RouteTableDef()
@@ -18,19 +18,20 @@ routes = web.RouteTableDef()
 DEFAULT_REASON = "Closed via management plugin"
 
 
-def open_connections(broker) -> list:
-    """The connections past the handshake (RabbitMQ lists a connection once it is open)."""
-    return [c for c in list(broker.connections) if c.vhost is not None and c.state == OPEN]
+def open_connections(broker) -> list[ConnectionHandle]:
+    """The open connections: the broker registers a connection once it is open, as RabbitMQ
+    lists it, and forgets it as it closes."""
+    return list(broker.connections)
 
 
-def lookup_connection(broker, name: str):
+def lookup_connection(broker, name: str) -> ConnectionHandle | None:
     for conn in open_connections(broker):
-        if connection_name(conn) == name:
+        if conn.connection_link().name == name:
             return conn
     return None
 
 
-def find_connection(broker, name: str):
+def find_connection(broker, name: str) -> ConnectionHandle:
     conn = lookup_connection(broker, name)
     if conn is None:
         raise not_found()
@@ -40,7 +41,7 @@ def find_connection(broker, name: str):
 def connection_owner(request) -> str | None:
     """The user of the connection named in the path (for access.owner)."""
     conn = lookup_connection(request.app["broker"], request.match_info["name"])
-    return conn.user.name if conn is not None and conn.user is not None else None
+    return conn.info().user if conn is not None else None
 
 
 def vhost_or_404(broker, name: str):
@@ -50,12 +51,20 @@ def vhost_or_404(broker, name: str):
     return vhost
 
 
+def close_connections(broker, match, reason: str) -> None:
+    """Close, with 320 CONNECTION_FORCED and `reason`, every connection whose record `match`es
+    (a deleted user's or vhost's)."""
+    for conn in open_connections(broker):
+        if match(conn.info()):
+            conn.force_close(reason)
+
+
 # ------------------------------------------------------------------ handlers
 @routes.get("/api/connections")
 @access(ANY, lists=own())
 async def list_connections(request):
     broker = request.app["broker"]
-    return list_response(request, [connection_json(c) for c in open_connections(broker)])
+    return list_response(request, [connection_json(broker, c) for c in open_connections(broker)])
 
 
 @routes.get("/api/vhosts/{vhost}/connections")
@@ -63,15 +72,16 @@ async def list_connections(request):
 async def list_vhost_connections(request):
     broker = request.app["broker"]
     vhost = vhost_or_404(broker, request.match_info["vhost"])
-    return list_response(request, [connection_json(c) for c in open_connections(broker)
-                                         if c.vhost is vhost])
+    return list_response(request, [connection_json(broker, c, info) for c in open_connections(broker)
+                                   for info in (c.info(),) if info.vhost == vhost.name])
 
 
 @routes.get("/api/connections/{name}")
 @access(owner(connection_owner))
 async def get_connection(request):
-    conn = find_connection(request.app["broker"], request.match_info["name"])
-    return item_response(request, connection_json(conn))
+    broker = request.app["broker"]
+    conn = find_connection(broker, request.match_info["name"])
+    return item_response(request, connection_json(broker, conn))
 
 
 @routes.delete("/api/connections/{name}")
@@ -79,13 +89,13 @@ async def get_connection(request):
 async def delete_connection(request):
     """Close the connection with 320 CONNECTION_FORCED and the X-Reason header's text, as RabbitMQ."""
     conn = find_connection(request.app["broker"], request.match_info["name"])
-    reason = request.headers.get("X-Reason") or DEFAULT_REASON
-    conn.close(CONNECTION_FORCED, f"CONNECTION_FORCED - {reason}")
+    conn.force_close(request.headers.get("X-Reason") or DEFAULT_REASON)
     return web.Response(status=204)
 
 
 @routes.get("/api/connections/{name}/channels")
 @access(owner(connection_owner), lists=own())
 async def connection_channels(request):
-    conn = find_connection(request.app["broker"], request.match_info["name"])
-    return list_response(request, [channel_json(ch) for ch in list(conn.channels.values())])
+    broker = request.app["broker"]
+    conn = find_connection(broker, request.match_info["name"])
+    return list_response(request, [channel_json(broker, ch) for ch in list(conn.channels.values())])

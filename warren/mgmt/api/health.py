@@ -9,13 +9,12 @@ import datetime
 from aiohttp import web
 
 from ...amqp.properties import encode_header
-from ...broker import ops
+from ...broker import ops, x509
 from ...broker.errors import AMQPError
 from ..access import ANY, VHOST, access
 from .. import stats
 from ..app import ApiError, bad_request, json_response, not_found
 from ..resources import actor, check_vhost_access
-from ...session import x509
 from .overview import listeners
 
 routes = web.RouteTableDef()

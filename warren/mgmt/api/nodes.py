@@ -7,7 +7,7 @@ import time
 from aiohttp import web
 
 from ... import __version__
-from ...session import sasl
+from ...broker import auth_mechanisms
 from ..access import MONITOR, access
 from .. import stats
 from ..resources import item_response, list_response
@@ -27,8 +27,8 @@ def node_info(request) -> dict:
         **resource_figures(request),
         "applications": [{"description": "Warren AMQP 0-9-1 broker", "name": "warren", "version": __version__}],
         # As RabbitMQ with rabbitmq_auth_mechanism_ssl: EXTERNAL is listed once auth_mechanisms has it.
-        "auth_mechanisms": [{"description": sasl.DESCRIPTIONS[m], "enabled": m in broker.auth_mechanisms, "name": m}
-                            for m in sasl.KNOWN if m != "EXTERNAL" or m in broker.auth_mechanisms],
+        "auth_mechanisms": [{"description": auth_mechanisms.DESCRIPTIONS[m], "enabled": m in broker.auth_mechanisms, "name": m}
+                            for m in auth_mechanisms.KNOWN if m != "EXTERNAL" or m in broker.auth_mechanisms],
         "being_drained": False,
         "config_files": [],
         "contexts": contexts(request),

@@ -112,10 +112,10 @@ def _own_totals(request, user) -> dict:
     queues = [q for v in vhosts for q in v.queues.values()]
     ready = sum(len(q.store) for q in queues)
     unacked = sum(q.unacked_count for q in queues)
-    conns = [c for c in open_connections(broker) if c.user is not None and c.user.name == user.name]
+    conns = [info for info in (c.info() for c in open_connections(broker)) if info.user == user.name]
     return {
         "queue_totals": {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked},
-        "object_totals": {"channels": sum(len(c.channels) for c in conns), "connections": len(conns),
+        "object_totals": {"channels": sum(c.channel_count for c in conns), "connections": len(conns),
                           "exchanges": sum(len(v.exchanges) for v in vhosts), "queues": len(queues)},
     }
 

@@ -12,7 +12,8 @@ from ...broker.limits import LimitError, update_user_limits, validate_user_limit
 from ..access import ADMIN, access
 from ..app import ApiError, bad_request, json_response, not_found
 from ..resources import flush, list_response, read_body, require
-from .vhosts import close_connections, permission_json
+from .connections import close_connections
+from .vhosts import permission_json
 
 routes = web.RouteTableDef()
 
@@ -126,8 +127,7 @@ async def put_user(request):
 def _delete(broker, name: str) -> bool:
     if broker.delete_user(name) is None:
         return False
-    close_connections(broker, lambda c: c.user is not None and c.user.name == name,
-                      f"CONNECTION_FORCED - user '{name}' is deleted")
+    close_connections(broker, lambda c: c.user == name, f"user '{name}' is deleted")
     return True
 
 

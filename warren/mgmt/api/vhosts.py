@@ -4,12 +4,12 @@ delete (closing the vhost's connections), permissions."""
 
 from aiohttp import web
 
-from ...amqp.constants import CONNECTION_FORCED
 from ...broker import missing_exchange
 from ..access import ADMIN, ANY, VISIBLE_VHOSTS, access
 from ..app import bad_request, json_response, not_found, trusted
 from ..resources import flush, list_response, read_body
 from ..stats import node_name
+from .connections import close_connections
 
 routes = web.RouteTableDef()
 
@@ -112,12 +112,6 @@ async def put_vhost(request):
     return web.Response(status=201 if created else 204)
 
 
-def close_connections(broker, match, text: str) -> None:
-    for conn in list(broker.connections):
-        if match(conn):
-            conn.close(CONNECTION_FORCED, text)
-
-
 @routes.delete("/api/vhosts/{name}")
 @access(ADMIN)
 async def delete_vhost(request):
@@ -125,7 +119,7 @@ async def delete_vhost(request):
     vhost = broker.vhosts.get(request.match_info["name"])
     if vhost is None:
         raise not_found()
-    close_connections(broker, lambda c: c.vhost is vhost, f"CONNECTION_FORCED - vhost '{vhost.name}' is deleted")
+    close_connections(broker, lambda c: c.vhost == vhost.name, f"vhost '{vhost.name}' is deleted")
     for q in list(vhost.queues.values()):  # their stores (and files) go too
         vhost.delete_queue(q)
     broker.delete_vhost(vhost.name)

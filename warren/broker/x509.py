@@ -12,6 +12,8 @@
 
 The certificate is read from its DER bytes (a small DER reader below), not through OpenSSL's
 names for the attributes, so every attribute type and string type is shown as RabbitMQ does.
+Pure functions of bytes, below the session (which logs in with login_name) and the management
+API (which shows the names and checks the listeners' certificates' expiry).
 """
 
 from __future__ import annotations
