@@ -498,7 +498,7 @@ class Shovel:
         self.src_actor: ops.Actor | None = None
         self.dest_actor: ops.Actor | None = None
         self.pending: list[QueuedMessage] = []  # delivered, to forward on the next tick
-        # on-confirm: (store batch, message, its queue, its consumer) published, not yet acked.
+        # on-confirm: (its settlement handle, message, its queue, its consumer) published, not yet acked.
         self.inflight: deque[tuple[Settlement, QueuedMessage, Any, Consumer | None]] = deque()
         self.remaining: int | None = None          # counts down to the autodelete (None: never)
         self.remaining_unacked: int | None = None  # deliveries still to take
