@@ -332,7 +332,7 @@ def durable_broker(data_dir, run_in_thread=None) -> Broker:
     data_dir = str(data_dir)
     broker = Broker()
     broker.persister = Persister(data_dir, run_in_thread=run_in_thread)
-    broker.definitions_store = DefinitionsFile.in_dir(data_dir)
+    broker.metadata.disk = DefinitionsFile.in_dir(data_dir)
     broker.create_defaults()
     broker.persister.clean_start([])
     return broker

@@ -90,7 +90,7 @@ class World:
         self.consumer_of: dict = {}
         guest = self.broker.users["guest"]
         self.actor = ops.Actor(self.broker, guest, self.vhost, None)
-        self.actors = [ops.Actor(self.broker, guest, self.vhost, c.conn) for c in self.clients]
+        self.actors = [ops.Actor(self.broker, guest, self.vhost, c.conn.exclusive_owner()) for c in self.clients]
         for name, kind, auto_delete in topo["exchanges"]:
             ops.declare_exchange(self.actor, name, kind, auto_delete=auto_delete)
         for name, owner in topo["queues"]:

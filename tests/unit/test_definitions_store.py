@@ -13,6 +13,7 @@ from warren.amqp.codec import decode_table, encode_table
 from warren.broker import definitions
 from warren.broker.auth import SHA512, User, hash_password
 from warren.broker.broker import Broker
+from warren.broker.metadata import commands as c
 from warren.store import definitions as store_definitions
 from warren.store.definitions import JOURNAL, SEQ_KEY, DefinitionsFile, decode_record
 
@@ -24,9 +25,9 @@ def wire(table: dict) -> dict:
 
 def populated_broker() -> Broker:
     broker = Broker.with_defaults()
-    broker.add_vhost("other").description = "second"
-    broker.add_user(User("alice", hash_password("secret", SHA512), ["monitoring", "management"], SHA512))
-    broker.set_permissions("alice", "other", "^alice-", "", ".*")
+    broker.metadata.apply(c.PutVHost("other", description="second"))
+    broker.metadata.apply(c.PutUser(User("alice", hash_password("secret", SHA512), ["monitoring", "management"], SHA512)))
+    broker.metadata.apply(c.SetPermissions("alice", "other", "^alice-", "", ".*"))
     v = broker.vhosts["/"]
     v.declare_exchange("ae", "fanout", True)
     v.declare_exchange("x", "direct", True, False, False, wire({"alternate-exchange": "ae"}))
@@ -175,18 +176,18 @@ class RecordingStore:
 @pytest.fixture
 def tracked():
     broker = Broker.with_defaults()
-    broker.definitions_store = RecordingStore()
-    broker.flush_definitions()
-    broker.definitions_store.saved.clear()
+    broker.metadata.disk = RecordingStore()
+    broker.metadata.flush()
+    broker.metadata.disk.saved.clear()
     return broker
 
 
 def changed(broker) -> bool:
-    dirty = broker.definitions_dirty
-    saved = len(broker.definitions_store.saved)
-    broker.flush_definitions()
-    assert not broker.definitions_dirty
-    assert len(broker.definitions_store.saved) == saved + (1 if dirty else 0)
+    dirty = broker.metadata.dirty
+    saved = len(broker.metadata.disk.saved)
+    broker.metadata.flush()
+    assert not broker.metadata.dirty
+    assert len(broker.metadata.disk.saved) == saved + (1 if dirty else 0)
     return dirty
 
 
@@ -202,7 +203,7 @@ def test_transient_changes_do_not_mark(tracked):
     v.delete_queue(eq)
     v.delete_exchange("tx")
     assert not changed(tracked)
-    assert tracked.definitions_store.saved == []
+    assert tracked.metadata.disk.saved == []
 
 
 def test_durable_changes_mark(tracked):
@@ -213,7 +214,7 @@ def test_durable_changes_mark(tracked):
     assert not changed(tracked)
     q, _ = v.declare_queue("q", True)
     assert changed(tracked)
-    assert [q["name"] for q in tracked.definitions_store.saved[-1]["queues"]] == ["q"]
+    assert [q["name"] for q in tracked.metadata.disk.saved[-1]["queues"]] == ["q"]
     v.bind(x, q, "k", {})
     assert changed(tracked)
     v.bind(x, q, "k", {})  # already bound
@@ -226,11 +227,11 @@ def test_durable_changes_mark(tracked):
     changed(tracked)
     v.delete_queue(q)  # cascades to its bindings
     assert changed(tracked)
-    assert tracked.definitions_store.saved[-1]["bindings"] == []
-    assert tracked.definitions_store.saved[-1]["queues"] == []
+    assert tracked.metadata.disk.saved[-1]["bindings"] == []
+    assert tracked.metadata.disk.saved[-1]["queues"] == []
     v.delete_exchange("x")
     assert changed(tracked)
-    assert tracked.definitions_store.saved[-1]["exchanges"] == []
+    assert tracked.metadata.disk.saved[-1]["exchanges"] == []
 
 
 def test_auto_delete_exchange_cascade_marks(tracked):
@@ -242,30 +243,30 @@ def test_auto_delete_exchange_cascade_marks(tracked):
     v.delete_queue(q)  # the last binding of the auto-delete exchange goes: so does it
     assert "src" not in v.exchanges
     assert changed(tracked)
-    assert tracked.definitions_store.saved[-1]["exchanges"] == []
+    assert tracked.metadata.disk.saved[-1]["exchanges"] == []
 
 
 def test_users_vhosts_permissions_mark(tracked):
-    tracked.add_vhost("v2")
+    tracked.metadata.apply(c.PutVHost("v2"))
     assert changed(tracked)
-    tracked.add_vhost("v2")
+    tracked.metadata.apply(c.PutVHost("v2"))
     assert not changed(tracked)
-    tracked.add_user(User.with_password("bob", "pw"))
+    tracked.metadata.apply(c.PutUser(User.with_password("bob", "pw")))
     assert changed(tracked)
-    tracked.set_permissions("bob", "v2", ".*", ".*", ".*")
+    tracked.metadata.apply(c.SetPermissions("bob", "v2", ".*", ".*", ".*"))
     assert changed(tracked)
-    assert tracked.clear_permissions("bob", "v2") and changed(tracked)
-    assert not tracked.clear_permissions("bob", "v2") and not changed(tracked)
-    tracked.set_permissions("bob", "v2", ".*", ".*", ".*")
+    assert tracked.metadata.apply(c.ClearPermissions("bob", "v2")) and changed(tracked)
+    assert not tracked.metadata.apply(c.ClearPermissions("bob", "v2")) and not changed(tracked)
+    tracked.metadata.apply(c.SetPermissions("bob", "v2", ".*", ".*", ".*"))
     changed(tracked)
-    assert tracked.delete_user("bob") is not None and changed(tracked)
+    assert tracked.metadata.apply(c.DeleteUser("bob")) is not None and changed(tracked)
     assert ("bob", "v2") not in tracked.permissions
-    tracked.set_permissions("guest", "v2", ".*", ".*", ".*")
+    tracked.metadata.apply(c.SetPermissions("guest", "v2", ".*", ".*", ".*"))
     changed(tracked)
-    assert tracked.delete_vhost("v2") is not None and changed(tracked)
+    assert tracked.metadata.apply(c.DeleteVHost("v2")) is not None and changed(tracked)
     assert ("guest", "v2") not in tracked.permissions
-    assert tracked.delete_vhost("v2") is None and not changed(tracked)
-    saved = tracked.definitions_store.saved[-1]
+    assert tracked.metadata.apply(c.DeleteVHost("v2")) is None and not changed(tracked)
+    saved = tracked.metadata.disk.saved[-1]
     assert [v["name"] for v in saved["vhosts"]] == ["/"]
     assert [u["name"] for u in saved["users"]] == ["guest"]
 
@@ -279,17 +280,17 @@ def test_failed_save_stays_dirty_and_retries(tracked, caplog):
                 raise OSError(28, "No space left on device")
             super().save(data)
 
-    store = tracked.definitions_store = Failing()
+    store = tracked.metadata.disk = Failing()
     tracked.vhosts["/"].declare_queue("q", True)
     with caplog.at_level(logging.ERROR, "warren.definitions"):
-        tracked.flush_definitions()
-        tracked.flush_definitions()
-    assert tracked.definitions_dirty
+        tracked.metadata.flush()
+        tracked.metadata.flush()
+    assert tracked.metadata.dirty
     assert [r.getMessage() for r in caplog.records] == [
         "cannot save definitions to memory: [Errno 28] No space left on device"]
     store.fail = False
-    tracked.flush_definitions()
-    assert not tracked.definitions_dirty
+    tracked.metadata.flush()
+    assert not tracked.metadata.dirty
     assert [q["name"] for q in store.saved[-1]["queues"]] == ["q"]
 
 
@@ -365,23 +366,23 @@ class RecordingJournal(RecordingStore):
 
 def test_flush_appends_one_record_per_changed_object():
     broker = populated_broker()
-    store = broker.definitions_store = RecordingJournal()
-    broker.flush_definitions()  # marks made without a store: everything is saved
+    store = broker.metadata.disk = RecordingJournal()
+    broker.metadata.flush()  # marks made without a store: everything is saved
     assert len(store.saved) == 1 and store.appended == []
     v = broker.vhosts["/"]
     q, _ = v.declare_queue("nq", True, None, False, wire({"x-max-length": 3}))
     v.bind(v.exchange("x"), q, "nk", {})
-    broker.flush_definitions()
+    broker.metadata.flush()
     assert store.appended[-1] == [
         ("put", "queues", {"name": "nq", "vhost": "/", "durable": True, "auto_delete": False, "type": "classic",
                            "arguments": {"x-max-length": 3}}),
         ("put", "bindings", {"source": "x", "vhost": "/", "destination": "nq", "destination_type": "queue",
                              "routing_key": "nk", "arguments": {}})]
     v.declare_queue("nq", True, None, False, wire({"x-max-length": 3}))  # redeclare: nothing
-    broker.flush_definitions()
+    broker.metadata.flush()
     assert len(store.appended) == 1
     v.delete_exchange("x")  # its bindings go too, including the one to an exchange
-    broker.flush_definitions()
+    broker.metadata.flush()
     assert sorted(store.appended[-1], key=lambda r: json.dumps(r)) == sorted([
         ("delete", "exchanges", {"vhost": "/", "name": "x"}),
         ("delete", "bindings", {"source": "x", "vhost": "/", "destination": "q1", "destination_type": "queue",
@@ -390,13 +391,13 @@ def test_flush_appends_one_record_per_changed_object():
                                 "routing_key": "k2", "arguments": {}}),
         ("delete", "bindings", {"source": "x", "vhost": "/", "destination": "nq", "destination_type": "queue",
                                 "routing_key": "nk", "arguments": {}})], key=lambda r: json.dumps(r))
-    broker.delete_user("alice")
-    broker.flush_definitions()
+    broker.metadata.apply(c.DeleteUser("alice"))
+    broker.metadata.flush()
     assert store.appended[-1] == [("delete", "permissions", {"user": "alice", "vhost": "other"}),
                                   ("delete", "users", {"name": "alice"})]
     assert len(store.saved) == 1
-    broker.delete_vhost("other")  # sweeping: everything is saved again
-    broker.flush_definitions()
+    broker.metadata.apply(c.DeleteVHost("other"))  # sweeping: everything is saved again
+    broker.metadata.flush()
     assert len(store.saved) == 2 and len(store.appended) == 3
 
 
@@ -404,8 +405,8 @@ def durable_broker(tmp_path):
     store = DefinitionsFile.in_dir(str(tmp_path))
     assert store.load() is None
     broker = Broker.with_defaults()
-    broker.definitions_store = store
-    broker.flush_definitions()  # the first start writes the snapshot
+    broker.metadata.disk = store
+    broker.metadata.flush()  # the first start writes the snapshot
     assert not (tmp_path / JOURNAL).exists()
     return broker, store
 
@@ -430,25 +431,25 @@ def test_journal_append_and_replay(tmp_path):
     v = broker.vhosts["/"]
     for i in range(20):
         v.declare_queue(f"q{i}", True)
-        broker.flush_definitions()
+        broker.metadata.flush()
     assert len(journal_lines(tmp_path)) == 20
     x, _ = v.declare_exchange("x", "topic", True, False, False, wire({"alternate-exchange": "ae"}))
     v.bind(x, v.queues["q1"], "a.#", wire({"n": 1}))
     v.bind(x, v.queues["q2"], "b", {})
-    broker.add_vhost("v2").description = "two"
-    broker.mark_definitions_changed("vhost", "v2")
-    broker.add_user(User.with_password("bob", "pw", ["management"]))
-    broker.set_permissions("bob", "v2", "^b", ".*", "")
-    from warren.broker.policy import Policy, set_policy
-    set_policy(v, Policy.validated("/", "p", "^q", {"max-length": 5}, 1, "queues", False))
-    set_policy(v, Policy.validated("/", "op", "^q", {"max-length": 9}, 0, "queues", True), True)
+    broker.metadata.apply(c.PutVHost("v2", description="two"))
+    broker.metadata.record("vhost", "v2")
+    broker.metadata.apply(c.PutUser(User.with_password("bob", "pw", ["management"])))
+    broker.metadata.apply(c.SetPermissions("bob", "v2", "^b", ".*", ""))
+    from warren.broker.policy import Policy
+    broker.metadata.apply(c.SetPolicy(Policy.validated("/", "p", "^q", {"max-length": 5}, 1, "queues", False)))
+    broker.metadata.apply(c.SetPolicy(Policy.validated("/", "op", "^q", {"max-length": 9}, 0, "queues", True), True))
     v.delete_queue(v.queues["q2"])  # with its binding
-    broker.flush_definitions()
+    broker.metadata.flush()
     # a second change to objects already in the journal: the last record wins
-    broker.set_permissions("bob", "v2", "^bob", ".*", "")
+    broker.metadata.apply(c.SetPermissions("bob", "v2", "^bob", ".*", ""))
     v.unbind(x, v.queues["q1"], "a.#", wire({"n": 1}))
     v.bind(x, v.queues["q1"], "a.#", wire({"n": 1}))
-    broker.flush_definitions()
+    broker.metadata.flush()
     assert (tmp_path / "definitions.json").read_bytes() == snapshot  # nothing rewritten
     assert sorted(os.listdir(tmp_path)) == [JOURNAL, "definitions.json"]
     for line in journal_lines(tmp_path):
@@ -470,12 +471,12 @@ def test_journal_cost_does_not_grow_with_definitions(tmp_path):
     v = broker.vhosts["/"]
     for i in range(500):
         v.declare_queue(f"q{i}", True)
-    broker.flush_definitions()
-    broker.flush_definitions()
+    broker.metadata.flush()
+    broker.metadata.flush()
     store.save(definitions.export(broker))
     assert not (tmp_path / JOURNAL).read_bytes()
     v.declare_queue("one-more", True)
-    broker.flush_definitions()
+    broker.metadata.flush()
     lines = journal_lines(tmp_path)
     assert len(lines) == 1 and len(lines[0]) < 200
     assert decode_record(lines[0])["obj"]["name"] == "one-more"
@@ -485,9 +486,9 @@ def test_journal_torn_last_line_is_cut_off(tmp_path, caplog):
     broker, store = durable_broker(tmp_path)
     v = broker.vhosts["/"]
     v.declare_queue("a", True)
-    broker.flush_definitions()
+    broker.metadata.flush()
     v.declare_queue("b", True)
-    broker.flush_definitions()
+    broker.metadata.flush()
     good = (tmp_path / JOURNAL).read_bytes()
     whole = store_definitions.encode_record(3, "put", "queues", {"name": "c", "vhost": "/"})
     for torn in (whole[:-1], whole[:20], whole[:3]):
@@ -507,7 +508,7 @@ def test_journal_corrupt_line_stops_the_replay(tmp_path, caplog):
     v = broker.vhosts["/"]
     for name in ("a", "b", "c"):
         v.declare_queue(name, True)
-        broker.flush_definitions()
+        broker.metadata.flush()
     lines = journal_lines(tmp_path)
     bad = lines[1].replace(b'"b"', b'"B"')
     (tmp_path / JOURNAL).write_bytes(lines[0] + bad + lines[2])
@@ -533,10 +534,10 @@ def test_journal_compaction(tmp_path, monkeypatch):
     v = broker.vhosts["/"]
     for i in range(9):
         v.declare_queue(f"q{i}", True)
-        broker.flush_definitions()
+        broker.metadata.flush()
     assert len(journal_lines(tmp_path)) == 9
     v.declare_queue("q9", True)
-    broker.flush_definitions()  # the 10th line: the snapshot is rewritten, the journal emptied
+    broker.metadata.flush()  # the 10th line: the snapshot is rewritten, the journal emptied
     assert (tmp_path / JOURNAL).read_bytes() == b""
     with open(tmp_path / "definitions.json") as f:
         snapshot = json.load(f)
@@ -545,11 +546,11 @@ def test_journal_compaction(tmp_path, monkeypatch):
     # now the snapshot has 13 objects: compaction waits for 13 lines
     for i in range(12):
         v.declare_queue(f"r{i}", True)
-        broker.flush_definitions()
+        broker.metadata.flush()
     assert len(journal_lines(tmp_path)) == 12
     assert decode_record(journal_lines(tmp_path)[0])["n"] == 11
     v.declare_queue("r12", True)
-    broker.flush_definitions()
+    broker.metadata.flush()
     assert (tmp_path / JOURNAL).read_bytes() == b""
     assert recovered(tmp_path) == definitions.export(broker)
 
@@ -557,21 +558,21 @@ def test_journal_compaction(tmp_path, monkeypatch):
 def test_crash_between_snapshot_and_journal_truncation_is_idempotent(tmp_path):
     broker, store = durable_broker(tmp_path)
     v = broker.vhosts["/"]
-    broker.add_vhost("gone")
-    broker.set_permissions("guest", "gone", ".*", ".*", ".*")
+    broker.metadata.apply(c.PutVHost("gone"))
+    broker.metadata.apply(c.SetPermissions("guest", "gone", ".*", ".*", ".*"))
     broker.vhosts["gone"].declare_queue("q", True)
     v.declare_queue("kept", True)
     v.declare_queue("deleted", True)
-    broker.flush_definitions()
+    broker.metadata.flush()
     v.delete_queue(v.queues["deleted"])
-    broker.flush_definitions()
+    broker.metadata.flush()
     stale = (tmp_path / JOURNAL).read_bytes()
     assert len(stale.splitlines()) == 6
     # A sweeping change (a vhost deletion) rewrites the snapshot; then the journal is emptied.
     # A crash in between leaves the old lines: replaying them must change nothing.
-    broker.delete_vhost("gone")
+    broker.metadata.apply(c.DeleteVHost("gone"))
     v.declare_queue("late", True)
-    broker.flush_definitions()
+    broker.metadata.flush()
     assert (tmp_path / JOURNAL).read_bytes() == b""
     (tmp_path / JOURNAL).write_bytes(stale)
     expected = definitions.export(broker)
@@ -591,7 +592,7 @@ def test_failed_append_rewrites_everything_next(tmp_path, monkeypatch, caplog):
     broker, store = durable_broker(tmp_path)
     v = broker.vhosts["/"]
     v.declare_queue("a", True)
-    broker.flush_definitions()
+    broker.metadata.flush()
     good = (tmp_path / JOURNAL).read_bytes()
     real_fsync = os.fsync
 
@@ -601,14 +602,14 @@ def test_failed_append_rewrites_everything_next(tmp_path, monkeypatch, caplog):
     v.declare_queue("b", True)
     monkeypatch.setattr(os, "fsync", failing_fsync)
     with caplog.at_level(logging.ERROR, "warren.definitions"):
-        broker.flush_definitions()
-    assert broker.definitions_dirty and broker.definitions_all_changed
+        broker.metadata.flush()
+    assert broker.metadata.dirty and broker.metadata.all_changed
     assert (tmp_path / JOURNAL).read_bytes() == good  # the unsynced line was cut off again
     assert caplog.records[-1].getMessage() == (
         f"cannot save definitions to {store.path}: [Errno 5] Input/output error")
     monkeypatch.setattr(os, "fsync", real_fsync)
-    broker.flush_definitions()
-    assert not broker.definitions_dirty
+    broker.metadata.flush()
+    assert not broker.metadata.dirty
     assert (tmp_path / JOURNAL).read_bytes() == b""
     assert [q["name"] for q in recovered(tmp_path)["queues"]] == ["a", "b"]
 
@@ -616,7 +617,7 @@ def test_failed_append_rewrites_everything_next(tmp_path, monkeypatch, caplog):
 def test_corrupt_snapshot_moves_its_journal_aside(tmp_path, caplog):
     broker, store = durable_broker(tmp_path)
     broker.vhosts["/"].declare_queue("a", True)
-    broker.flush_definitions()
+    broker.metadata.flush()
     (tmp_path / "definitions.json").write_bytes(b"{\"users\": [")
     with caplog.at_level(logging.ERROR, "warren.definitions"):
         assert DefinitionsFile.in_dir(str(tmp_path)).load() is None

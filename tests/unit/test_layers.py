@@ -160,3 +160,69 @@ def test_the_session_import_check_sees_every_kind_of_import(tmp_path):
     clean = tmp_path / "clean.py"
     clean.write_text("from ..broker.records import ConnectionInfo\nfrom ...broker import x509\n")
     assert not _session_imports("warren.mgmt.api.example", clean)
+
+
+# The methods that change the vhosts' tables, and the tables the store holds: only the
+# metadata store (warren.broker.metadata) calls or writes them, and the vhost its own
+# (a command is carried out there). A shovel's restart swaps its worker, not its parameter;
+# the config file has default permissions of its own.
+_VHOST_CHANGES = {"declare_exchange", "delete_exchange", "declare_queue", "remove_queue", "bind", "unbind"}
+_TABLES = {"vhosts", "users", "permissions", "topic_permissions", "global_parameters", "policies",
+           "operator_policies", "shovels", "limits"}
+_CHANGERS = ("warren.broker.metadata", "warren.broker.vhost")
+_ALLOWED = {("warren.broker.shovel", "shovels"), ("warren.cli.config", "permissions")}
+
+
+def _metadata_changes(name: str, path: pathlib.Path) -> list[str]:
+    """Where a module outside the store changes metadata: a vhost's changing method called
+    on something named like a vhost, an item of a store table set, deleted, popped or
+    cleared, a vhost's limits replaced, or the journal recorded."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            receiver = ast.unparse(node.func.value)
+            method = node.func.attr
+            if method in _VHOST_CHANGES and "vhost" in receiver.lower():
+                found.append(f"{name}:{node.lineno} {receiver}.{method}()")
+            elif method in ("pop", "clear", "update", "setdefault") and isinstance(node.func.value, ast.Attribute) \
+                    and node.func.value.attr in _TABLES and (name, node.func.value.attr) not in _ALLOWED:
+                found.append(f"{name}:{node.lineno} {receiver}.{method}()")
+            elif method == "record" and receiver.endswith("metadata"):
+                found.append(f"{name}:{node.lineno} {receiver}.record()")
+        targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete)) else
+                   [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        for target in targets:
+            table = target.value if isinstance(target, ast.Subscript) else target
+            if isinstance(table, ast.Attribute) and table.attr in _TABLES and (name, table.attr) not in _ALLOWED \
+                    and not (table.attr == "limits" and isinstance(target, ast.Attribute)
+                             and ast.unparse(table.value) == "self"):
+                found.append(f"{name}:{node.lineno} {ast.unparse(target)}")
+    return found
+
+
+def test_only_the_metadata_store_changes_metadata():
+    """Every change to vhosts, users, permissions, exchanges, queues, bindings, policies,
+    parameters and limits is a command the store applies (docs/architecture.md)."""
+    wrong = [hit for name, path in modules() if not name.startswith(_CHANGERS)
+             for hit in _metadata_changes(name, path)]
+    assert not wrong
+
+
+def test_the_metadata_check_sees_each_kind_of_change(tmp_path):
+    sources = {
+        "declare": "def f(vhost):\n    vhost.declare_queue('q')\n",
+        "bind": "def f(broker):\n    broker.vhosts['/'].bind(x, q, '', {})\n",
+        "table": "def f(broker):\n    broker.permissions[('u', '/')] = None\n",
+        "delete": "def f(broker):\n    del broker.users['u']\n",
+        "pop": "def f(vhost):\n    vhost.policies.pop('p')\n",
+        "limits": "def f(vhost):\n    vhost.limits = {}\n",
+        "record": "def f(broker):\n    broker.metadata.record('user', 'u')\n",
+    }
+    for label, source in sources.items():
+        path = tmp_path / f"{label}.py"
+        path.write_text(source)
+        assert _metadata_changes("warren.mgmt.example", path), label
+    clean = tmp_path / "clean.py"
+    clean.write_text("def f(broker, sock):\n    sock.bind(('', 0))\n    ops.bind(actor, 'x', 'queue', 'q', '', {})\n"
+                     "    broker.metadata.apply(Bind('/', 'x', 'queue', 'q'))\n    return broker.users.get('u')\n")
+    assert not _metadata_changes("warren.mgmt.example", clean)

@@ -11,6 +11,7 @@ from warren.broker import definitions, missing_exchange, ops, vhost as vhosts
 from warren.broker.auth import User
 from warren.broker.broker import Broker
 from warren.broker.errors import AMQPError
+from warren.broker.metadata import commands as c
 
 HEADER = "x-warren-missing-exchange"
 
@@ -18,8 +19,8 @@ HEADER = "x-warren-missing-exchange"
 @pytest.fixture
 def broker():
     b = Broker.with_defaults()
-    b.add_user(User.with_password("bob", "pw"))
-    b.set_permissions("bob", "/", ".*", "^out\\.", ".*")  # bob writes to "out." names only
+    b.metadata.apply(c.PutUser(User.with_password("bob", "pw")))
+    b.metadata.apply(c.SetPermissions("bob", "/", ".*", "^out\\.", ".*"))  # bob writes to "out." names only
     return b
 
 

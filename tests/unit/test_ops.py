@@ -8,15 +8,17 @@ from warren.broker import ops
 from warren.broker.auth import User
 from warren.broker.broker import Broker
 from warren.broker.errors import AMQPError
+from warren.broker.metadata import commands as c
+from warren.broker.records import ConnectionLink, ExclusiveOwner
 from warren.store.settlement import SETTLED
 
 
 @pytest.fixture
 def broker():
     b = Broker.with_defaults()
-    b.add_user(User.with_password("bob", "pw"))
+    b.metadata.apply(c.PutUser(User.with_password("bob", "pw")))
     # bob may configure and read anything, but write only to "out." exchanges and queues.
-    b.set_permissions("bob", "/", ".*", "^out\\.", ".*")
+    b.metadata.apply(c.SetPermissions("bob", "/", ".*", "^out\\.", ".*"))
     return b
 
 
@@ -48,9 +50,10 @@ def test_declare_queue_rules(broker):
 
 
 def test_exclusive_queue_belongs_to_its_connection(broker):
-    owner, other = object(), object()
+    link = ConnectionLink("127.0.0.1:1 -> 127.0.0.1:5672", "127.0.0.1", 1)
+    owner, other = ExclusiveOwner.new(link), ExclusiveOwner.new(link)  # (same address, another connection)
     q, _ = ops.declare_queue(actor(broker, connection=owner), "mine", durable=True, exclusive=True)
-    assert q.owner is owner and not q.durable  # exclusive queues are never durable
+    assert q.owner == owner and not q.durable  # exclusive queues are never durable
     for call in (lambda a: ops.purge_queue(a, "mine"), lambda a: ops.readable_queue(a, "mine"),
                  lambda a: ops.delete_queue(a, "mine"), lambda a: ops.bind(a, "amq.direct", "queue", "mine", "k", {})):
         assert code_of(call, actor(broker, connection=other))[0] == 405

@@ -8,6 +8,7 @@ from warren.amqp.codec import shortstr
 from warren.amqp.properties import encode_header
 from warren.broker import ops, shovel
 from warren.broker.broker import Broker
+from warren.broker.metadata import commands as c
 from warren.store.persister import Persister
 
 from .fake_transport import ManualScheduler
@@ -57,7 +58,7 @@ def test_validation_errors_in_rabbitmqs_order():
 
 def test_a_user_needs_permissions_in_the_uris_vhosts():
     broker, _ = _broker()
-    broker.add_vhost("other")
+    broker.metadata.apply(c.PutVHost("other"))
     user = broker.users["guest"]
     value = {"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp:///other", "dest-queue": "b"}
     with pytest.raises(shovel.ShovelError) as err:

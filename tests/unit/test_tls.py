@@ -13,6 +13,7 @@ from pamqp import commands
 from tls_certs import TestCerts
 from warren.broker.auth import User
 from warren.broker.broker import Broker
+from warren.broker.metadata import commands as c
 from warren.broker.ports import TLSInfo
 from warren.server import tls as tls_layer
 from warren.broker import x509
@@ -141,7 +142,7 @@ def broker_with(*users, mechanisms=("PLAIN", "AMQPLAIN", "EXTERNAL"), login_from
     broker.auth_mechanisms = mechanisms
     broker.ssl_cert_login_from = login_from
     for user in users:
-        broker.add_user(User(user, ""))  # no password: EXTERNAL only
+        broker.metadata.apply(c.PutUser(User(user, "")))  # no password: EXTERNAL only
     return broker
 
 

@@ -14,7 +14,8 @@ from .. import __version__
 from .auth import MD5, SHA256, SHA512, User, invalid_regexp
 from .errors import AMQPError
 from .exchanges import TYPES
-from .policy import Policy, PolicyError, set_policy
+from .policy import Policy, PolicyError
+from .metadata import commands
 from . import limits, missing_exchange, parameters as runtime_parameters, queues
 
 
@@ -106,16 +107,13 @@ def _grant_creator(broker, acting_user: str | None, created: list) -> None:
         return
     for name in created:
         if name in broker.vhosts and (acting_user, name) not in broker.permissions:
-            broker.set_permissions(acting_user, name, ".*", ".*", ".*")
+            broker.metadata.apply(commands.SetPermissions(acting_user, name, ".*", ".*", ".*"))
 
 
 def _fail(on_error, kind, item, message):
     if on_error is None:
         raise DefinitionsError(message) from None
     on_error(kind, item, message)
-
-
-_ABSENT = object()
 
 
 def _load_vhost(broker, v) -> bool:
@@ -137,28 +135,16 @@ def _load_vhost(broker, v) -> bool:
     # Warren's capture exchange: from the top level, else "metadata"; absent, an existing
     # vhost keeps its own (RabbitMQ's exports never have it); checked before anything changes.
     capture = v[missing_exchange.SETTING] if missing_exchange.SETTING in v else metadata.get(
-        missing_exchange.SETTING, _ABSENT)
-    if capture is not _ABSENT:
+        missing_exchange.SETTING, commands.KEEP)
+    if capture is not commands.KEEP:
         try:
             capture = missing_exchange.validate(capture)
         except missing_exchange.SettingError as err:
             raise DefinitionsError(f"{err} (vhost '{name}')") from None
-    vhost = broker.vhosts.get(name)
-    if vhost is None:
-        if default_queue_type is not None and default_queue_type not in queues.TYPES:  # (rabbit_queue_type:discover)
-            raise DefinitionsError(f"invalid_queue_type '{default_queue_type}' for vhost '{name}'")
-        vhost = broker.add_vhost(name)
-        vhost.default_queue_type = default_queue_type
-        created = True
-    else:
-        created = False
-    if (description, tags) != (vhost.description, vhost.tags):
-        vhost.description, vhost.tags = description, tags
-        broker.mark_definitions_changed("vhost", vhost.name)
-    if capture is not _ABSENT and capture != vhost.missing_exchange:
-        vhost.missing_exchange = capture
-        broker.mark_definitions_changed("vhost", vhost.name)
-    return created
+    if name not in broker.vhosts and default_queue_type is not None and default_queue_type not in queues.TYPES:
+        raise DefinitionsError(f"invalid_queue_type '{default_queue_type}' for vhost '{name}'")  # (rabbit_queue_type:discover)
+    return broker.metadata.apply(commands.PutVHost(name, description, tags, capture,
+                                                   default_queue_type))
 
 
 def _load_user(broker, u):
@@ -171,14 +157,15 @@ def _load_user(broker, u):
         user = User.with_password(u["name"], u.get("password", ""), _tags(u.get("tags")))
     given = u.get("limits") or {}
     limits.validate_user_limits(given)  # before the user changes: a bad import changes nothing
-    broker.add_user(user)
+    broker.metadata.apply(commands.PutUser(user))
     limits.update_user_limits(broker, user, given)  # merged with the user's own, as RabbitMQ
 
 
 def _load_permission(broker, p):
     if p["vhost"] not in broker.vhosts:
         raise DefinitionsError(f"permission for unknown vhost '{p['vhost']}'")
-    broker.set_permissions(p["user"], p["vhost"], p.get("configure", ""), p.get("write", ""), p.get("read", ""))
+    broker.metadata.apply(commands.SetPermissions(p["user"], p["vhost"], p.get("configure", ""), p.get("write", ""),
+                                                  p.get("read", "")))
 
 
 def _load_topic_permission(broker, p):
@@ -188,7 +175,7 @@ def _load_topic_permission(broker, p):
     if vhost not in broker.vhosts:
         raise DefinitionsError(f"topic permission for unknown vhost '{vhost}'")
     check_topic_permission(exchange, write, read)
-    broker.set_topic_permissions(user, vhost, exchange, write, read)
+    broker.metadata.apply(commands.SetTopicPermissions(user, vhost, exchange, write, read))
 
 
 def check_topic_permission(exchange, write, read) -> None:
@@ -211,7 +198,7 @@ def _load_policy(broker, p, operator=False):
                                   p.get("apply-to", "all"), operator)
     except PolicyError as err:
         raise DefinitionsError(html.escape(f"{err} ({vhost.name}/{p['name']})", quote=False)) from None
-    set_policy(vhost, policy, operator)
+    broker.metadata.apply(commands.SetPolicy(policy, operator))
 
 
 def _load_parameter(broker, p):
@@ -222,7 +209,7 @@ def _load_parameter(broker, p):
     vhost = _vhost(broker, p)
     component, name = p["component"], p["name"]
     try:
-        runtime_parameters.set_parameter(vhost, component, name, p["value"])
+        runtime_parameters.set_parameter(broker, vhost, component, name, p["value"])
     except runtime_parameters.ParameterError as err:
         text = f"{err} ({vhost.name}/{component}/{name})"
         raise DefinitionsError(html.escape(text, quote=False)) from None
@@ -259,26 +246,23 @@ def _load_exchange(broker, x):
         return
     if x.get("type", "direct") not in TYPES:
         raise DefinitionsError(f"unknown exchange type '{x.get('type')}' for exchange '{x['name']}'")
-    vhost.declare_exchange(x["name"], x.get("type", "direct"), x.get("durable", True),
-                           x.get("auto_delete", False), x.get("internal", False), x.get("arguments") or {})
+    broker.metadata.apply(commands.DeclareExchange(vhost.name, x["name"], x.get("type", "direct"), x.get("durable", True),
+                                                   x.get("auto_delete", False), x.get("internal", False),
+                                                   x.get("arguments") or {}))
 
 
 def _load_queue(broker, q):
     vhost = _vhost(broker, q)
     if q["name"] in vhost.queues:
         return
-    vhost.declare_queue(q["name"], q.get("durable", True), None, q.get("auto_delete", False),
-                        q.get("arguments") or {})
+    broker.metadata.apply(commands.DeclareQueue(vhost.name, q["name"], q.get("durable", True), None,
+                                                q.get("auto_delete", False), q.get("arguments") or {}))
 
 
 def _load_binding(broker, b):
     vhost = _vhost(broker, b)
-    source = vhost.exchange(b["source"])
-    if b.get("destination_type", "queue") == "queue":
-        dest = vhost.queue(b["destination"])
-    else:
-        dest = vhost.exchange(b["destination"])
-    vhost.bind(source, dest, b.get("routing_key", ""), b.get("arguments") or {})
+    broker.metadata.apply(commands.Bind(vhost.name, b["source"], b.get("destination_type", "queue"), b["destination"],
+                                        b.get("routing_key", ""), b.get("arguments") or {}))
 
 
 def _vhost(broker, item):
@@ -413,7 +397,7 @@ def export(broker, durable_only: bool = True) -> dict:
 
 def changes(broker, marks: dict) -> list:
     """The durable state now of each object in `marks` (what the model marked as changed, see
-    Broker.mark_definitions_changed), as journal records (op, kind, object): ("put", kind,
+    MetadataStore.record), as journal records (op, kind, object): ("put", kind,
     its export) when it exists and survives a restart, else ("delete", kind, its identity).
     kind is the collection of the definitions format it belongs to ("queues", ...)."""
     out = []

@@ -27,7 +27,7 @@ class Durability:
         buffered message records and marks (an fsync of those starts if one is due). Called
         before any reply leaves."""
         broker = self.broker
-        broker.flush_definitions()
+        broker.metadata.flush()
         persister = broker.persister
         if persister is not None:
             persister.flush()

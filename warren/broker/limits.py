@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..amqp.erlang import erl_json, erl_list
 from .errors import AMQPError, not_allowed, precondition_failed
+from .metadata.commands import SetUserLimits, SetVHostLimits
 
 if TYPE_CHECKING:
     from .auth import User
@@ -100,40 +101,18 @@ def value_json(limits: dict[str, int]) -> Any:
     return dict(limits) if limits else []
 
 
-# ------------------------------------------------------------------- model changes
-def set_vhost_limits(vhost: VHost, limits: dict[str, int]) -> bool:
-    """Replace the vhost's "limits" parameter (validated). Returns True if it is new."""
-    created = vhost.limits is None
-    vhost.limits = dict(limits)
-    _vhost_changed(vhost)
-    return created
-
-
-def set_vhost_limit(vhost: VHost, name: str, value) -> None:
+# ------------------------------------------------------------------- changes (as commands)
+def set_vhost_limit(broker: Broker, vhost: VHost, name: str, value) -> None:
     """PUT /api/vhost-limits/V/NAME: one limit, the others kept (rabbit_vhost_limit:
     update_limit puts the new one first)."""
     current = {k: v for k, v in (vhost.limits or {}).items() if k != name}
     limits = validate_vhost_limits({name: value, **current})
-    set_vhost_limits(vhost, {name: limits[name], **current})
+    broker.metadata.apply(SetVHostLimits(vhost.name, {name: limits[name], **current}))
 
 
-def clear_vhost_limit(vhost: VHost, name: str) -> None:
+def clear_vhost_limit(broker: Broker, vhost: VHost, name: str) -> None:
     """One limit cleared; the parameter stays, even empty (as RabbitMQ)."""
-    set_vhost_limits(vhost, {k: v for k, v in (vhost.limits or {}).items() if k != name})
-
-
-def clear_vhost_limits(vhost: VHost) -> bool:
-    """The "limits" parameter removed; False if there was none."""
-    if vhost.limits is None:
-        return False
-    vhost.limits = None
-    _vhost_changed(vhost)
-    return True
-
-
-def _vhost_changed(vhost: VHost) -> None:
-    if vhost.broker is not None:
-        vhost.broker.mark_definitions_changed("vhost_limits", vhost.name)
+    broker.metadata.apply(SetVHostLimits(vhost.name, {k: v for k, v in (vhost.limits or {}).items() if k != name}))
 
 
 def update_user_limits(broker: Broker, user: User, value) -> None:
@@ -141,20 +120,17 @@ def update_user_limits(broker: Broker, user: User, value) -> None:
     and an imported user's "limits" merge, as RabbitMQ's do."""
     given = validate_user_limits(value)
     if given:
-        user.limits = {**user.limits, **given}
-        broker.mark_definitions_changed("user", user.name)
+        broker.metadata.apply(SetUserLimits(user.name, {**user.limits, **given}))
 
 
 def set_user_limit(broker: Broker, user: User, name: str, value) -> None:
     given = validate_user_limits({name: value})
-    user.limits = {**user.limits, **given}
-    broker.mark_definitions_changed("user", user.name)
+    broker.metadata.apply(SetUserLimits(user.name, {**user.limits, **given}))
 
 
 def clear_user_limit(broker: Broker, user: User, name: str) -> None:
     if name in user.limits:
-        user.limits = {k: v for k, v in user.limits.items() if k != name}
-        broker.mark_definitions_changed("user", user.name)
+        broker.metadata.apply(SetUserLimits(user.name, {k: v for k, v in user.limits.items() if k != name}))
 
 
 # --------------------------------------------------------------------- enforcement

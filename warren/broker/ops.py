@@ -23,6 +23,7 @@ from .consumer import Consumer, check_consume_arguments
 from .errors import access_refused, command_invalid, not_allowed, not_found, precondition_failed, rs
 from .exchanges import TYPES
 from .limits import check_queue as check_queue_limit
+from .metadata.commands import Bind, DeclareExchange, DeclareQueue, DeleteExchange, DeleteQueue, Unbind
 from . import missing_exchange
 from .publish_checks import check_properties
 from . import queues
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from .exchanges.base import Exchange
     from .ports import DeliverySink
     from .queues.base import Queue
+    from .records import ExclusiveOwner
     from .vhost import VHost
 
 # Properties a publish is refused for when they are wrong (checked only if present).
@@ -55,7 +57,7 @@ class Actor:
     broker: Broker
     user: User
     vhost: VHost
-    connection: object | None = None
+    owner: ExclusiveOwner | None = None
     # Exchanges this actor has been allowed to write to (RabbitMQ caches this per channel).
     writable: set[str] = field(default_factory=set)
     # Node-local authority (warrenctl on the control socket, as rabbitmqctl on its node):
@@ -75,7 +77,7 @@ class Actor:
 
 
 def _check_exclusive(actor: Actor, queue: Queue) -> None:
-    actor.vhost.check_exclusive(queue, actor.connection)
+    actor.vhost.check_exclusive(queue, actor.owner)
 
 
 # ------------------------------------------------------------------ exchanges
@@ -99,7 +101,8 @@ def declare_exchange(actor: Actor, name: str, type_name: str, passive: bool = Fa
         # rule, which the vhost applies).
         actor.check("read", "exchange", name)
         actor.check("write", "exchange", ae)
-    return vhost.declare_exchange(name, type_name, durable, auto_delete, internal, arguments)
+    return actor.broker.metadata.apply(DeclareExchange(vhost.name, name, type_name, durable, auto_delete, internal,
+                                                       arguments))
 
 
 def delete_exchange(actor: Actor, name: str, if_unused: bool = False) -> bool:
@@ -109,7 +112,7 @@ def delete_exchange(actor: Actor, name: str, if_unused: bool = False) -> bool:
     if name.startswith("amq."):  # refused even for a missing amq.* name, as RabbitMQ
         raise access_refused(f"deletion of system {rs('exchange', name, actor.vhost.name)} not allowed")
     actor.check("configure", "exchange", name)
-    return actor.vhost.delete_exchange(name, if_unused)
+    return actor.broker.metadata.apply(DeleteExchange(actor.vhost.name, name, if_unused))
 
 
 # ------------------------------------------------------------------- bindings
@@ -130,13 +133,12 @@ def bind(actor: Actor, source: str, dest_kind: str, destination: str, routing_ke
     """queue.bind (dest_kind "queue") or exchange.bind ("exchange")."""
     vhost = actor.vhost
     _check_binding(actor, source, dest_kind, destination, routing_key)
-    x = vhost.exchange(source)  # a missing source is reported first
+    vhost.exchange(source)  # a missing source is reported first
     if dest_kind == "queue":
-        dest = vhost.queue(destination)
-        _check_exclusive(actor, dest)
+        _check_exclusive(actor, vhost.queue(destination))
     else:
-        dest = vhost.exchange(destination)
-    vhost.bind(x, dest, routing_key, arguments or {})
+        vhost.exchange(destination)
+    actor.broker.metadata.apply(Bind(vhost.name, source, dest_kind, destination, routing_key, arguments))
 
 
 def unbind(actor: Actor, source: str, dest_kind: str, destination: str, routing_key: str,
@@ -150,7 +152,7 @@ def unbind(actor: Actor, source: str, dest_kind: str, destination: str, routing_
         return
     if dest_kind == "queue":
         _check_exclusive(actor, dest)
-    vhost.unbind(x, dest, routing_key, arguments or {})
+    actor.broker.metadata.apply(Unbind(vhost.name, source, dest_kind, destination, routing_key, arguments))
 
 
 # --------------------------------------------------------------------- queues
@@ -186,8 +188,9 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
                                       f"'x-dead-letter-exchange' in {rs('queue', name, vhost.name)}")
         actor.check("read", "queue", name)
         actor.check("write", "exchange", dlx if isinstance(dlx, str) else dlx.decode(errors="replace"))
-    owner = actor.connection if exclusive else None
-    q, created = vhost.declare_queue(name, durable and not exclusive, owner, auto_delete, args)
+    owner = actor.owner if exclusive else None
+    q, created = actor.broker.metadata.apply(DeclareQueue(vhost.name, name, durable and not exclusive, owner,
+                                                          auto_delete, args))
     if created:
         counters["queues_created"] += 1
     else:
@@ -204,7 +207,7 @@ def delete_queue(actor: Actor, name: str, if_unused: bool = False, if_empty: boo
         return 0
     _check_exclusive(actor, q)
     q.check_delete(if_unused, if_empty)
-    return vhost.delete_queue(q)
+    return actor.broker.metadata.apply(DeleteQueue(vhost.name, name))
 
 
 def readable_queue(actor: Actor, name: str) -> Queue:
@@ -251,8 +254,8 @@ def cancel(consumer: Consumer) -> None:
     (a single active consumer's successor takes over)."""
     q = consumer.queue
     q.remove_consumer(consumer)
-    if q.unused_auto_delete and not q.deleted:
-        q.vhost.delete_queue(q)
+    if q.unused_auto_delete:
+        q.vhost.delete_queue(q)  # (through the metadata store, unless it is gone already)
 
 
 def get(actor: Actor, queue_name: str, no_ack: bool) -> tuple[Queue, QueuedMessage | None]:

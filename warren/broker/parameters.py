@@ -5,8 +5,8 @@ here but set through the policies only; and "shovel", the shovel plugin's dynami
 within this broker (warren.broker.shovel). Any other component - "federation-upstream" - is
 refused as RabbitMQ without its plugin refuses it ("component ... not found"), never stored.
 
-Global parameters take any name and any JSON value; "cluster_name" is the broker's name
-(Broker.cluster_name), the others live in Broker.global_parameters. "internal_cluster_id" is
+Global parameters take any name and any JSON value; "cluster_name" names the broker (its
+announced name is the node's own without it). "internal_cluster_id" is
 the broker's permanent id (Prometheus's rabbitmq_cluster_permanent_id), made at the first
 start as RabbitMQ makes it and kept with the definitions in the data dir.
 """
@@ -20,8 +20,9 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from ..amqp.erlang import erl_json, erl_list
-from .limits import PARAMETER_NAME, LimitError, clear_vhost_limits, set_vhost_limits, validate_vhost_limits, value_json
-from .policy import Policy, PolicyError, clear_policy, set_policy
+from .limits import PARAMETER_NAME, LimitError, validate_vhost_limits, value_json
+from .metadata.commands import CLUSTER_NAME, ClearGlobalParameter, ClearPolicy, SetGlobalParameter, SetPolicy, SetVHostLimits
+from .policy import Policy, PolicyError
 from . import shovel
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
 VHOST_LIMITS = "vhost-limits"
 OPERATOR_POLICY = "operator_policy"
 POLICY = "policy"
-CLUSTER_NAME = "cluster_name"
 INTERNAL_CLUSTER_ID = "internal_cluster_id"
 
 log = logging.getLogger("warren.definitions")
@@ -78,7 +78,7 @@ def lookup(vhost: VHost, component: str, name: str) -> dict | None:
     return None
 
 
-def set_parameter(vhost: VHost, component: str, name: str, value: Any, user: User | None = None) -> bool:
+def set_parameter(broker: Broker, vhost: VHost, component: str, name: str, value: Any, user: User | None = None) -> bool:
     """Set a runtime parameter (validated as RabbitMQ validates it); True if it is new.
     `user`: who sets it (a shovel's URIs must name vhosts it may use); None: unchecked (an
     import, the control socket), as RabbitMQ's internal user."""
@@ -92,25 +92,28 @@ def set_parameter(vhost: VHost, component: str, name: str, value: Any, user: Use
         if name != PARAMETER_NAME:
             # RabbitMQ stores it, then fails (500) and never reads it: refused here.
             raise _validation_failed([f"vhost limits must be named '{PARAMETER_NAME}', not '{name}'"])
-        return set_vhost_limits(vhost, limits)
+        return broker.metadata.apply(SetVHostLimits(vhost.name, limits))
     if component == OPERATOR_POLICY:
-        return set_policy(vhost, _operator_policy(vhost, name, value), operator=True)
-    if component == shovel.COMPONENT and vhost.broker is not None:
+        return broker.metadata.apply(SetPolicy(_operator_policy(vhost, name, value), operator=True))
+    if component == shovel.COMPONENT:
         try:
-            return shovel.set_shovel(vhost.broker, vhost, name, value, user)
+            return shovel.set_shovel(broker, vhost, name, value, user)
         except shovel.ShovelError as err:
             raise _validation_failed(err.errors) from None
     raise _validation_failed([f"component {component} not found"])
 
 
-def clear_parameter(vhost: VHost, component: str, name: str) -> bool:
+def clear_parameter(broker: Broker, vhost: VHost, component: str, name: str) -> bool:
     """Remove a runtime parameter; False if there is none."""
     if component == VHOST_LIMITS:
-        return name == PARAMETER_NAME and clear_vhost_limits(vhost)
+        if name != PARAMETER_NAME or vhost.limits is None:
+            return False
+        broker.metadata.apply(SetVHostLimits(vhost.name, None))
+        return True
     if component == OPERATOR_POLICY:
-        return clear_policy(vhost, name, operator=True)
-    if component == shovel.COMPONENT and vhost.broker is not None:
-        return shovel.clear_shovel(vhost.broker, vhost, name)
+        return broker.metadata.apply(ClearPolicy(vhost.name, name, operator=True))
+    if component == shovel.COMPONENT:
+        return shovel.clear_shovel(broker, vhost, name)
     if component == POLICY and name in vhost.policies:
         # RabbitMQ fails with a 500 and keeps the policy; refused with a reason here.
         raise ParameterError("policies may not be cleared using this method")
@@ -157,10 +160,7 @@ def _operator_policy(vhost: VHost, name: str, value: Any) -> Policy:
 # ------------------------------------------------------------------ global parameters
 def global_parameters(broker: Broker) -> dict[str, Any]:
     """name -> value, cluster_name included once it is set."""
-    out = dict(broker.global_parameters)
-    if broker.cluster_name_set:
-        out[CLUSTER_NAME] = broker.cluster_name
-    return out
+    return dict(broker.global_parameters)
 
 
 def set_global(broker: Broker, name: str, value: Any) -> bool:
@@ -173,26 +173,11 @@ def set_global(broker: Broker, name: str, value: Any) -> bool:
             value.encode()
         except UnicodeEncodeError:  # a lone surrogate: it could not go out in server properties
             raise ParameterError("cluster_name must be valid unicode") from None
-        created = not broker.cluster_name_set
-        broker.set_cluster_name(value)
-        return created
-    created = name not in broker.global_parameters
-    broker.global_parameters[name] = value
-    broker.mark_definitions_changed("global_parameter", name)
-    return created
+    return broker.metadata.apply(SetGlobalParameter(name, value))
 
 
 def clear_global(broker: Broker, name: str) -> bool:
-    if name == CLUSTER_NAME:
-        if not broker.cluster_name_set:
-            return False
-        broker.clear_cluster_name()
-        return True
-    if name not in broker.global_parameters:
-        return False
-    del broker.global_parameters[name]
-    broker.mark_definitions_changed("global_parameter", name)
-    return True
+    return broker.metadata.apply(ClearGlobalParameter(name))
 
 
 def permanent_cluster_id(broker: Broker) -> str:

@@ -350,24 +350,3 @@ def apply_all(vhost) -> None:
     for q in list(vhost.queues.values()):  # (applying may expire or delete one)
         apply_to_queue(vhost, q)
         q.apply_settings()
-
-
-def set_policy(vhost, policy: Policy, operator: bool = False) -> bool:
-    """Add or replace a policy; returns True if it is new."""
-    table = vhost.operator_policies if operator else vhost.policies
-    created = policy.name not in table
-    table[policy.name] = policy
-    apply_all(vhost)
-    if vhost.broker is not None:
-        vhost.broker.mark_definitions_changed("operator_policy" if operator else "policy", (vhost.name, policy.name))
-    return created
-
-
-def clear_policy(vhost, name: str, operator: bool = False) -> bool:
-    table = vhost.operator_policies if operator else vhost.policies
-    if table.pop(name, None) is None:
-        return False
-    apply_all(vhost)
-    if vhost.broker is not None:
-        vhost.broker.mark_definitions_changed("operator_policy" if operator else "policy", (vhost.name, name))
-    return True

@@ -48,7 +48,9 @@ from . import ops
 from .auth import User
 from .consumer import Consumer
 from .errors import AMQPError
+from .metadata.commands import ClearShovel, SetShovel
 from .names import server_named
+from .records import ConnectionLink, ExclusiveOwner
 from ..store.settlement import Settlement
 
 if TYPE_CHECKING:
@@ -397,29 +399,15 @@ def _parse(v: dict) -> Config:
 
 # ================================================================== the registry
 def set_shovel(broker: Broker, vhost: VHost, name: str, value: Any, user: User | None) -> bool:
-    """PUT /api/parameters/shovel/VHOST/NAME: validate, (re)start; True if it is new. The same
-    value again changes nothing (RabbitMQ notifies only a changed parameter)."""
+    """PUT /api/parameters/shovel/VHOST/NAME: validate, then (re)start it through the metadata
+    store; True if it is new."""
     config = validate(broker, name, value, user)
-    old = vhost.shovels.get(name)
-    if old is not None and old.value == value:
-        return False
-    if old is not None:
-        old.stop()
-    shovel = vhost.shovels[name] = Shovel(broker, vhost.name, name, value, config)
-    broker.mark_definitions_changed()  # rare: the next flush rewrites the definitions
-    shovel.start_soon()
-    return old is None
+    return broker.metadata.apply(SetShovel(vhost.name, name, value, config))
 
 
 def clear_shovel(broker: Broker, vhost: VHost, name: str) -> bool:
-    """DELETE of the parameter: stop the shovel (what it has in flight is settled as its
-    confirms arrive, what it holds undelivered goes back to the source)."""
-    shovel = vhost.shovels.pop(name, None)
-    if shovel is None:
-        return False
-    shovel.stop()
-    broker.mark_definitions_changed()
-    return True
+    """DELETE of the parameter: the shovel stops (the metadata store's ClearShovel)."""
+    return broker.metadata.apply(ClearShovel(vhost.name, name))
 
 
 def parameters(vhost: VHost) -> list[dict]:
@@ -549,8 +537,10 @@ class Shovel:
         if src_vhost is None or dest_vhost is None:
             missing = c.src_vhost if src_vhost is None else c.dest_vhost
             raise _CannotConnect(f"access to target virtual host '{missing}' was refused (it does not exist)")
-        self.dest_actor = ops.Actor(broker, SHOVEL_USER, dest_vhost, self, trusted=True)
-        src = self.src_actor = ops.Actor(broker, SHOVEL_USER, src_vhost, self, trusted=True)
+        # Its own connection, as RabbitMQ's shovel has one (the owner of its exclusive queue).
+        owner = ExclusiveOwner.new(ConnectionLink(f"Shovel {self.name}", "undefined", "undefined"))
+        self.dest_actor = ops.Actor(broker, SHOVEL_USER, dest_vhost, owner, trusted=True)
+        src = self.src_actor = ops.Actor(broker, SHOVEL_USER, src_vhost, owner, trusted=True)
         # init_dest, then init_source (rabbit_shovel_worker's order).
         if c.dest_queue is not None:
             self._ensure_queue(self.dest_actor, c.dest_queue, c.dest_queue_args)
@@ -677,8 +667,7 @@ class Shovel:
         self.stop()
         vhost = self.broker.vhosts.get(self.vhost)
         if vhost is not None and vhost.shovels.get(self.name) is self:
-            del vhost.shovels[self.name]
-            self.broker.mark_definitions_changed()
+            self.broker.metadata.apply(ClearShovel(self.vhost, self.name))
         self.broker.durability.flush()
 
     # ----------------------------------------------------- DeliverySink, Gate

@@ -8,12 +8,14 @@ from .exchanges import TYPES, Binding, DefaultExchange, Exchange
 from .policy import apply_to_exchange, apply_to_queue
 from . import dead_letter
 from .queues import checked_type
+from .metadata.commands import DeleteQueue
 
 if TYPE_CHECKING:
     from ..amqp.message import Message
     from ..store.settlement import Settlement
     from .ports import Scheduler
     from .queues.base import Queue
+    from .records import ExclusiveOwner
 
 log = logging.getLogger("warren.routing")
 
@@ -130,21 +132,21 @@ class VHost:
             self._definitions_changed("queue", (self.name, name))
         return q, True
 
-    def check_exclusive(self, queue, connection, strict=False) -> None:
+    def check_exclusive(self, queue, owner: "ExclusiveOwner | None", strict=False) -> None:
         """405 if the queue is exclusive to another connection (or, strictly, if the
         exclusive flag of a redeclare does not match)."""
-        owner = queue.owner
-        if owner is None and (not strict or connection is None):
+        if queue.owner is None and (not strict or owner is None):
             return
-        if owner is connection:
+        if queue.owner == owner:
             return
         raise resource_locked(
             f"cannot obtain exclusive access to locked {queue.describe()}. It could be originally "
             "declared on another connection or the exclusive property value does not match that "
             "of the original declaration.")
 
-    def delete_queue(self, queue: "Queue") -> int:
-        """Remove a queue; its consumers are cancelled. Returns the ready count it had."""
+    def remove_queue(self, queue: "Queue") -> int:
+        """Remove a queue; its consumers are cancelled. Returns the ready count it had (the
+        metadata store's DeleteQueue)."""
         if self.queues.get(queue.name) is not queue:
             return 0
         del self.queues[queue.name]
@@ -169,6 +171,13 @@ class VHost:
     def scheduler(self) -> "Scheduler | None":
         return self.broker.scheduler if self.broker is not None else None
 
+    def delete_queue(self, queue: "Queue") -> int:
+        if queue.deleted:
+            return 0
+        if self.broker is None:  # a vhost alone (unit tests of routing): no store to go through
+            return self.remove_queue(queue)
+        return self.broker.metadata.apply(DeleteQueue(self.name, queue.name))
+
     def dead_letter(self, queue: "Queue", message: "Message", reason: str) -> "Settlement | None":
         return dead_letter.publish(self, queue, message, reason)
 
@@ -177,8 +186,8 @@ class VHost:
             self.broker.queue_flow.pressed.add(queue)
 
     def _definitions_changed(self, kind=None, key=None, binding=None) -> None:
-        if self.broker is not None:
-            self.broker.mark_definitions_changed(kind, key, binding)
+        if self.broker is not None:  # (the store's own tables: it applies the command doing this)
+            self.broker.metadata.record(kind, key, binding)
 
     # bindings ----------------------------------------------------------------
     def bind(self, source, destination, routing_key: str, arguments: dict) -> None:

@@ -83,7 +83,7 @@ def _describe_counts(counts: dict) -> str:
 def _recover_definitions(broker: Broker, store, config: dict) -> None:
     """Give the broker the definitions saved in the data dir, or, on the first start (no saved
     definitions), the default user and vhost, as RabbitMQ creates them only then."""
-    broker.definitions_store = store
+    broker.metadata.disk = store
     started = time.monotonic()
     saved = store.load() if store is not None else None
     if saved is None:
@@ -107,10 +107,7 @@ def _recover_definitions(broker: Broker, store, config: dict) -> None:
              _describe_counts(counts))
     if skipped:
         log.error("skipped %d definitions that could not be recovered", len(skipped))
-    # Save again only when something was left out, so the file matches the broker.
-    broker.definitions_flushed()
-    if skipped:
-        broker.mark_definitions_changed()
+    broker.metadata.recovered(complete=not skipped)
 
 
 async def _flush_definitions_periodically(broker, interval: float = 0.5) -> None:
@@ -118,19 +115,19 @@ async def _flush_definitions_periodically(broker, interval: float = 0.5) -> None
     follows (nowait methods, auto-delete after a connection drops)."""
     while True:
         await asyncio.sleep(interval)
-        broker.flush_definitions()
+        broker.metadata.flush()
 
 
 async def _serve(server, broker) -> None:
     flusher = None
-    if broker.definitions_store is not None:
+    if broker.metadata.disk is not None:
         flusher = asyncio.get_running_loop().create_task(_flush_definitions_periodically(broker))
     try:
         await server.serve()
     finally:
         if flusher is not None:
             flusher.cancel()
-        broker.flush_definitions()
+        broker.metadata.flush()
 
 
 def _listen_addresses(hosts: list[str] | None, port: int | None, config: dict) -> list[Listen]:
@@ -241,13 +238,13 @@ def main(argv=None) -> int:
     if broker.persister is not None:
         broker.persister.clean_start((v.name, q.name) for v in broker.vhosts.values()
                                      for q in v.queues.values() if q.durable)
-    if store is not None and broker.definitions_dirty:
+    if store is not None and broker.metadata.dirty:
         try:
             store.save(definitions.export(broker))
         except OSError as err:
             print(f"warren: cannot write definitions to {store.path}: {err}", file=sys.stderr)
             return 1
-        broker.definitions_flushed()
+        broker.metadata.flushed()
     listen = _listen_addresses(args.host, args.port, config) + _tls_listen(config, amqps)
     try:
         import uvloop

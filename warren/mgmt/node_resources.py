@@ -61,7 +61,7 @@ def mem_used(server) -> int:
 
 
 def data_dir(broker) -> str:
-    store = broker.definitions_store
+    store = broker.metadata.disk
     return getattr(store, "dir", None) or os.getcwd()
 
 

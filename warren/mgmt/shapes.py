@@ -107,10 +107,7 @@ def queue_json(broker: Broker, q: Queue, unacked_bytes: int | None = None, detai
               "exclusive_consumer_tag": next((c.tag for c in q.consumers if c.exclusive), None)})
     d.update(queue_stats(broker, q, unacked_bytes))
     if q.owner is not None:
-        internal = getattr(q.owner, "channel_details", None)  # a shovel's queue (warren.broker.shovel)
-        d["owner_pid_details"] = ({k: v for k, v in internal().items() if k in ("peer_host", "peer_port")}
-                                  | {"name": internal()["connection_name"]} if internal is not None
-                                  else link_json(cast("ConnectionHandle", q.owner).connection_link()))
+        d["owner_pid_details"] = link_json(q.owner.link)
     if details:
         d["consumer_details"] = [consumer_json(c) for c in q.consumers]
         d["incoming"] = []

@@ -78,7 +78,7 @@ class Channel:
         assert user is not None and vhost is not None, "a channel opens only on an open connection"
         self.vhost = vhost
         self.user = user.name
-        self.actor = ops.Actor(connection.broker, user, vhost, connection)
+        self.actor = ops.Actor(connection.broker, user, vhost, connection.exclusive_owner())
         self.durability = connection.broker.durability
         # The content being assembled: the publish method, then its header and body parts.
         self.publishing: PublishMethod | None = None

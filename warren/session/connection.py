@@ -29,6 +29,7 @@ from ..broker.errors import (
 from ..broker import auth_mechanisms, x509
 from ..broker.consumer import RECORD_BATCH
 from ..broker.limits import check_channel, check_connection
+from ..broker.records import ExclusiveOwner
 from . import connection_log, frame_errors, records
 from .channel import Channel
 from .closed_transport import ClosedTransport
@@ -185,6 +186,7 @@ class Connection:
         self.end_logged = False
         self.connected_at = int(time.time() * 1000)
         self.link: ConnectionLink | None = None  # how records name it, once asked (warren.session.records)
+        self.owner: ExclusiveOwner | None = None  # how its exclusive queues name it
         # Traffic counters (warren.mgmt.stats): bytes and reads in, bytes and writes out.
         self.recv_oct = self.recv_cnt = self.send_oct = self.send_cnt = 0
 
@@ -724,6 +726,12 @@ class Connection:
     # ------------------------------------- the broker's handle (warren.broker.records)
     def connection_link(self) -> ConnectionLink:
         return records.connection_link(self)
+
+    def exclusive_owner(self) -> ExclusiveOwner:
+        """How its exclusive queues name it (made once, when its first channel opens)."""
+        if self.owner is None:
+            self.owner = ExclusiveOwner.new(self.connection_link())
+        return self.owner
 
     def info(self) -> ConnectionInfo:
         return records.connection_info(self)

@@ -49,7 +49,7 @@ def connection_info(conn: Connection) -> ConnectionInfo:
     return ConnectionInfo(
         link.name,                                                                # name
         link.peer_host,                                                           # peer_host
-        link.peer_port,                                                           # peer_port
+        conn.peer[1],                                                             # peer_port
         local[0],                                                                 # host
         local[1],                                                                 # port
         user.name,                                                                # user

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ..consumer import Consumer
     from ..policy import Policy
     from ..ports import Scheduler, Timer
+    from ..records import ExclusiveOwner
     from .host import QueueHost
 
 log = logging.getLogger("warren.queue")
@@ -45,13 +46,13 @@ class Queue:
     # quorum queue's x-delivery-count).
     LABELS_REDELIVERIES = False
 
-    def __init__(self, vhost: QueueHost, name: str, durable: bool = False, exclusive_owner: object | None = None,
+    def __init__(self, vhost: QueueHost, name: str, durable: bool = False, exclusive_owner: ExclusiveOwner | None = None,
                  auto_delete: bool = False, arguments: dict[str, Any] | None = None,
                  store: QueueStore | None = None):
         self.vhost = vhost
         self.name = name
         self.durable = durable
-        self.owner = exclusive_owner  # the connection of an exclusive queue
+        self.owner = exclusive_owner  # the connection of an exclusive queue (by id)
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
         self.store: QueueStore = store if store is not None else MemoryQueueStore()

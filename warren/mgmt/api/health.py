@@ -219,5 +219,5 @@ async def aliveness_test(request):
         if err.code == 403:  # as RabbitMQ's channel: refused, not failed
             raise ApiError(401, "not_authorised", err.reply_text) from None
         return _failed({"reason": err.reply_text})
-    broker.flush_definitions()
+    broker.metadata.flush()
     return json_response(OK)

@@ -38,7 +38,7 @@ async def put_vhost_limit(request):
     vhost = vhost_for_change(request)
     value = await read_value(request)
     try:
-        limits.set_vhost_limit(vhost, request.match_info["name"], value)
+        limits.set_vhost_limit(request.app["broker"], vhost, request.match_info["name"], value)
     except limits.LimitError as err:
         raise bad_request(err.validation_failed()) from None
     flush(request)
@@ -50,7 +50,7 @@ async def put_vhost_limit(request):
 async def delete_vhost_limit(request):
     """204 even for a limit that is not set (RabbitMQ; its 500 for a missing vhost is a 404
     here)."""
-    limits.clear_vhost_limit(vhost_or_404(request), request.match_info["name"])
+    limits.clear_vhost_limit(request.app["broker"], vhost_or_404(request), request.match_info["name"])
     flush(request)
     return web.Response(status=204)
 

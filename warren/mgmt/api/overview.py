@@ -14,6 +14,7 @@ import platform
 
 from aiohttp import web
 
+from ...broker.metadata.commands import CLUSTER_NAME, SetGlobalParameter
 from ... import __version__
 from ...broker.exchanges import TYPES
 from ..access import ADMIN, ANY, access, is_monitor, visible_vhosts
@@ -187,6 +188,6 @@ async def put_cluster_name(request):
         name.encode()
     except UnicodeEncodeError:  # a lone surrogate (JSON allows "\ud800"): not a text to send
         raise bad_request("name must be valid unicode") from None
-    request.app["broker"].set_cluster_name(name)
+    request.app["broker"].metadata.apply(SetGlobalParameter(CLUSTER_NAME, name))
     flush(request)
     return web.Response(status=204)

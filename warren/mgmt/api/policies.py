@@ -3,7 +3,8 @@ definitions; see warren.broker.policy for how they attach to exchanges and queue
 
 from aiohttp import web
 
-from ...broker.policy import Policy, PolicyError, clear_policy, set_policy
+from ...broker.metadata.commands import ClearPolicy, SetPolicy
+from ...broker.policy import Policy, PolicyError
 from ..access import ADMIN, IN_LOGIN_VHOSTS, POLICIES, VHOST, access
 from ..app import bad_request, json_response, not_found
 from ..resources import (check_nesting, flush, html_escaped, list_response, read_body, require, vhost_for_change,
@@ -45,13 +46,13 @@ def _handlers(operator: bool):
                                       body.get("priority", 0), body.get("apply-to", "all"), operator)
         except PolicyError as err:
             raise bad_request(str(err) if operator else html_escaped(str(err))) from None
-        created = set_policy(vhost, policy, operator)
+        created = request.app["broker"].metadata.apply(SetPolicy(policy, operator))
         flush(request)
         return web.Response(status=201 if created else 204)
 
     async def delete_one(request):
         vhost = vhost_or_404(request)
-        if not clear_policy(vhost, request.match_info["name"], operator):
+        if not request.app["broker"].metadata.apply(ClearPolicy(vhost.name, request.match_info["name"], operator)):
             raise not_found()
         flush(request)
         return web.Response(status=204)

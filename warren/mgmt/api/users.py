@@ -7,6 +7,7 @@ import os
 
 from aiohttp import web
 
+from ...broker.metadata.commands import DeleteUser, PutUser
 from ...broker.auth import MD5, SHA256, SHA512, User, hash_password
 from ...broker.limits import LimitError, update_user_limits, validate_user_limits
 from ..access import ADMIN, access
@@ -118,14 +119,14 @@ async def put_user(request):
         validate_user_limits(limits)
     except LimitError as err:
         raise bad_request(str(err)) from None
-    broker.add_user(user)
+    broker.metadata.apply(PutUser(user))
     update_user_limits(broker, user, limits)
     flush(request)
     return web.Response(status=204 if existing is not None else 201)
 
 
 def _delete(broker, name: str) -> bool:
-    if broker.delete_user(name) is None:
+    if broker.metadata.apply(DeleteUser(name)) is None:
         return False
     close_connections(broker, lambda c: c.user == name, f"user '{name}' is deleted")
     return True

@@ -4,6 +4,7 @@ delete (closing the vhost's connections), permissions."""
 
 from aiohttp import web
 
+from ...broker.metadata.commands import KEEP, DeleteVHost, PutVHost, SetPermissions
 from ...broker import missing_exchange
 from ..access import ADMIN, ANY, VISIBLE_VHOSTS, access
 from ..app import bad_request, json_response, not_found, trusted
@@ -24,12 +25,9 @@ def _tags(value) -> list:
     raise bad_request("tags must be a list or a comma-separated string")
 
 
-_ABSENT = object()
-
-
 def _missing_exchange(body: dict):
     """Warren's capture exchange from a PUT (top level or in "metadata", as the
-    definitions have it): the exchange name, None to turn it off (null or ""), or _ABSENT
+    definitions have it): the exchange name, None to turn it off (null or ""), or KEEP
     when the body does not name it (the vhost keeps its own). 400 for an invalid value."""
     metadata = body.get("metadata")
     if missing_exchange.SETTING in body:
@@ -37,7 +35,7 @@ def _missing_exchange(body: dict):
     elif isinstance(metadata, dict) and missing_exchange.SETTING in metadata:
         value = metadata[missing_exchange.SETTING]
     else:
-        return _ABSENT
+        return KEEP
     try:
         return missing_exchange.validate(value)
     except missing_exchange.SettingError as err:
@@ -91,23 +89,12 @@ async def put_vhost(request):
         raise bad_request("description must be a string")
     tags = _tags(body["tags"]) if "tags" in body else None
     capture = _missing_exchange(body)
-    vhost = broker.vhosts.get(name)
-    created = vhost is None
-    if created:
-        vhost = broker.add_vhost(name)
+    created = broker.metadata.apply(PutVHost(name, KEEP if description is None else description,
+                                             KEEP if tags is None else tags, capture))
+    if created and not trusted(request):
         # RabbitMQ gives whoever creates a vhost over the API full permissions on it
         # (warrenctl on the control socket is no user and, as rabbitmqctl, grants none).
-        if not trusted(request):
-            broker.set_permissions(request["user"].name, name, ".*", ".*", ".*")
-    changed = False
-    if description is not None and description != vhost.description:
-        vhost.description, changed = description, True
-    if tags is not None and tags != vhost.tags:
-        vhost.tags, changed = tags, True
-    if capture is not _ABSENT and capture != vhost.missing_exchange:
-        vhost.missing_exchange, changed = capture, True
-    if changed:
-        broker.mark_definitions_changed("vhost", name)
+        broker.metadata.apply(SetPermissions(request["user"].name, name, ".*", ".*", ".*"))
     flush(request)
     return web.Response(status=201 if created else 204)
 
@@ -120,9 +107,7 @@ async def delete_vhost(request):
     if vhost is None:
         raise not_found()
     close_connections(broker, lambda c: c.vhost == vhost.name, f"vhost '{vhost.name}' is deleted")
-    for q in list(vhost.queues.values()):  # their stores (and files) go too
-        vhost.delete_queue(q)
-    broker.delete_vhost(vhost.name)
+    broker.metadata.apply(DeleteVHost(vhost.name))
     flush(request)
     return web.Response(status=204)
 
