@@ -245,3 +245,41 @@ def test_qos_raised_on_channel_delivers_more(connection, channel, q):
     ch.basic_qos(prefetch_count=5, global_qos=True)
     settle(connection, lambda: len(a.got) == 5)
     assert len(a.got) == 5
+
+
+def test_lowered_global_limit_holds_consumers_until_below_it(connection, channel, q):
+    """A channel limit lowered while its consumers hold more than it: nothing more until acks
+    bring the channel's unacked deliveries below the new limit."""
+    publish(channel, q, 10)
+    ch = connection.channel()
+    ch.basic_qos(prefetch_count=5, global_qos=True)
+    a, b = consume(ch, q), consume(ch, q)
+    settle(connection, lambda: len(a.got) + len(b.got) == 5)
+    ch.basic_qos(prefetch_count=2, global_qos=True)
+    tags = sorted(t for r in (a, b) for _, t in r.got)
+    ch.basic_ack(tags[2], multiple=True)  # 2 left unacked: at the new limit
+    connection.process_data_events(time_limit=0.3)
+    assert len(a.got) + len(b.got) == 5
+    ch.basic_ack(tags[3])
+    settle(connection, lambda: len(a.got) + len(b.got) == 6)
+    assert len(a.got) + len(b.got) == 6
+
+
+def test_per_consumer_qos_lifts_the_limit_of_existing_consumers(connection, channel, q):
+    """basic.qos global=false while consumers wait at the channel limit lifts it for them (a
+    consumer created with no prefetch of its own then takes everything); a channel limit set
+    again counts from every delivery still unacked."""
+    publish(channel, q, 8)
+    ch = connection.channel()
+    ch.basic_qos(prefetch_count=2, global_qos=True)
+    a = consume(ch, q)
+    settle(connection, lambda: len(a.got) == 2)
+    ch.basic_qos(prefetch_count=1)
+    settle(connection, lambda: len(a.got) == 8)
+    ch.basic_qos(prefetch_count=9, global_qos=True)  # 8 unacked: room for one more
+    publish(channel, q, 4, start=8)
+    settle(connection, lambda: len(a.got) == 9)
+    assert len(a.got) == 9
+    ch.basic_ack(a.got[1][1], multiple=True)
+    settle(connection, lambda: len(a.got) == 11)
+    assert a.bodies == [str(i).encode() for i in range(11)]

@@ -1,28 +1,24 @@
 """ConsumerSet: which consumer of a queue gets the next message (round robin, x-priority,
-single active consumer), without sockets: consumers of a stand-in channel whose credit the
-tests set by hand."""
+single active consumer), without sockets: consumers whose credit the tests set by hand."""
 
 from warren.broker.consumer import Consumer
 from warren.broker.consumer_set import ConsumerSet
-
-
-class _Channel:
-    """The DeliverySink attributes a consumer's credit check reads."""
-    global_prefetch = 0
-    unacked_count = 0
+from warren.broker.credit import Credit
 
 
 class _Gate:
     delivering = True
 
 
-def _consumer(tag, priority=None, prefetch=0, exclusive=False):
+def _consumer(tag, priority=None, prefetch=0, exclusive=False, credit=None):
+    """A consumer with its own prefetch; `credit`: its channel's (a fresh, unlimited one by default)."""
     args = None if priority is None else {"x-priority": priority}
-    return Consumer(tag, _Channel(), None, False, exclusive, args, prefetch, b"", _Gate())
+    return Consumer(tag, None, None, False, exclusive, args, prefetch, credit or Credit(), b"", _Gate())
 
 
 def _take(cs, n):
-    """Tags of the next n picks, each pick taking one unit of credit (unacked += 1)."""
+    """Tags of the next n picks, each pick taking one unit of credit (its own and its
+    channel's, as the channel's deliver does)."""
     tags = []
     for _ in range(n):
         c = cs.next_ready()
@@ -30,6 +26,7 @@ def _take(cs, n):
             tags.append(None)
             continue
         c.unacked += 1
+        c.credit.used += 1
         tags.append(c.tag)
     return tags
 
@@ -41,6 +38,27 @@ def test_round_robin_skips_consumers_without_credit():
         cs.add(x)
     assert (len(cs), bool(cs)) == (3, True)
     assert _take(cs, 5) == ["a", "b", "c", "a", "c"]
+
+
+def test_consumers_of_one_channel_share_its_credit():
+    """basic.qos global=true: the channel's Credit, held by each of its consumers, stops them
+    all at its limit whatever their own prefetch, and frees them as it changes; a consumer of
+    another channel goes on."""
+    channel = Credit(limit=3)
+    cs = ConsumerSet()
+    a, b, other = _consumer("a", credit=channel), _consumer("b", prefetch=5, credit=channel), _consumer("other")
+    for x in (a, b, other):
+        cs.add(x)
+    assert _take(cs, 5) == ["a", "b", "other", "a", "other"]
+    assert channel.used == 3 and (a.has_credit(), b.has_credit(), other.has_credit()) == (False, False, True)
+    channel.used -= 1  # an ack on the channel: one of its consumers takes the slot
+    assert _take(cs, 3) == ["a", "other", "other"]
+    channel.limit = 5  # basic.qos raised
+    assert _take(cs, 3) == ["a", "b", "other"]
+    assert (channel.used, b.unacked) == (5, 2)
+    channel.limit = 0  # lifted (basic.qos global=false): b's own prefetch of 5 still holds it
+    assert _take(cs, 11) == ["a", "b", "other"] * 3 + ["a", "other"]
+    assert (b.unacked, b.has_credit(), a.has_credit()) == (5, False, True)
 
 
 def test_highest_priority_with_credit_round_robin_among_equals():

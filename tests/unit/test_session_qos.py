@@ -140,6 +140,32 @@ def test_raising_the_global_limit_delivers_more(c):
     assert c.receive() == [QOS_OK] + delivered("a", 3, [b"2", b"3", b"4"])
 
 
+def test_lowered_global_limit_holds_consumers_until_below_it(c):
+    fill(c, 10)
+    qos(c, 5, global_=True)
+    assert consume(c, "a") == delivered("a", 1, [b"0", b"1", b"2", b"3", b"4"])
+    qos(c, 2, global_=True)
+    c.ack(2, 3, multiple=True)  # 2 left unacked: at the new limit
+    assert c.receive() == []
+    c.ack(2, 4)
+    assert c.receive() == delivered("a", 6, [b"5"])
+
+
+def test_per_consumer_qos_lifts_the_limit_of_existing_consumers(c):
+    fill(c, 8)
+    qos(c, 2, global_=True)
+    assert consume(c, "a") == delivered("a", 1, [b"0", b"1"])
+    c.qos(2, 1)  # "a" has no prefetch of its own: it takes the rest
+    assert c.receive() == [QOS_OK] + delivered("a", 3, [str(i).encode() for i in range(2, 8)])
+    qos(c, 9, global_=True)  # counted from the 8 unacked: room for one more
+    with c.batch():
+        for i in range(8, 12):
+            c.publish(1, "", "q", str(i).encode())
+    assert c.receive() == delivered("a", 9, [b"8"])
+    c.ack(2, 2, multiple=True)
+    assert c.receive() == delivered("a", 10, [b"9", b"10"])
+
+
 def test_prefetch_size_is_not_implemented(c):
     c.qos(2, 5, size=4096)
     assert c.receive() == [ConnectionClose(540, "NOT_IMPLEMENTED - prefetch_size!=0 (4096)", 60, 10)]

@@ -1,5 +1,7 @@
 """A consumer: a subscription of one channel to one queue, with its own prefetch credit and
-priority, and RabbitMQ's checks of basic.consume's arguments."""
+priority, and RabbitMQ's checks of basic.consume's arguments. Its channel's credit (basic.qos
+global=true) is a record the channel shares with it (warren.broker.credit): the consumer reads
+no state of its channel."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from ..amqp.codec import table_type_name
 from .errors import precondition_failed
 
 if TYPE_CHECKING:
+    from .credit import Credit
     from .ports import DeliverySink
 
 # Warren's own consumer argument of streams: record batches (warren.broker.queues.stream),
@@ -46,10 +49,10 @@ class Gate(Protocol):
 
 class Consumer:
     __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "arguments", "priority", "prefetch",
-                 "unacked", "prefix", "gate")
+                 "unacked", "credit", "prefix", "gate")
 
-    def __init__(self, tag: str, channel: DeliverySink, queue, no_ack: bool, exclusive: bool,
-                 arguments: dict | None, prefetch: int, prefix: bytes, gate: Gate):
+    def __init__(self, tag: str, channel: DeliverySink[Consumer], queue, no_ack: bool, exclusive: bool,
+                 arguments: dict | None, prefetch: int, credit: Credit, prefix: bytes, gate: Gate):
         self.tag = tag
         self.channel = channel
         self.queue = queue
@@ -61,6 +64,7 @@ class Consumer:
         self.priority = priority if isinstance(priority, int) else 0
         self.prefetch = prefetch  # per-consumer limit (basic.qos global=false), 0 = none
         self.unacked = 0
+        self.credit = credit  # its channel's (basic.qos global=true), shared by the channel's consumers
         self.prefix = prefix  # the constant start of this consumer's basic.deliver payload
         self.gate = gate
 
@@ -72,8 +76,8 @@ class Consumer:
             return True  # as in RabbitMQ, prefetch limits only apply to acked deliveries
         if self.prefetch and self.unacked >= self.prefetch:
             return False
-        ch = self.channel
-        return not (ch.global_prefetch and ch.unacked_count >= ch.global_prefetch)
+        credit = self.credit
+        return not (credit.limit and credit.used >= credit.limit)
 
     def has_credit(self) -> bool:
         """Whether its prefetch would let a message through now, whatever its connection's
@@ -82,5 +86,5 @@ class Consumer:
             return True
         if self.prefetch and self.unacked >= self.prefetch:
             return False
-        ch = self.channel
-        return not (ch.global_prefetch and ch.unacked_count >= ch.global_prefetch)
+        credit = self.credit
+        return not (credit.limit and credit.used >= credit.limit)

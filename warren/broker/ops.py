@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .broker import Broker
     from ..store.queued_message import QueuedMessage
     from .consumer import Gate
+    from .credit import Credit
     from .exchanges.base import Exchange
     from .ports import DeliverySink
     from .queues.base import Queue
@@ -226,23 +227,23 @@ def purge_queue(actor: Actor, name: str) -> int:
 
 # ------------------------------------------------------------------ consumers
 def consume(actor: Actor, queue_name: str, tag: str, no_ack: bool, exclusive: bool, arguments: dict | None,
-            prefetch: int, global_prefetch: int, sink: DeliverySink, gate: Gate, prefix: bytes = b"",
+            prefetch: int, credit: Credit, sink: DeliverySink[Consumer], gate: Gate, prefix: bytes = b"",
             tags_in_use: Container[str] = ()) -> Consumer:
     """basic.consume: a new consumer of the queue, in RabbitMQ's order of checks (read
     permission, the queue, exclusivity; the tag; the arguments; what the queue type
     refuses; an exclusive consumer). The caller answers consume-ok, then lets the queue
     deliver (consumer.queue.deliver_ready()). `prefetch` is the consumer's own limit,
-    `global_prefetch` its channel's (basic.qos global), `sink` where its messages go and
-    `gate` whether its connection may be sent to now."""
+    `credit` its channel's (basic.qos global, shared by the channel's consumers), `sink`
+    where its messages go and `gate` whether its connection may be sent to now."""
     q = readable_queue(actor, queue_name)
     if tag in tags_in_use:
         raise not_allowed(f"attempt to reuse consumer tag '{tag}'")
     caps = q.CAPABILITIES
     check_consume_arguments(arguments, q.describe(), caps.consumer_arguments, CONSUMER_ARGUMENTS, caps.module)
-    q.check_consume(no_ack, prefetch, global_prefetch, arguments)
+    q.check_consume(no_ack, prefetch, credit.limit, arguments)
     if q.consumers.exclusive_refused(exclusive):
         raise access_refused(f"{q.describe()} in exclusive use")
-    consumer = Consumer(tag, sink, q, no_ack, exclusive, arguments, prefetch, prefix, gate)
+    consumer = Consumer(tag, sink, q, no_ack, exclusive, arguments, prefetch, credit, prefix, gate)
     q.add_consumer(consumer)
     return consumer
 

@@ -10,11 +10,14 @@ transport and the scheduler.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from ..store.queued_message import QueuedMessage
-    from .consumer import Consumer
+
+# The consumer type a sink is handed (warren.broker.consumer.Consumer): a type parameter, so
+# that the ports need not import the consumer module, which refers to its sink.
+C = TypeVar("C", contravariant=True)
 
 
 @dataclass(frozen=True)
@@ -58,17 +61,15 @@ class Transport(Protocol):
     def resume_reading(self) -> None: ...
 
 
-class DeliverySink(Protocol):
-    """Where a consumer's messages go: the channel that consumes. Read on every delivery, so
-    the credit state is plain attributes."""
+class DeliverySink(Protocol[C]):
+    """Where a consumer's messages go: the channel that consumes. A queue only calls it:
+    whether a message may go is the consumer's to say (Consumer.ready: its own prefetch and
+    its channel's Credit, warren.broker.credit)."""
 
-    global_prefetch: int  # basic.qos global=true limit (0: none)
-    unacked_count: int    # unacked consumer deliveries on the channel
-
-    def deliver(self, consumer: Consumer, qm: QueuedMessage) -> None:
+    def deliver(self, consumer: C, qm: QueuedMessage) -> None:
         """Send one message to `consumer` (the queue has taken it off its ready list)."""
 
-    def consumer_cancelled(self, consumer: Consumer) -> None:
+    def consumer_cancelled(self, consumer: C) -> None:
         """The queue went away: forget the consumer and tell the client if it asked to be told."""
 
 

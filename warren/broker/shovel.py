@@ -47,6 +47,7 @@ from ..amqp.properties import FLAG_HEADERS
 from . import ops
 from .auth import User
 from .consumer import Consumer
+from .credit import Credit
 from .errors import AMQPError
 from .metadata.commands import ClearShovel, SetShovel
 from .names import server_named
@@ -465,8 +466,6 @@ class Shovel:
     ends). It is the DeliverySink of its consumer, that consumer's Gate (`delivering`) and
     the SyncWaiter of its on-confirm acks."""
 
-    global_prefetch = 0  # (DeliverySink: no channel-wide prefetch)
-
     def __init__(self, broker: Broker, vhost: str, name: str, value: Any, config: Config):
         self.broker = broker
         self.vhost = vhost
@@ -479,7 +478,6 @@ class Shovel:
         self.active = False       # consuming (started, not stopped)
         self.stopped = False      # stopped for good (parameter cleared, restarted, deleted)
         self.delivering = True    # Gate: the queue may hand this consumer messages now
-        self.unacked_count = 0    # DeliverySink
         self.queue: Any = None    # the source queue
         self.consumer: Consumer | None = None
         self.exclusive_queue: Any = None  # the queue bound to src-exchange
@@ -565,7 +563,7 @@ class Shovel:
         no_ack = c.ack_mode == "no-ack"
         prefetch = 0 if no_ack else self.window
         consumer = ops.consume(src, queue_name, server_named("amq.ctag-"), no_ack, False, c.src_consumer_args,
-                               prefetch, 0, self, self)
+                               prefetch, Credit(), self, self)  # (no channel-wide prefetch)
         self.queue, self.consumer = consumer.queue, consumer
         self.active = True
         self.state, self.reason, self.timestamp = "running", None, _local_time()
@@ -678,7 +676,6 @@ class Shovel:
             queue.delivered(qm, True)
         else:
             consumer.unacked += 1
-            self.unacked_count += 1
             queue.delivered(qm, False)
         self.pending.append(qm)
         if self.remaining_unacked is not None:
@@ -836,7 +833,6 @@ class Shovel:
         """Ack the source's copy, or give it back (requeue). No-ack deliveries are settled."""
         if consumer is None or consumer.no_ack:
             return
-        self.unacked_count -= 1
         if queue is None:
             consumer.unacked -= 1
             return  # the queue was deleted

@@ -18,6 +18,7 @@ from ..amqp.frames import ack_frame, content_frames, deliver_frame, deliver_pref
 from ..amqp.properties import header_fields, properties_error
 from ..broker import ops
 from ..broker.consumer import Consumer
+from ..broker.credit import Credit
 from ..broker.errors import (
     AMQPError, channel_error, command_invalid, not_found, not_implemented,
     precondition_failed, unexpected_frame,
@@ -90,10 +91,11 @@ class Channel:
         self._last_header = b""
         self.consumers: dict[str, Consumer] = {}
         self.unacked: dict = {}   # delivery tag -> (QueuedMessage, queue, Consumer | None)
-        self.unacked_count = 0     # unacked consumer deliveries (basic.get ones do not count)
         self.delivery_tag = 0
         self.prefetch = 0          # basic.qos global=false: limit for consumers created next
-        self.global_prefetch = 0   # basic.qos global=true: limit shared by the channel
+        # basic.qos global=true: the limit shared by the channel's consumers, and the unacked
+        # consumer deliveries it counts; each consumer holds this record (warren.broker.credit).
+        self.credit = Credit()
         self.confirm = False
         self.publish_seq = 0       # last publish sequence number handed out in confirm mode
         self.confirmed = 0         # last sequence number acked to the publisher
@@ -354,22 +356,23 @@ class Channel:
     def _basic_qos(self, m):
         if m.prefetch_size != 0:
             raise not_implemented(f"prefetch_size!=0 ({m.prefetch_size})")
+        credit = self.credit
         if m.global_:
-            if not self.global_prefetch:
+            if not credit.limit:
                 # RabbitMQ's limiter starts from everything unacked on the channel, basic.get
                 # deliveries included (their acks never count down).
-                self.unacked_count = len(self.unacked)
-            self.global_prefetch = m.prefetch_count
+                credit.used = len(self.unacked)
+            credit.limit = m.prefetch_count
         else:
             self.prefetch = m.prefetch_count
-            self.global_prefetch = 0  # as in RabbitMQ 3.10: a per-consumer qos lifts the channel limit
+            credit.limit = 0  # as in RabbitMQ 3.10: a per-consumer qos lifts the channel limit
         self.send(spec.BasicQosOk())
         self.kick_queues()
 
     def _basic_consume(self, m) -> None:  # typed, so mypy checks a Channel is a DeliverySink
         tag = m.consumer_tag or server_named("amq.ctag-")
         consumer = ops.consume(self.actor, self._queue_name(m.queue), tag, m.no_ack, m.exclusive, m.arguments,
-                               self.prefetch, self.global_prefetch, self, self.conn.throttle, deliver_prefix(tag),
+                               self.prefetch, self.credit, self, self.conn.throttle, deliver_prefix(tag),
                                self.consumers)
         self.consumers[tag] = consumer
         if not m.nowait:
@@ -574,7 +577,7 @@ class Channel:
         else:
             self.unacked[tag] = (qm, queue, consumer)
             consumer.unacked += 1
-            self.unacked_count += 1
+            self.credit.used += 1
             queue.delivered(qm, False)
             self.stats["deliver"] += 1
         if qm.redelivered:
@@ -631,16 +634,17 @@ class Channel:
     def _settle(self, taken: list[Unacked], ack: bool, requeue: bool, closed: bool = False) -> None:
         """`closed`: requeued because the channel goes away, not by the client."""
         queues = set()
+        credit = self.credit
         for _tag, (qm, queue, consumer) in taken:
             if consumer is not None:
-                self.unacked_count -= 1
+                credit.used -= 1
             _settle(qm, queue, consumer, ack, requeue, closed)
             queues.add(queue)
         if ack:
             self.stats["ack"] += len(taken)
         for queue in queues:
             queue.deliver_ready()
-        if self.global_prefetch:
+        if credit.limit:
             self.kick_queues()
 
     def requeue_unacked(self, closed: bool = False) -> None:

@@ -113,7 +113,7 @@ def channel_info(channel: Channel, closing: bool) -> ChannelInfo:
         channel.vhost.name,                                                        # vhost
         "closing" if closing else "running",                                       # state
         channel.prefetch,                                                          # prefetch
-        channel.global_prefetch,                                                   # global_prefetch
+        channel.credit.limit,                                                      # global_prefetch
         channel.confirm,                                                           # confirm
         tx is not None,                                                            # transactional
         len(channel.consumers),                                                    # consumer_count

@@ -174,7 +174,7 @@ class QuorumQueue(Queue):
         return qm
 
     def add_consumer(self, consumer) -> None:
-        if consumer.channel.global_prefetch:
+        if consumer.credit.limit:
             raise not_implemented(f"{self.describe()} does not support global qos")
         super().add_consumer(consumer)
 
