@@ -68,9 +68,9 @@ def test_watermark_zero_alarms_at_once_and_a_high_multiplier_never():
     used = [50 << 20]
     broker, m = monitor(("relative", 0.0), used)
     m.set_watermark(("relative", 0.0))
-    assert (broker.mem_limit, list(broker.alarms)) == (0, ["memory"])
+    assert (broker.config.mem_limit, list(broker.alarms)) == (0, ["memory"])
     m.set_watermark(("relative", 100.0))
-    assert (broker.mem_limit, list(broker.alarms)) == (400 * GiB, [])
+    assert (broker.config.mem_limit, list(broker.alarms)) == (400 * GiB, [])
     used[0] = 300 * GiB
     m.check()
     assert list(broker.alarms) == []
@@ -80,7 +80,7 @@ def test_alarm_follows_rss_without_hysteresis():
     used = [100]
     broker, m = monitor(("relative", 0.4), used, total=1000)
     m.set_watermark(("relative", 0.4))
-    assert broker.mem_limit == 400 and not broker.alarms
+    assert broker.config.mem_limit == 400 and not broker.alarms
     used[0] = 401
     m.check()
     assert "memory" in broker.alarms
@@ -92,16 +92,16 @@ def test_alarm_follows_rss_without_hysteresis():
 def test_absolute_watermark_is_capped_at_total_memory():
     broker, m = monitor(("absolute", 10 * GiB), [1], total=4 * GiB)
     m.set_watermark(("absolute", 2_000_000_000))
-    assert broker.mem_limit == 2_000_000_000
+    assert broker.config.mem_limit == 2_000_000_000
     m.set_watermark(("absolute", 10 * GiB))
-    assert broker.mem_limit == 4 * GiB
+    assert broker.config.mem_limit == 4 * GiB
 
 
 def test_unknown_total_memory_assumes_1024_mb_with_rabbitmqs_warning(caplog):
     broker, m = monitor(("relative", 3.0), [1], total=None)
     with caplog.at_level(logging.INFO, logger="warren.server"):
         m.set_watermark(("relative", 3.0))
-    assert broker.mem_limit == 3 * UNKNOWN_TOTAL
+    assert broker.config.mem_limit == 3 * UNKNOWN_TOTAL
     assert "Assuming memory size is 1024MB." in caplog.text
     assert "Unknown total memory size for your OS {unix," in caplog.text
     assert "Memory limit set to 3072MB." in caplog.text
@@ -148,20 +148,20 @@ def run_disk_monitor(limit, free, total=GiB):
 def test_disk_alarm_below_the_limit_and_mem_relative(caplog):
     with caplog.at_level(logging.INFO, logger="warren.server"):
         broker, m, free = run_disk_monitor(("absolute", 50_000_000), 49_999_999)
-    assert (broker.disk_free_limit, list(broker.alarms)) == (50_000_000, ["disk"])
+    assert (broker.config.disk_free_limit, list(broker.alarms)) == (50_000_000, ["disk"])
     assert "Disk free limit set to 50MB" in caplog.text
     assert "Free disk space is insufficient. Free bytes: 49999999. Limit: 50000000" in caplog.text
     m.set_limit(("absolute", 49_999_999))  # equal is enough
     assert list(broker.alarms) == []
     m.set_limit(("mem_relative", 1.5))
-    assert broker.disk_free_limit == round(1.5 * GiB) and list(broker.alarms) == ["disk"]
+    assert broker.config.disk_free_limit == round(1.5 * GiB) and list(broker.alarms) == ["disk"]
 
 
 def test_disk_monitoring_disabled_when_free_space_cannot_be_read(caplog):
     with caplog.at_level(logging.INFO, logger="warren.server"):
         broker, m, _ = run_disk_monitor(("absolute", 50_000_000), OSError(38, "Function not implemented"))
         assert "Disabling disk free space monitoring" in caplog.text
-        assert broker.disk_free_limit is None and not m.enabled and not broker.alarms
+        assert broker.config.disk_free_limit is None and not m.enabled and not broker.alarms
         m.set_limit(("absolute", 10 ** 18))  # (logged at INFO: inside the level's scope)
         assert "Cannot set disk free limit: disabled disk free space monitoring" in caplog.text
     assert not broker.alarms
@@ -170,4 +170,4 @@ def test_disk_monitoring_disabled_when_free_space_cannot_be_read(caplog):
 @pytest.mark.parametrize("setting, expected", [(("absolute", -5), -5), (("absolute", 0), 0)])
 def test_non_positive_disk_limits_never_alarm(setting, expected):
     broker, m, free = run_disk_monitor(setting, 0)
-    assert (broker.disk_free_limit, list(broker.alarms)) == (expected, [])
+    assert (broker.config.disk_free_limit, list(broker.alarms)) == (expected, [])

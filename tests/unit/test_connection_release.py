@@ -25,7 +25,8 @@ from pamqp import body, commands, frame, header
 from pamqp.heartbeat import Heartbeat
 
 from tls_certs import TestCerts
-from warren.broker.broker import Broker, Limits
+from warren.broker.broker import Broker
+from warren.broker.node_config import Limits, NodeConfig
 from warren.server.listener import Listen, Server
 from warren.server.tls import server_context
 
@@ -62,7 +63,7 @@ def leftovers(scenario: Scenario, tls: bool = False, limits: Limits | None = Non
     """Run `scenario` against a fresh in-process server (the cyclic GC off); the objects of
     its connection still alive once the server has let it go, and who refers to them."""
     async def run() -> list[str]:
-        broker = Broker.with_defaults(limits=limits or Limits())
+        broker = Broker.with_defaults(config=NodeConfig(limits or Limits()))
         context = None
         if tls:
             certs = TestCerts.make(str(tmp_path))

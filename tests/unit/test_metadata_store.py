@@ -110,7 +110,7 @@ def test_deleting_a_vhost_deletes_its_queues_and_permissions():
     apply(c.SetPermissions("guest", "v", ".*", ".*", ".*"))
     apply(c.SetTopicPermissions("guest", "v", "amq.topic", ".*", ".*"))
     q, _ = apply(c.DeclareQueue("v", "q", durable=True))
-    before = broker.node_counters["queues_deleted"]
+    before = broker.stats.node_counters["queues_deleted"]
     apply(c.DeleteVHost("v"))
-    assert q.deleted and broker.node_counters["queues_deleted"] == before + 1
+    assert q.deleted and broker.stats.node_counters["queues_deleted"] == before + 1
     assert ("guest", "v") not in broker.permissions and not broker.topic_permissions

@@ -140,7 +140,7 @@ def test_write_permission_is_cached_per_actor_but_internal_is_not(broker):
 
 
 def test_message_size_limit(broker):
-    broker.limits.max_message_size = 10
+    broker.config.limits.max_message_size = 10
     ops.check_message_size(broker, 10)
     assert code_of(ops.check_message_size, broker, 11) == (
         406, "message size 11 is larger than configured max size 10")

@@ -99,7 +99,7 @@ def busy():
     """RabbitMQ's reference scene: two queues, confirmed publishes, one returned, a basic.get
     with ack, a consumer with prefetch 2 holding two deliveries."""
     c = Client()
-    c.broker.mem_limit, c.broker.disk_free_limit = 4 << 30, 50_000_000  # (the monitors' limits)
+    c.broker.config.mem_limit, c.broker.config.disk_free_limit = 4 << 30, 50_000_000  # (the monitors' limits)
     c.open_channel(1)
     c.declare(1, "q1")
     c.declare(1, "q2", durable=True)

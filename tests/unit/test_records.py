@@ -134,7 +134,7 @@ def test_a_closing_channel_says_its_counters_are_in_the_totals():
         ChannelClose(1, 404, "NOT_FOUND - no queue 'missing' in vhost '/'", 60, 70)]
     assert channel.info().state == "closing"
     counts, closing = channel.counters()
-    assert closing and dict(zip(CHANNEL_COUNTERS, counts))["publish"] == 1 == c.broker.message_totals["publish"]
+    assert closing and dict(zip(CHANNEL_COUNTERS, counts))["publish"] == 1 == c.broker.stats.message_totals["publish"]
 
 
 def test_force_close_closes_with_connection_forced():

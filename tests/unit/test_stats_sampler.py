@@ -84,7 +84,7 @@ def test_a_long_round_stretches_the_period():
 def test_connections_and_channels_by_their_handles(monkeypatch):
     """A connection's and a channel's rates are kept by the broker's handle of them, from
     their counters() records; the overview's totals leave a closing channel's counters to
-    broker.message_totals, which already has them."""
+    broker.stats.message_totals, which already has them."""
     c = Client()
     c.open_channel(1)
     c.declare(1, "q")

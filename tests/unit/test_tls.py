@@ -139,8 +139,8 @@ ALICE = certificate(name([(CN, UTF8, "alice")], [(O, UTF8, "Warren Tests")]))  #
 
 def broker_with(*users, mechanisms=("PLAIN", "AMQPLAIN", "EXTERNAL"), login_from="distinguished_name"):
     broker = Broker.with_defaults()
-    broker.auth_mechanisms = mechanisms
-    broker.ssl_cert_login_from = login_from
+    broker.config.auth_mechanisms = mechanisms
+    broker.config.ssl_cert_login_from = login_from
     for user in users:
         broker.metadata.apply(c.PutUser(User(user, "")))  # no password: EXTERNAL only
     return broker
@@ -200,7 +200,7 @@ def test_external_refusals(caplog, peer_cert, users, peer, reason):
     conn, transport, _ = start(broker_with(*users, login_from="distinguished_name"),
                                TLSInfo(**TLS13, peer_cert=peer_cert), peer=(peer, 50000))
     if peer_cert is not None and b"guest" in peer_cert:
-        conn.broker.ssl_cert_login_from = "common_name"
+        conn.broker.config.ssl_cert_login_from = "common_name"
     start_ok(conn)
     [(_, close)] = transport.frames()
     assert (close.reply_code, close.reply_text) == (403, LOGIN_REFUSED)

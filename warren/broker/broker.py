@@ -11,7 +11,8 @@ from .metadata import commands
 from .metadata.store import MetadataStore
 from .ports import Scheduler
 from .queue_flow import QueueFlow
-from .stats import RetiredCounters, new_node_counters
+from .node_config import NodeConfig
+from .stats import NodeStats
 from .vhost import VHost
 from . import shovel
 
@@ -20,46 +21,22 @@ if TYPE_CHECKING:
     from ..store.persister import Persister
 
 @dataclass
-class Limits:
-    """Connection parameters offered in connection.tune and enforced afterwards."""
-
-    channel_max: int = 2047
-    frame_max: int = 131072
-    heartbeat: int = 60
-    max_message_size: int = 128 * 1024 * 1024  # RabbitMQ 3.x default
-    handshake_timeout: float = 10.0
-    # ms a delivery may stay unacked before its channel is closed (406); None: never.
-    consumer_timeout: int | None = 1_800_000  # RabbitMQ 3.10's default, 30 min
-
-
-@dataclass
 class Broker:
-    limits: Limits = field(default_factory=Limits)
-    loopback_users: set = field(default_factory=lambda: {"guest"})
-    # The SASL mechanisms offered (auth_mechanisms.N, in warren.broker.auth_mechanisms'
-    # order; EXTERNAL only on TLS connections) and where EXTERNAL finds the user name in a
-    # client certificate (ssl_cert_login_from: distinguished_name or common_name,
-    # warren.broker.x509).
-    auth_mechanisms: tuple = ("PLAIN", "AMQPLAIN")
-    ssl_cert_login_from: str = "distinguished_name"
+    """One node: its configuration, its metadata (changed only by commands), what runs on it
+    (connections, the message store's writer, alarms, timers) and its counters."""
+
+    config: NodeConfig = field(default_factory=NodeConfig)
     # The open connections (from connection.open-ok to their close), as handles: what the
     # management API and the metrics show of them are their records (warren.broker.records).
     connections: "set[ConnectionHandle]" = field(default_factory=set)
-    # Message counters of the channels that have closed (the overview's totals include them).
-    message_totals: dict = field(default_factory=dict)
-    # The counters of deleted queues and exchanges and closed connections, and the node's
-    # events (connections opened, queues created, logins...): warren.broker.stats.
-    retired: RetiredCounters = field(default_factory=RetiredCounters)
-    node_counters: dict = field(default_factory=new_node_counters)
+    stats: NodeStats = field(default_factory=NodeStats)
     # The message store's writer (a warren.store.persister.Persister), or None: queues then
     # keep their messages in memory only.
     persister: "Persister | None" = None
-    # The resource alarms in effect (memory, disk): raised by the server's monitors, heard by
-    # connections, which block their publishers. mem_limit and disk_free_limit are the
-    # monitors' thresholds in bytes (None: not monitored).
+    # The resource alarms in effect (memory, disk): raised by the server's monitors (at the
+    # config's mem_limit and disk_free_limit), heard by connections, which block their
+    # publishers.
     alarms: Alarms = field(default_factory=Alarms)
-    mem_limit: int | None = None
-    disk_free_limit: int | None = None
     # Timers for the model, injected by the server (None: no timers, e.g. in unit tests).
     scheduler: Scheduler | None = None
     # Writes what a reply promises before the reply leaves (definitions, message records).

@@ -178,7 +178,7 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
     elif name.startswith("amq."):
         raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
     actor.check("configure", "queue", name)
-    counters = actor.broker.node_counters
+    counters = actor.broker.stats.node_counters
     counters["queues_declared"] += 1  # as RabbitMQ: every non-passive declare allowed to configure
     if name not in vhost.queues:  # only a new queue counts against max-queues (after configure)
         check_queue_limit(vhost, name)
@@ -284,7 +284,7 @@ def settle(qm: QueuedMessage, queue: Queue, consumer: Consumer | None, ack: bool
 
 # -------------------------------------------------------------------- publish
 def check_message_size(broker: Broker, size: int) -> None:
-    max_size = broker.limits.max_message_size
+    max_size = broker.config.limits.max_message_size
     if max_size and size > max_size:
         raise precondition_failed(f"message size {size} is larger than configured max size {max_size}")
 

@@ -9,9 +9,9 @@ RabbitMQ's message_stats fields, in its order.
 
 Node-wide totals must never go down (Prometheus counters): what a deleted queue or exchange,
 or a closed connection, had counted is kept in the broker's RetiredCounters (a closed
-channel's in broker.message_totals), and the events RabbitMQ counts per node (connections and
+channel's in broker.stats.message_totals), and the events RabbitMQ counts per node (connections and
 channels opened and closed, queues declared, created and deleted, logins) are counted where
-they happen, in broker.node_counters: never per message.
+they happen, in broker.stats.node_counters: never per message.
 """
 
 QUEUE_COUNTERS: tuple[str, ...] = ("publish", "deliver", "deliver_no_ack", "get", "get_no_ack", "get_empty",
@@ -28,13 +28,13 @@ CHANNEL_COUNTERS: tuple[str, ...] = ("publish", "confirm", "return_unroutable", 
 EXCHANGE_COUNTERS: tuple[str, ...] = ("publish_in", "publish_out")
 # Attributes of warren.session.connection.Connection: bytes and reads in, bytes and writes out.
 CONNECTION_COUNTERS: tuple[str, ...] = ("recv_oct", "recv_cnt", "send_oct", "send_cnt")
-# Events per node, in broker.node_counters (RabbitMQ's rabbitmq_connections_opened_total ...
+# Events per node, in broker.stats.node_counters (RabbitMQ's rabbitmq_connections_opened_total ...
 # rabbitmq_queues_deleted_total and rabbitmq_auth_attempts_{succeeded,failed}_total).
 NODE_COUNTERS: tuple[str, ...] = ("connections_opened", "connections_closed", "channels_opened", "channels_closed",
                                   "queues_declared", "queues_created", "queues_deleted",
                                   "auth_attempts_succeeded", "auth_attempts_failed")
 # A closed channel's publishes in confirm mode (its last sequence number), kept in
-# broker.message_totals beside the CHANNEL_COUNTERS (RabbitMQ's messages_received_confirm).
+# broker.stats.message_totals beside the CHANNEL_COUNTERS (RabbitMQ's messages_received_confirm).
 RECEIVED_CONFIRM = "received_confirm"
 # RabbitMQ's derived deliver_get is the sum of these.
 DELIVER_GET: tuple[str, ...] = ("deliver", "deliver_no_ack", "get", "get_no_ack")
@@ -87,3 +87,17 @@ class RetiredCounters:
         totals = self.connections
         for key in CONNECTION_COUNTERS:
             totals[key] += getattr(conn, key, 0)
+
+
+class NodeStats:
+    """The node's counters: what closed channels counted (message_totals: the overview's
+    totals include them), what deleted queues and exchanges and closed connections counted
+    (retired), and the node's events (node_counters: connections opened, queues created,
+    logins...)."""
+
+    __slots__ = ("message_totals", "retired", "node_counters")
+
+    def __init__(self) -> None:
+        self.message_totals: dict[str, int] = {}
+        self.retired = RetiredCounters()
+        self.node_counters = new_node_counters()

@@ -101,7 +101,7 @@ class VHost:
             raise precondition_failed(f"{x.describe()} in use")
         del self.exchanges[name]
         if self.broker is not None:
-            self.broker.retired.exchange_deleted(x)
+            self.broker.stats.retired.exchange_deleted(x)
         if x.durable:
             self._definitions_changed("exchange", (self.name, name))
         for binding in x.clear_bindings():
@@ -152,8 +152,8 @@ class VHost:
         del self.queues[queue.name]
         queue.deleted = True
         if self.broker is not None:
-            self.broker.node_counters["queues_deleted"] += 1
-            self.broker.retired.queue_deleted(queue)
+            self.broker.stats.node_counters["queues_deleted"] += 1
+            self.broker.stats.retired.queue_deleted(queue)
         queue.stop_timers()
         if queue.durable:
             self._definitions_changed("queue", (self.name, queue.name))

@@ -13,7 +13,8 @@ import time
 
 from ..amqp import codec
 from ..broker import definitions, parameters
-from ..broker.broker import Broker, Limits
+from ..broker.broker import Broker
+from ..broker.node_config import Limits, NodeConfig
 from ..server.disk_monitor import DEFAULT_LIMIT, DiskMonitor
 from ..spark import pipeline
 from ..server.listener import LOOPBACK, Listen, Server
@@ -207,16 +208,16 @@ def main(argv=None) -> int:
             print(f"warren: cannot create data directory {args.data_dir}: {err}", file=sys.stderr)
             return 1
         store = DefinitionsFile.in_dir(args.data_dir)
-    broker = Broker(limits=limits)
+    broker = Broker(NodeConfig(limits))
     if args.data_dir:
         # Before definitions are recovered, so durable queues recover their messages too.
         broker.persister = Persister(args.data_dir, window=args.queue_window or config.get("queue_window"))
     _raise_open_files_limit()
     _recover_definitions(broker, store, config)
     if "loopback_users" in config:
-        broker.loopback_users = config["loopback_users"]
-    broker.auth_mechanisms = config.get("auth_mechanisms", broker.auth_mechanisms)
-    broker.ssl_cert_login_from = config.get("ssl_cert_login_from", broker.ssl_cert_login_from)
+        broker.config.loopback_users = config["loopback_users"]
+    broker.config.auth_mechanisms = config.get("auth_mechanisms", broker.config.auth_mechanisms)
+    broker.config.ssl_cert_login_from = config.get("ssl_cert_login_from", broker.config.ssl_cert_login_from)
     # The TLS contexts now: a certificate that cannot be used stops the start with its reason.
     try:
         amqps = server_context(config["ssl_options"]) if "ssl_listeners" in config else None

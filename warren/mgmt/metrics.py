@@ -96,7 +96,7 @@ def channel_totals(broker, channels: list[ChannelInfo]) -> dict[str, int]:
     """Every channel's message counters (and its publishes in confirm mode), the closed
     channels' included (`channels`: open_channels(broker))."""
     totals = dict.fromkeys(CHANNEL_COUNTERS + (RECEIVED_CONFIRM,), 0)
-    for key, value in broker.message_totals.items():
+    for key, value in broker.stats.message_totals.items():
         if key in totals:
             totals[key] += value
     for ch in channels:
@@ -112,9 +112,9 @@ GLOBAL_QUEUE_COUNTERS = ("ack", "deliver", "deliver_no_ack", "get", "get_no_ack"
 def queue_totals_by_type(broker, queues: list) -> dict[str, dict[str, int]]:
     """GLOBAL_QUEUE_COUNTERS summed per queue type, the deleted queues' included."""
     totals: dict[str, dict[str, int]] = {}
-    for kind in {kind for kind, _ in QUEUE_TYPES} | {q.queue_type for q in queues} | set(broker.retired.queues):
+    for kind in {kind for kind, _ in QUEUE_TYPES} | {q.queue_type for q in queues} | set(broker.stats.retired.queues):
         of_kind = [q.stats for q in queues if q.queue_type == kind]
-        retired = broker.retired.queues.get(kind, {})
+        retired = broker.stats.retired.queues.get(kind, {})
         totals[kind] = {key: retired.get(key, 0) + sum(stats[key] for stats in of_kind)
                         for key in GLOBAL_QUEUE_COUNTERS}
     return totals
@@ -123,7 +123,7 @@ def queue_totals_by_type(broker, queues: list) -> dict[str, dict[str, int]]:
 def routed_total(broker) -> int:
     """Copies of published messages routed to queues (exchanges' publish_out: one per queue a
     message went to, as RabbitMQ 3.10's messages_routed), deleted exchanges' included."""
-    total = broker.retired.exchanges.get("publish_out", 0)
+    total = broker.stats.retired.exchanges.get("publish_out", 0)
     for vhost in list(broker.vhosts.values()):
         for exchange in vhost.exchanges.values():
             counts = getattr(exchange, "stats", None)
@@ -257,14 +257,14 @@ def read(server, per_object: bool) -> Reading:
         ("rabbitmq_process_max_fds", "Open file descriptors limit", max_fds()),
         # (RabbitMQ's limit for that many fds: node_resources.sockets_limit)
         ("rabbitmq_process_max_tcp_sockets", "Open TCP sockets limit", max_tcp_sockets()),
-        ("rabbitmq_resident_memory_limit_bytes", "Memory high watermark in bytes", broker.mem_limit),
+        ("rabbitmq_resident_memory_limit_bytes", "Memory high watermark in bytes", broker.config.mem_limit),
         # (None while disk monitoring is disabled)
         ("rabbitmq_disk_space_available_limit_bytes", "Free disk space low watermark in bytes",
-         broker.disk_free_limit),
+         broker.config.disk_free_limit),
         ("rabbitmq_erlang_uptime_seconds", "Node uptime", time.monotonic() - stats.STARTED),
     ]
     return Reading(
-        node_counters=dict(broker.node_counters),
+        node_counters=dict(broker.stats.node_counters),
         alarms=(int(DISK in broker.alarms), int(MEMORY in broker.alarms)),
         node=[(name, documentation, value) for name, documentation, value in node if value is not None],
         queues=queue_rows(broker, queues, per_object),
@@ -274,7 +274,7 @@ def read(server, per_object: bool) -> Reading:
         connections=[({"channel": conn.connection_link().name} if per_object else no_label,
                       _connection_counts(conn.counters()) + (len(conn.channels),))
                      for conn in conns],
-        retired_connections=dict(broker.retired.connections),
+        retired_connections=dict(broker.stats.retired.connections),
         channel_totals=channel_totals(broker, channels),
         by_queue_type=queue_totals_by_type(broker, queues),
         routed=routed_total(broker),

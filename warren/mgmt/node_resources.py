@@ -1,7 +1,7 @@
 """The node's memory and disk figures for the API (/api/nodes, /api/overview): the resource
 monitors' (warren.server.memory_monitor and disk_monitor, services of the server). mem_used is
 the RSS at the last sample (at most 0.1 s old), mem_limit and disk_free_limit the limits in
-bytes (broker.mem_limit, broker.disk_free_limit), disk_free the free space at the last check,
+bytes (broker.config.mem_limit, broker.config.disk_free_limit), disk_free the free space at the last check,
 and the alarms broker.alarms."""
 
 import os
@@ -77,7 +77,7 @@ def resource_figures(request) -> dict:
     broker = request.app["broker"]
     server = request.app["server"]
     in_alarm = stats.alarms(broker)
-    disk_limit = broker.disk_free_limit
+    disk_limit = broker.config.disk_free_limit
     if disk_limit is None:
         disk_limit = DEFAULT_DISK_FREE_LIMIT
     disk = service_of(server, DiskMonitor)
@@ -86,6 +86,6 @@ def resource_figures(request) -> dict:
         "disk_free_alarm": "disk" in in_alarm,
         "disk_free_limit": disk_limit,
         "mem_alarm": "memory" in in_alarm,
-        "mem_limit": broker.mem_limit,
+        "mem_limit": broker.config.mem_limit,
         "mem_used": mem_used(server),
     }

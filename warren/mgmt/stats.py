@@ -31,7 +31,7 @@ dicts to merge into an object's JSON):
     send_pend and recv_oct_details / send_oct_details
 - `overview_message_stats(broker) -> dict`, `queue_totals(broker) -> dict`,
   `object_totals(broker) -> dict`: the /api/overview parts (totals survive closed channels:
-  a closing channel adds its counters to broker.message_totals).
+  a closing channel adds its counters to broker.stats.message_totals).
 - `node_name(broker) -> str`: the node name every object's "node" field shows
   (broker.node_name if set, else "warren@localhost").
 - `alarms(broker) -> list[str]`: the resource alarms in effect ("memory", "disk"), from
@@ -333,10 +333,10 @@ def channel_counters(broker) -> list[ChannelCounters]:
 
 
 def _message_totals(broker, channels: list[ChannelCounters]) -> dict:
-    """Counters of every channel ever: the closed ones (folded into broker.message_totals
+    """Counters of every channel ever: the closed ones (folded into broker.stats.message_totals
     when they closed) plus the open ones (`channels`: channel_counters(broker))."""
     totals = dict.fromkeys(CHANNEL_COUNTERS, 0)
-    for f, v in (getattr(broker, "message_totals", None) or {}).items():
+    for f, v in broker.stats.message_totals.items():
         if f in totals:
             totals[f] += v
     # (A closing channel's counts were already folded into the totals.)

@@ -44,7 +44,7 @@ def check_interval(free: int, limit: int, alarmed: bool) -> float:
 
 
 class DiskMonitor:
-    """A server Service: sets broker.disk_free_limit and raises or clears the disk alarm."""
+    """A server Service: sets broker.config.disk_free_limit and raises or clears the disk alarm."""
 
     def __init__(self, broker, directory: str, limit: DiskLimit = DEFAULT_LIMIT,
                  total_memory: Callable[[], int] = lambda: 1024 * 1024 * 1024,
@@ -69,7 +69,7 @@ class DiskMonitor:
         except OSError as err:
             log.warning("Disabling disk free space monitoring")
             log.info("cannot read the free space of %s: %s", self.directory, err.strerror or err)
-            self.broker.disk_free_limit = None
+            self.broker.config.disk_free_limit = None
             return
         self.enabled = True
         log.info("Enabling free disk space monitoring")
@@ -89,7 +89,7 @@ class DiskMonitor:
             log.info("Cannot set disk free limit: disabled disk free space monitoring")
             return
         self.setting = setting
-        limit = self.limit = self.broker.disk_free_limit = self.bytes_for(setting)
+        limit = self.limit = self.broker.config.disk_free_limit = self.bytes_for(setting)
         log.info("Disk free limit set to %dMB", int(limit / 1_000_000))
         self._cancel()
         self._tick()

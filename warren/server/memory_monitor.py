@@ -184,7 +184,7 @@ def node_of(broker) -> str:
 
 
 class MemoryMonitor:
-    """A server Service: sets broker.mem_limit from the watermark and raises or clears the
+    """A server Service: sets broker.config.mem_limit from the watermark and raises or clears the
     memory alarm from the RSS, every INTERVAL seconds and at once when the watermark changes
     (set_vm_memory_high_watermark); pages queues out past the paging ratio."""
 
@@ -245,7 +245,7 @@ class MemoryMonitor:
         self.total = total = self.total_memory()
         # An absolute limit above the memory there is means all of it, as in RabbitMQ.
         limit = min(int(value), total) if kind == "absolute" else int(value * total)
-        self.limit = self.broker.mem_limit = limit
+        self.limit = self.broker.config.mem_limit = limit
         log.info("Memory high watermark set to %d MiB (%d bytes) of %d MiB (%d bytes) total",
                  limit // MiB, limit, total // MiB, total)
         log.info("Memory limit set to %dMB.", limit // MiB)  # the older RabbitMQ's line

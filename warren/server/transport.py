@@ -53,7 +53,7 @@ class AMQPProtocol(asyncio.Protocol):
         self.conn = Connection(self.server.broker, self)
         self.server.protocols.add(self)
         self.handshake_timer = self.loop.call_later(
-            self.server.broker.limits.handshake_timeout, self._handshake_timeout)
+            self.server.broker.config.limits.handshake_timeout, self._handshake_timeout)
 
     def data_received(self, data):
         self.last_recv = time.monotonic()

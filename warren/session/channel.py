@@ -106,7 +106,7 @@ class Channel:
         self.held_cancels: list[str] | None = None  # during our own queue.delete: see _queue_delete
         self.ack_timeout: AckTimeout | None = None  # consumer_timeout's check, once something needs an ack
         # Message counters (warren.mgmt.stats: RabbitMQ's channel message_stats); folded into
-        # broker.message_totals when the channel closes.
+        # broker.stats.message_totals when the channel closes.
         self.stats = new_channel_counters()
 
     # ----------------------------------------------------------------- frames
@@ -595,7 +595,7 @@ class Channel:
         watch = self.ack_timeout
         if watch is None:
             broker = self.conn.broker
-            timeout, scheduler = broker.limits.consumer_timeout, broker.scheduler
+            timeout, scheduler = broker.config.limits.consumer_timeout, broker.scheduler
             if timeout is None or scheduler is None:
                 return
             watch = self.ack_timeout = AckTimeout(self, timeout, scheduler)
@@ -700,11 +700,11 @@ class Channel:
         if self.state == CLOSING:
             return
         broker = self.conn.broker
-        totals = broker.message_totals  # the overview's counters outlive the channel
+        totals = broker.stats.message_totals  # the overview's counters outlive the channel
         for key, value in self.stats.items():
             totals[key] = totals.get(key, 0) + value
         totals[RECEIVED_CONFIRM] = totals.get(RECEIVED_CONFIRM, 0) + self.publish_seq
-        broker.node_counters["channels_closed"] += 1
+        broker.stats.node_counters["channels_closed"] += 1
         if self.ack_timeout is not None:
             self.ack_timeout.stop()
             self.ack_timeout = None  # (it refers back to this channel: no cycle left behind)

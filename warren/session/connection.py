@@ -168,7 +168,7 @@ class Connection:
         self.flow_credits: set[QueueCredit] = set()
         self.confirming: set[Channel] = set()  # channels with confirms waiting to go out
         self.channels: dict[int, Channel] = {}
-        limits = broker.limits
+        limits = broker.config.limits
         self.frame_max = FRAME_MIN_SIZE  # until tune-ok, as RabbitMQ
         self.channel_max = limits.channel_max
         self.heartbeat = 0
@@ -261,7 +261,7 @@ class Connection:
         return True
 
     def _mechanisms(self) -> list[str]:
-        return auth_mechanisms.offered(self.broker.auth_mechanisms, self.tls is not None)
+        return auth_mechanisms.offered(self.broker.config.auth_mechanisms, self.tls is not None)
 
     def _refuse_protocol(self) -> None:
         # As the spec says: answer with the protocol header we do speak, then close.
@@ -458,7 +458,7 @@ class Connection:
         # channel_max bounds how many are open, which is what protects memory.
         channel = Channel(self, ch)
         self.channels[ch] = channel
-        self.broker.node_counters["channels_opened"] += 1
+        self.broker.stats.node_counters["channels_opened"] += 1
         self.send_method(ch, spec.ChannelOpenOk(channel_id=b""))
 
     def decode(self, payload):
@@ -535,10 +535,10 @@ class Connection:
                 raise syntax_error(f"{mechanism} response {bytes(method.response)!r} invalid")
             name = creds[0]
             user = self.broker.authenticate(*creds)
-        if user is not None and user.name in self.broker.loopback_users and not _is_loopback(self.peer[0]):
+        if user is not None and user.name in self.broker.config.loopback_users and not _is_loopback(self.peer[0]):
             refused = f"user '{user.name}' can only connect via localhost"
             user = None
-        self.broker.node_counters["auth_attempts_failed" if user is None else "auth_attempts_succeeded"] += 1
+        self.broker.stats.node_counters["auth_attempts_failed" if user is None else "auth_attempts_succeeded"] += 1
         if user is None:
             connection_log.login_refused(self, mechanism, refused or f"user '{name}' - invalid credentials")
             # Clients that do not announce the capability just see the socket close (AMQP 0-9-1).
@@ -547,7 +547,7 @@ class Connection:
                             handshake_reply=bool(self.capabilities.get("authentication_failure_close")))
         self.user = user
         self.auth_mechanism = mechanism
-        limits = self.broker.limits
+        limits = self.broker.config.limits
         self.state = AWAIT_TUNE_OK
         self.send_method(0, spec.ConnectionTune(channel_max=limits.channel_max, frame_max=limits.frame_max,
                                                 heartbeat=limits.heartbeat))
@@ -561,13 +561,13 @@ class Connection:
         if tls.peer_cert is None:
             return "", "connection peer presented no TLS (x.509) certificate"
         try:
-            name = x509.login_name(tls.peer_cert, self.broker.ssl_cert_login_from)
+            name = x509.login_name(tls.peer_cert, self.broker.config.ssl_cert_login_from)
         except x509.CertificateError:
             name = None
         return ("", "no name found") if name is None else (name, None)
 
     def _tune_ok(self, method) -> None:
-        limits = self.broker.limits
+        limits = self.broker.config.limits
         for field, minimum, server_value in (("frame_max", FRAME_MIN_SIZE, limits.frame_max),
                                              ("channel_max", 1, limits.channel_max)):
             value = getattr(method, field)
@@ -606,7 +606,7 @@ class Connection:
         connection_log.granted(self)
         self.transport.handshake_done()
         self.broker.connections.add(self)
-        self.broker.node_counters["connections_opened"] += 1
+        self.broker.stats.node_counters["connections_opened"] += 1
         alarms = self.broker.alarms
         alarms.subscribe(self._alarms_changed)
         self.alarmed = bool(alarms)
@@ -915,8 +915,8 @@ class Connection:
         broker = self.broker
         if self in broker.connections:  # it was open: the node's totals keep its traffic
             broker.connections.discard(self)
-            broker.node_counters["connections_closed"] += 1
-            broker.retired.connection_closed(self)
+            broker.stats.node_counters["connections_closed"] += 1
+            broker.stats.retired.connection_closed(self)
         self.broker.alarms.unsubscribe(self._alarms_changed)
         persister = self.broker.persister
         if persister is not None:

@@ -97,7 +97,7 @@ class MetadataStore:
         del self.vhosts[cmd.name]
         shovel.vhost_deleted(self.broker, vhost)  # its shovel parameters go with it
         for exchange in vhost.exchanges.values():  # (their counts stay in the node's totals)
-            self.broker.retired.exchange_deleted(exchange)
+            self.broker.stats.retired.exchange_deleted(exchange)
         for key in [k for k in self.permissions if k[1] == cmd.name]:
             del self.permissions[key]
         for tkey in [k for k in self.topic_permissions if k[1] == cmd.name]:

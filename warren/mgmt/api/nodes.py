@@ -27,8 +27,8 @@ def node_info(request) -> dict:
         **resource_figures(request),
         "applications": [{"description": "Warren AMQP 0-9-1 broker", "name": "warren", "version": __version__}],
         # As RabbitMQ with rabbitmq_auth_mechanism_ssl: EXTERNAL is listed once auth_mechanisms has it.
-        "auth_mechanisms": [{"description": auth_mechanisms.DESCRIPTIONS[m], "enabled": m in broker.auth_mechanisms, "name": m}
-                            for m in auth_mechanisms.KNOWN if m != "EXTERNAL" or m in broker.auth_mechanisms],
+        "auth_mechanisms": [{"description": auth_mechanisms.DESCRIPTIONS[m], "enabled": m in broker.config.auth_mechanisms, "name": m}
+                            for m in auth_mechanisms.KNOWN if m != "EXTERNAL" or m in broker.config.auth_mechanisms],
         "being_drained": False,
         "config_files": [],
         "contexts": contexts(request),
