@@ -33,7 +33,7 @@ from .sender_selected import route_sender_selected
 from ..store.settlement import REJECTED, SETTLED, Settlement, later
 
 if TYPE_CHECKING:
-    from ..store.persister import Ticket
+    from ..store.settlement import Ticket
     from .auth import User
     from .broker import Broker
     from ..store.queued_message import QueuedMessage

@@ -23,7 +23,8 @@ from ..stats import new_queue_counters
 from .capabilities import Capabilities
 
 if TYPE_CHECKING:
-    from ...store.persister import Persister, Ticket
+    from ...store.persister import Persister
+    from ...store.settlement import Ticket
     from ...store.stream import StreamLog
     from ..consumer import Consumer
     from ..policy import Policy
