@@ -46,7 +46,7 @@ class Queue:
     # quorum queue's x-delivery-count).
     LABELS_REDELIVERIES = False
 
-    def __init__(self, vhost: QueueHost, name: str, durable: bool = False, exclusive_owner: object | None = None,
+    def __init__(self, vhost: QueueHost[Queue], name: str, durable: bool = False, exclusive_owner: object | None = None,
                  auto_delete: bool = False, arguments: dict[str, Any] | None = None,
                  store: QueueStore | None = None):
         self.vhost = vhost
