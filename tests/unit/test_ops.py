@@ -9,7 +9,7 @@ from warren.broker.auth import User
 from warren.broker.broker import Broker
 from warren.broker.errors import AMQPError
 from warren.broker.metadata import commands as c
-from warren.broker.records import ConnectionLink, ExclusiveOwner
+from warren.broker.links import ConnectionLink, ExclusiveOwner
 from warren.store.settlement import SETTLED
 
 

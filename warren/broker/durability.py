@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..store.persister import HOLD_MIN, Ticket
+from ..store.persister import HOLD_MIN
+from ..store.settlement import Ticket
 
 if TYPE_CHECKING:
     from ..amqp.message import Message

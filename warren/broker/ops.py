@@ -34,7 +34,7 @@ from .sender_selected import route_sender_selected
 from ..store.settlement import REJECTED, SETTLED, Settlement, later
 
 if TYPE_CHECKING:
-    from ..store.persister import Ticket
+    from ..store.settlement import Ticket
     from .auth import User
     from .broker import Broker
     from ..store.queued_message import QueuedMessage
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from .exchanges.base import Exchange
     from .ports import DeliverySink
     from .queues.base import Queue
-    from .records import ExclusiveOwner
+    from .links import ExclusiveOwner
     from .vhost import VHost
 
 # Properties a publish is refused for when they are wrong (checked only if present).

@@ -3,7 +3,7 @@
 The model (queues, vhosts, the store's persister) never imports the session or the server:
 it talks to them through these Protocols, as RabbitMQ's queues return actions to the channel
 instead of calling into it. The session layer implements the delivery sink (a channel) and
-the store's sync waiter (warren.store.interface.SyncWaiter); the server implements the
+the store's sync waiter (warren.store.settlement.SyncWaiter); the server implements the
 transport and the scheduler.
 """
 

@@ -22,11 +22,13 @@ for at most about one CHECK_INTERVAL, and holds none again until it takes one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from ..store.interface import QueueStore
+    from .consumer_set import ConsumerSet
     from .ports import Scheduler, Timer
-    from .queues.base import Queue
+    from .queues.host import QueueHost
 
 # Ready body bytes at which a queue with consumers presses its publishers, and at which it
 # lets them go. Measured with bench scenario 11 (64 KiB and 1 MiB bodies): 16/4 MiB beat
@@ -48,6 +50,35 @@ class HeldPublisher(Protocol):
         """The queue lets this publisher go (it may still be held for others)."""
 
 
+class FlowQueue(Protocol):
+    """A queue as its credit and the publishing connection see it (warren.broker.queues.base.Queue,
+    which imports this module)."""
+
+    @property
+    def deleted(self) -> bool: ...
+
+    @property
+    def consumers(self) -> ConsumerSet: ...
+
+    @property
+    def store(self) -> QueueStore: ...
+
+    @property
+    def stats(self) -> dict[str, int]: ...
+
+    @property
+    def vhost(self) -> QueueHost[Any]:
+        """Its host: the node's timers."""
+
+    @property
+    def credit(self) -> QueueCredit | None:
+        """The publishers it holds back (made on its first hold)."""
+
+    def hold_publisher(self, publisher: HeldPublisher) -> bool:
+        """`publisher` published into it while it pressed: True if it is held back."""
+        ...
+
+
 class QueueFlow:
     """The broker's queues that pressed during the read being handled (a set: bounded by the
     number of queues, whoever publishes)."""
@@ -55,7 +86,7 @@ class QueueFlow:
     __slots__ = ("pressed",)
 
     def __init__(self) -> None:
-        self.pressed: set[Queue] = set()
+        self.pressed: set[FlowQueue] = set()
 
 
 class QueueCredit:
@@ -63,7 +94,7 @@ class QueueCredit:
 
     __slots__ = ("queue", "held", "_timer", "_taken", "_stalled")
 
-    def __init__(self, queue: Queue):
+    def __init__(self, queue: FlowQueue):
         self.queue = queue
         self.held: dict[HeldPublisher, None] = {}  # a set, in order
         self._timer: Timer | None = None
@@ -121,7 +152,7 @@ class QueueCredit:
             self._timer = scheduler.call_later(CHECK_INTERVAL, self._check)
 
 
-def _taken(queue: Queue) -> int:
+def _taken(queue: FlowQueue) -> int:
     """How many messages have left the queue's ready list for consumers or basic.get."""
     stats = queue.stats
     return stats["deliver"] + stats["deliver_no_ack"] + stats["get"] + stats["get_no_ack"]

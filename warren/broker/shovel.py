@@ -51,7 +51,7 @@ from .credit import Credit
 from .errors import AMQPError
 from .metadata.commands import ClearShovel, SetShovel
 from .names import server_named
-from .records import ConnectionLink, ExclusiveOwner
+from .links import ConnectionLink, ExclusiveOwner
 from ..store.settlement import Settlement
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..store.settlement import Settlement
     from .ports import Scheduler
     from .queues.base import Queue
-    from .records import ExclusiveOwner
+    from .links import ExclusiveOwner
 
 log = logging.getLogger("warren.routing")
 

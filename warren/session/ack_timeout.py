@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..broker.errors import precondition_failed
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ..broker.consumer import Consumer
+    from ..broker.errors import AMQPError
     from ..broker.ports import Scheduler, Timer
-    from .channel import Channel
 
 log = logging.getLogger("warren.channel")
 
@@ -30,10 +33,50 @@ MAX_INTERVAL = 30.0   # seconds between checks, at most
 MIN_INTERVAL = 0.01
 
 
+class NamedConnection(Protocol):
+    """A channel's connection, named in the warning."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class TimedChannel(Protocol):
+    """What the check reads of its channel (warren.session.channel.Channel, which imports
+    this module)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def conn(self) -> NamedConnection: ...
+
+    @property
+    def state(self) -> int:
+        """0 while open."""
+
+    @property
+    def delivery_tag(self) -> int:
+        """The last one handed out."""
+
+    @property
+    def unacked(self) -> Mapping[int, object]:
+        """Its unacked deliveries by tag, oldest first."""
+
+    @property
+    def tx(self) -> object | None:
+        """Its transaction, in tx mode (acks may come at commit)."""
+
+    @property
+    def consumers(self) -> Mapping[str, Consumer]: ...
+
+    def error(self, err: AMQPError) -> None:
+        """Close the channel with `err`."""
+
+
 class AckTimeout:
     __slots__ = ("channel", "timeout_ms", "scheduler", "interval", "notes", "timer")
 
-    def __init__(self, channel: Channel, timeout_ms: int, scheduler: Scheduler):
+    def __init__(self, channel: TimedChannel, timeout_ms: int, scheduler: Scheduler):
         self.channel = channel
         self.timeout_ms = timeout_ms
         self.scheduler = scheduler

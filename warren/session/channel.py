@@ -8,7 +8,7 @@ import enum
 import logging
 import struct
 from collections import deque
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from ..amqp import spec
 from ..amqp.codec import DecodeError, read_shortstr
@@ -32,9 +32,12 @@ from .transaction import Transaction, TxPublish
 
 if TYPE_CHECKING:
     from ..amqp.message import Message
+    from ..broker.broker import Broker
+    from ..broker.errors import AMQPError
+    from ..broker.links import ExclusiveOwner
     from ..broker.records import ChannelCounters, ChannelInfo, ChannelLink
     from ..store.queued_message import QueuedMessage
-    from .connection import Connection
+    from .throttle import Throttle
     from .transaction import Unacked
 
 log = logging.getLogger("warren.channel")
@@ -70,8 +73,40 @@ class PublishMethod:
         self.mandatory = mandatory
 
 
+class ChannelConnection(records.RecordedConnection, connection_log.LoggedConnection, Protocol):
+    """The connection a channel runs on, as the channel sees it
+    (warren.session.connection.Connection, which makes its channels and so imports this module)."""
+
+    broker: Broker
+    name: str                   # for the channel's log lines
+    out: list[bytes]            # this tick's output: deliveries append their frames here
+    confirming: set[Channel]    # channels with confirms to send at the flush
+    throttle: Throttle          # its consumers' gate
+    capabilities: dict          # the client's, from connection.start-ok
+    exclusive_queues: list      # deleted when it closes
+
+    def note_output(self, size: int) -> None:
+        """`size` more bytes of output this tick (past the high-water mark its consumers pause)."""
+
+    def exclusive_owner(self) -> ExclusiveOwner:
+        """How its exclusive queues name it."""
+
+    def send_method(self, channel: int, method: spec.Method) -> None: ...
+
+    def schedule_flush(self) -> None: ...
+
+    def decode(self, payload: bytes) -> spec.Method | None:
+        """The method, or None once a failure to decode it was handled."""
+
+    def decode_failed(self, payload: bytes, err: DecodeError) -> None: ...
+
+    def connection_error(self, err: AMQPError, class_id: int = 0, method_id: int = 0, channel: int = 0) -> None: ...
+
+    def channel_closed(self, channel: Channel) -> None: ...
+
+
 class Channel:
-    def __init__(self, connection: Connection, channel_id: int):
+    def __init__(self, connection: ChannelConnection, channel_id: int):
         self.conn = connection
         self.id = channel_id
         self.state = OPEN

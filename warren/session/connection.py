@@ -29,7 +29,7 @@ from ..broker.errors import (
 from ..broker import auth_mechanisms, x509
 from ..broker.consumer import RECORD_BATCH
 from ..broker.limits import check_channel, check_connection
-from ..broker.records import ExclusiveOwner
+from ..broker.links import ExclusiveOwner
 from . import connection_log, frame_errors, records
 from .channel import Channel
 from .closed_transport import ClosedTransport

@@ -33,19 +33,34 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..amqp import spec
 from ..amqp.constants import REPLY_NAMES
 from ..amqp.erlang import erl_binary, erl_string
 
 if TYPE_CHECKING:
-    from .connection import Connection
+    from ..broker.auth import User
+    from ..broker.ports import Transport
+    from ..broker.vhost import VHost
 
 log = logging.getLogger("warren.connection")
 channel_log = logging.getLogger("warren.channel")
 
 _ids = itertools.count(1)
+
+
+class LoggedConnection(Protocol):
+    """What the lines say of a connection (warren.session.connection.Connection, which
+    imports this module)."""
+
+    log_id: str            # its id in the log (new_id())
+    peer: tuple[str, int]
+    transport: Transport   # (its local address)
+    user: User | None      # once logged in
+    vhost: VHost | None    # once open
+    data_seen: bool        # it has sent a byte
+    end_logged: bool       # its last line is written
 
 
 def new_id() -> str:
@@ -57,7 +72,7 @@ def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # rabbit_misc:ntoab
 
 
-def name(conn: Connection) -> str:
+def name(conn: LoggedConnection) -> str:
     """RabbitMQ's connection name in its log: "PEER -> LOCAL"."""
     peer, local = conn.peer, conn.transport.local
     return f"{_address(peer[0], peer[1])} -> {_address(local[0], local[1])}"
@@ -75,11 +90,11 @@ def error_name(code: int) -> str:
     return REPLY_NAMES.get(code, "internal_error").lower()
 
 
-def _say(conn: Connection, level: int, text: str, logger: logging.Logger = log) -> None:
+def _say(conn: LoggedConnection, level: int, text: str, logger: logging.Logger = log) -> None:
     logger.log(level, "%s", text, extra={"erl_pid": conn.log_id})
 
 
-def _who(conn: Connection) -> str:
+def _who(conn: LoggedConnection) -> str:
     # rabbit_reader's closing lines name the vhost and user once the user has logged in.
     user, vhost = conn.user, conn.vhost
     if user is None:
@@ -87,25 +102,25 @@ def _who(conn: Connection) -> str:
     return f", vhost: '{vhost.name if vhost is not None else 'none'}', user: '{user.name}'"
 
 
-def accepting(conn: Connection, level: int = logging.INFO) -> None:
+def accepting(conn: LoggedConnection, level: int = logging.INFO) -> None:
     conn.data_seen = True
     if log.isEnabledFor(level):
         _say(conn, level, f"accepting AMQP connection {conn.log_id} ({name(conn)})")
 
 
-def granted(conn: Connection) -> None:
+def granted(conn: LoggedConnection) -> None:
     if log.isEnabledFor(logging.INFO):
         assert conn.user is not None and conn.vhost is not None
         _say(conn, logging.INFO, f"connection {conn.log_id} ({name(conn)}): user '{conn.user.name}' "
                                  f"authenticated and granted access to vhost '{conn.vhost.name}'")
 
 
-def login_refused(conn: Connection, mechanism: str, reason: str) -> None:
+def login_refused(conn: LoggedConnection, mechanism: str, reason: str) -> None:
     _say(conn, logging.ERROR, f"Error on AMQP connection {conn.log_id} ({name(conn)}, state: starting):\n"
                               f"{mechanism} login refused: {reason}")
 
 
-def handshake_refused(conn: Connection, state: str, text: str) -> None:
+def handshake_refused(conn: LoggedConnection, state: str, text: str) -> None:
     """A refusal of connection.open (not_allowed: no such vhost, no access, a limit)."""
     user = conn.user.name if conn.user is not None else "none"
     _say(conn, logging.ERROR, f"Error on AMQP connection {conn.log_id} ({name(conn)}, user: '{user}', "
@@ -124,13 +139,13 @@ def connection_exception(code: int, text: str, class_id: int, method_id: int) ->
             f"{error_name(code)}: {erl_string(text)}")
 
 
-def hard_error(conn: Connection, state: str, channel: int, detail: str) -> None:
+def hard_error(conn: LoggedConnection, state: str, channel: int, detail: str) -> None:
     """The connection is closed with an error (rabbit_reader's log_hard_error)."""
     _say(conn, logging.ERROR, f"Error on AMQP connection {conn.log_id} ({name(conn)}{_who(conn)}, "
                               f"state: {state}), channel {channel}:\n {detail}")
 
 
-def channel_error(conn: Connection, channel: int, code: int, text: str, class_id: int, method_id: int) -> None:
+def channel_error(conn: LoggedConnection, channel: int, code: int, text: str, class_id: int, method_id: int) -> None:
     """A channel is closed with an error (rabbit_channel's handle_exception)."""
     if channel_log.isEnabledFor(logging.ERROR):
         _say(conn, logging.ERROR,
@@ -144,7 +159,7 @@ def bad_header(header: bytes) -> str:
     return "{bad_header," + erl_binary(header).decode("latin-1") + "}"
 
 
-def ended(conn: Connection, reason: str | None = None, clean: bool = False) -> None:
+def ended(conn: LoggedConnection, reason: str | None = None, clean: bool = False) -> None:
     """The connection is over: RabbitMQ's last line for it, once. `reason` (an error in
     RabbitMQ's words) makes it an error line; `clean` (a connection.close was sent, by either
     side) an info line; else the client went away: a warning. A connection that never sent a

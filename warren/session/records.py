@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import operator
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..broker import x509
 from ..broker.records import (
@@ -17,13 +17,71 @@ from ..broker.records import (
 from ..broker.stats import CHANNEL_COUNTERS
 
 if TYPE_CHECKING:
-    from ..broker.ports import TLSInfo
-    from .channel import Channel
-    from .connection import Connection
+    from collections.abc import Mapping
+
+    from ..broker.auth import User
+    from ..broker.credit import Credit
+    from ..broker.ports import TLSInfo, Transport
+    from ..broker.vhost import VHost
+    from .transaction import Transaction
+
+
+# What the records are made of. Connection and Channel import this module (their handles call
+# it), so it names them by these Protocols.
+class RecordedConnection(Protocol):
+    """warren.session.connection.Connection, as its records read it."""
+
+    link: ConnectionLink | None  # made by connection_link() when first asked, then kept
+    peer: tuple[str, int]
+    transport: Transport
+    tls: TLSInfo | None
+    user: User | None
+    vhost: VHost | None
+    client_properties: dict
+    connected_at: int
+    heartbeat: int
+    frame_max: int
+    channel_max: int
+    last_blocked_by: str
+    recv_oct: int
+    recv_cnt: int
+    send_oct: int
+    send_cnt: int
+    out_bytes: int
+
+    @property
+    def channels(self) -> Mapping[int, object]: ...
+
+    @property
+    def throttle_state(self) -> str: ...
+
+    def blocked_age(self) -> float | None: ...
+
+
+class RecordedChannel(Protocol):
+    """warren.session.channel.Channel, as its records read it."""
+
+    id: int
+    user: str
+    vhost: VHost
+    stats: dict[str, int]
+    prefetch: int
+    credit: Credit  # its basic.qos global=true limit and unacked count
+    confirm: bool
+    publish_seq: int
+    confirmed: int
+    tx: Transaction | None
+    unacked: dict  # delivery tag -> (QueuedMessage, queue, Consumer | None)
+
+    @property
+    def conn(self) -> RecordedConnection: ...
+
+    @property
+    def consumers(self) -> Mapping[str, object]: ...
 
 
 # ---------------------------------------------------------------------- connections
-def connection_link(conn: Connection) -> ConnectionLink:
+def connection_link(conn: RecordedConnection) -> ConnectionLink:
     """Made once, when first asked for (its addresses never change), and kept: every channel
     record names its connection, and listings look connections up by name."""
     link = conn.link
@@ -33,11 +91,11 @@ def connection_link(conn: Connection) -> ConnectionLink:
     return link
 
 
-def connection_counters(conn: Connection) -> ConnectionCounters:
+def connection_counters(conn: RecordedConnection) -> ConnectionCounters:
     return ConnectionCounters(conn.recv_oct, conn.recv_cnt, conn.send_oct, conn.send_cnt)
 
 
-def connection_info(conn: Connection) -> ConnectionInfo:
+def connection_info(conn: RecordedConnection) -> ConnectionInfo:
     user, vhost = conn.user, conn.vhost
     assert user is not None and vhost is not None  # only open connections are registered
     link = connection_link(conn)
@@ -91,16 +149,16 @@ def tls_session(tls: TLSInfo) -> TLSSession:
 _channel_counts = operator.itemgetter(*CHANNEL_COUNTERS)
 
 
-def channel_link(channel: Channel) -> ChannelLink:
+def channel_link(channel: RecordedChannel) -> ChannelLink:
     connection = connection_link(channel.conn)
     return ChannelLink(f"{connection.name} ({channel.id})", channel.id, channel.user, connection)
 
 
-def channel_counters(channel: Channel, closing: bool) -> ChannelCounters:
+def channel_counters(channel: RecordedChannel, closing: bool) -> ChannelCounters:
     return ChannelCounters(_channel_counts(channel.stats), closing)
 
 
-def channel_info(channel: Channel, closing: bool) -> ChannelInfo:
+def channel_info(channel: RecordedChannel, closing: bool) -> ChannelInfo:
     connection = connection_link(channel.conn)
     tx = channel.tx
     # (Positional, in ChannelInfo's order: a scrape makes one per channel, and keywords cost
@@ -126,7 +184,7 @@ def channel_info(channel: Channel, closing: bool) -> ChannelInfo:
     )
 
 
-def unacked_bytes(channel: Channel) -> dict[Any, int]:
+def unacked_bytes(channel: RecordedChannel) -> dict[Any, int]:
     out: dict[Any, int] = {}
     for qm, queue, _consumer in channel.unacked.values():
         out[queue] = out.get(queue, 0) + len(qm.message.body)

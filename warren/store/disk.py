@@ -28,25 +28,26 @@ followed by another record of the queue (records stay in queue order, and every 
 the disk tail's cursor stays one the tail walk may hand out).
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import shutil
 import time
 from collections import OrderedDict, deque
-from itertools import chain
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Protocol
 
-from ..amqp.body import Body, SplitBody
 from ..amqp.codec import read_shortstr
 from ..amqp.message import Message
 from . import segments as sg
 from .queued_message import QueuedMessage
 from .interface import take_head
 from .requeued import RequeuedMessages
+from .segment_file import Segment, SegmentWriter
 from .settlement import SETTLED, Settlement
 
 if TYPE_CHECKING:
-    from .persister import Persister, Ticket
+    from .settlement import StoreBatch, Ticket
 
 log = logging.getLogger("warren.store")
 
@@ -61,7 +62,6 @@ READ_CHUNK = 1 << 20
 # big too, and its body is read on its own.
 _PROBE = 16 << 10
 BIG_BODY = 64 << 10      # a body this big is written from the message, not copied first
-_IOV_MAX = 1024
 # The disk tail is read back a bounded amount at a time (bodies in memory at once: reading
 # half a 1 GiB window in one go was a 500 MB step that the memory watermark cannot see
 # coming); while paging, in small batches once the window is empty: what is read stays in
@@ -75,139 +75,26 @@ PAGING_LOAD_BYTES = 4 << 20
 PAGED_OUT = Message("", "", b"", b"", b"")
 
 
-class Segment:
-    """One segment file and its ack file, with what is known of their records."""
+class StorePersister(SegmentWriter, Protocol):
+    """What a disk store asks of the node's persister (warren.store.persister.Persister, which
+    makes the stores: it sees them, they see only this)."""
 
-    __slots__ = ("id", "path", "fd", "ack_fd", "size", "flushed", "count", "acked", "acked_set",
-                 "delivered", "pieces", "tail", "marks", "persister", "check")
+    root: str          # the data directory (quarantined segments go under it)
+    paging: bool       # the memory monitor's word, for a store made meanwhile
+    disk_alarm: bool
+    hold_max: int      # held bodies of all stores, at most (bytes)
 
-    def __init__(self, persister: "Persister", directory: str, seg_id: int, create: bool):
-        self.persister = persister
-        self.id = seg_id
-        self.path = os.path.join(directory, sg.segment_name(seg_id))
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        self.fd: int | None = os.open(self.path, flags, 0o644)  # None once removed
-        self.ack_fd: int | None = None
-        self.size = self.flushed = 0
-        self.count = self.acked = 0
-        self.acked_set: set[int] = set()        # offsets of settled records
-        self.delivered: dict[int, int] = {}     # offset -> deliveries before a restart
-        # The bytes not written yet, in order: `pieces` (message bodies by reference, and
-        # finished runs of small records), then `tail`, where small records gather.
-        self.pieces: list[bytes | bytearray | memoryview] = []
-        self.tail = bytearray()
-        self.marks = bytearray()
-        self.check: Callable[[sg.Buffer], int] = sg.checksum  # its records' checksum (a recovered segment: by its magic)
-        if create:
-            self.tail += sg.MAGIC
-            self.size = len(sg.MAGIC)
-            try:  # an .ack file left by a crash while a settled segment of this id was removed
-                os.unlink(self.path[:-4] + ".ack")
-            except FileNotFoundError:
-                pass
+    def durable_append(self, segment: Segment) -> StoreBatch:
+        """`segment` holds a durable record of the open batch: its handle."""
+        ...
 
-    def append(self, record: bytes, body: Body | None = None) -> int:
-        """Add a record; with `body`, `record` is its head and the body is written from the
-        message's own buffers (no copy, and the message never changes: see Message)."""
-        offset = self.size
-        self.tail += record
-        size = len(record)
-        if body is not None:
-            self.pieces.append(self.tail)
-            if isinstance(body, SplitBody):
-                self.pieces.extend(body.parts)
-            else:
-                self.pieces.append(body)
-            self.tail = bytearray()
-            size += len(body)
-        self.size += size
-        self.count += 1
-        self.persister.dirty.add(self)
-        return offset
+    def hold(self, store: DiskQueueStore, qm: QueuedMessage) -> None:
+        """`store` holds qm's record back (it set qm.hold)."""
+        ...
 
-    def mark(self, kind: int, offset: int) -> None:
-        self.marks += sg.encode_mark(kind, offset)
-        self.persister.dirty.add(self)
-
-    def mark_count(self, offset: int, count: int) -> None:
-        """The record at `offset` was handed out `count` times before (one pair of marks)."""
-        self.marks += sg.encode_mark(sg.MARK_COUNT, offset) + sg.encode_mark(sg.MARK_COUNT_VALUE,
-                                                                            min(count, 0xFFFFFFFF))
-        self.persister.dirty.add(self)
-
-    def write_out(self) -> None:
-        # pwrite at the flushed offset: a retry after a failed (partial) write overwrites it.
-        fd = self.fd
-        assert fd is not None, "write to a removed segment"
-        pieces = self.pieces
-        if self.tail:
-            pieces.append(self.tail)
-            self.tail = bytearray()
-        while pieces:
-            n = os.pwritev(fd, pieces[:_IOV_MAX], self.flushed)
-            self.flushed += n
-            done = 0
-            while done < len(pieces) and n >= len(pieces[done]):
-                n -= len(pieces[done])
-                done += 1
-            del pieces[:done]
-            if n:
-                pieces[0] = memoryview(pieces[0])[n:]
-        if self.marks:
-            if self.ack_fd is None:
-                self.ack_fd = os.open(self.path[:-4] + ".ack", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            n = os.write(self.ack_fd, self.marks)
-            del self.marks[:n]
-            if self.marks:
-                raise OSError("short write of ack marks")
-
-    def read(self, offset: int, length: int) -> bytes:
-        """Bytes of the segment (up to `length`), whether written yet or still buffered."""
-        end = offset + length
-        parts: list[bytes | memoryview] = []
-        if offset < self.flushed:
-            assert self.fd is not None, "read from a removed segment"
-            data = os.pread(self.fd, min(end, self.flushed) - offset, offset)
-            if end <= self.flushed:
-                return data
-            parts.append(data)
-        pos = self.flushed
-        for piece in chain(self.pieces, (self.tail,)):
-            size = len(piece)
-            if pos + size > offset:
-                parts.append(memoryview(piece)[max(offset - pos, 0):end - pos])
-            pos += size
-            if pos >= end:
-                break
-        return b"".join(parts)
-
-    def read_body(self, offset: int, length: int) -> bytes:
-        """A body of the segment, read into the object the message will keep: straight from
-        the file, or the message's own body while it is still waiting to be written."""
-        if offset + length <= self.flushed:
-            assert self.fd is not None, "read from a removed segment"
-            return os.pread(self.fd, length, offset)
-        pos = self.flushed
-        for piece in self.pieces:
-            if pos == offset and len(piece) == length and type(piece) is bytes:  # the body itself
-                return piece
-            pos += len(piece)
-            if pos > offset:
-                break
-        return self.read(offset, length)
-
-    def remove(self) -> None:
-        self.persister.dirty.discard(self)
-        self.persister.to_sync.discard(self)
-        for fd in (self.fd, self.ack_fd):
-            if fd is not None:
-                self.persister.close_fd(fd)
-        self.fd = self.ack_fd = None
-        for path in (self.path, self.path[:-4] + ".ack"):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+    def unhold(self, qm: QueuedMessage, written: bool) -> None:
+        """qm's record is held no more: written, or (not `written`) never to be."""
+        ...
 
 
 def _route_parts(route: bytes) -> tuple[str, str]:
@@ -219,7 +106,7 @@ def _route_parts(route: bytes) -> tuple[str, str]:
 class DiskQueueStore:
     """The QueueStore of a queue when the broker has a data directory."""
 
-    def __init__(self, persister: "Persister", directory: str, durable: bool, window: int = WINDOW,
+    def __init__(self, persister: StorePersister, directory: str, durable: bool, window: int = WINDOW,
                  window_bytes: int | None = None):
         self.persister = persister
         self.directory = directory
@@ -251,7 +138,7 @@ class DiskQueueStore:
 
     keep_all = False  # a quorum queue's store: transient messages are written (and kept) too
 
-    def accept(self, qm: QueuedMessage, ticket: "Ticket | None" = None) -> Settlement:
+    def accept(self, qm: QueuedMessage, ticket: Ticket | None = None) -> Settlement:
         """Write a persistent message of a durable queue now; returns the batch to wait for.
         With a `ticket` (a big body, consumers waiting) its record may be held back instead
         (the ticket then tracks it, and SETTLED is returned)."""

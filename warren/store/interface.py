@@ -11,17 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 from .queued_message import QueuedMessage
 
 if TYPE_CHECKING:
-    from .persister import Ticket
-    from .settlement import Settlement
-
-
-class SyncWaiter(Protocol):
-    """Waits on a settlement handle (warren.store.settlement): a channel with publisher
-    confirms due, the management API's publish, a shovel, a queue settling a copied message."""
-
-    def store_synced(self) -> None:
-        """What the waiter waits for may be settled now (an fsync finished, a held copy went)."""
-        ...
+    from .settlement import Settlement, Ticket
 
 
 class QueueStore(Protocol):

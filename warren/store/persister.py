@@ -24,11 +24,11 @@ the held bodies of all queues for at most `hold_max` bytes (past it the oldest i
 A record whose message is settled in its queue before then (acked, delivered without ack,
 dead-lettered nowhere, purged, its queue deleted) is never written; one still unsettled at its
 deadline is written then, and one requeued, paged or followed by another record of its queue
-is written at once (a queue's records stay in its order). The publish's confirm is a Ticket:
-due once every queue it went to has settled its copy or written it, and the batches written
-for it are fsynced. So a message delivered but not acked is on disk before its confirm, and
-one acked before its write never touches the disk: disk bandwidth goes to the messages that
-need it, at the cost of up to `hold_time` more confirm latency for those.
+is written at once (a queue's records stay in its order). The publish's confirm is a Ticket
+(warren.store.settlement): due once every queue it went to has settled its copy or written it,
+and the batches written for it are fsynced. So a message delivered but not acked is on disk
+before its confirm, and one acked before its write never touches the disk: disk bandwidth goes
+to the messages that need it, at the cost of up to `hold_time` more confirm latency for those.
 """
 
 from __future__ import annotations
@@ -41,12 +41,15 @@ import shutil
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from .settlement import SETTLED, AllOf, Settlement, StoreBatch
+# The persister is above the disk store it makes and the handles it hands out: those see it
+# through Protocols (disk.StorePersister, settlement.GroupCommit), so none imports it.
+from .disk import DiskQueueStore
+from .settlement import StoreBatch
 
 if TYPE_CHECKING:
-    from .disk import DiskQueueStore, Segment
-    from .interface import SyncWaiter
     from .queued_message import QueuedMessage
+    from .segment_file import Segment
+    from .settlement import SyncWaiter
 
     RunInThread = Callable[[Callable[[], None], Callable[[str | None], None]], None]
 
@@ -67,64 +70,6 @@ FLOW_LOW = FLOW_HIGH // 2
 HOLD_MIN = 64 << 10
 HOLD_TIME = float(os.environ.get("WARREN_HOLD_MS", "250")) / 1000
 HOLD_BYTES = 64 << 20
-
-
-class Ticket:
-    """The confirm of one publish whose records some queues hold back (a settlement handle,
-    warren.store.settlement): due when no copy is pending (each written or settled) and the
-    batches written for it are on disk."""
-
-    __slots__ = ("persister", "pending", "batches", "waiter")
-
-    def __init__(self, persister: Persister) -> None:
-        self.persister = persister
-        self.pending = 0      # copies held: neither written nor settled yet
-        # The persister batches its copies were written in: those written at once share one,
-        # each held copy written later may join another, and an fsync of any may fail alone.
-        self.batches: list[int] = []
-        self.waiter: SyncWaiter | None = None  # the publishing channel, once it waits
-
-    def written(self, batch: StoreBatch) -> None:
-        """A held copy was written in `batch`: the fsync of that batch wakes the waiter."""
-        self.pending -= 1
-        self.include(batch)
-        if not self.pending and self.waiter is not None:
-            self.persister.wait_for(self.waiter)
-
-    def include(self, batch: StoreBatch) -> None:
-        """A copy was written in `batch` (at once, or held and written later)."""
-        if batch.number not in self.batches:
-            self.batches.append(batch.number)
-
-    def settled(self) -> None:
-        """A held copy was settled before its write: it needs no disk."""
-        self.pending -= 1
-        if not self.pending and self.waiter is not None:
-            self.waiter.store_synced()
-
-    def status(self) -> bool | None:
-        """True (safe), False (a write or fsync failed), None (not yet)."""
-        if self.pending:
-            return None
-        if not self.batches:
-            return True
-        persister = self.persister
-        if persister.synced < max(self.batches):
-            return None
-        return not any(batch in persister.failed for batch in self.batches)
-
-    def notify(self, waiter: SyncWaiter) -> None:
-        self.waiter = waiter  # (woken when its last held copy is settled or written)
-        self.persister.wait_for(waiter)
-
-    def covering(self, settlement: Settlement) -> Settlement:
-        """The handle of a publish with this ticket, whose copies written at once settle by
-        `settlement`: the ticket, if any copy is held or was written, else `settlement`."""
-        if isinstance(settlement, StoreBatch):
-            self.include(settlement)
-        elif settlement is not SETTLED:
-            return AllOf((self, settlement)) if self.pending or self.batches else settlement
-        return self if self.pending or self.batches else SETTLED
 
 
 def _fsync_all(fds: Iterable[int]) -> None:
@@ -181,8 +126,6 @@ class Persister:
         return os.path.join(self.root, "queues", digest)
 
     def queue_store(self, vhost: str, queue: str, durable: bool) -> DiskQueueStore:
-        from .disk import DiskQueueStore
-
         kwargs = {"window": self.window} if self.window else {}
         if durable:
             return DiskQueueStore(self, self.queue_dir(vhost, queue), durable=True, **kwargs)

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 from ..amqp.message import Message
 
 if TYPE_CHECKING:
-    from .disk import Segment
-    from .persister import Ticket
+    from .segment_file import Segment
+    from .settlement import Ticket
 
 
 class QueuedMessage:

@@ -9,18 +9,37 @@ lost (False: basic.nack) or not yet (None), and `notify(waiter)` asks to be told
 Kinds today: nothing to wait for (SETTLED), refused by a queue (REJECTED: x-overflow
 reject-publish), a group-commit batch of the local persister (StoreBatch: one object per
 batch, shared by every message written in it, so the publish path allocates nothing), and a
-Ticket for records held back (warren.store.persister). A follower's ack, a remote broker's
-confirm or another process's fsync are further kinds of the same Protocol: the channel
-waits on them unchanged.
+Ticket for records held back (holding: warren.store.persister). A follower's ack, a remote
+broker's confirm or another process's fsync are further kinds of the same Protocol: the
+channel waits on them unchanged.
+
+The persister's handles live here, below the persister and the stores that hand them out:
+they see the persister only as a GroupCommit.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .interface import SyncWaiter
-    from .persister import Persister
+
+class SyncWaiter(Protocol):
+    """Waits on a settlement handle: a channel with publisher confirms due, the management
+    API's publish, a shovel, a queue settling a copied message."""
+
+    def store_synced(self) -> None:
+        """What the waiter waits for may be settled now (an fsync finished, a held copy went)."""
+        ...
+
+
+class GroupCommit(Protocol):
+    """The persister's group commit as its handles read it (warren.store.persister.Persister)."""
+
+    synced: int             # every batch up to this one is on disk (or failed)
+    failed: dict[int, str]  # batch -> error text, for nacks
+
+    def wait_for(self, waiter: SyncWaiter) -> None:
+        """Call waiter.store_synced() when the next fsync finishes."""
+        ...
 
 
 class Settlement(Protocol):
@@ -59,7 +78,7 @@ class StoreBatch:
 
     __slots__ = ("persister", "number")
 
-    def __init__(self, persister: Persister, number: int):
+    def __init__(self, persister: GroupCommit, number: int):
         self.persister = persister
         self.number = number
 
@@ -74,6 +93,64 @@ class StoreBatch:
 
     def __repr__(self) -> str:
         return f"StoreBatch({self.number})"
+
+
+class Ticket:
+    """The confirm of one publish whose records some queues hold back (holding:
+    warren.store.persister): due when no copy is pending (each written or settled) and the
+    batches written for it are on disk."""
+
+    __slots__ = ("persister", "pending", "batches", "waiter")
+
+    def __init__(self, persister: GroupCommit) -> None:
+        self.persister = persister
+        self.pending = 0      # copies held: neither written nor settled yet
+        # The persister batches its copies were written in: those written at once share one,
+        # each held copy written later may join another, and an fsync of any may fail alone.
+        self.batches: list[int] = []
+        self.waiter: SyncWaiter | None = None  # the publishing channel, once it waits
+
+    def written(self, batch: StoreBatch) -> None:
+        """A held copy was written in `batch`: the fsync of that batch wakes the waiter."""
+        self.pending -= 1
+        self.include(batch)
+        if not self.pending and self.waiter is not None:
+            self.persister.wait_for(self.waiter)
+
+    def include(self, batch: StoreBatch) -> None:
+        """A copy was written in `batch` (at once, or held and written later)."""
+        if batch.number not in self.batches:
+            self.batches.append(batch.number)
+
+    def settled(self) -> None:
+        """A held copy was settled before its write: it needs no disk."""
+        self.pending -= 1
+        if not self.pending and self.waiter is not None:
+            self.waiter.store_synced()
+
+    def status(self) -> bool | None:
+        """True (safe), False (a write or fsync failed), None (not yet)."""
+        if self.pending:
+            return None
+        if not self.batches:
+            return True
+        persister = self.persister
+        if persister.synced < max(self.batches):
+            return None
+        return not any(batch in persister.failed for batch in self.batches)
+
+    def notify(self, waiter: SyncWaiter) -> None:
+        self.waiter = waiter  # (woken when its last held copy is settled or written)
+        self.persister.wait_for(waiter)
+
+    def covering(self, settlement: Settlement) -> Settlement:
+        """The handle of a publish with this ticket, whose copies written at once settle by
+        `settlement`: the ticket, if any copy is held or was written, else `settlement`."""
+        if isinstance(settlement, StoreBatch):
+            self.include(settlement)
+        elif settlement is not SETTLED:
+            return AllOf((self, settlement)) if self.pending or self.batches else settlement
+        return self if self.pending or self.batches else SETTLED
 
 
 class AllOf:

@@ -45,7 +45,8 @@ import xxhash
 
 from ..amqp.message import Message
 from . import segments as sg
-from .disk import BIG_BODY, Segment, _route_parts
+from .disk import BIG_BODY, _route_parts
+from .segment_file import Segment
 
 if TYPE_CHECKING:
     from .persister import Persister

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..auth import User
     from ..policy import Policy
-    from ..records import ExclusiveOwner
+    from ..links import ExclusiveOwner
     from ..shovel import Config as ShovelConfig
 
 

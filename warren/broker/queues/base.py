@@ -23,12 +23,13 @@ from ..stats import new_queue_counters
 from .capabilities import Capabilities
 
 if TYPE_CHECKING:
-    from ...store.persister import Persister, Ticket
+    from ...store.persister import Persister
+    from ...store.settlement import Ticket
     from ...store.stream import StreamLog
     from ..consumer import Consumer
     from ..policy import Policy
     from ..ports import Scheduler, Timer
-    from ..records import ExclusiveOwner
+    from ..links import ExclusiveOwner
     from .host import QueueHost
 
 log = logging.getLogger("warren.queue")
@@ -46,7 +47,8 @@ class Queue:
     # quorum queue's x-delivery-count).
     LABELS_REDELIVERIES = False
 
-    def __init__(self, vhost: QueueHost, name: str, durable: bool = False, exclusive_owner: ExclusiveOwner | None = None,
+    def __init__(self, vhost: QueueHost[Queue], name: str, durable: bool = False,
+                 exclusive_owner: ExclusiveOwner | None = None,
                  auto_delete: bool = False, arguments: dict[str, Any] | None = None,
                  store: QueueStore | None = None):
         self.vhost = vhost
