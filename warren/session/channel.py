@@ -33,7 +33,6 @@ from .transaction import Transaction, TxPublish
 if TYPE_CHECKING:
     from ..amqp.message import Message
     from ..broker.broker import Broker
-    from ..broker.errors import AMQPError
     from ..broker.links import ExclusiveOwner
     from ..broker.records import ChannelCounters, ChannelInfo, ChannelLink
     from ..store.queued_message import QueuedMessage

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..auth import Permission, TopicPermission, User
 from ..definitions import changes, export
-from ..errors import not_found, rs
+from ..errors import not_found
 from ..policy import apply_all
 from ..vhost import VHost
 from .. import shovel
