@@ -151,9 +151,9 @@ class World:
                 out[name] = sorted(x._by_key)
             elif x.type_name == "headers":
                 out[name] = (
-                    {(h, v): sorted(bk[0].name for bk in table) for h, values in x._any.items()
+                    {(h, v): sorted(bk[1] for bk in table) for h, values in x._any.items()
                      for v, table in values.items()},
-                    sorted(k[0].name for k in x._always),
+                    sorted(k[1] for k in x._always),
                     sum(len(t) for values in x._all.values() for t in values.values()), len(x._all_slot))
         return out
 

@@ -4,6 +4,7 @@ splitting. tests/unit/test_topic_trie.py checks many patterns at once, added and
 
 import re
 import time
+from typing import NamedTuple
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +12,13 @@ from hypothesis import strategies as st
 from warren.broker.exchanges.base import Binding
 from warren.broker.exchanges.topic import TopicTrie, split_words
 from warren.broker.vhost import VHost
+
+
+class dest(NamedTuple):
+    """A binding's destination, as much of one as the trie reads (its kind and name)."""
+
+    name: str
+    kind: str = "queue"
 
 SEP = "\x00"
 
@@ -37,7 +45,7 @@ def reference_match(pattern: str, key: str) -> bool:
 
 def matches(pattern: str, key: str) -> bool:
     trie = TopicTrie()
-    trie.add(Binding(None, "q", pattern, {}))
+    trie.add(Binding(None, dest("q"), pattern, {}))
     return bool(trie.match(split_words(key)))
 
 

@@ -40,7 +40,9 @@ class Binding:
         self.destination = destination
         self.routing_key = routing_key
         self.arguments = arguments or {}
-        self.key = (destination, routing_key, freeze(self.arguments))
+        # Its identity is data (what the binding commands and the definitions journal name):
+        # the destination by kind and name, not by object.
+        self.key = (destination.kind, destination.name, routing_key, freeze(self.arguments))
         self.seq = 0  # set when the binding is added to its source
 
 
