@@ -223,13 +223,17 @@ def test_the_session_import_check_sees_every_kind_of_import(tmp_path):
         "in_function": "def f():\n    import warren.session.records\n",
         "dynamic": "import importlib\ndef f():\n    return importlib.import_module('warren.session.x')\n",
     }
-    for label, source in sources.items():
+    _sees_each(_session_imports, sources, "from ..broker.records import ConnectionInfo\nfrom ...broker import x509\n",
+               tmp_path)
+
+
+def _sees_each(check, sources: dict[str, str], clean: str, tmp_path) -> None:
+    """`check` finds something in each of `sources` (label -> module text), as a module of
+    mgmt, and nothing in `clean` (else it could pass for nothing)."""
+    for label, source in [*sources.items(), ("clean", clean)]:
         path = tmp_path / f"{label}.py"
         path.write_text(source)
-        assert _session_imports("warren.mgmt.api.example", path), label
-    clean = tmp_path / "clean.py"
-    clean.write_text("from ..broker.records import ConnectionInfo\nfrom ...broker import x509\n")
-    assert not _session_imports("warren.mgmt.api.example", clean)
+        assert bool(check("warren.mgmt.api.example", path)) is (label != "clean"), label
 
 
 # The methods that change the vhosts' tables, and the tables the store holds: only the
@@ -288,11 +292,6 @@ def test_the_metadata_check_sees_each_kind_of_change(tmp_path):
         "limits": "def f(vhost):\n    vhost.limits = {}\n",
         "record": "def f(broker):\n    broker.metadata.record('user', 'u')\n",
     }
-    for label, source in sources.items():
-        path = tmp_path / f"{label}.py"
-        path.write_text(source)
-        assert _metadata_changes("warren.mgmt.example", path), label
-    clean = tmp_path / "clean.py"
-    clean.write_text("def f(broker, sock):\n    sock.bind(('', 0))\n    ops.bind(actor, 'x', 'queue', 'q', '', {})\n"
-                     "    broker.metadata.apply(Bind('/', 'x', 'queue', 'q'))\n    return broker.users.get('u')\n")
-    assert not _metadata_changes("warren.mgmt.example", clean)
+    _sees_each(_metadata_changes, sources,
+               "def f(broker, sock):\n    sock.bind(('', 0))\n    ops.bind(actor, 'x', 'queue', 'q', '', {})\n"
+               "    broker.metadata.apply(Bind('/', 'x', 'queue', 'q'))\n    return broker.users.get('u')\n", tmp_path)

@@ -154,9 +154,9 @@ class DeleteQueue:
 
 
 @dataclass(frozen=True, slots=True)
-class Bind:
+class _Binding:
     """A binding from exchange `source` to the queue or exchange `destination` (dest_kind
-    "queue" or "exchange"); binding again is no change."""
+    "queue" or "exchange")."""
 
     vhost: str
     source: str
@@ -167,15 +167,13 @@ class Bind:
 
 
 @dataclass(frozen=True, slots=True)
-class Unbind:
-    """Remove a binding; one that does not exist is no change."""
+class Bind(_Binding):
+    """Add the binding; binding again is no change."""
 
-    vhost: str
-    source: str
-    dest_kind: str
-    destination: str
-    routing_key: str = ""
-    arguments: dict | None = None
+
+@dataclass(frozen=True, slots=True)
+class Unbind(_Binding):
+    """Remove the binding; one that does not exist is no change."""
 
 
 # ---------------------------------------------------------------- policies, parameters, limits
