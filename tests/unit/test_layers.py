@@ -63,34 +63,11 @@ def test_imports_point_downward():
     assert not wrong
 
 
-# Cycles still being taken apart by other work, each the exact set of modules of one cycle:
-# test_no_import_cycles ignores the imports among the modules of one group (not those into or
-# out of it, nor between groups). A group leaves this list, or shrinks, as its cycle does
-# (test_the_cycles_being_taken_apart_are_still_whole says when).
-CYCLES_BEING_TAKEN_APART = [
-    # The broker's metadata (the node, vhosts, definitions, parameters, limits, the metadata
-    # store, the operations layer and what they call back): being taken apart.
-    frozenset({
-        "warren.broker.broker", "warren.broker.dead_letter", "warren.broker.dead_letter_message",
-        "warren.broker.definitions", "warren.broker.durability", "warren.broker.limits",
-        "warren.broker.metadata.commands", "warren.broker.metadata.store",
-        "warren.broker.missing_exchange", "warren.broker.ops", "warren.broker.parameters",
-        "warren.broker.records", "warren.broker.sender_selected", "warren.broker.shovel",
-        "warren.broker.stream_offsets_request", "warren.broker.vhost",
-    }),
-]
-
-
 def import_graph(mods) -> dict[str, set[str]]:
     """Module -> the package's modules it imports (at run time or for types)."""
     mods = list(mods)
     known = {name for name, _ in mods}
     return {name: {t for t in imports(name, path) if t in known and t != name} for name, path in mods}
-
-
-def without_cycles_being_taken_apart(graph: dict[str, set[str]], groups) -> dict[str, set[str]]:
-    return {name: {t for t in targets if not any(name in g and t in g for g in groups)}
-            for name, targets in graph.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
@@ -127,17 +104,7 @@ def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 
 def test_no_import_cycles():
-    graph = without_cycles_being_taken_apart(import_graph(modules()), CYCLES_BEING_TAKEN_APART)
-    assert [sorted(c) for c in cycles(graph)] == []
-
-
-def test_the_cycles_being_taken_apart_are_still_whole():
-    """Each allowed group is still exactly one cycle: one that is gone, split or grown shows here,
-    so the list says what is left to take apart (and ignores no import it need not)."""
-    found = cycles(import_graph(modules()))
-    for group in CYCLES_BEING_TAKEN_APART:
-        assert any(group == c for c in found), \
-            f"now: {[sorted(c) for c in found if c & group]} (update CYCLES_BEING_TAKEN_APART)"
+    assert [sorted(c) for c in cycles(import_graph(modules()))] == []
 
 
 def _graph_of(tmp_path, sources: dict[str, str]) -> dict[str, set[str]]:
@@ -150,22 +117,25 @@ def _graph_of(tmp_path, sources: dict[str, str]) -> dict[str, set[str]]:
 
 
 def test_the_cycle_check_sees_a_cycle_of_types(tmp_path):
-    """A module that imports another only for its types still makes a cycle with it (else the
-    check above could pass for nothing), and an allowed group hides no other cycle."""
+    """A module that imports another only for its types still makes a cycle with it, and so
+    does one that imports it in a function (else the check above could pass for nothing)."""
     graph = _graph_of(tmp_path, {
         "first": "from .second import Second\n",
         "second": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .first import First\n",
     })
     assert cycles(graph) == [{"warren.example.first", "warren.example.second"}]
-    allowed = [frozenset({"warren.example.first", "warren.example.second"})]
-    assert cycles(without_cycles_being_taken_apart(graph, allowed)) == []
     graph = _graph_of(tmp_path, {
-        "first": "from .second import Second\nfrom . import third\n",
-        "second": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .first import First\n",
-        "third": "def f():\n    from .first import First\n",
+        "first": "from . import third\n",
+        "second": "from .first import First\n",
+        "third": "def f():\n    from .second import Second\n",
     })
-    assert cycles(without_cycles_being_taken_apart(graph, allowed)) == [
-        {"warren.example.first", "warren.example.third"}]
+    assert cycles(graph) == [{"warren.example.first", "warren.example.second", "warren.example.third"}]
+    graph = _graph_of(tmp_path, {
+        "first": "from .second import Second\n",
+        "second": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .third import Third\n",
+        "third": "",
+    })
+    assert cycles(graph) == []
 
 
 def test_the_client_side_stands_alone():

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
-from . import ops
 from .dead_letter_message import detect_cycles, dead_letter_message
-from .sender_selected import route_keys
+from .enqueue import enqueue
+from .sender_selected import Routing, route_keys
 
 if TYPE_CHECKING:
     from ..amqp.message import Message
+    from .exchanges.base import Exchange
     from .queues.base import Queue
-    from .vhost import VHost
     from ..store.settlement import Settlement
 
 log = logging.getLogger("warren.dead_letter")
@@ -41,7 +42,18 @@ def _warn_once(key: tuple[str, ...], text: str, *args: object) -> None:
     log.warning(text, *args)
 
 
-def publish(vhost: VHost, queue: Queue, message: Message, reason: str) -> Settlement | None:
+class DeadLetterVHost(Routing, Protocol):
+    """What dead-lettering reads of the queue's vhost (warren.broker.vhost.VHost, which calls
+    this as the queues' host: a Protocol here, so that the vhost stays above)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def exchanges(self) -> Mapping[str, Exchange]: ...
+
+
+def publish(vhost: DeadLetterVHost, queue: Queue, message: Message, reason: str) -> Settlement | None:
     """Republish one message of `queue` to its dead-letter exchange. Returns the settlement
     handle of its copies (SETTLED: nothing to wait for), or None when the
     message goes nowhere: no DLX set, a DLX that does not exist (a warning, once), no queue
@@ -73,4 +85,4 @@ def publish(vhost: VHost, queue: Queue, message: Message, reason: str) -> Settle
     if not targets:
         return None
     # A target that refuses it (reject-publish) does not hold up the others: at most once there.
-    return ops.enqueue(dl_message, targets, refusals=False)
+    return enqueue(dl_message, targets, refusals=False)

@@ -9,18 +9,35 @@ definitions file and the persister.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..store.persister import HOLD_MIN
 from ..store.settlement import Ticket
 
 if TYPE_CHECKING:
     from ..amqp.message import Message
-    from .broker import Broker
+    from ..store.persister import Persister
+
+
+class Journal(Protocol):
+    """The definitions journal, as the metadata store writes it (MetadataStore.flush)."""
+
+    def flush(self) -> None: ...
+
+
+class Writers(Protocol):
+    """Where the node keeps what this writes (the broker, which holds this object: read at
+    each call, as the server sets the persister after the broker is made)."""
+
+    @property
+    def metadata(self) -> Journal: ...
+
+    @property
+    def persister(self) -> Persister | None: ...
 
 
 class Durability:
-    def __init__(self, broker: Broker):
+    def __init__(self, broker: Writers):
         self.broker = broker
 
     def flush(self) -> None:

@@ -22,7 +22,7 @@ from .metadata.commands import SetUserLimits, SetVHostLimits
 
 if TYPE_CHECKING:
     from .auth import User
-    from .broker import Broker
+    from .node import Node
     from .records import ConnectionHandle
     from .vhost import VHost
 
@@ -102,7 +102,7 @@ def value_json(limits: dict[str, int]) -> Any:
 
 
 # ------------------------------------------------------------------- changes (as commands)
-def set_vhost_limit(broker: Broker, vhost: VHost, name: str, value) -> None:
+def set_vhost_limit(broker: Node, vhost: VHost, name: str, value) -> None:
     """PUT /api/vhost-limits/V/NAME: one limit, the others kept (rabbit_vhost_limit:
     update_limit puts the new one first)."""
     current = {k: v for k, v in (vhost.limits or {}).items() if k != name}
@@ -110,12 +110,12 @@ def set_vhost_limit(broker: Broker, vhost: VHost, name: str, value) -> None:
     broker.metadata.apply(SetVHostLimits(vhost.name, {name: limits[name], **current}))
 
 
-def clear_vhost_limit(broker: Broker, vhost: VHost, name: str) -> None:
+def clear_vhost_limit(broker: Node, vhost: VHost, name: str) -> None:
     """One limit cleared; the parameter stays, even empty (as RabbitMQ)."""
     broker.metadata.apply(SetVHostLimits(vhost.name, {k: v for k, v in (vhost.limits or {}).items() if k != name}))
 
 
-def update_user_limits(broker: Broker, user: User, value) -> None:
+def update_user_limits(broker: Node, user: User, value) -> None:
     """Set the limits given (validated), keeping the others: PUT /api/users with "limits"
     and an imported user's "limits" merge, as RabbitMQ's do."""
     given = validate_user_limits(value)
@@ -123,12 +123,12 @@ def update_user_limits(broker: Broker, user: User, value) -> None:
         broker.metadata.apply(SetUserLimits(user.name, {**user.limits, **given}))
 
 
-def set_user_limit(broker: Broker, user: User, name: str, value) -> None:
+def set_user_limit(broker: Node, user: User, name: str, value) -> None:
     given = validate_user_limits({name: value})
     broker.metadata.apply(SetUserLimits(user.name, {**user.limits, **given}))
 
 
-def clear_user_limit(broker: Broker, user: User, name: str) -> None:
+def clear_user_limit(broker: Node, user: User, name: str) -> None:
     if name in user.limits:
         broker.metadata.apply(SetUserLimits(user.name, {k: v for k, v in user.limits.items() if k != name}))
 
@@ -140,11 +140,11 @@ def limit(limits: dict[str, int] | None, name: str) -> int | None:
     return value if value is not None and value >= 0 else None
 
 
-def _connections(broker: Broker) -> Iterable[ConnectionHandle]:
+def _connections(broker: Node) -> Iterable[ConnectionHandle]:
     return broker.connections
 
 
-def check_connection(broker: Broker, vhost_name: str, user: User) -> None:
+def check_connection(broker: Node, vhost_name: str, user: User) -> None:
     """At connection.open, before the vhost access check (RabbitMQ's order): the vhost's
     max-connections, then the user's. 530, as rabbit_reader refuses."""
     vhost = broker.vhosts.get(vhost_name)
@@ -162,7 +162,7 @@ def check_connection(broker: Broker, vhost_name: str, user: User) -> None:
                              "is reached", (10, 40))
 
 
-def check_channel(broker: Broker, user: User | None) -> None:
+def check_channel(broker: Node, user: User | None) -> None:
     """At channel.open: the user's max-channels over all its connections (a connection
     error, 530, as rabbit_reader's)."""
     if user is None:
@@ -188,7 +188,7 @@ def check_queue(vhost: VHost, name: str) -> None:
                                   f"({allowed}) is reached")
 
 
-def check_import(broker: Broker, new_queues: dict[str, int]) -> None:
+def check_import(broker: Node, new_queues: dict[str, int]) -> None:
     """Before a definitions import declares `new_queues` (vhost name -> how many queues it
     adds): RabbitMQ refuses the whole import if any vhost would pass its max-queues."""
     for vhost_name, adding in new_queues.items():

@@ -20,6 +20,7 @@ from ..amqp.codec import table_type_name
 from ..amqp.message import Message
 from ..amqp.properties import FLAG_EXPIRATION, FLAG_HEADERS, FLAG_USER_ID
 from .consumer import Consumer, check_consume_arguments
+from .enqueue import enqueue  # (ops.enqueue too: a channel's publish at tx.commit, after route())
 from .errors import access_refused, command_invalid, not_allowed, not_found, precondition_failed, rs
 from .exchanges import TYPES
 from .limits import check_queue as check_queue_limit
@@ -31,12 +32,10 @@ from .queues import CONSUMER_ARGUMENTS, check_server_named
 from .names import server_named
 from . import stream_offsets_request
 from .sender_selected import route_sender_selected
-from ..store.settlement import REJECTED, SETTLED, Settlement, later
+from ..store.settlement import SETTLED, Settlement
 
 if TYPE_CHECKING:
-    from ..store.settlement import Ticket
     from .auth import User
-    from .broker import Broker
     from ..store.queued_message import QueuedMessage
     from .consumer import Gate
     from .credit import Credit
@@ -44,6 +43,7 @@ if TYPE_CHECKING:
     from .ports import DeliverySink
     from .queues.base import Queue
     from .links import ExclusiveOwner
+    from .node import Node
     from .vhost import VHost
 
 # Properties a publish is refused for when they are wrong (checked only if present).
@@ -55,7 +55,7 @@ class Actor:
     """Who performs an operation: a user in a vhost, and the connection that owns the
     exclusive queues it may use (None over HTTP: exclusive queues are never its own)."""
 
-    broker: Broker
+    broker: Node
     user: User
     vhost: VHost
     owner: ExclusiveOwner | None = None
@@ -283,7 +283,7 @@ def settle(qm: QueuedMessage, queue: Queue, consumer: Consumer | None, ack: bool
 
 
 # -------------------------------------------------------------------- publish
-def check_message_size(broker: Broker, size: int) -> None:
+def check_message_size(broker: Node, size: int) -> None:
     max_size = broker.config.limits.max_message_size
     if max_size and size > max_size:
         raise precondition_failed(f"message size {size} is larger than configured max size {max_size}")
@@ -349,26 +349,3 @@ def publish(actor: Actor, exchange_name: str, routing_key: str, route_bytes: byt
         return message, queues, SETTLED
     ticket = actor.broker.durability.ticket(message) if may_hold else None
     return message, queues, enqueue(message, queues, True, ticket)
-
-
-def enqueue(message: Message, queues: list, refusals: bool = True, ticket: Ticket | None = None) -> Settlement:
-    """Hand a routed message to its queues. Returns the settlement handle a confirm of it
-    waits on (warren.store.settlement: SETTLED when nothing needs to happen first), or, with
-    `refusals`, REJECTED if a queue refused it (x-overflow reject-publish: the confirm is a
-    basic.nack, whatever the other queues did). Without `refusals` (a dead letter: at most
-    once where refused) what the other queues need is returned whatever a queue refused.
-    With a confirm `ticket` (a channel's big persistent publish), queues may hold their
-    records back: the ticket, covering every copy, is then the handle."""
-    settlement: Settlement = SETTLED
-    rejected = False
-    for q in queues:
-        s = q.publish(message, ticket)
-        if s is REJECTED:
-            rejected = True
-        elif s is not SETTLED:
-            settlement = s if settlement is SETTLED else later(settlement, s)  # (one queue: no call)
-    if rejected and refusals:
-        return REJECTED
-    if ticket is not None:
-        return ticket.covering(settlement)
-    return settlement

@@ -27,7 +27,7 @@ from . import shovel
 
 if TYPE_CHECKING:
     from .auth import User
-    from .broker import Broker
+    from .node import Node
     from .vhost import VHost
 
 VHOST_LIMITS = "vhost-limits"
@@ -65,7 +65,7 @@ def _of_vhost(vhost: VHost, component: str | None) -> list[dict]:
     return out
 
 
-def listed(broker: Broker, component: str | None = None, vhost: VHost | None = None) -> list[dict]:
+def listed(broker: Node, component: str | None = None, vhost: VHost | None = None) -> list[dict]:
     """GET /api/parameters[/component[/vhost]]: an unknown component has none."""
     vhosts = [vhost] if vhost is not None else list(broker.vhosts.values())
     return [p for v in vhosts for p in _of_vhost(v, component)]
@@ -78,7 +78,7 @@ def lookup(vhost: VHost, component: str, name: str) -> dict | None:
     return None
 
 
-def set_parameter(broker: Broker, vhost: VHost, component: str, name: str, value: Any, user: User | None = None) -> bool:
+def set_parameter(broker: Node, vhost: VHost, component: str, name: str, value: Any, user: User | None = None) -> bool:
     """Set a runtime parameter (validated as RabbitMQ validates it); True if it is new.
     `user`: who sets it (a shovel's URIs must name vhosts it may use); None: unchecked (an
     import, the control socket), as RabbitMQ's internal user."""
@@ -103,7 +103,7 @@ def set_parameter(broker: Broker, vhost: VHost, component: str, name: str, value
     raise _validation_failed([f"component {component} not found"])
 
 
-def clear_parameter(broker: Broker, vhost: VHost, component: str, name: str) -> bool:
+def clear_parameter(broker: Node, vhost: VHost, component: str, name: str) -> bool:
     """Remove a runtime parameter; False if there is none."""
     if component == VHOST_LIMITS:
         if name != PARAMETER_NAME or vhost.limits is None:
@@ -158,12 +158,12 @@ def _operator_policy(vhost: VHost, name: str, value: Any) -> Policy:
 
 
 # ------------------------------------------------------------------ global parameters
-def global_parameters(broker: Broker) -> dict[str, Any]:
+def global_parameters(broker: Node) -> dict[str, Any]:
     """name -> value, cluster_name included once it is set."""
     return dict(broker.global_parameters)
 
 
-def set_global(broker: Broker, name: str, value: Any) -> bool:
+def set_global(broker: Node, name: str, value: Any) -> bool:
     """Set a global parameter; True if it is new."""
     if name == CLUSTER_NAME:
         if not isinstance(value, str):
@@ -176,11 +176,11 @@ def set_global(broker: Broker, name: str, value: Any) -> bool:
     return broker.metadata.apply(SetGlobalParameter(name, value))
 
 
-def clear_global(broker: Broker, name: str) -> bool:
+def clear_global(broker: Node, name: str) -> bool:
     return broker.metadata.apply(ClearGlobalParameter(name))
 
 
-def permanent_cluster_id(broker: Broker) -> str:
+def permanent_cluster_id(broker: Node) -> str:
     """The internal_cluster_id global parameter, made if there is none (rabbit_nodes:
     persistent_cluster_id at boot and at each read): "rabbitmq-cluster-id-" and 16 random
     bytes in unpadded base64url. An import or PUT may replace it (as in RabbitMQ); a value that

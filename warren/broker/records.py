@@ -22,7 +22,6 @@ from .stats import CONNECTION_COUNTERS
 if TYPE_CHECKING:
     from .auth import User
     from .consumer import Consumer
-    from .vhost import VHost
 
 
 # -------------------------------------------------------------------------- links
@@ -126,6 +125,14 @@ class ChannelInfo(NamedTuple):
 
 
 # ------------------------------------------------------------------------- handles
+class VHostView(Protocol):
+    """A connection's vhost as its handle shows it (warren.broker.vhost.VHost, above the
+    records: the limits compare it by identity, as the same vhost object)."""
+
+    @property
+    def name(self) -> str: ...
+
+
 class ChannelHandle(Protocol):
     """A channel as its connection's handle lists it."""
 
@@ -152,7 +159,7 @@ class ConnectionHandle(Protocol):
     def user(self) -> User | None: ...
 
     @property
-    def vhost(self) -> VHost | None: ...
+    def vhost(self) -> VHostView | None: ...
 
     @property
     def channels(self) -> Mapping[int, ChannelHandle]:

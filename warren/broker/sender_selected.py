@@ -9,7 +9,8 @@ is routed and stored, "CC" stays. A CC or BCC that is not an array refuses the p
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..amqp import reencode as rt
 from ..amqp.message import Message
@@ -18,11 +19,23 @@ from .errors import precondition_failed
 
 if TYPE_CHECKING:
     from .exchanges.base import Exchange
-    from .vhost import VHost
 
 log = logging.getLogger("warren.routing")
 
 ROUTING_HEADERS = (b"CC", b"BCC")
+
+
+class Routing(Protocol):
+    """What routing by several keys asks of a vhost: its queues by name and its routing
+    (warren.broker.vhost.VHost, which dead-letters through this module, so named by what it
+    does here rather than imported)."""
+
+    @property
+    def queues(self) -> Mapping[str, Any]: ...
+
+    def route(self, exchange: Exchange, routing_key: str, message: Message) -> list: ...
+
+    def follow(self, exchange: Exchange, dests: list, match: Callable[[Exchange], list]) -> list: ...
 
 
 def header_routes(fields: list[rt.Field], strict: bool = False) -> list[bytes]:
@@ -69,7 +82,7 @@ def take_routing_headers(message: Message) -> tuple[str, ...] | None:
     return keys
 
 
-def route_keys(vhost: VHost, exchange: Exchange, routing_keys: list[str], message: Message) -> list:
+def route_keys(vhost: Routing, exchange: Exchange, routing_keys: list[str], message: Message) -> list:
     """The queues a message goes to with several routing keys (CC/BCC, dead-lettering), as
     rabbit_exchange:route/2 routes a message's routing_keys: each exchange matches all the
     keys at once, so its alternate exchange is tried only when none of them selects anything
@@ -104,7 +117,7 @@ def _match(x: Exchange, routing_keys: list[str], message: Message) -> list:
     return list(dests)
 
 
-def route_sender_selected(vhost: VHost, exchange: Exchange, message: Message) -> list:
+def route_sender_selected(vhost: Routing, exchange: Exchange, message: Message) -> list:
     """Route a published message whose header may hold CC or BCC (see take_routing_headers)."""
     keys = take_routing_headers(message)
     if not keys:

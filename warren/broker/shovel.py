@@ -36,7 +36,6 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
@@ -52,19 +51,18 @@ from .errors import AMQPError
 from .metadata.commands import ClearShovel, SetShovel
 from .names import server_named
 from .links import ConnectionLink, ExclusiveOwner
+from .shovel_config import DEFAULT_PREFETCH, DEFAULT_RECONNECT_DELAY, Config
 from ..store.settlement import Settlement
 
 if TYPE_CHECKING:
     from ..store.queued_message import QueuedMessage
-    from .broker import Broker
+    from .node import Node
     from .ports import Timer
     from .vhost import VHost
 
 log = logging.getLogger("warren.shovel")
 
 COMPONENT = "shovel"
-DEFAULT_PREFETCH = 1000        # rabbit_shovel.hrl ?DEFAULT_PREFETCH
-DEFAULT_RECONNECT_DELAY = 5    # ?DEFAULT_RECONNECT_DELAY (seconds)
 NACK_BACKOFF = 1.0             # seconds without deliveries after the destination refused one
 # The user a shovel acts as (RabbitMQ: the direct connection's "none"): trusted, so no
 # permission checks, and an impersonator, so messages keep the user_id they were published with.
@@ -106,32 +104,6 @@ class ShovelError(ValueError):
 
 
 # ================================================================== validation
-@dataclass
-class Config:
-    """A validated shovel definition (rabbit_shovel_parameters:parse)."""
-
-    src_uri: str
-    src_vhost: str
-    dest_uri: str
-    dest_vhost: str
-    src_queue: str | None = None
-    src_exchange: str | None = None
-    src_exchange_key: str = ""
-    src_queue_args: dict = field(default_factory=dict)
-    src_consumer_args: dict = field(default_factory=dict)
-    dest_queue: str | None = None
-    dest_exchange: str | None = None
-    dest_exchange_key: str | None = None
-    dest_queue_args: dict = field(default_factory=dict)
-    ack_mode: str = "on-confirm"
-    delete_after: Any = "never"  # "never", "queue-length" or an int >= 0
-    prefetch: int = DEFAULT_PREFETCH
-    add_forward_headers: bool = False
-    add_timestamp_header: bool = False
-    publish_properties: dict = field(default_factory=dict)
-    reconnect_delay: Any = DEFAULT_RECONNECT_DELAY
-
-
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -288,7 +260,7 @@ def _not_valid(uri: str, reason: str) -> str:
     return prefix + erl_tuple([reason, erl_string(uri)], len(prefix))
 
 
-def _uri_check(broker: Broker, user: User | None):
+def _uri_check(broker: Node, user: User | None):
     def check(key, value):
         if isinstance(value, list):
             uris = value
@@ -314,7 +286,7 @@ def _uri_check(broker: Broker, user: User | None):
     return check
 
 
-def validate(broker: Broker, name: str, value: Any, user: User | None) -> Config:
+def validate(broker: Node, name: str, value: Any, user: User | None) -> Config:
     """rabbit_shovel_parameters:validate, then parse: a Config, or ShovelError with
     RabbitMQ's texts (and Warren's for what it refuses). `user` is who sets it (None: an
     import at start or a trusted caller, unchecked as RabbitMQ's internal user)."""
@@ -399,14 +371,14 @@ def _parse(v: dict) -> Config:
 
 
 # ================================================================== the registry
-def set_shovel(broker: Broker, vhost: VHost, name: str, value: Any, user: User | None) -> bool:
+def set_shovel(broker: Node, vhost: VHost, name: str, value: Any, user: User | None) -> bool:
     """PUT /api/parameters/shovel/VHOST/NAME: validate, then (re)start it through the metadata
     store; True if it is new."""
     config = validate(broker, name, value, user)
     return broker.metadata.apply(SetShovel(vhost.name, name, value, config))
 
 
-def clear_shovel(broker: Broker, vhost: VHost, name: str) -> bool:
+def clear_shovel(broker: Node, vhost: VHost, name: str) -> bool:
     """DELETE of the parameter: the shovel stops (the metadata store's ClearShovel)."""
     return broker.metadata.apply(ClearShovel(vhost.name, name))
 
@@ -416,7 +388,7 @@ def parameters(vhost: VHost) -> list[dict]:
             for s in vhost.shovels.values()]
 
 
-def start_all(broker: Broker) -> None:
+def start_all(broker: Node) -> None:
     """The broker's loop runs (Broker.set_scheduler): start the shovels its definitions
     brought back, once every queue is recovered."""
     for vhost in list(broker.vhosts.values()):
@@ -424,7 +396,7 @@ def start_all(broker: Broker) -> None:
             shovel.start_soon()
 
 
-def vhost_deleted(broker: Broker, vhost: VHost) -> None:
+def vhost_deleted(broker: Node, vhost: VHost) -> None:
     """A vhost goes: its shovels stop (their parameters go with it); shovels elsewhere that
     move from or to it end as RabbitMQ's do when their connection to it is closed, and retry
     after reconnect-delay (failing while the vhost does not exist)."""
@@ -438,11 +410,11 @@ def vhost_deleted(broker: Broker, vhost: VHost) -> None:
             other._terminate("needed a restart", restart=True)
 
 
-def statuses(broker: Broker) -> list[Shovel]:
+def statuses(broker: Node) -> list[Shovel]:
     return [s for v in broker.vhosts.values() for s in v.shovels.values()]
 
 
-def restart(broker: Broker, vhost: VHost, name: str) -> bool:
+def restart(broker: Node, vhost: VHost, name: str) -> bool:
     """DELETE /api/shovels/vhost/VHOST/NAME/restart: stop the worker and start it again."""
     shovel = vhost.shovels.get(name)
     if shovel is None:
@@ -466,7 +438,7 @@ class Shovel:
     ends). It is the DeliverySink of its consumer, that consumer's Gate (`delivering`) and
     the SyncWaiter of its on-confirm acks."""
 
-    def __init__(self, broker: Broker, vhost: str, name: str, value: Any, config: Config):
+    def __init__(self, broker: Node, vhost: str, name: str, value: Any, config: Config):
         self.broker = broker
         self.vhost = vhost
         self.name = name

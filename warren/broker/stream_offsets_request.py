@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..amqp.codec import shortstr
 from ..amqp.message import Message
@@ -38,10 +38,13 @@ from ..amqp.properties import encode_header
 from .errors import AMQPError, precondition_failed
 
 if TYPE_CHECKING:
-    from .ops import Actor
     from .vhost import VHost
 
 NAME = "amq.warren.stream-offsets"
+
+# Who asks (warren.broker.ops.Actor): only handed back to `readable_queue`, so a type
+# parameter rather than an import of the operations layer, which calls this module.
+Actor = TypeVar("Actor")
 
 
 def answer(actor: Actor, vhost: VHost, stream: str, request: Message,

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..auth import User
     from ..policy import Policy
     from ..links import ExclusiveOwner
-    from ..shovel import Config as ShovelConfig
+    from ..shovel_config import Config as ShovelConfig
 
 
 class _Keep:

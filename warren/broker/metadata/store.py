@@ -27,7 +27,7 @@ from .. import shovel
 from . import commands as c
 
 if TYPE_CHECKING:
-    from ..broker import Broker
+    from ..node import Node
     from ...store.definitions import DefinitionsFile
 
 log = logging.getLogger("warren.definitions")
@@ -36,7 +36,7 @@ class MetadataStore:
     """vhosts (with their exchanges, queues, bindings, policies, limits and shovels), users,
     permissions, topic permissions and global parameters."""
 
-    def __init__(self, broker: Broker, node_name: str = "warren@localhost"):
+    def __init__(self, broker: Node, node_name: str = "warren@localhost"):
         self.broker = broker  # the node the vhosts' queues run on (stores, timers, counters)
         self.node_name = node_name
         self.vhosts: dict[str, VHost] = {}

@@ -1,0 +1,85 @@
+"""The node as the broker's modules see it: what the operations layer, the limits, runtime
+parameters, shovels and the metadata store read of the broker (warren.broker.broker.Broker).
+
+The broker holds them all (its metadata store, which makes shovels, which act through the
+operations layer), so they name it by this Protocol instead of importing it: none of them
+needs to know what else a node holds, and a node elsewhere is one more implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .alarms import Alarms
+    from .auth import Permission, TopicPermission, User
+    from .durability import Durability
+    from .metadata.commands import Command
+    from .node_config import NodeConfig
+    from .ports import Scheduler
+    from .records import ConnectionHandle
+    from .stats import NodeStats
+    from .vhost import VHost
+
+
+class Metadata(Protocol):
+    """The node's metadata store (warren.broker.metadata.store.MetadataStore) as one that
+    sends it commands sees it."""
+
+    def apply(self, command: Command) -> Any:
+        """Carry out a command (warren.broker.metadata.commands); what it returns is the
+        command's."""
+
+
+class Node(Protocol):
+    """One node: its configuration, counters, metadata (changed by commands, read through
+    the tables below) and what runs on it."""
+
+    @property
+    def config(self) -> NodeConfig: ...
+
+    @property
+    def stats(self) -> NodeStats: ...
+
+    @property
+    def metadata(self) -> Metadata: ...
+
+    @property
+    def durability(self) -> Durability: ...
+
+    @property
+    def scheduler(self) -> Scheduler | None:
+        """Timers (None: no loop runs, e.g. in unit tests)."""
+
+    @property
+    def alarms(self) -> Alarms: ...
+
+    @property
+    def connections(self) -> Collection[ConnectionHandle]:
+        """The open connections, as handles (warren.broker.records)."""
+
+    # The metadata's tables, read directly: routing must not pay a call per lookup.
+    @property
+    def vhosts(self) -> Mapping[str, VHost]: ...
+
+    @property
+    def users(self) -> Mapping[str, User]: ...
+
+    @property
+    def permissions(self) -> Mapping[tuple[str, str], Permission]: ...
+
+    @property
+    def topic_permissions(self) -> Mapping[tuple[str, str, str], TopicPermission]: ...
+
+    @property
+    def global_parameters(self) -> Mapping[str, Any]: ...
+
+    @property
+    def cluster_name(self) -> str: ...
+
+    def check(self, user: str, vhost: str, what: str, kind: str, name: str) -> None:
+        """403 unless the user may configure/write/read the named resource in the vhost."""
+
+    def check_topic(self, user: str, vhost: str, what: str, exchange: str, routing_key: str) -> None:
+        """403 unless the user's topic permission on the exchange lets it write or read the key."""
