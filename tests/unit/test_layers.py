@@ -235,11 +235,13 @@ def _metadata_changes(name: str, path: pathlib.Path) -> list[str]:
                 found.append(f"{name}:{node.lineno} {receiver}.record()")
         targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete)) else
                    [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+        while any(isinstance(t, (ast.Tuple, ast.List)) for t in targets):  # a, b = ...
+            targets = [e for t in targets for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t])]
         for target in targets:
             table = target.value if isinstance(target, ast.Subscript) else target
             if isinstance(table, ast.Attribute) and table.attr in _TABLES and (name, table.attr) not in _ALLOWED \
-                    and not (table.attr == "limits" and isinstance(target, ast.Attribute)
-                             and ast.unparse(table.value) == "self"):
+                    and not (isinstance(target, ast.Attribute) and ast.unparse(table.value) == "self"):
+                # (an object setting its own attribute of that name is not the store's table)
                 found.append(f"{name}:{node.lineno} {ast.unparse(target)}")
     return found
 
@@ -260,6 +262,7 @@ def test_the_metadata_check_sees_each_kind_of_change(tmp_path):
         "delete": "def f(broker):\n    del broker.users['u']\n",
         "pop": "def f(vhost):\n    vhost.policies.pop('p')\n",
         "limits": "def f(vhost):\n    vhost.limits = {}\n",
+        "tuple": "def f(broker, vhost):\n    vhost.policies, x = {}, 1\n",
         "record": "def f(broker):\n    broker.metadata.record('user', 'u')\n",
     }
     _sees_each(_metadata_changes, sources,
