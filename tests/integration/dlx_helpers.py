@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import os
 import shlex
-import shutil
 import struct
 import subprocess
 import time
@@ -22,6 +21,7 @@ from pamqp import commands as c
 
 from conftest import EXTERNAL
 from rawamqp import FRAME_HEADER, connect
+from warrenctl_path import WARRENCTL
 
 DLX = "x-dead-letter-exchange"
 DLRK = "x-dead-letter-routing-key"
@@ -207,7 +207,6 @@ def _value(data: bytes, pos: int):
 # --------------------------------------------------------------------------------------
 # Policies: rabbitmqctl on RabbitMQ, warrenctl on Warren, with the same arguments.
 
-WARRENCTL = shutil.which("warrenctl")
 RABBITMQCTL = os.environ.get("WARREN_TEST_RABBITMQCTL")
 
 

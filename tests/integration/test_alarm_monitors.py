@@ -11,15 +11,14 @@ config, log and API tests need a Warren of their own and skip themselves against
 import json
 import os
 import shlex
-import shutil
 import subprocess
 
 import pytest
 import requests
 
 from conftest import EXTERNAL, start_broker
+from warrenctl_path import WARRENCTL
 
-WARRENCTL = shutil.which("warrenctl")
 RABBITMQCTL = os.environ.get("WARREN_TEST_RABBITMQCTL")
 AUTH = ("guest", "guest")
 

@@ -13,7 +13,6 @@ rabbitmqctl (WARREN_TEST_RABBITMQCTL) with WARREN_TEST_BROKER.
 import asyncio
 import os
 import shlex
-import shutil
 import subprocess
 import threading
 import time
@@ -26,6 +25,7 @@ from pamqp import commands
 
 from conftest import EXTERNAL, BrokerProcess, start_broker
 from rawamqp import CLIENT_CAPABILITIES, HEARTBEAT, connect
+from warrenctl_path import WARRENCTL
 
 RABBITMQCTL = os.environ.get("WARREN_TEST_RABBITMQCTL")
 CTL_SOURCE = Path(__file__).resolve().parents[2] / "warren" / "cli" / "ctl.py"
@@ -78,7 +78,7 @@ def alarm_broker():
     if "set_vm_memory_high_watermark" not in CTL_SOURCE.read_text():
         pytest.skip("warrenctl set_vm_memory_high_watermark (the monitors' part of issue 10) is not there yet")
     b = start_broker()
-    yield AlarmBroker(b, [shutil.which("warrenctl") or "warrenctl", "--port", str(b.mgmt_port)])
+    yield AlarmBroker(b, [WARRENCTL or "warrenctl", "--port", str(b.mgmt_port)])
     b.stop()
 
 

@@ -13,7 +13,6 @@ Warren-only (the control socket is Warren's counterpart of the Erlang cookie).
 
 import json
 import os
-import shutil
 import socket
 import stat
 import subprocess
@@ -22,8 +21,8 @@ import pika
 import pytest
 
 from conftest import EXTERNAL, start_broker
+from warrenctl_path import WARRENCTL
 
-WARRENCTL = shutil.which("warrenctl")
 
 pytestmark = pytest.mark.skipif(bool(EXTERNAL), reason="Warren's control socket: starts its own broker")
 

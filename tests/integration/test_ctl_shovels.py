@@ -17,15 +17,14 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import time
 
 import pytest
 
 from conftest import EXTERNAL, start_broker
+from warrenctl_path import WARRENCTL
 
-WARRENCTL = shutil.which("warrenctl")
 RABBITMQCTL = os.environ.get("WARREN_TEST_RABBITMQCTL")
 TIMESTAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"  # rabbitmqctl's fmt_ts: every field zero-padded
 # The columns of a running shovel from a queue to a queue (a map's keys: alphabetical).

@@ -12,15 +12,14 @@ from rabbitmqctl 3.10.8 on such a node.
 
 import json
 import os
-import shutil
 import subprocess
 import urllib.parse
 
 import pytest
 
 from conftest import EXTERNAL, start_broker
+from warrenctl_path import WARRENCTL
 
-WARRENCTL = shutil.which("warrenctl")
 
 
 def _external_mgmt_port() -> int | None:

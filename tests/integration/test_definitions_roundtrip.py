@@ -26,7 +26,6 @@ import copy
 import json
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import urllib.parse
@@ -40,10 +39,10 @@ import requests
 
 from conftest import EXTERNAL, password_hash, start_broker
 from warren import __version__
+from warrenctl_path import WARRENCTL
 
 MGMT = os.environ.get("WARREN_TEST_MGMT")
 RABBITMQCTL = os.environ.get("WARREN_TEST_RABBITMQCTL")
-WARRENCTL = shutil.which("warrenctl")
 DATA = Path(__file__).resolve().parent.parent / "data"
 CTL_EXPORT = DATA / "rabbitmq-3.10.8-rabbitmqctl-definitions.json"
 API_EXPORT = DATA / "rabbitmq-3.10.8-api-definitions.json"

@@ -26,6 +26,7 @@ import pytest
 import requests
 
 from conftest import EXTERNAL, process_memory, start_broker
+from warrenctl_path import WARRENCTL
 
 MiB = 1 << 20
 WATERMARK = 300_000_000
@@ -139,7 +140,7 @@ def test_flood_stays_within_the_watermark_blocks_resumes_and_loses_nothing(tmp_p
     config = tmp_path / "rabbitmq.conf"
     config.write_text(f"vm_memory_high_watermark.absolute = {WATERMARK}\n")
     b = start_broker("--config", str(config))
-    warrenctl = shutil.which("warrenctl")
+    warrenctl = WARRENCTL
     assert warrenctl, "warrenctl is not installed: run `pip install -e .`"
 
     def ctl(*args: str) -> None:

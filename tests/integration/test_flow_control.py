@@ -14,7 +14,6 @@
 
 import os
 import shlex
-import shutil
 import subprocess
 import threading
 import time
@@ -29,6 +28,7 @@ import rawamqp
 from conftest import EXTERNAL, BrokerProcess, start_broker
 
 from .test_memory_bounds import rss_mb
+from warrenctl_path import WARRENCTL
 
 RABBITMQCTL = os.environ.get("WARREN_TEST_RABBITMQCTL")
 MB = 1 << 20
@@ -55,7 +55,7 @@ def flow_broker():
         yield FlowBroker(BrokerProcess(host, int(port)), shlex.split(RABBITMQCTL))
         return
     b = start_broker("--queue-window", "16")
-    yield FlowBroker(b, [shutil.which("warrenctl") or "warrenctl", "--port", str(b.mgmt_port)])
+    yield FlowBroker(b, [WARRENCTL or "warrenctl", "--port", str(b.mgmt_port)])
     b.stop()
 
 

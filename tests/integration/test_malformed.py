@@ -8,7 +8,6 @@ departures from RabbitMQ 3.10.8") the test says what RabbitMQ does and checks Wa
 
 import json
 import math
-import shutil
 import struct
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from pamqp import commands
 from conftest import EXTERNAL
 from rawamqp import (FRAME_BODY, FRAME_HEADER, FRAME_METHOD, PROTOCOL_HEADER, connect, dial, frame, longstr, plain,
                      shortstr)
+from warrenctl_path import WARRENCTL
 
 MAX_NESTING = 1000  # warren.amqp.codec.MAX_NESTING: not imported, the tests may run against RabbitMQ
 GUEST = ("guest", "guest")
@@ -403,7 +403,7 @@ def test_deeply_nested_client_properties(broker, props):
             r = requests.get(f"{broker.api}/connections", auth=GUEST)
             assert r.status_code == 200, r.text
             assert any("deep" in (conn.get("client_properties") or {}) for conn in r.json())
-            warrenctl = shutil.which("warrenctl")
+            warrenctl = WARRENCTL
             if warrenctl:
                 out = subprocess.run([warrenctl, "--port", str(broker.mgmt_port), "list_connections",
                                       "client_properties"], capture_output=True, text=True, timeout=60)
@@ -460,7 +460,7 @@ def test_queue_arguments_nested_to_the_cap_survive_every_walk(make_broker, resta
         assert depth == MAX_NESTING
         r = requests.get(f"{broker.api}/definitions", auth=GUEST)
         assert r.status_code == 200 and name in json.dumps(r.json())
-        warrenctl = shutil.which("warrenctl")
+        warrenctl = WARRENCTL
         if warrenctl:
             out = subprocess.run([warrenctl, "--port", str(broker.mgmt_port), "list_queues", "name", "arguments"],
                                  capture_output=True, text=True, timeout=60)

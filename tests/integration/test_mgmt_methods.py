@@ -14,7 +14,6 @@ them, and /api/overview's listeners. Against RabbitMQ with its management plugin
 """
 
 import os
-import shutil
 import socket
 import subprocess
 
@@ -22,6 +21,7 @@ import pytest
 import requests
 
 from conftest import EXTERNAL, start_broker
+from warrenctl_path import WARRENCTL
 
 MGMT = os.environ.get("WARREN_TEST_MGMT")
 pytestmark = pytest.mark.skipif(bool(EXTERNAL) and not MGMT,
@@ -115,7 +115,7 @@ def test_overview_lists_every_amqp_address(make_broker):
     http = [(entry["ip_address"], entry["port"]) for entry in listeners if entry["protocol"] == "http"]
     assert http == [("127.0.0.1", b.mgmt_port)]
     # The same over warrenctl's control socket (where the request's own socket has no port).
-    r = subprocess.run([shutil.which("warrenctl"), "status"], capture_output=True, text=True, timeout=60,
+    r = subprocess.run([WARRENCTL, "status"], capture_output=True, text=True, timeout=60,
                        env={**os.environ, "WARREN_DATA_DIR": b.data_dir})
     assert r.returncode == 0, r
     assert f"Interface: 127.0.0.1, port: {b.port}, protocol: amqp" in r.stdout

@@ -7,7 +7,6 @@ the key in a PUT /api/vhosts and in an import, so Warren's exports still import 
 Each test works in a vhost of its own on the shared broker (never "/", which other tests use)."""
 
 import json
-import shutil
 import signal
 import subprocess
 
@@ -17,11 +16,11 @@ import requests
 from pika.exceptions import UnroutableError
 
 from conftest import EXTERNAL, channel_error, get_all
+from warrenctl_path import WARRENCTL
 
 pytestmark = pytest.mark.skipif(bool(EXTERNAL), reason="a Warren extension")
 
 HEADER = "x-warren-missing-exchange"
-WARRENCTL = shutil.which("warrenctl")
 AUTH = ("guest", "guest")
 
 

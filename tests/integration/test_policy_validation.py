@@ -15,7 +15,6 @@ import html
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
@@ -26,10 +25,10 @@ import requests
 from conftest import EXTERNAL
 
 from .http_api import HttpApi, q
+from warrenctl_path import WARRENCTL
 
 MGMT = os.environ.get("WARREN_TEST_MGMT")
 RABBITMQCTL = os.environ.get("WARREN_TEST_RABBITMQCTL")
-WARRENCTL = shutil.which("warrenctl")
 pytestmark = pytest.mark.skipif(bool(EXTERNAL) and not MGMT,
                                 reason="the comparison RabbitMQ node has no management plugin")
 warren_only = pytest.mark.skipif(bool(EXTERNAL), reason="RabbitMQ fails on these (500, a crash or a hang)")

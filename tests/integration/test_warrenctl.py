@@ -10,7 +10,6 @@ statistics lag by a few seconds, so listings are polled).
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -19,8 +18,8 @@ import pika
 import pytest
 
 from conftest import EXTERNAL, BrokerProcess, free_port, start_broker
+from warrenctl_path import WARRENCTL
 
-WARRENCTL = shutil.which("warrenctl")
 MGMT_PORT = os.environ.get("WARREN_TEST_MGMT_PORT")
 ANY_ACCESS = (".*", ".*", ".*")
 

@@ -198,12 +198,12 @@ def test_register_refuses_speculation():
 def test_a_broker_that_stops_confirming_fails_the_write(spark, uid):
     """A Warren of its own with its memory alarm on blocks the sink's connection: no confirm
     comes, and the write fails after confirmTimeout; with the alarm cleared it goes through."""
-    import shutil
     from tests.conftest import EXTERNAL, start_broker
+    from tests.warrenctl_path import WARRENCTL
     if EXTERNAL:
         pytest.skip("raises an alarm on a Warren of its own")
     broker = start_broker()
-    ctl = [shutil.which("warrenctl") or "warrenctl", "--data-dir", broker.data_dir]
+    ctl = [WARRENCTL or "warrenctl", "--data-dir", broker.data_dir]
     try:
         q = f"sp-blocked-{uid}"
         conn = pika.BlockingConnection(broker.pika_params())
