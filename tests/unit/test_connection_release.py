@@ -63,7 +63,7 @@ def leftovers(scenario: Scenario, tls: bool = False, limits: Limits | None = Non
     """Run `scenario` against a fresh in-process server (the cyclic GC off); the objects of
     its connection still alive once the server has let it go, and who refers to them."""
     async def run() -> list[str]:
-        broker = Broker.with_defaults(config=NodeConfig(limits or Limits()))
+        broker = Broker.with_defaults(config=NodeConfig(limits=limits or Limits()))
         context = None
         if tls:
             certs = TestCerts.make(str(tmp_path))

@@ -98,7 +98,7 @@ def test_results_are_the_commands_own():
     assert apply(c.DeleteQueue("v", "q")) == 0  # a missing queue: no change
     assert apply(c.SetGlobalParameter("g", 1)) is True and apply(c.SetGlobalParameter("g", 2)) is False
     assert apply(c.ClearGlobalParameter("g")) is True and apply(c.ClearGlobalParameter("g")) is False
-    assert broker.cluster_name == broker.metadata.node_name
+    assert broker.cluster_name == broker.config.node_name
     assert apply(c.DeleteVHost("v")) is not None and "v" not in broker.vhosts
     assert apply(c.DeleteVHost("v")) is None
 

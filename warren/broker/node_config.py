@@ -19,6 +19,8 @@ class Limits:
 
 @dataclass
 class NodeConfig:
+    # What every object's "node" field shows, and the cluster's name until cluster_name is set.
+    node_name: str = "warren@localhost"
     limits: Limits = field(default_factory=Limits)
     loopback_users: set = field(default_factory=lambda: {"guest"})
     # The SASL mechanisms offered (auth_mechanisms.N, in warren.broker.auth_mechanisms'

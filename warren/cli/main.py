@@ -208,7 +208,7 @@ def main(argv=None) -> int:
             print(f"warren: cannot create data directory {args.data_dir}: {err}", file=sys.stderr)
             return 1
         store = DefinitionsFile.in_dir(args.data_dir)
-    broker = Broker(NodeConfig(limits))
+    broker = Broker(NodeConfig(limits=limits))
     if args.data_dir:
         # Before definitions are recovered, so durable queues recover their messages too.
         broker.persister = Persister(args.data_dir, window=args.queue_window or config.get("queue_window"))

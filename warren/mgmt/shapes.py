@@ -109,7 +109,7 @@ def queue_json(broker: Broker, q: Queue, unacked_bytes: int | None = None, detai
     if q.owner is not None:
         d["owner_pid_details"] = link_json(q.owner.link)
     if details:
-        d["consumer_details"] = [consumer_json(c) for c in q.consumers]
+        d["consumer_details"] = [consumer_json(broker, c) for c in q.consumers]
         d["incoming"] = []
         d["deliveries"] = []
     return d
@@ -215,14 +215,14 @@ def channel_json(broker: Broker, channel: ChannelHandle, details: bool = False,
     }
     info.update(channel_stats(broker, channel, ch.counters))
     if details:
-        info["consumer_details"] = [consumer_json(c) for c in list(channel.consumers.values())]
+        info["consumer_details"] = [consumer_json(broker, c) for c in list(channel.consumers.values())]
         info["deliveries"] = []
         info["publishes"] = []
     return info
 
 
-def consumer_json(consumer: Consumer) -> dict[str, Any]:
-    node = node_name(consumer.queue.vhost.broker)
+def consumer_json(broker: Broker, consumer: Consumer) -> dict[str, Any]:
+    node = node_name(broker)
     internal = getattr(consumer.channel, "channel_details", None)
     if internal is not None:  # a shovel's (warren.broker.shovel): no AMQP channel
         details = {**internal(), "node": node}

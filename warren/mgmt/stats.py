@@ -33,7 +33,7 @@ dicts to merge into an object's JSON):
   `object_totals(broker) -> dict`: the /api/overview parts (totals survive closed channels:
   a closing channel adds its counters to broker.stats.message_totals).
 - `node_name(broker) -> str`: the node name every object's "node" field shows
-  (broker.node_name if set, else "warren@localhost").
+  (broker.config.node_name).
 - `alarms(broker) -> list[str]`: the resource alarms in effect ("memory", "disk"), from
   broker.alarms (raised and cleared by the server's memory and disk monitors).
 
@@ -71,7 +71,7 @@ STARTED = time.monotonic()  # for the node's uptime (this module loads when the 
 
 
 def node_name(broker) -> str:
-    return getattr(broker, "node_name", None) or "warren@localhost"
+    return broker.config.node_name
 
 
 def alarms(broker) -> list:

@@ -17,7 +17,6 @@ import os
 from typing import Callable
 
 from ..broker.alarms import DISK
-from .memory_monitor import node_of
 
 log = logging.getLogger("warren.server")
 
@@ -111,7 +110,7 @@ class DiskMonitor:
         self.alarmed = alarmed
         log.info("Free disk space is %s. Free bytes: %d. Limit: %d",
                  "insufficient" if alarmed else "sufficient", free, self.limit)
-        node = node_of(self.broker)
+        node = self.broker.config.node_name
         if alarmed:
             log.warning("disk resource limit alarm set on node '%s'.\n"
                         "*** Publishers will be blocked until this alarm clears ***", node)

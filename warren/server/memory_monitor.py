@@ -179,10 +179,6 @@ def _malloc_trim() -> Callable[[], None]:
 
 # --- the monitor ----------------------------------------------------------------------------
 
-def node_of(broker) -> str:
-    return getattr(broker, "node_name", None) or "warren@localhost"
-
-
 class MemoryMonitor:
     """A server Service: sets broker.config.mem_limit from the watermark and raises or clears the
     memory alarm from the RSS, every INTERVAL seconds and at once when the watermark changes
@@ -258,7 +254,7 @@ class MemoryMonitor:
         if alarmed == self.alarmed:
             return
         self.alarmed = alarmed
-        node = node_of(self.broker)
+        node = self.broker.config.node_name
         if alarmed:
             log.info("vm_memory_high_watermark set. Memory used:%d allowed:%d", used, self.limit)
             log.warning("memory resource limit alarm set on node '%s'.\n"

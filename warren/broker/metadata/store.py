@@ -36,9 +36,8 @@ class MetadataStore:
     """vhosts (with their exchanges, queues, bindings, policies, limits and shovels), users,
     permissions, topic permissions and global parameters."""
 
-    def __init__(self, broker: Node, node_name: str = "warren@localhost"):
+    def __init__(self, broker: Node):
         self.broker = broker  # the node the vhosts' queues run on (stores, timers, counters)
-        self.node_name = node_name
         self.vhosts: dict[str, VHost] = {}
         self.users: dict[str, User] = {}
         self.permissions: dict[tuple[str, str], Permission] = {}
@@ -59,7 +58,7 @@ class MetadataStore:
     @property
     def cluster_name(self) -> str:
         name = self.global_parameters.get(c.CLUSTER_NAME)
-        return name if isinstance(name, str) else self.node_name
+        return name if isinstance(name, str) else self.broker.config.node_name
 
     # ------------------------------------------------------------------ commands
     def apply(self, command: c.Command) -> Any:

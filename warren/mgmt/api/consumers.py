@@ -13,11 +13,11 @@ routes = web.RouteTableDef()
 
 
 def _consumers(broker, vhost=None) -> list:
-    return [consumer_json(c) for conn in open_connections(broker)
+    return [consumer_json(broker, c) for conn in open_connections(broker)
             for ch in list(conn.channels.values()) for c in list(ch.consumers.values())
             if vhost is None or c.queue.vhost is vhost] + [
         # The shovels' (RabbitMQ: of their direct connections, user "none").
-        consumer_json(s.consumer) for s in shovel.statuses(broker)
+        consumer_json(broker, s.consumer) for s in shovel.statuses(broker)
         if s.consumer is not None and (vhost is None or s.consumer.queue.vhost is vhost)]
 
 
