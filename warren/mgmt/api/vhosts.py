@@ -42,8 +42,7 @@ def _missing_exchange(body: dict):
         raise bad_request(str(err)) from None
 
 
-def vhost_json(vhost) -> dict:
-    broker = vhost.broker
+def vhost_json(broker, vhost) -> dict:
     ready = sum(len(q.store) for q in vhost.queues.values())
     unacked = sum(q.unacked_count for q in vhost.queues.values())
     metadata = {"description": vhost.description, "tags": list(vhost.tags)}
@@ -66,7 +65,7 @@ def permission_json(user: str, vhost: str, p) -> dict:
 @access(ANY, lists=VISIBLE_VHOSTS)
 async def list_vhosts(request):
     broker = request.app["broker"]
-    return list_response(request, [vhost_json(v) for v in broker.vhosts.values()], default_sort=("name",))
+    return list_response(request, [vhost_json(broker, v) for v in broker.vhosts.values()], default_sort=("name",))
 
 
 @routes.get("/api/vhosts/{name}")
@@ -75,7 +74,7 @@ async def get_vhost(request):
     vhost = request.app["broker"].vhosts.get(request.match_info["name"])
     if vhost is None:
         raise not_found()
-    return json_response(vhost_json(vhost))
+    return json_response(vhost_json(request.app["broker"], vhost))
 
 
 @routes.put("/api/vhosts/{name}")
