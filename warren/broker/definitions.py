@@ -142,7 +142,8 @@ def _load_vhost(broker, v) -> bool:
         except missing_exchange.SettingError as err:
             raise DefinitionsError(f"{err} (vhost '{name}')") from None
     if name not in broker.vhosts and default_queue_type is not None and default_queue_type not in queues.TYPES:
-        raise DefinitionsError(f"invalid_queue_type '{default_queue_type}' for vhost '{name}'")  # (rabbit_queue_type:discover)
+        # (rabbit_queue_type:discover)
+        raise DefinitionsError(f"invalid_queue_type '{default_queue_type}' for vhost '{name}'")
     return broker.metadata.apply(commands.PutVHost(name, description, tags, capture,
                                                    default_queue_type))
 
@@ -246,9 +247,9 @@ def _load_exchange(broker, x):
         return
     if x.get("type", "direct") not in TYPES:
         raise DefinitionsError(f"unknown exchange type '{x.get('type')}' for exchange '{x['name']}'")
-    broker.metadata.apply(commands.DeclareExchange(vhost.name, x["name"], x.get("type", "direct"), x.get("durable", True),
-                                                   x.get("auto_delete", False), x.get("internal", False),
-                                                   x.get("arguments") or {}))
+    broker.metadata.apply(commands.DeclareExchange(
+        vhost.name, x["name"], x.get("type", "direct"), x.get("durable", True), x.get("auto_delete", False),
+        x.get("internal", False), x.get("arguments") or {}))
 
 
 def _load_queue(broker, q):

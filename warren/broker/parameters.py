@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..amqp.erlang import erl_json, erl_list
 from .limits import PARAMETER_NAME, LimitError, validate_vhost_limits, value_json
-from .metadata.commands import CLUSTER_NAME, ClearGlobalParameter, ClearPolicy, SetGlobalParameter, SetPolicy, SetVHostLimits
+from .metadata.commands import (CLUSTER_NAME, ClearGlobalParameter, ClearPolicy, SetGlobalParameter, SetPolicy,
+                                SetVHostLimits)
 from .policy import Policy, PolicyError
 from . import shovel
 

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.definitions")
 
+
 class MetadataStore:
     """vhosts (with their exchanges, queues, bindings, policies, limits and shovels), users,
     permissions, topic permissions and global parameters."""
@@ -50,10 +51,14 @@ class MetadataStore:
         # records what changed (changes, or all_changed); the session layer calls flush()
         # before it sends any reply, so a declare-ok follows the write.
         self.disk: DefinitionsFile | None = None
-        self.dirty = False
         self.changes: dict = {}  # (kind, key) -> Binding or None
         self.all_changed = False
         self.save_failing = False
+
+    @property
+    def dirty(self) -> bool:
+        """Whether something changed since the last flush."""
+        return self.all_changed or bool(self.changes)
 
     @property
     def cluster_name(self) -> str:
@@ -263,7 +268,6 @@ class MetadataStore:
         "global_parameter": name, "policy"/"operator_policy"/"exchange"/"queue": (vhost,
         name), "binding": (vhost, source, Binding.key) with the Binding), or, without a kind,
         anything (the next flush rewrites all definitions: for rare, sweeping changes)."""
-        self.dirty = True
         if kind is None or self.disk is None:
             self.all_changed = True
         elif not self.all_changed:
@@ -278,7 +282,6 @@ class MetadataStore:
 
     def flushed(self) -> None:
         """The stored definitions match the broker (nothing left to write)."""
-        self.dirty = False
         self.all_changed = False
         self.changes = {}
 

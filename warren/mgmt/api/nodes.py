@@ -17,18 +17,20 @@ from .overview import contexts, exchange_types
 
 routes = web.RouteTableDef()
 
+
 def node_info(request) -> dict:
     broker = request.app["broker"]
     server = request.app["server"]
     node = stats.node_name(broker)
     fd_total = max_fds() or 1 << 20
     path = data_dir(broker)
+    offered = broker.config.auth_mechanisms
     return {
         **resource_figures(request),
         "applications": [{"description": "Warren AMQP 0-9-1 broker", "name": "warren", "version": __version__}],
         # As RabbitMQ with rabbitmq_auth_mechanism_ssl: EXTERNAL is listed once auth_mechanisms has it.
-        "auth_mechanisms": [{"description": auth_mechanisms.DESCRIPTIONS[m], "enabled": m in broker.config.auth_mechanisms, "name": m}
-                            for m in auth_mechanisms.KNOWN if m != "EXTERNAL" or m in broker.config.auth_mechanisms],
+        "auth_mechanisms": [{"description": auth_mechanisms.DESCRIPTIONS[m], "enabled": m in offered, "name": m}
+                            for m in auth_mechanisms.KNOWN if m != "EXTERNAL" or m in offered],
         "being_drained": False,
         "config_files": [],
         "contexts": contexts(request),

@@ -48,7 +48,8 @@ async def put_one(request):
     vhost = vhost_for_change(request)
     value = await read_value(request)
     try:
-        created = parameters.set_parameter(request.app["broker"], vhost, request.match_info["component"], request.match_info["name"], value,
+        created = parameters.set_parameter(request.app["broker"], vhost, request.match_info["component"],
+                                           request.match_info["name"], value,
                                            None if trusted(request) else request["user"])
     except parameters.ParameterError as err:
         raise bad_request(html_escaped(str(err))) from None
@@ -61,7 +62,8 @@ async def put_one(request):
 async def delete_one(request):
     vhost = vhost_or_404(request)
     try:
-        existed = parameters.clear_parameter(request.app["broker"], vhost, request.match_info["component"], request.match_info["name"])
+        existed = parameters.clear_parameter(request.app["broker"], vhost, request.match_info["component"],
+                                             request.match_info["name"])
     except parameters.ParameterError as err:
         raise bad_request(str(err)) from None
     if not existed:
