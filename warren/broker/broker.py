@@ -18,6 +18,7 @@ from . import shovel
 
 if TYPE_CHECKING:
     from .records import ConnectionHandle
+    from .shovel_links import ShovelLinks
     from ..store.persister import Persister
 
 @dataclass
@@ -39,6 +40,9 @@ class Broker:
     alarms: Alarms = field(default_factory=Alarms)
     # Timers for the model, injected by the server (None: no timers, e.g. in unit tests).
     scheduler: Scheduler | None = None
+    # Connections to other brokers for shovels' remote ends, injected by the server (None:
+    # this node makes none, e.g. in unit tests).
+    links: "ShovelLinks | None" = None
     # Writes what a reply promises before the reply leaves (definitions, message records).
     durability: Durability = field(init=False)
     # The queues that pressed their publishers during the read being handled (queue_flow.py).
