@@ -123,9 +123,9 @@ class ExchangeLink(Shovel):
         self.sync_bindings()  # (bindings made while it connected)
         return started
 
-    def _link_failed(self, endpoint: Network, reason: str) -> None:
-        self.error = reason
-        super()._link_failed(endpoint, reason)
+    def _link_failed(self, side: str, endpoint: Network, reason: str) -> None:
+        self.error = reason  # (a federation link's status says why, unlike a shovel's)
+        super()._link_failed(side, endpoint, reason)
 
     def remote_closed(self, end, reason: str) -> None:
         if end is self.src_end or end is self.dest_end:

@@ -191,8 +191,8 @@ def _uri_check(broker: Node, user: User | None):
         else:
             return f"{key} should be list, actually was {erl_json(value)}"
         for uri in uris:
-            if not isinstance(uri, str):
-                return f"{key} should be binary, actually was {erl_json(uri)}"
+            if not isinstance(uri, str):  # (validate_uri takes a non-binary for a list)
+                return f"{key} should be list, actually was {erl_json(uri)}"
             try:
                 endpoint = parse_uri(uri)
             except UriError as err:
@@ -391,6 +391,8 @@ class Shovel:
         self.src_end: RemoteSource | None = None
         self.dest_end: RemoteDestination | None = None
         self.connecting = False  # an end on another broker is being opened
+        self._untried: dict[str, list[str]] = {"src": [], "dest": []}  # URIs not yet failed (empty: all)
+        self._quick_restart_at = -float("inf")  # when it last restarted at once (scheduler time)
         self.attempts = 0        # opens started: an answer to an older one is stale
         self.pending: list[QueuedMessage | RemoteDelivery] = []  # delivered, to forward on the next tick
         # on-confirm: (its settlement handle, message, its queue, its consumer) published, not yet acked.
@@ -425,7 +427,9 @@ class Shovel:
         if self.stopped or self.active or self.connecting:
             return
         c = self.config
-        self.src_uri, self.dest_uri = random.choice(c.src_uris), random.choice(c.dest_uris)
+        # A URI that failed is not picked again until every one of its list has failed.
+        self.src_uri = random.choice(self._untried["src"] or c.src_uris)
+        self.dest_uri = random.choice(self._untried["dest"] or c.dest_uris)
         src, dest = self._endpoint(self.src_uri), parse_uri(self.dest_uri)
         self.src_vhost = src.vhost if isinstance(src, Direct) else None
         self.dest_vhost = dest.vhost if isinstance(dest, Direct) else None
@@ -449,7 +453,7 @@ class Shovel:
                     end.close()
                 return
             if error is not None:
-                self._link_failed(dest, error)
+                self._link_failed("dest", dest, error)
                 return
             self.dest_end = end
             self._dest_ready(src)
@@ -473,7 +477,7 @@ class Shovel:
                     end.close()
                 return
             if error is not None:
-                self._link_failed(src, error)
+                self._link_failed("src", src, error)
                 return
             self.src_end = end
             self._source_started(end.queue_length)
@@ -516,11 +520,22 @@ class Shovel:
         self.state, self.reason, self.timestamp = "starting", None, _local_time()
         self._retry()
 
-    def _link_failed(self, endpoint: Network, reason: str) -> None:
-        """An end on another broker could not be opened: terminated with the reason, and
-        tried again (another URI of the list, maybe) after reconnect-delay."""
-        log.error("%s could not connect to %s:%s: %s", self.describe(), endpoint.host, endpoint.port, reason)
-        self._terminate(reason, restart=True, as_term=False)
+    def _link_failed(self, side: str, endpoint: Network, reason: str) -> None:
+        """An end on another broker could not be opened. As RabbitMQ's worker, it reports
+        nothing (the shovel stays "starting") and tries another URI of the list at once;
+        once every one has failed, it starts again as its supervisor restarts it."""
+        uri = self.src_uri if side == "src" else self.dest_uri
+        log.error("%s failed to connect (URI: %s): %s", self.describe(), remove_credentials(uri), reason)
+        self._halt()
+        self.state, self.reason, self.timestamp = "starting", None, _local_time()
+        uris = self.config.src_uris if side == "src" else self.config.dest_uris
+        left = [u for u in (self._untried[side] or uris) if u != uri]
+        self._untried[side] = left
+        if left:
+            self.start_soon()
+        else:
+            log.error("%s has no more URIs to try for connection", self.describe())
+            self._retry()
         self.broker.durability.flush()
 
     def _init_local_dest(self, vhost_name: str) -> None:
@@ -569,6 +584,7 @@ class Shovel:
             self._autodelete()
             return False
         self.state, self.reason, self.timestamp = "running", None, _local_time()
+        self._untried = {"src": [], "dest": []}
         log.info("%s is running: from %s to %s", self.describe(), self._source_text(), self._dest_text())
         return True
 
@@ -660,11 +676,18 @@ class Shovel:
             self._retry()
 
     def _retry(self) -> None:
+        """Start again as RabbitMQ's supervisor restarts the worker (permanent, restart
+        intensity 1): at once, unless it restarted at once less than reconnect-delay
+        seconds ago; then after reconnect-delay seconds."""
         delay = self.config.reconnect_delay
         scheduler = self.broker.scheduler
         if not self.stopped and is_number(delay) and delay > 0 and scheduler is not None:
             self._cancel_timer()
-            self._timer = scheduler.call_later(delay, self._restart)
+            now = scheduler.now()
+            quick = now - self._quick_restart_at >= delay
+            if quick:
+                self._quick_restart_at = now
+            self._timer = scheduler.call_later(0 if quick else delay, self._restart)
 
     def _restart(self) -> None:
         self._timer = None
@@ -737,7 +760,13 @@ class Shovel:
             return
         log.error("%s: the connection of its %s closed: %s", self.describe(),
                   "source" if end is self.src_end else "destination", reason)
-        self._terminate(reason, restart=True, as_term=False)
+        if "socket_closed_unexpectedly" in reason:
+            # (RabbitMQ's worker reports no status for a dropped socket: "starting" again)
+            self._halt()
+            self.state, self.reason, self.timestamp = "starting", None, _local_time()
+            self._retry()
+        else:
+            self._terminate(reason, restart=True, as_term=False)
         self.broker.durability.flush()
 
     def remote_cancelled(self, source: RemoteSource) -> None:
@@ -857,7 +886,7 @@ class Shovel:
         c = self.config
         info = [("shovelled-by", self.broker.cluster_name), ("shovel-type", "dynamic"),
                 ("shovel-name", self.name), ("shovel-vhost", self.vhost),
-                ("src-uri", c.src_uri), ("dest-uri", c.dest_uri)]
+                ("src-uri", remove_credentials(self.src_uri)), ("dest-uri", remove_credentials(self.dest_uri))]
         if c.src_queue is not None:
             info.append(("src-queue", c.src_queue))
         else:
