@@ -30,9 +30,10 @@ from ..amqp.uri import Direct, Network, parse as parse_uri, remove_credentials
 from ..store.settlement import SETTLED, Settlement
 from . import ops
 from .exchanges.base import freeze
-from .federation_plan import ExchangePlan
-from .federation_headers import bound_from, should_forward, with_received_from
+from .federation_plan import ExchangePlan, QueuePlan
+from .federation_headers import bound_from, queue_link_header, should_forward, with_received_from
 from .federation_upstreams import Upstream, upstreams_for
+from .policy import FEDERATION_KEYS
 from .shovel import Shovel
 from .shovel_config import Config
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from ..amqp.message import Message
     from ..store.queued_message import QueuedMessage
     from .node import Node
+    from .ports import Timer
     from .shovel import RemoteDelivery
     from .shovel_links import Opened, ShovelLinks
     from .vhost import VHost
@@ -47,30 +49,25 @@ if TYPE_CHECKING:
 log = logging.getLogger("warren.federation")
 
 PURPOSE = ("x-internal-purpose", "federation")
+DEMAND_CHECK = 0.05  # seconds between a queue link's looks at its queue's consumers
 
 
-class ExchangeLink(Shovel):
-    """One upstream of one federated exchange."""
+class FederationLink(Shovel):
+    """One upstream of one federated exchange or queue: a shovel from the upstream (its
+    source, opened by the node's ShovelLinks) to the exchange or queue here."""
 
-    kind = "exchange"
+    kind = ""  # "exchange" or "queue"
 
-    def __init__(self, broker: Node, vhost: str, exchange: str, upstream: Upstream, policy: str):
-        config = Config(src_uris=upstream.uris, dest_uris=("amqp:///" + quote(vhost, safe=""),),
-                        dest_exchange=exchange, ack_mode=upstream.ack_mode, prefetch=upstream.prefetch_count,
-                        reconnect_delay=upstream.reconnect_delay)
-        super().__init__(broker, vhost, f"{exchange} -> {upstream.name}", None, config)
-        self.exchange = exchange
+    def __init__(self, broker: Node, vhost: str, target: str, upstream: Upstream, policy: str, config: Config):
+        super().__init__(broker, vhost, f"{target} -> {upstream.name}", None, config)
+        self.target = target      # the federated exchange's or queue's name
         self.upstream = upstream
         self.policy = policy
-        self.suffix = "A"        # the internal exchange's suffix last set up (the next start takes the other)
         self.upstream_vhost = ""
-        self.upstream_cluster: str | None = None  # the upstream's cluster_name (server properties)
-        self.bound: set[tuple[str, Any]] = set()  # (routing key, frozen arguments) bound upstream
-        self.plan: ExchangePlan | None = None
         self.error: str | None = None
 
     def describe(self) -> str:
-        return (f"Federation link for exchange '{self.exchange}' in vhost '{self.vhost}' "
+        return (f"Federation link for {self.kind} '{self.target}' in vhost '{self.vhost}' "
                 f"(upstream '{self.upstream.name}')")
 
     @property
@@ -80,6 +77,76 @@ class ExchangeLink(Shovel):
     def _endpoint(self, uri: str) -> Direct | Network:
         # An upstream URI without a vhost means the downstream's (rabbit_federation_upstream:to_params).
         return parse_uri(uri, self.vhost)
+
+    def _source_started(self, queue_length: int) -> bool:
+        self.error = None
+        return super()._source_started(0)
+
+    def _link_failed(self, side: str, endpoint: Network, reason: str) -> None:
+        self.error = reason  # (a federation link's status says why, unlike a shovel's)
+        super()._link_failed(side, endpoint, reason)
+
+    def remote_closed(self, end, reason: str) -> None:
+        if end is self.src_end or end is self.dest_end:
+            self.error = reason
+        super().remote_closed(end, reason)
+
+    def _received_from(self, qm: QueuedMessage | RemoteDelivery) -> list[tuple[bytes, bytes]]:
+        """The table this link puts first in x-received-from: the upstream's URI (without
+        credentials) and the federated exchange's or queue's name (rabbit_federation_upstream:
+        params_table), whether it came redelivered."""
+        return [(b"uri", rt.longstr_value(remove_credentials(self.src_uri).encode())),
+                (self.kind.encode(), rt.longstr_value(self.target.encode())),
+                (b"redelivered", b"t\x01" if getattr(qm, "redelivered", False) else b"t\x00")]
+
+    def stop(self, cleanup: bool = True) -> None:
+        """Stop for good; with `cleanup` (resource-cleanup-mode default) what it declared
+        upstream for itself goes too."""
+        end: Any = self.src_end
+        if end is not None and cleanup and self.upstream.resource_cleanup_mode != "never":
+            end.cleanup()
+        super().stop()
+
+    def link_status(self, node: str) -> dict:
+        """As /api/federation-links shows it (rabbit_federation_status, formatted by the
+        management plugin)."""
+        status = "running" if self.state == "running" else ("error" if self.error else "starting")
+        upstream_name = self.upstream.exchange_name if self.kind == "exchange" else self.upstream.queue_name
+        out: dict[str, Any] = {"node": node, self.kind: self.target, f"upstream_{self.kind}": upstream_name,
+                               "type": self.kind, "vhost": self.vhost, "upstream": self.upstream.name,
+                               "id": link_id(self), "status": status,
+                               "uri": remove_credentials(self.src_uri), "timestamp": self.timestamp}
+        if status == "running":
+            out["local_connection"] = self.connection_name
+        if status == "error":
+            out["error"] = self.error
+        return out
+
+    def restarted(self) -> FederationLink:
+        """A new link for the same target and upstream (restart_federation_link)."""
+        raise NotImplementedError
+
+
+class ExchangeLink(FederationLink):
+    """One upstream of one federated exchange."""
+
+    kind = "exchange"
+
+    def __init__(self, broker: Node, vhost: str, exchange: str, upstream: Upstream, policy: str):
+        config = Config(src_uris=upstream.uris, dest_uris=("amqp:///" + quote(vhost, safe=""),),
+                        dest_exchange=exchange, ack_mode=upstream.ack_mode, prefetch=upstream.prefetch_count,
+                        reconnect_delay=upstream.reconnect_delay)
+        super().__init__(broker, vhost, exchange, upstream, policy, config)
+        self.exchange = exchange
+        self.suffix = "A"        # the internal exchange's suffix last set up (the next start takes the other)
+        self.upstream_cluster: str | None = None  # the upstream's cluster_name (server properties)
+        self.bound: set[tuple[str, Any]] = set()  # (routing key, frozen arguments) bound upstream
+        self.plan: ExchangePlan | None = None
+
+    def restarted(self) -> ExchangeLink:
+        fresh = ExchangeLink(self.broker, self.vhost, self.exchange, self.upstream, self.policy)
+        fresh.suffix = self.suffix
+        return fresh
 
     # ----------------------------------------------------------- starting
     def _open_source(self, links: ShovelLinks, endpoint: Network, opened: Opened) -> None:
@@ -113,24 +180,14 @@ class ExchangeLink(Shovel):
             bindings=self._upstream_bindings(new), bind_nowait=up.bind_nowait)
 
     def _source_started(self, queue_length: int) -> bool:
-        self.error = None
         if self.plan is not None:
             self.suffix = self.plan.internal_exchange[-1]  # (set up: the active one now)
         self.bound = {(key, _frozen(args)) for key, args in self.plan.bindings} if self.plan else set()
         end: Any = self.src_end
         self.upstream_cluster = getattr(end, "cluster_name", None)
-        started = super()._source_started(0)
+        started = super()._source_started(queue_length)
         self.sync_bindings()  # (bindings made while it connected)
         return started
-
-    def _link_failed(self, side: str, endpoint: Network, reason: str) -> None:
-        self.error = reason  # (a federation link's status says why, unlike a shovel's)
-        super()._link_failed(side, endpoint, reason)
-
-    def remote_closed(self, end, reason: str) -> None:
-        if end is self.src_end or end is self.dest_end:
-            self.error = reason
-        super().remote_closed(end, reason)
 
     # ----------------------------------------------------------- bindings
     def _upstream_bindings(self, suffix: str) -> list[tuple[str, dict]]:
@@ -168,10 +225,7 @@ class ExchangeLink(Shovel):
         message: Message = qm.message
         if not should_forward(message.headers, int(self.upstream.max_hops), self.broker.cluster_name, self.vhost):
             return SETTLED  # (acked and dropped, as RabbitMQ's link does)
-        redelivered = getattr(qm, "redelivered", False)
-        info = [(b"uri", rt.longstr_value(remove_credentials(self.src_uri).encode())),
-                (b"exchange", rt.longstr_value(self.upstream.exchange_name.encode())),
-                (b"redelivered", b"t\x01" if redelivered else b"t\x00")]
+        info = self._received_from(qm)
         if self.upstream_cluster is not None:
             info.append((b"cluster-name", rt.longstr_value(self.upstream_cluster.encode())))
         info.append((b"vhost", rt.longstr_value(self.upstream_vhost.encode())))
@@ -182,33 +236,80 @@ class ExchangeLink(Shovel):
         ops.check_message_size(self.broker, len(message.body))
         return ops.publish(self.dest_actor, self.exchange, message.routing_key, route, header, message.body)[2]
 
-    # ----------------------------------------------------------- status
-    def stop(self, cleanup: bool = True) -> None:
-        """Stop for good; with `cleanup` (resource-cleanup-mode default) its queue and
-        internal exchange upstream go too."""
+
+class QueueLink(FederationLink):
+    """One upstream of one federated queue (rabbit_federation_queue_link): it consumes from
+    the upstream queue (with x-priority -1, so the upstream's own consumers come first) only
+    while the queue here is empty and has a consumer with capacity, and moves what it gets
+    into the queue here through the default exchange."""
+
+    kind = "queue"
+
+    def __init__(self, broker: Node, vhost: str, queue: str, upstream: Upstream, policy: str):
+        config = Config(src_uris=upstream.uris, dest_uris=("amqp:///" + quote(vhost, safe=""),),
+                        dest_queue=None, dest_exchange="", dest_exchange_key=queue, ack_mode=upstream.ack_mode,
+                        prefetch=upstream.prefetch_count, reconnect_delay=upstream.reconnect_delay,
+                        src_queue=upstream.queue_name)
+        super().__init__(broker, vhost, queue, upstream, policy, config)
+        self.queue_name = queue
+        self.consuming = False
+        self._watch: Timer | None = None
+
+    def restarted(self) -> QueueLink:
+        return QueueLink(self.broker, self.vhost, self.queue_name, self.upstream, self.policy)
+
+    def _open_source(self, links: ShovelLinks, endpoint: Network, opened: Opened) -> None:
+        self.upstream_vhost = endpoint.vhost
+        q = self.broker.vhosts[self.vhost].queues[self.queue_name]
+        plan = QueuePlan(queue=self.upstream.queue_name, durable=q.durable, auto_delete=q.auto_delete,
+                         arguments=dict(q.arguments), prefetch=int(self.upstream.prefetch_count),
+                         no_ack=self.upstream.ack_mode == "no-ack", consumer_tag=self.upstream.consumer_tag)
+        links.open_upstream_queue(self, endpoint, plan, opened)
+
+    def _source_started(self, queue_length: int) -> bool:
+        self.consuming = False
+        started = super()._source_started(queue_length)
+        if started:
+            self._check_demand()
+        return started
+
+    def _check_demand(self) -> None:
+        """rabbit_federation_queue:consumer_state_changed, looked at every DEMAND_CHECK
+        seconds: consume upstream while the queue is empty and one of its consumers (of
+        priority 0 or more) can take a message; cancel that consumer otherwise."""
+        self._watch = None
         end: Any = self.src_end
-        if end is not None and cleanup and self.upstream.resource_cleanup_mode != "never":
-            end.cleanup()
-        super().stop()
+        if end is None or not self.active:
+            return
+        vhost = self.broker.vhosts.get(self.vhost)
+        queue = vhost.queues.get(self.queue_name) if vhost is not None else None
+        run = queue is not None and not len(queue.store) and any(
+            c.priority >= 0 and c.has_credit() for c in queue.consumers)
+        if run != self.consuming:
+            self.consuming = run
+            end.consume(run)
+        scheduler = self.broker.scheduler
+        if scheduler is not None:
+            self._watch = scheduler.call_later(DEMAND_CHECK, self._check_demand)
 
-    def link_status(self, node: str) -> dict:
-        """As /api/federation-links shows it (rabbit_federation_status, formatted by the
-        management plugin)."""
-        status = "running" if self.state == "running" else ("error" if self.error else "starting")
-        out: dict[str, Any] = {"node": node, "exchange": self.exchange, "upstream_exchange": self.upstream.exchange_name,
-                               "type": "exchange", "vhost": self.vhost, "upstream": self.upstream.name,
-                               "id": link_id(self), "status": status,
-                               "uri": remove_credentials(self.src_uri), "timestamp": self.timestamp}
-        if status == "running":
-            out["local_connection"] = self.connection_name
-        if status == "error":
-            out["error"] = self.error
-        return out
+    def _halt(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        super()._halt()
+
+    def _forward(self, qm: QueuedMessage | RemoteDelivery) -> Settlement:
+        message: Message = qm.message
+        header = queue_link_header(message, self._received_from(qm), not self.upstream.trust_user_id)
+        assert self.dest_actor is not None
+        ops.check_message_size(self.broker, len(message.body))
+        return ops.publish(self.dest_actor, "", self.queue_name, shortstr("") + shortstr(self.queue_name), header,
+                           message.body)[2]
 
 
-def link_id(link: ExchangeLink) -> str:
+def link_id(link: FederationLink) -> str:
     """A short id for a link, as RabbitMQ shows a hash of its identity."""
-    return hashlib.sha1(f"{link.vhost}/{link.kind}/{link.exchange}/{link.upstream.name}".encode()).hexdigest()[:8]
+    return hashlib.sha1(f"{link.vhost}/{link.kind}/{link.target}/{link.upstream.name}".encode()).hexdigest()[:8]
 
 
 def upstream_queue_name(upstream_exchange: str, upstream_vhost: str, exchange: str, vhost: str, cluster: str) -> str:
@@ -231,13 +332,14 @@ def reconcile(broker: Node, vhost: VHost) -> None:
     links = vhost.federation_links
     if not links and not vhost.federation:
         return
-    wanted: dict[tuple[str, str], tuple[Upstream, str]] = {}
-    for x in vhost.exchanges.values():
-        policy = x.policy
-        if policy is None or not any(k.startswith("federation-upstream") for k in policy.definition):
-            continue
-        for up in upstreams_for(vhost, policy.definition, x.name):
-            wanted[(x.name, up.name)] = (up, policy.name)
+    wanted: dict[tuple[str, str, str], tuple[Upstream, str]] = {}
+    for kind, table in (("exchange", vhost.exchanges), ("queue", vhost.queues)):
+        for target in table.values():
+            policy = target.policy
+            if policy is None or not any(k in FEDERATION_KEYS for k in policy.definition):
+                continue
+            for up in upstreams_for(vhost, policy.definition, target.name):
+                wanted[(kind, target.name, up.name)] = (up, policy.name)
     for key in list(links):
         link = links[key]
         want = wanted.get(key)
@@ -245,11 +347,14 @@ def reconcile(broker: Node, vhost: VHost) -> None:
             del links[key]
             link.stop(cleanup=want is None)
     for key, (up, policy_name) in wanted.items():
-        if key not in links:
-            link = links[key] = ExchangeLink(broker, vhost.name, key[0], up, policy_name)
+        link = links.get(key)
+        if link is None:
+            kind, name, _ = key
+            cls = ExchangeLink if kind == "exchange" else QueueLink
+            link = links[key] = cls(broker, vhost.name, name, up, policy_name)
             link.start_soon()
-        else:
-            links[key].sync_bindings()
+        elif isinstance(link, ExchangeLink):
+            link.sync_bindings()
 
 
 def vhost_deleted(vhost: VHost) -> None:
@@ -258,19 +363,18 @@ def vhost_deleted(vhost: VHost) -> None:
     vhost.federation_links.clear()
 
 
-def statuses(broker: Node, vhost: VHost | None = None) -> list[ExchangeLink]:
+def statuses(broker: Node, vhost: VHost | None = None) -> list[FederationLink]:
     vhosts = [vhost] if vhost is not None else list(broker.vhosts.values())
     return [link for v in vhosts for link in v.federation_links.values()]
 
 
 def restart(broker: Node, vhost: VHost, link_id_: str) -> bool:
+    """restart_federation_link: the link stops (keeping what it declared upstream) and
+    starts again."""
     for key, link in list(vhost.federation_links.items()):
         if link_id(link) == link_id_:
             link.stop(cleanup=False)
-            fresh = vhost.federation_links[key] = ExchangeLink(broker, vhost.name, link.exchange, link.upstream,
-                                                               link.policy)
-            fresh.suffix = link.suffix
+            fresh = vhost.federation_links[key] = link.restarted()
             fresh.start_soon()
             return True
     return False
-

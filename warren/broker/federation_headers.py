@@ -73,3 +73,41 @@ def is_propagated(arguments: dict[str, Any]) -> bool:
 
 def _hops(value: Any) -> int:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def queue_link_header(message: Any, info: list[tuple[bytes, bytes]], clear_user_id: bool) -> bytes:
+    """A queue link's headers (rabbit_federation_queue_link:update_headers): the first time
+    a message is federated, x-original-exchange and x-original-routing-key record where it
+    was published; each link's entry in x-received-from counts its visits (visit-count, the
+    previous entry of the same URI and queue taken out); a CC header becomes x-original-cc
+    (so that the republish does not route it again)."""
+    props = rt.split_header(message.header)
+    table = props.get(FLAG_HEADERS)
+    fields = rt.table_fields(table) if table is not None else []
+    received = rt.lookup(fields, ROUTING_HEADER.encode())
+    count = 0
+    if received is not None and received[:1] == b"A":
+        kept = []
+        for item in rt.array_items(received):
+            if item[:1] == b"F" and _same_link(rt.table_fields(item[1:]), info):
+                count = rt.integer(rt.lookup(rt.table_fields(item[1:]), b"visit-count")) or 0
+            else:
+                kept.append(item)
+        fields = rt.set_table_value(fields, ROUTING_HEADER.encode(), rt.array_value(kept))
+    else:
+        fields = rt.set_table_value(fields, b"x-original-exchange", rt.longstr_value(message.exchange.encode()))
+        fields = rt.set_table_value(fields, b"x-original-routing-key",
+                                    rt.longstr_value(message.routing_key.encode()))
+    fields = [(b"x-original-cc" if k == b"CC" else k, v) for k, v in fields]
+    entry = rt.table_value([*info, (b"visit-count", rt.long_value(count + 1))])
+    fields = rt.prepend_table_header(fields, ROUTING_HEADER.encode(), entry)
+    props[FLAG_HEADERS] = rt.encode_fields([(k, rt.normalized(v)) for k, v in fields])
+    if clear_user_id:
+        props.pop(1 << 4, None)
+    return rt.join_header(message.header, props)
+
+
+def _same_link(fields: list[tuple[bytes, bytes]], info: list[tuple[bytes, bytes]]) -> bool:
+    """visit_match: the same uri, virtual_host and queue."""
+    mine = dict(info)
+    return all(rt.lookup(fields, key) == mine.get(key) for key in (b"uri", b"virtual_host", b"queue"))

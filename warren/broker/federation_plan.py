@@ -1,4 +1,4 @@
-"""What a federation exchange link sets up on its upstream: plain data, handed by the link
+"""What a federation link sets up on its upstream: plain data, handed by the link
 (warren.broker.federation) to its upstream end (warren.server.remote_ends) through the
 ShovelLinks port."""
 
@@ -28,3 +28,17 @@ class ExchangePlan:
     consumer_tag: str
     bindings: list[tuple[str, dict]] = field(default_factory=list)
     bind_nowait: bool = False
+
+
+@dataclass
+class QueuePlan:
+    """What a queue link declares upstream: the upstream queue, like the downstream one if
+    it is missing; then it consumes from it while the queue here wants messages."""
+
+    queue: str
+    durable: bool
+    auto_delete: bool
+    arguments: dict
+    prefetch: int
+    no_ack: bool
+    consumer_tag: str

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..amqp.message import Message
     from ..amqp.uri import Network
     from ..store.settlement import Settlement
-    from .federation_plan import ExchangePlan
+    from .federation_plan import ExchangePlan, QueuePlan
     from .shovel_config import Config
 
 
@@ -54,6 +54,16 @@ class FederationUpstream(RemoteSource, Protocol):
 
     def cleanup(self) -> None:
         """Delete the queue and the internal exchange upstream, then close."""
+
+
+class UpstreamQueue(RemoteSource, Protocol):
+    """A queue link's end on its upstream: the upstream queue, consumed only when asked."""
+
+    def consume(self, on: bool) -> None:
+        """basic.consume (with x-priority -1) or basic.cancel, without waiting."""
+
+    def cleanup(self) -> None:
+        """Close (a queue link declares nothing of its own upstream)."""
 
 
 class RemoteDestination(Protocol):
@@ -104,3 +114,6 @@ class ShovelLinks(Protocol):
 
     def open_upstream(self, user: LinkUser, endpoint: Network, plan: ExchangePlan, done: Opened) -> None:
         """A federation exchange link's upstream end (a FederationUpstream)."""
+
+    def open_upstream_queue(self, user: LinkUser, endpoint: Network, plan: QueuePlan, done: Opened) -> None:
+        """A federation queue link's upstream end (an UpstreamQueue)."""

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ..amqp import spec
 from ..amqp.body import Body
+from ..amqp.codec import typed_int
 from ..amqp.message import Message
 from ..broker.shovel_links import LinkUser, Opened
 from ..store.settlement import SETTLED, Settlement, SyncWaiter
@@ -20,7 +20,7 @@ from .link import ChannelClosed, Link, LinkError
 
 if TYPE_CHECKING:
     from ..amqp.uri import Network
-    from ..broker.federation_plan import ExchangePlan
+    from ..broker.federation_plan import ExchangePlan, QueuePlan
     from ..broker.shovel_config import Config
 
 log = logging.getLogger("warren.shovel")
@@ -331,6 +331,45 @@ class UpstreamExchangeEnd(Source):
             super().close()
 
 
+class UpstreamQueueEnd(Source):
+    """A federation queue link's end on the upstream broker (rabbit_federation_queue_link:
+    go, consume, cancel)."""
+
+    def __init__(self, user: LinkUser, endpoint: Network, name: str, plan: QueuePlan):
+        super().__init__(user, endpoint, name)
+        self.plan = plan
+
+    async def start(self, c: Any) -> None:
+        p = self.plan
+        link = self.link
+        await link.open(confirm=False)
+        capabilities = link.client.server_properties.get("capabilities")
+        if not (isinstance(capabilities, dict) and capabilities.get("consumer_priorities") is True):
+            raise LinkError("{error,upstream_lacks_consumer_priorities}")
+        try:
+            await link.call(spec.QueueDeclare(queue=p.queue, passive=True), spec.QueueDeclareOk)
+        except ChannelClosed as err:
+            if err.code != 404:
+                raise
+            await link.reopen()
+            await link.call(spec.QueueDeclare(queue=p.queue, durable=p.durable, auto_delete=p.auto_delete,
+                                              arguments=p.arguments), spec.QueueDeclareOk)
+        if not p.no_ack:
+            await link.call(spec.BasicQos(prefetch_count=p.prefetch), spec.BasicQosOk)
+
+    def consume(self, on: bool) -> None:
+        p = self.plan
+        if on:
+            self.link.client.send(spec.BasicConsume(queue=p.queue, consumer_tag=p.consumer_tag, no_ack=p.no_ack,
+                                                    nowait=True, arguments={"x-priority": typed_int("long", -1)}))
+        else:
+            self.link.client.send(spec.BasicCancel(consumer_tag=p.consumer_tag, nowait=True))
+        self.link.flush_soon()
+
+    def cleanup(self) -> None:
+        self.close()
+
+
 class RemoteEnds:
     """The node's ShovelLinks: each end opened in a task of the server's loop."""
 
@@ -345,6 +384,9 @@ class RemoteEnds:
 
     def open_upstream(self, user: LinkUser, endpoint: Network, plan: ExchangePlan, done: Opened) -> None:
         self._open(UpstreamExchangeEnd(user, endpoint, user.connection_name, plan), None, done)
+
+    def open_upstream_queue(self, user: LinkUser, endpoint: Network, plan: QueuePlan, done: Opened) -> None:
+        self._open(UpstreamQueueEnd(user, endpoint, user.connection_name, plan), None, done)
 
     def _open(self, end: Source | Destination, config: Any, done: Opened) -> None:
         async def run() -> None:

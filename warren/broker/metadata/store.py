@@ -367,5 +367,6 @@ _HANDLERS: dict[type, Callable[[MetadataStore, Any], Any]] = {
     c.SetGlobalParameter: MetadataStore._set_global, c.ClearGlobalParameter: MetadataStore._clear_global,
 }
 # The commands that may start, stop or change federation links (or their bindings).
-_FEDERATION_INPUTS = frozenset({c.SetPolicy, c.ClearPolicy, c.DeclareExchange, c.DeleteExchange, c.Bind, c.Unbind,
-                                c.SetFederationParameter, c.ClearFederationParameter})
+_FEDERATION_INPUTS = frozenset({c.SetPolicy, c.ClearPolicy, c.DeclareExchange, c.DeleteExchange, c.DeclareQueue,
+                                c.DeleteQueue, c.Bind, c.Unbind, c.SetFederationParameter,
+                                c.ClearFederationParameter})
