@@ -824,7 +824,12 @@ class Shovel:
         else:
             for qm in pending[n:]:  # (the shovel stopped meanwhile: back to the source)
                 self._settle(qm, queue, consumer, ack=False)
-        if self.inflight:
+        if self.dest_end is not None and not self.dest_end.writable:
+            # Its socket's buffer is full: take nothing more until it drains (remote_writable).
+            self.delivering = False
+            if self.src_end is not None:
+                self.src_end.pause()
+        elif self.inflight:
             self._check_inflight()
         elif self.active:
             self._reopen()

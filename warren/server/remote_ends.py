@@ -217,6 +217,12 @@ class Destination(_End):
             self.confirms.lose_all()  # (unconfirmed: the shovel gives the sources' copies back)
         super().link_closed(link, reason)
 
+    def close(self) -> None:
+        """Close; what is unconfirmed counts as lost (its sources' copies go back)."""
+        super().close()
+        if self.confirms is not None:
+            self.confirms.lose_all()
+
 
 class UpstreamExchangeEnd(Source):
     """A federation exchange link's end on the upstream broker
