@@ -250,3 +250,38 @@ def test_warrenctl_federation_status_and_restart(two):
     down.running()
     r = run("restart_federation_link", "nope")
     assert r.returncode != 0 and "Federation link with ID nope is not running" in r.stderr
+
+
+def test_links_come_back_after_a_kill(two, restart_broker):
+    """The downstream broker (where links run) is killed and started again: its links start
+    from its definitions, and what was published upstream meanwhile (in the link's durable
+    queue there) arrives; nothing confirmed upstream is lost."""
+    import signal
+    up, down = two
+    dch = down.channel()
+    dch.exchange_declare("kx", "direct", durable=True)
+    dch.queue_declare("kq", durable=True)
+    dch.queue_bind("kq", "kx", "k")
+    down.upstream("u", up)
+    down.policy("fed", "^kx$", {"federation-upstream": "u"})
+    down.running()
+    uch = up.channel()
+    uch.confirm_delivery()
+    wait(lambda: [b for b in up.call("GET", "/bindings/%2F", ok=(200,)).json() if b["source"] == "kx"],
+         what="the binding upstream")
+    for i in range(100):
+        uch.basic_publish("kx", "k", f"a{i}".encode(), pika.BasicProperties(delivery_mode=2))
+    down_broker = restart_broker(down.broker, sig=signal.SIGKILL)
+    for i in range(100):  # (published while the downstream restarts: they wait upstream)
+        uch.basic_publish("kx", "k", f"b{i}".encode(), pika.BasicProperties(delivery_mode=2))
+    down = Node(down_broker, "down-node")
+    down.running()
+    expected = {f"a{i}".encode() for i in range(100)} | {f"b{i}".encode() for i in range(100)}
+    ch, got = down.channel(), set()
+
+    def all_there():
+        while (m := ch.basic_get("kq", auto_ack=True))[0] is not None:
+            got.add(m[2])
+        return expected <= got
+    wait(all_there, timeout=20, what="every message (duplicates allowed)")
+    assert got == expected

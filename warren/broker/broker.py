@@ -14,7 +14,7 @@ from .queue_flow import QueueFlow
 from .node_config import NodeConfig
 from .stats import NodeStats
 from .vhost import VHost
-from . import shovel
+from . import federation, shovel
 
 if TYPE_CHECKING:
     from .records import ConnectionHandle
@@ -92,6 +92,7 @@ class Broker:
             for queue in list(vhost.queues.values()):
                 queue.start_timers()
         shovel.start_all(self)  # (on the loop's next turn: every queue is recovered by then)
+        federation.start_all(self)
 
     def shutdown(self) -> None:
         """The server stops: queues save what they keep between writes (stream consumer offsets)."""

@@ -357,6 +357,13 @@ def reconcile(broker: Node, vhost: VHost) -> None:
             link.sync_bindings()
 
 
+def start_all(broker: Node) -> None:
+    """The broker's loop runs (Broker.set_scheduler): start the links its definitions
+    brought back."""
+    for link in statuses(broker):
+        link.start_soon()
+
+
 def vhost_deleted(vhost: VHost) -> None:
     for link in vhost.federation_links.values():
         link.stop(cleanup=False)
