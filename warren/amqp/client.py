@@ -74,6 +74,7 @@ class Client:
         self.open = False
         self.closing = False
         self.received = False  # anything arrived since the last heartbeat check
+        self.server_properties: dict = {}  # connection.start's
         self._buf = b""
         # The delivery whose content is arriving: (tag, redelivered, route), header, parts, size left.
         self._delivery: tuple[int, bool, bytes] | None = None
@@ -170,6 +171,8 @@ class Client:
             self.events.blocked(False)
 
     def _start_ok(self, start: Any) -> None:
+        props = start.server_properties
+        self.server_properties = props if isinstance(props, dict) else {}
         offered = start.mechanisms.decode() if isinstance(start.mechanisms, bytes) else start.mechanisms
         offered_names = offered.split()
         for mech in self.mechanisms:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..amqp import reencode as rt
 from ..amqp.codec import shortstr
-from ..amqp.erlang import erl_json, erl_list, erl_string, erl_tuple
+from ..amqp.erlang import erl_json, erl_string
 from ..amqp.properties import FLAG_HEADERS
 from ..amqp.uri import Direct, Network, UriError, parse as parse_amqp_uri, remove_credentials
 from . import ops
@@ -54,14 +54,15 @@ from .credit import Credit
 from .errors import AMQPError
 from .metadata.commands import ClearShovel, SetShovel
 from .names import server_named
+from .parameter_validation import binary, boolean, enum, invalid_uri, is_int, is_number, number, proplist
 from .links import ConnectionLink, ExclusiveOwner
 from .shovel_config import DEFAULT_PREFETCH, DEFAULT_RECONNECT_DELAY, Config
-from ..store.settlement import SETTLED, Settlement
+from ..store.settlement import Settlement
 
 if TYPE_CHECKING:
     from ..amqp.message import Message
     from ..store.queued_message import QueuedMessage
-    from .shovel_links import RemoteDestination, RemoteSource
+    from .shovel_links import Opened, RemoteDestination, RemoteSource, ShovelLinks
     from .node import Node
     from .ports import Timer
     from .vhost import VHost
@@ -109,37 +110,6 @@ class ShovelError(ValueError):
 
 
 # ================================================================== validation
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _number(key, value):
-    return None if _is_number(value) else f"{key} should be a number, actually was {erl_json(value)}"
-
-
-def _binary(key, value):
-    return None if isinstance(value, str) else f"{key} should be binary, actually was {erl_json(value)}"
-
-
-def _boolean(key, value):
-    return None if isinstance(value, bool) else f"{key} should be boolean, actually was {erl_json(value)}"
-
-
-def _enum(options):
-    def check(key, value):
-        if not isinstance(value, str):
-            return f"{key} should be binary, actually was {erl_json(value)}"
-        if value not in options:
-            return (f"{key} should be one of {erl_list([erl_json(o) for o in options])}, "
-                    f"actually was {erl_json(value)}")
-        return None
-    return check
-
-
 def _queue_name(key, value):
     """rabbit_parameter_validation:amqp091_queue_name, and Warren: not empty (RabbitMQ takes
     "" and the shovel then fails: a source of "" is no queue, a destination drops everything)."""
@@ -155,7 +125,7 @@ def _queue_name(key, value):
 
 def _short_binary(key, value):
     """A binary that must fit a shortstr (an exchange name or routing key)."""
-    error = _binary(key, value)
+    error = binary(key, value)
     if error is None and len(value.encode("utf-8", "surrogatepass")) > 255:
         return f"{key} should be at most 255 bytes, actually was {len(value.encode('utf-8', 'surrogatepass'))}"
     return error
@@ -164,50 +134,22 @@ def _short_binary(key, value):
 def _prefetch(key, value):
     """A number in RabbitMQ; Warren also wants what basic.qos can carry (RabbitMQ takes 1.5
     or -1 and its shovel then fails to start)."""
-    error = _number(key, value)
-    if error is None and not (_is_int(value) and 0 <= value <= 65535):
+    error = number(key, value)
+    if error is None and not (is_int(value) and 0 <= value <= 65535):
         return f"{key} should be an integer from 0 to 65535, actually was {erl_json(value)}"
     return error
 
 
 def _delete_after(key, value):
-    if value in ("never", "queue-length") or (_is_int(value) and value >= 0):
+    if value in ("never", "queue-length") or (is_int(value) and value >= 0):
         return None
     return (f'{key} should be a number greater than or equal to 0, "never" or "queue-length", '
             f"actually was {erl_json(value)}")
 
 
-def _terms(items) -> str:
-    return erl_list([("{" + erl_json(k) + "," + erl_json(v) + "}") if isinstance(k, str) else erl_json(k)
-                     for k, v in items])
-
-
-def _proplist(name: str, constraints: list, value) -> list[str]:
-    """rabbit_parameter_validation:proplist: the errors in RabbitMQ's order (unrecognised keys
-    first, then each constraint's, last constraint first). A JSON object or an empty list is
-    a proplist; anything else is "not a list" (RabbitMQ crashes, 500, on most of those)."""
-    if isinstance(value, list) and not value:
-        value = {}
-    if not isinstance(value, dict):
-        return [f"{name} not a list {erl_json(value)}"]
-    known = {c[0] for c in constraints}
-    results: list[str] = []
-    for key, check, mandatory in constraints:
-        if key in value:
-            error = check(key, value[key])
-            if error:
-                results[:0] = error if isinstance(error, list) else [error]
-        elif mandatory:
-            results.insert(0, f'Key "{key}" not found in {name}')
-    rest = sorted((k, v) for k, v in value.items() if k not in known)
-    if rest:
-        results.insert(0, f"Unrecognised terms {_terms(rest)} in {name}")
-    return results
-
-
 def _args(allowed):
     def check(key, value):
-        return _proplist(key, [(k, lambda _k, _v: None, False) for k in allowed], value) or None
+        return proplist(key, [(k, lambda _k, _v: None, False) for k in allowed], value) or None
     return check
 
 
@@ -215,17 +157,17 @@ def _properties(key, value):
     def prop(kind):
         def check(k, v):
             if kind == "str":
-                error = _binary(k, v)
+                error = binary(k, v)
                 if error is None and len(v.encode("utf-8", "surrogatepass")) > 255:
                     return f"{k} should be at most 255 bytes, actually was {len(v.encode('utf-8', 'surrogatepass'))}"
                 return error
-            error = _number(k, v)
+            error = number(k, v)
             limit = 255 if kind == "octet" else (1 << 64) - 1
-            if error is None and not (_is_int(v) and 0 <= v <= limit):
+            if error is None and not (is_int(v) and 0 <= v <= limit):
                 return f"{k} should be an integer from 0 to {limit}, actually was {erl_json(v)}"
             return error
         return check
-    return _proplist(key, [(k, prop(kind), False) for k, kind in PUBLISH_PROPERTIES], value) or None
+    return proplist(key, [(k, prop(kind), False) for k, kind in PUBLISH_PROPERTIES], value) or None
 
 
 def parse_uri(uri: str) -> Direct | Network:
@@ -233,12 +175,7 @@ def parse_uri(uri: str) -> Direct | Network:
     try:
         return parse_amqp_uri(uri)
     except UriError as err:
-        raise UriError(_not_valid(uri, err.reason)) from None
-
-
-def _not_valid(uri: str, reason: str) -> str:
-    prefix = f'"{uri}" not a valid URI: '
-    return prefix + erl_tuple([reason, erl_string(uri)], len(prefix))
+        raise UriError(invalid_uri(uri, err.reason)) from None
 
 
 def _uri_check(broker: Node, user: User | None):
@@ -254,8 +191,8 @@ def _uri_check(broker: Node, user: User | None):
         else:
             return f"{key} should be list, actually was {erl_json(value)}"
         for uri in uris:
-            if not isinstance(uri, str):
-                return f"{key} should be binary, actually was {erl_json(uri)}"
+            if not isinstance(uri, str):  # (validate_uri takes a non-binary for a list)
+                return f"{key} should be list, actually was {erl_json(uri)}"
             try:
                 endpoint = parse_uri(uri)
             except UriError as err:
@@ -288,16 +225,16 @@ def validate(broker: Node, name: str, value: Any, user: User | None) -> Config:
         elif sx and sq:
             errors.append("Cannot specify 'src-exchange' and 'src-queue'")
         delete_after = value.get("src-delete-after", value.get("delete-after"))
-        if _is_int(delete_after) and value.get("ack-mode") == "no-ack":
+        if is_int(delete_after) and value.get("ack-mode") == "no-ack":
             errors.append("Cannot specify 'no-ack' and numerical 'delete-after'")
         if "dest-exchange" in value and "dest-queue" in value:
             errors.append("Cannot specify 'dest-exchange' and 'dest-queue'")
     uri = _uri_check(broker, user)
     constraints = [
-        ("reconnect-delay", _number, False),
-        ("ack-mode", _enum(ACK_MODES), False),
-        ("src-protocol", _enum(PROTOCOLS), False),
-        ("dest-protocol", _enum(PROTOCOLS), False),
+        ("reconnect-delay", number, False),
+        ("ack-mode", enum(ACK_MODES), False),
+        ("src-protocol", enum(PROTOCOLS), False),
+        ("dest-protocol", enum(PROTOCOLS), False),
         ("src-uri", uri, True),
         ("src-exchange", _short_binary, False),
         ("src-exchange-key", _short_binary, False),
@@ -313,14 +250,14 @@ def validate(broker: Node, name: str, value: Any, user: User | None) -> Config:
         ("dest-exchange-key", _short_binary, False),
         ("dest-queue", _queue_name, False),
         ("dest-queue-args", _args(DECLARE_ARGS), False),
-        ("add-forward-headers", _boolean, False),
-        ("add-timestamp-header", _boolean, False),
-        ("dest-add-forward-headers", _boolean, False),
-        ("dest-add-timestamp-header", _boolean, False),
+        ("add-forward-headers", boolean, False),
+        ("add-timestamp-header", boolean, False),
+        ("dest-add-forward-headers", boolean, False),
+        ("dest-add-timestamp-header", boolean, False),
         ("publish-properties", _properties, False),
         ("dest-publish-properties", _properties, False),
     ]
-    errors.extend(_proplist(name, constraints, value))
+    errors.extend(proplist(name, constraints, value))
     if errors:
         raise ShovelError(errors)
     return _parse(value)
@@ -413,12 +350,13 @@ def _local_time(t: time.struct_time | None = None) -> str:
 class RemoteDelivery:
     """A delivery from a source on another broker, until it is settled there."""
 
-    __slots__ = ("source", "tag", "message")
+    __slots__ = ("source", "tag", "message", "redelivered")
 
-    def __init__(self, source: RemoteSource, tag: int, message: Message):
+    def __init__(self, source: RemoteSource, tag: int, message: Message, redelivered: bool):
         self.source = source
         self.tag = tag
         self.message = message
+        self.redelivered = redelivered
 
 
 # ================================================================== the worker
@@ -453,6 +391,8 @@ class Shovel:
         self.src_end: RemoteSource | None = None
         self.dest_end: RemoteDestination | None = None
         self.connecting = False  # an end on another broker is being opened
+        self._untried: dict[str, list[str]] = {"src": [], "dest": []}  # URIs not yet failed (empty: all)
+        self._quick_restart_at = -float("inf")  # when it last restarted at once (scheduler time)
         self.attempts = 0        # opens started: an answer to an older one is stale
         self.pending: list[QueuedMessage | RemoteDelivery] = []  # delivered, to forward on the next tick
         # on-confirm: (its settlement handle, message, its queue, its consumer) published, not yet acked.
@@ -468,7 +408,8 @@ class Shovel:
         self.forwarded = 0
 
     def describe(self) -> str:
-        return f"'{self.name}' in virtual host '{self.vhost}'"
+        """What its log lines name it."""
+        return f"Shovel '{self.name}' in virtual host '{self.vhost}'"
 
     # -------------------------------------------------------------- lifecycle
     def start_soon(self) -> None:
@@ -486,12 +427,14 @@ class Shovel:
         if self.stopped or self.active or self.connecting:
             return
         c = self.config
-        self.src_uri, self.dest_uri = random.choice(c.src_uris), random.choice(c.dest_uris)
-        src, dest = parse_uri(self.src_uri), parse_uri(self.dest_uri)
+        # A URI that failed is not picked again until every one of its list has failed.
+        self.src_uri = random.choice(self._untried["src"] or c.src_uris)
+        self.dest_uri = random.choice(self._untried["dest"] or c.dest_uris)
+        src, dest = self._endpoint(self.src_uri), parse_uri(self.dest_uri)
         self.src_vhost = src.vhost if isinstance(src, Direct) else None
         self.dest_vhost = dest.vhost if isinstance(dest, Direct) else None
         # Its own connection, as RabbitMQ's shovel has one (the owner of its exclusive queue).
-        self.owner = ExclusiveOwner.new(ConnectionLink(f"Shovel {self.name}", "undefined", "undefined"))
+        self.owner = ExclusiveOwner.new(ConnectionLink(self.connection_name, "undefined", "undefined"))
         if isinstance(dest, Direct):
             if self._attempt(lambda: self._init_local_dest(dest.vhost)):
                 self._dest_ready(src)
@@ -510,7 +453,7 @@ class Shovel:
                     end.close()
                 return
             if error is not None:
-                self._link_failed(dest, error)
+                self._link_failed("dest", dest, error)
                 return
             self.dest_end = end
             self._dest_ready(src)
@@ -534,12 +477,24 @@ class Shovel:
                     end.close()
                 return
             if error is not None:
-                self._link_failed(src, error)
+                self._link_failed("src", src, error)
                 return
             self.src_end = end
             self._source_started(end.queue_length)
             self.broker.durability.flush()
-        links.open_source(self, src, self.config, opened)
+        self._open_source(links, src, opened)
+
+    def _open_source(self, links: ShovelLinks, endpoint: Network, opened: Opened) -> None:
+        links.open_source(self, endpoint, self.config, opened)
+
+    def _endpoint(self, uri: str) -> Direct | Network:
+        """The source URI's endpoint (validated already)."""
+        return parse_uri(uri)
+
+    @property
+    def connection_name(self) -> str:
+        """The name its connections have (RabbitMQ's connection_name client property)."""
+        return f"Shovel {self.name}"
 
     def _attempt(self, step) -> bool:
         """Run a step of the start on this broker; False if it failed (and was handled)."""
@@ -551,7 +506,7 @@ class Shovel:
         except AMQPError as err:
             # A declaration or the consume refused: RabbitMQ's channel is closed by the
             # broker and its worker ends ("needed a restart"), to start again after the delay.
-            log.error("Shovel %s could not start: %s %s", self.describe(), err.code, err.text)
+            log.error("%s could not start: %s %s", self.describe(), err.code, err.text)
             self._terminate("needed a restart", restart=True)
         finally:
             self.broker.durability.flush()
@@ -560,16 +515,27 @@ class Shovel:
     def _cannot_connect(self, why: str) -> None:
         """RabbitMQ's worker cannot connect: it stops before reporting anything and is
         started again, so the shovel stays "starting" (until the vhost exists)."""
-        log.error("Shovel %s could not connect: %s", self.describe(), why)
+        log.error("%s could not connect: %s", self.describe(), why)
         self._halt()
         self.state, self.reason, self.timestamp = "starting", None, _local_time()
         self._retry()
 
-    def _link_failed(self, endpoint: Network, reason: str) -> None:
-        """An end on another broker could not be opened: terminated with the reason, and
-        tried again (another URI of the list, maybe) after reconnect-delay."""
-        log.error("Shovel %s could not connect to %s:%s: %s", self.describe(), endpoint.host, endpoint.port, reason)
-        self._terminate(reason, restart=True, as_term=False)
+    def _link_failed(self, side: str, endpoint: Network, reason: str) -> None:
+        """An end on another broker could not be opened. As RabbitMQ's worker, it reports
+        nothing (the shovel stays "starting") and tries another URI of the list at once;
+        once every one has failed, it starts again as its supervisor restarts it."""
+        uri = self.src_uri if side == "src" else self.dest_uri
+        log.error("%s failed to connect (URI: %s): %s", self.describe(), remove_credentials(uri), reason)
+        self._halt()
+        self.state, self.reason, self.timestamp = "starting", None, _local_time()
+        uris = self.config.src_uris if side == "src" else self.config.dest_uris
+        left = [u for u in (self._untried[side] or uris) if u != uri]
+        self._untried[side] = left
+        if left:
+            self.start_soon()
+        else:
+            log.error("%s has no more URIs to try for connection", self.describe())
+            self._retry()
         self.broker.durability.flush()
 
     def _init_local_dest(self, vhost_name: str) -> None:
@@ -610,7 +576,7 @@ class Shovel:
         c = self.config
         if c.delete_after == "queue-length":
             self.remaining = queue_length
-        elif _is_int(c.delete_after):
+        elif is_int(c.delete_after):
             self.remaining = c.delete_after
         self.remaining_unacked = self.remaining
         self.active = True
@@ -618,7 +584,8 @@ class Shovel:
             self._autodelete()
             return False
         self.state, self.reason, self.timestamp = "running", None, _local_time()
-        log.info("Shovel %s is running: from %s to %s", self.describe(), self._source_text(), self._dest_text())
+        self._untried = {"src": [], "dest": []}
+        log.info("%s is running: from %s to %s", self.describe(), self._source_text(), self._dest_text())
         return True
 
     def _ensure_queue(self, actor: ops.Actor, name: str, arguments: dict) -> None:
@@ -709,11 +676,18 @@ class Shovel:
             self._retry()
 
     def _retry(self) -> None:
+        """Start again as RabbitMQ's supervisor restarts the worker (permanent, restart
+        intensity 1): at once, unless it restarted at once less than reconnect-delay
+        seconds ago; then after reconnect-delay seconds."""
         delay = self.config.reconnect_delay
         scheduler = self.broker.scheduler
-        if not self.stopped and _is_int(delay) and delay > 0 and scheduler is not None:
+        if not self.stopped and is_number(delay) and delay > 0 and scheduler is not None:
             self._cancel_timer()
-            self._timer = scheduler.call_later(delay, self._restart)
+            now = scheduler.now()
+            quick = now - self._quick_restart_at >= delay
+            if quick:
+                self._quick_restart_at = now
+            self._timer = scheduler.call_later(0 if quick else delay, self._restart)
 
     def _restart(self) -> None:
         self._timer = None
@@ -726,7 +700,7 @@ class Shovel:
     def _autodelete(self) -> None:
         """The transfer is complete: the shovel deletes its own parameter (RabbitMQ's
         terminate({shutdown, autodelete}))."""
-        log.info("Shovel %s is stopping (it was configured to autodelete and transfer is completed)",
+        log.info("%s is stopping (it was configured to autodelete and transfer is completed)",
                  self.describe())
         self.stop()
         vhost = self.broker.vhosts.get(self.vhost)
@@ -759,11 +733,11 @@ class Shovel:
         if consumer is not self.consumer:
             return
         self.queue = None  # (deleted: nothing to give back to)
-        log.warning("Shovel %s: its source queue was deleted", self.describe())
+        log.warning("%s: its source queue was deleted", self.describe())
         self._terminate("needed a restart", restart=self.config.delete_after == "never")
 
     # ------------------------------------------------ LinkUser (remote ends)
-    def remote_delivery(self, source: RemoteSource, delivery_tag: int, message: Message) -> None:
+    def remote_delivery(self, source: RemoteSource, delivery_tag: int, message: Message, redelivered: bool) -> None:
         """A delivery from the source on another broker: forwarded on the next tick."""
         if source is not self.src_end:
             return  # (a stale link's: that broker gives it back when the link closes)
@@ -774,7 +748,7 @@ class Shovel:
                     source.reject(delivery_tag)
                 return
             self.remaining_unacked -= 1
-        self.pending.append(RemoteDelivery(source, delivery_tag, message))
+        self.pending.append(RemoteDelivery(source, delivery_tag, message, redelivered))
         if self.config.ack_mode == "no-ack" and len(self.pending) >= self.window:
             source.pause()  # (no prefetch bounds a consumer without acks)
         self._schedule_tick()
@@ -784,14 +758,20 @@ class Shovel:
         restarted after reconnect-delay."""
         if end is not self.src_end and end is not self.dest_end:
             return
-        log.error("Shovel %s: the connection of its %s closed: %s", self.describe(),
+        log.error("%s: the connection of its %s closed: %s", self.describe(),
                   "source" if end is self.src_end else "destination", reason)
-        self._terminate(reason, restart=True, as_term=False)
+        if "socket_closed_unexpectedly" in reason:
+            # (RabbitMQ's worker reports no status for a dropped socket: "starting" again)
+            self._halt()
+            self.state, self.reason, self.timestamp = "starting", None, _local_time()
+            self._retry()
+        else:
+            self._terminate(reason, restart=True, as_term=False)
         self.broker.durability.flush()
 
     def remote_cancelled(self, source: RemoteSource) -> None:
         if source is self.src_end:
-            log.warning("Shovel %s: its source queue was deleted", self.describe())
+            log.warning("%s: its source queue was deleted", self.describe())
             self._terminate("needed a restart", restart=self.config.delete_after == "never")
 
     def remote_writable(self) -> None:
@@ -838,13 +818,18 @@ class Shovel:
         except AMQPError as err:
             # RabbitMQ's destination channel is closed by the error and the worker stops
             # ("needed a restart"); what it had not forwarded goes back to the source.
-            log.error("Shovel %s is stopping: publishing failed with %s %s", self.describe(), err.code, err.text)
+            log.error("%s is stopping: publishing failed with %s %s", self.describe(), err.code, err.text)
             self.pending = pending[n:] + self.pending
             self._terminate("needed a restart", restart=True)
         else:
             for qm in pending[n:]:  # (the shovel stopped meanwhile: back to the source)
                 self._settle(qm, queue, consumer, ack=False)
-        if self.inflight:
+        if self.dest_end is not None and not self.dest_end.writable:
+            # Its socket's buffer is full: take nothing more until it drains (remote_writable).
+            self.delivering = False
+            if self.src_end is not None:
+                self.src_end.pause()
+        elif self.inflight:
             self._check_inflight()
         elif self.active:
             self._reopen()
@@ -906,7 +891,7 @@ class Shovel:
         c = self.config
         info = [("shovelled-by", self.broker.cluster_name), ("shovel-type", "dynamic"),
                 ("shovel-name", self.name), ("shovel-vhost", self.vhost),
-                ("src-uri", c.src_uri), ("dest-uri", c.dest_uri)]
+                ("src-uri", remove_credentials(self.src_uri)), ("dest-uri", remove_credentials(self.dest_uri))]
         if c.src_queue is not None:
             info.append(("src-queue", c.src_queue))
         else:
@@ -917,19 +902,7 @@ class Shovel:
                 info.append((key, value))
         table = rt.table_value([(k.encode(), rt.longstr_value(v.encode("utf-8", "surrogateescape")))
                                 for k, v in info])
-        existing = rt.lookup(fields, b"x-shovelled")
-        prior = rt.array_items(existing) if existing is not None and existing[:1] == b"A" else []
-        fields = rt.set_table_value(fields, b"x-shovelled", rt.array_value([table, *prior]))
-        if existing is not None and existing[:1] != b"A":
-            # rabbit_basic:set_invalid_header: the value that was there is kept under
-            # x-invalid-headers.
-            invalid = rt.lookup(fields, b"x-invalid-headers")
-            inner = rt.table_fields(invalid[1:]) if invalid is not None and invalid[:1] == b"F" else []
-            earlier = rt.lookup(inner, b"x-shovelled")
-            values = [existing, *(rt.array_items(earlier) if earlier is not None and earlier[:1] == b"A" else [])]
-            inner = rt.set_table_value(inner, b"x-shovelled", rt.array_value(values))
-            fields = rt.set_table_value(fields, b"x-invalid-headers", rt.table_value(inner))
-        return fields
+        return rt.prepend_table_header(fields, b"x-shovelled", table)
 
     # ------------------------------------------------------------ settling
     def _settle(self, qm: QueuedMessage | RemoteDelivery, queue: Any, consumer: Consumer | None, ack: bool) -> None:

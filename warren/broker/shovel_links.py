@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ..amqp.message import Message
     from ..amqp.uri import Network
     from ..store.settlement import Settlement
+    from .federation_plan import ExchangePlan, QueuePlan
     from .shovel_config import Config
 
 
@@ -39,6 +40,32 @@ class RemoteSource(Protocol):
         """Close the connection: what is unacked goes back to the queue there."""
 
 
+class FederationUpstream(RemoteSource, Protocol):
+    """An exchange link's end on its upstream: its queue, consumed, bound through the
+    internal exchange to the upstream exchange with the downstream's bindings."""
+
+    # The upstream's cluster_name (from its connection.start), None if it did not say.
+    cluster_name: str | None
+
+    def bind(self, routing_key: str, arguments: dict) -> None:
+        """exchange.bind upstream exchange -> internal exchange (in the background, in order)."""
+
+    def unbind(self, routing_key: str, arguments: dict) -> None: ...
+
+    def cleanup(self) -> None:
+        """Delete the queue and the internal exchange upstream, then close."""
+
+
+class UpstreamQueue(RemoteSource, Protocol):
+    """A queue link's end on its upstream: the upstream queue, consumed only when asked."""
+
+    def consume(self, on: bool) -> None:
+        """basic.consume (with x-priority -1) or basic.cancel, without waiting."""
+
+    def cleanup(self) -> None:
+        """Close (a queue link declares nothing of its own upstream)."""
+
+
 class RemoteDestination(Protocol):
     """A publisher to another broker (with confirms in ack-mode on-confirm)."""
 
@@ -57,7 +84,12 @@ class LinkUser(Protocol):
 
     name: str
 
-    def remote_delivery(self, source: RemoteSource, delivery_tag: int, message: Message) -> None: ...
+    @property
+    def connection_name(self) -> str:
+        """What its connections are named ("Shovel NAME", "Federation link (...)")."""
+
+    def remote_delivery(self, source: RemoteSource, delivery_tag: int, message: Message,
+                        redelivered: bool) -> None: ...
 
     def remote_closed(self, end: RemoteSource | RemoteDestination, reason: str) -> None:
         """An end's connection closed or failed; `reason` as RabbitMQ's status shows it."""
@@ -79,3 +111,9 @@ class ShovelLinks(Protocol):
     def open_source(self, user: LinkUser, endpoint: Network, config: Config, done: Opened) -> None: ...
 
     def open_destination(self, user: LinkUser, endpoint: Network, config: Config, done: Opened) -> None: ...
+
+    def open_upstream(self, user: LinkUser, endpoint: Network, plan: ExchangePlan, done: Opened) -> None:
+        """A federation exchange link's upstream end (a FederationUpstream)."""
+
+    def open_upstream_queue(self, user: LinkUser, endpoint: Network, plan: QueuePlan, done: Opened) -> None:
+        """A federation queue link's upstream end (an UpstreamQueue)."""

@@ -294,6 +294,10 @@ class Link(asyncio.Protocol):
         self.is_blocked = blocked
 
     # -------------------------------------------------------------- output
+    def flush_soon(self) -> None:
+        """Write what the client has queued on the loop's next turn."""
+        self._flush_soon()
+
     def _flush_soon(self) -> None:
         if not self._flush_pending:
             self._flush_pending = True

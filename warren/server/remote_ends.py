@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from ..amqp import spec
 from ..amqp.body import Body
+from ..amqp.codec import typed_int
 from ..amqp.message import Message
 from ..broker.shovel_links import LinkUser, Opened
 from ..store.settlement import SETTLED, Settlement, SyncWaiter
@@ -20,6 +20,7 @@ from .link import ChannelClosed, Link, LinkError
 
 if TYPE_CHECKING:
     from ..amqp.uri import Network
+    from ..broker.federation_plan import ExchangePlan, QueuePlan
     from ..broker.shovel_config import Config
 
 log = logging.getLogger("warren.shovel")
@@ -125,7 +126,7 @@ class Source(_End):
         super().__init__(user, endpoint, name)
         self.queue_length = 0
         # Deliveries that came with basic.consume-ok, before the shovel has its end.
-        self.early: list[tuple[int, Message]] = []
+        self.early: list[tuple[int, Message, bool]] = []
 
     async def start(self, c: Config) -> None:
         link = self.link
@@ -154,16 +155,16 @@ class Source(_End):
         routing_key = route[2 + n:].decode("utf-8", "surrogateescape")
         message = Message(exchange, routing_key, route, header, body)
         if self.started:
-            self.user.remote_delivery(self, delivery_tag, message)
+            self.user.remote_delivery(self, delivery_tag, message, redelivered)
         else:
-            self.early.append((delivery_tag, message))
+            self.early.append((delivery_tag, message, redelivered))
 
     def begin(self) -> None:
         """The shovel has its end: what arrived meanwhile goes to it."""
         early, self.early = self.early, []
-        for delivery_tag, message in early:
+        for delivery_tag, message, redelivered in early:
             if self.started:
-                self.user.remote_delivery(self, delivery_tag, message)
+                self.user.remote_delivery(self, delivery_tag, message, redelivered)
 
     def link_cancelled(self, link: Link) -> None:
         if self.started:
@@ -216,6 +217,164 @@ class Destination(_End):
             self.confirms.lose_all()  # (unconfirmed: the shovel gives the sources' copies back)
         super().link_closed(link, reason)
 
+    def close(self) -> None:
+        """Close; what is unconfirmed counts as lost (its sources' copies go back)."""
+        super().close()
+        if self.confirms is not None:
+            self.confirms.lose_all()
+
+
+class UpstreamExchangeEnd(Source):
+    """A federation exchange link's end on the upstream broker
+    (rabbit_federation_exchange_link: consume_from_upstream_queue, then
+    ensure_upstream_bindings)."""
+
+    def __init__(self, user: LinkUser, endpoint: Network, name: str, plan: ExchangePlan):
+        super().__init__(user, endpoint, name)
+        self.plan = plan
+        self.cluster_name: str | None = None
+        self._commands: asyncio.Queue = asyncio.Queue()
+        self._worker: asyncio.Task | None = None
+        self.cleaning = False
+
+    async def start(self, c: Any) -> None:
+        p = self.plan
+        link = self.link
+        await link.open(confirm=False)
+        name = link.client.server_properties.get("cluster_name")
+        self.cluster_name = name if isinstance(name, str) else None
+        await link.call(spec.QueueDeclare(queue=p.queue, durable=True, arguments=p.queue_arguments),
+                        spec.QueueDeclareOk)
+        if not p.no_ack:
+            await link.call(spec.BasicQos(prefetch_count=p.prefetch), spec.BasicQosOk)
+        await link.call(spec.BasicConsume(queue=p.queue, consumer_tag=p.consumer_tag, no_ack=p.no_ack),
+                        spec.BasicConsumeOk)
+        # The upstream exchange, declared as the downstream one is if it is missing.
+        try:
+            await link.call(spec.ExchangeDeclare(exchange=p.exchange, type=p.exchange_type, passive=True),
+                            spec.ExchangeDeclareOk)
+        except ChannelClosed as err:
+            if err.code != 404:
+                raise
+            await self._reconsume()
+            await link.call(spec.ExchangeDeclare(exchange=p.exchange, type=p.exchange_type, durable=p.durable,
+                                                 auto_delete=p.auto_delete, internal=p.internal,
+                                                 arguments=p.exchange_arguments), spec.ExchangeDeclareOk)
+        await link.call(spec.ExchangeDelete(exchange=p.internal_exchange), spec.ExchangeDeleteOk)
+        base = {"exchange": p.internal_exchange, "durable": True, "internal": True, "auto_delete": True}
+        try:
+            await link.call(spec.ExchangeDeclare(type="x-federation-upstream", arguments=p.internal_arguments, **base),
+                            spec.ExchangeDeclareOk)
+        except ChannelClosed as err:
+            if err.code != 503:  # (an upstream without the federation plugin: a plain fanout)
+                raise
+            await self._reconsume()
+            await link.call(spec.ExchangeDeclare(type="fanout", arguments={"x-internal-purpose": "federation"},
+                                                 **base), spec.ExchangeDeclareOk)
+        await link.call(spec.QueueBind(queue=p.queue, exchange=p.internal_exchange), spec.QueueBindOk)
+        for key, args in p.bindings:
+            await self._bind(spec.ExchangeBind, key, args)
+        await link.call(spec.ExchangeDelete(exchange=p.old_internal_exchange), spec.ExchangeDeleteOk)
+        self._worker = asyncio.get_running_loop().create_task(self._run_commands())
+
+    async def _reconsume(self) -> None:
+        """The channel was closed by a refused call: open it again and consume again."""
+        p = self.plan
+        await self.link.reopen()
+        if not p.no_ack:
+            await self.link.call(spec.BasicQos(prefetch_count=p.prefetch), spec.BasicQosOk)
+        await self.link.call(spec.BasicConsume(queue=p.queue, consumer_tag=p.consumer_tag, no_ack=p.no_ack),
+                             spec.BasicConsumeOk)
+
+    async def _bind(self, method: Any, key: str, args: dict) -> None:
+        p = self.plan
+        await self.link.call(method(source=p.exchange, destination=p.internal_exchange, routing_key=key,
+                                    arguments=args), spec.ExchangeBindOk, spec.ExchangeUnbindOk)
+
+    def bind(self, routing_key: str, arguments: dict) -> None:
+        self._commands.put_nowait((spec.ExchangeBind, routing_key, arguments))
+
+    def unbind(self, routing_key: str, arguments: dict) -> None:
+        self._commands.put_nowait((spec.ExchangeUnbind, routing_key, arguments))
+
+    async def _run_commands(self) -> None:
+        """Bindings changed downstream, carried out upstream in order; a refusal (the
+        upstream exchange was deleted) ends the link, which starts again."""
+        while True:
+            method, key, args = await self._commands.get()
+            try:
+                await self._bind(method, key, args)
+            except LinkError as err:
+                if self.started:
+                    self.started = False
+                    self.link.close()
+                    self.user.remote_closed(self, err.reason)
+                return
+
+    def cleanup(self) -> None:
+        """Delete the queue and the internal exchange upstream (a clean stop), then close."""
+        self.started = False
+        self.cleaning = True
+        if self._worker is not None:
+            self._worker.cancel()
+        p, link = self.plan, self.link
+
+        async def run() -> None:
+            try:
+                await link.call(spec.QueueDelete(queue=p.queue), spec.QueueDeleteOk)
+                await link.call(spec.ExchangeDelete(exchange=p.internal_exchange), spec.ExchangeDeleteOk)
+            except LinkError:
+                pass
+            self.cleaning = False
+            link.close()
+        if not link.closed:
+            asyncio.get_running_loop().create_task(run())
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+        if not self.cleaning:  # (cleanup() closes once it is done)
+            super().close()
+
+
+class UpstreamQueueEnd(Source):
+    """A federation queue link's end on the upstream broker (rabbit_federation_queue_link:
+    go, consume, cancel)."""
+
+    def __init__(self, user: LinkUser, endpoint: Network, name: str, plan: QueuePlan):
+        super().__init__(user, endpoint, name)
+        self.plan = plan
+
+    async def start(self, c: Any) -> None:
+        p = self.plan
+        link = self.link
+        await link.open(confirm=False)
+        capabilities = link.client.server_properties.get("capabilities")
+        if not (isinstance(capabilities, dict) and capabilities.get("consumer_priorities") is True):
+            raise LinkError("{error,upstream_lacks_consumer_priorities}")
+        try:
+            await link.call(spec.QueueDeclare(queue=p.queue, passive=True), spec.QueueDeclareOk)
+        except ChannelClosed as err:
+            if err.code != 404:
+                raise
+            await link.reopen()
+            await link.call(spec.QueueDeclare(queue=p.queue, durable=p.durable, auto_delete=p.auto_delete,
+                                              arguments=p.arguments), spec.QueueDeclareOk)
+        if not p.no_ack:
+            await link.call(spec.BasicQos(prefetch_count=p.prefetch), spec.BasicQosOk)
+
+    def consume(self, on: bool) -> None:
+        p = self.plan
+        if on:
+            self.link.client.send(spec.BasicConsume(queue=p.queue, consumer_tag=p.consumer_tag, no_ack=p.no_ack,
+                                                    nowait=True, arguments={"x-priority": typed_int("long", -1)}))
+        else:
+            self.link.client.send(spec.BasicCancel(consumer_tag=p.consumer_tag, nowait=True))
+        self.link.flush_soon()
+
+    def cleanup(self) -> None:
+        self.close()
+
 
 class RemoteEnds:
     """The node's ShovelLinks: each end opened in a task of the server's loop."""
@@ -224,12 +383,18 @@ class RemoteEnds:
         self.tasks: set[asyncio.Task] = set()
 
     def open_source(self, user: LinkUser, endpoint: Network, config: Config, done: Opened) -> None:
-        self._open(Source(user, endpoint, f"Shovel {user.name}"), config, done)
+        self._open(Source(user, endpoint, user.connection_name), config, done)
 
     def open_destination(self, user: LinkUser, endpoint: Network, config: Config, done: Opened) -> None:
-        self._open(Destination(user, endpoint, f"Shovel {user.name}"), config, done)
+        self._open(Destination(user, endpoint, user.connection_name), config, done)
 
-    def _open(self, end: Source | Destination, config: Config, done: Opened) -> None:
+    def open_upstream(self, user: LinkUser, endpoint: Network, plan: ExchangePlan, done: Opened) -> None:
+        self._open(UpstreamExchangeEnd(user, endpoint, user.connection_name, plan), None, done)
+
+    def open_upstream_queue(self, user: LinkUser, endpoint: Network, plan: QueuePlan, done: Opened) -> None:
+        self._open(UpstreamQueueEnd(user, endpoint, user.connection_name, plan), None, done)
+
+    def _open(self, end: Source | Destination, config: Any, done: Opened) -> None:
         async def run() -> None:
             try:
                 await end.start(config)
