@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 UPSTREAM = "federation-upstream"
 UPSTREAM_SET = "federation-upstream-set"
 COMPONENTS = (UPSTREAM, UPSTREAM_SET)
+FEDERATION = "federation"  # a component the plugin registers that takes no parameter
 DEFAULT_PREFETCH = 1000  # rabbit_federation.hrl ?DEF_PREFETCH
 DIRECT_REFUSED = "names this broker (no host): Warren's federation links need an upstream on another broker"
 
@@ -38,8 +39,8 @@ def _uri(key, value):
             if error:
                 return error
         return None
-    if not isinstance(value, str):
-        return f"{key} should be binary, actually was {erl_json(value)}"
+    if not isinstance(value, str):  # (validate_uri takes a non-binary for a list)
+        return f"{key} should be list, actually was {erl_json(value)}"
     try:
         endpoint = parse_uri(value)
     except UriError as err:

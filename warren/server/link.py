@@ -281,6 +281,8 @@ class Link(asyncio.Protocol):
             # Refused while opening: a wrong password (403) or a vhost it may not use.
             if code == 403 and "ACCESS_REFUSED" in text and "Login was refused" in text:
                 reason = "{auth_failure," + erl_string(text) + "}"
+            elif code == 530:  # (amqp_network_connection: a vhost it may not open)
+                reason = "not_allowed"
             else:
                 reason = "{error,{server_initiated_close," + str(code) + "," + _binary(text) + "}}"
             self._opened.set_exception(LinkError(reason))
