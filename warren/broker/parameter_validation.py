@@ -4,7 +4,7 @@ them over a parameter's value in RabbitMQ's order (shovels, federation upstreams
 
 from __future__ import annotations
 
-from ..amqp.erlang import erl_column, erl_json, erl_list, erl_pretty, erl_text
+from ..amqp.erlang import erl_column, erl_format, erl_json, erl_list, erl_pretty, erl_text
 from ..amqp.uri import SHOVEL_CALLER, Unsupported, with_caller
 
 
@@ -39,11 +39,6 @@ def enum(options):
     return check
 
 
-def _terms(items) -> str:
-    return erl_list([("{" + erl_json(k) + "," + erl_json(v) + "}") if isinstance(k, str) else erl_json(k)
-                     for k, v in items])
-
-
 def proplist(name: str, constraints: list, value) -> list[str]:
     """rabbit_parameter_validation:proplist: the errors in RabbitMQ's order (unrecognised keys
     first, then each constraint's, last constraint first). A JSON object or an empty list is
@@ -63,7 +58,8 @@ def proplist(name: str, constraints: list, value) -> list[str]:
             results.insert(0, f'Key "{key}" not found in {name}')
     rest = sorted((k, v) for k, v in value.items() if k not in known)
     if rest:
-        results.insert(0, f"Unrecognised terms {_terms(rest)} in {name}")
+        # (~p: a list that does not fit its line is broken, as RabbitMQ prints it)
+        results.insert(0, erl_text(erl_format("Unrecognised terms ~p in ", rest)) + name)
     return results
 
 

@@ -110,7 +110,7 @@ def set_parameter(broker: Node, vhost: VHost, component: str, name: str, value: 
         raise _validation_failed([f'name not recognised: <<"{name}">>'])
     if component in federation_upstreams.COMPONENTS:
         try:
-            federation_upstreams.validate(component, name, value)
+            federation_upstreams.validate(component, name, value, broker.config.node_name)
         except federation_upstreams.UpstreamError as err:
             raise _validation_failed(err.errors) from None
         return broker.metadata.apply(SetFederationParameter(vhost.name, component, name, value))

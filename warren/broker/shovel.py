@@ -170,10 +170,11 @@ def _properties(key, value):
     return proplist(key, [(k, prop(kind), False) for k, kind in PUBLISH_PROPERTIES], value) or None
 
 
-def parse_uri(uri: str) -> Direct | Network:
-    """amqp_uri:parse; UriError with RabbitMQ's validation text."""
+def parse_uri(uri: str, node: str = "nonode@nohost") -> Direct | Network:
+    """amqp_uri:parse; UriError with RabbitMQ's validation text (`node`: this node's name,
+    which some of amqp_uri's errors print)."""
     try:
-        return parse_amqp_uri(uri)
+        return parse_amqp_uri(uri, node=node)
     except UriError as err:
         raise UriError(invalid_uri(uri, err.reason)) from None
 
@@ -194,7 +195,7 @@ def _uri_check(broker: Node, user: User | None):
             if not isinstance(uri, str):  # (validate_uri takes a non-binary for a list)
                 return f"{key} should be list, actually was {erl_json(uri)}"
             try:
-                endpoint = parse_uri(uri)
+                endpoint = parse_uri(uri, broker.config.node_name)
             except UriError as err:
                 return err.reason
             if user is not None and isinstance(endpoint, Direct):
