@@ -40,7 +40,7 @@ import logging
 import random
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..amqp import reencode as rt
 from ..amqp.codec import shortstr
@@ -440,30 +440,27 @@ class Shovel:
             if self._attempt(lambda: self._init_local_dest(dest.vhost)):
                 self._dest_ready(src)
             return
-        links = self.broker.links
-        if links is None:
-            self._cannot_connect("this node makes no connections to other brokers")
-            return
-        self.connecting = True
-        attempt = self.attempts = self.attempts + 1
 
-        def opened(end, error):
-            self.connecting = False
-            if attempt != self.attempts or self.stopped:
-                if end is not None:
-                    end.close()
-                return
-            if error is not None:
-                self._link_failed("dest", dest, error)
-                return
+        def dest_up(end: Any) -> None:
             self.dest_end = end
             self._dest_ready(src)
-        links.open_destination(self, dest, c, opened)
+        self._open_remote("dest", dest, lambda links, opened: links.open_destination(self, dest, c, opened), dest_up)
 
     def _dest_ready(self, src: Direct | Network) -> None:
         if isinstance(src, Direct):
             self._attempt(lambda: self._init_local_source(src.vhost))
             return
+
+        def source_up(end: Any) -> None:
+            self.src_end = end
+            self._source_started(end.queue_length)
+            self.broker.durability.flush()
+        self._open_remote("src", src, lambda links, opened: self._open_source(links, src, opened), source_up)
+
+    def _open_remote(self, side: str, endpoint: Network, open_end: Callable[[ShovelLinks, Opened], None],
+                     then: Callable[[Any], None]) -> None:
+        """Open an end on another broker through the node's ShovelLinks, then `then(end)`,
+        unless the shovel stopped or started again meanwhile."""
         links = self.broker.links
         if links is None:
             self._cannot_connect("this node makes no connections to other brokers")
@@ -478,12 +475,10 @@ class Shovel:
                     end.close()
                 return
             if error is not None:
-                self._link_failed("src", src, error)
+                self._link_failed(side, endpoint, error)
                 return
-            self.src_end = end
-            self._source_started(end.queue_length)
-            self.broker.durability.flush()
-        self._open_source(links, src, opened)
+            then(end)
+        open_end(links, opened)
 
     def _open_source(self, links: ShovelLinks, endpoint: Network, opened: Opened) -> None:
         links.open_source(self, endpoint, self.config, opened)
