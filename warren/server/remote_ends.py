@@ -110,15 +110,17 @@ class _End:
         self.started = False
         self.link.close()
 
-    async def ensure_queue(self, name: str, arguments: dict) -> None:
+    async def ensure_queue(self, name: str, arguments: dict, durable: bool = True, auto_delete: bool = False) -> None:
+        """A passive declare, and if the queue is missing a declare (on the channel opened
+        again: the 404 closed it)."""
         try:
             await self.link.call(spec.QueueDeclare(queue=name, passive=True), spec.QueueDeclareOk)
         except ChannelClosed as err:
             if err.code != 404:
                 raise
             await self.link.reopen()
-            await self.link.call(spec.QueueDeclare(queue=name, durable=True, arguments=arguments),
-                                 spec.QueueDeclareOk)
+            await self.link.call(spec.QueueDeclare(queue=name, durable=durable, auto_delete=auto_delete,
+                                                   arguments=arguments), spec.QueueDeclareOk)
 
 
 class Source(_End):
@@ -352,14 +354,7 @@ class UpstreamQueueEnd(Source):
         capabilities = link.client.server_properties.get("capabilities")
         if not (isinstance(capabilities, dict) and capabilities.get("consumer_priorities") is True):
             raise LinkError("{error,upstream_lacks_consumer_priorities}")
-        try:
-            await link.call(spec.QueueDeclare(queue=p.queue, passive=True), spec.QueueDeclareOk)
-        except ChannelClosed as err:
-            if err.code != 404:
-                raise
-            await link.reopen()
-            await link.call(spec.QueueDeclare(queue=p.queue, durable=p.durable, auto_delete=p.auto_delete,
-                                              arguments=p.arguments), spec.QueueDeclareOk)
+        await self.ensure_queue(p.queue, p.arguments, p.durable, p.auto_delete)
         if not p.no_ack:
             await link.call(spec.BasicQos(prefetch_count=p.prefetch), spec.BasicQosOk)
 
