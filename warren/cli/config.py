@@ -7,7 +7,8 @@
   (`[{rabbit, [{heartbeat, 30}, {disk_free_limit, {mem_relative, 1.0}}]}].`), chosen when the
   file name ends in `.config` or the first thing in the file is `[`. The term is parsed as
   Erlang would (warren.cli.erlang_terms); sections `rabbit`, `rabbitmq_management`,
-  `rabbitmq_prometheus` and `warren`.
+  `rabbitmq_prometheus`, `rabbitmq_shovel` (its static shovels: warren.cli.static_shovels)
+  and `warren`.
 
 Only the keys Warren supports are accepted; an unknown key, a bad value or a bad unit is an
 error naming the file, the line (for the Erlang format, the line where the `{key, value}`
@@ -55,6 +56,8 @@ load_config() returns a dict with the settings present in the file (nothing for 
   vm_memory_high_watermark      ("relative", float) or ("absolute", bytes)
   vm_memory_high_watermark_paging_ratio  float
   disk_free_limit               ("absolute", bytes) or ("mem_relative", float)
+  static_shovels                name -> warren.broker.shovel_config.Config: rabbitmq_shovel's
+                                shovels (classic format only, as in RabbitMQ)
 
 The watermark and disk_free_limit configure the memory and disk alarms (warren.server's
 monitors); the paging ratio is validated and stored.
@@ -68,6 +71,7 @@ import os
 import re
 
 from . import logs
+from . import static_shovels
 from .erlang_terms import Atom, ErlangSyntaxError, ErlList, format_term, parse_erlang_term
 from ..broker import auth_mechanisms, x509
 
@@ -946,6 +950,13 @@ def _erl_prometheus_listener(settings, value, line, key):
     })
 
 
+def _erl_static_shovels(settings, value, line, key):
+    shovels, problems = static_shovels.parse(value, line, key)
+    for problem in problems:
+        settings.error(problem.line, problem.key, problem.reason)
+    settings.config["static_shovels"] = shovels
+
+
 _ERLANG_RABBIT = {
     "tcp_listeners": _erl_tcp_listeners,
     "default_user": _erl_simple("default_user", _erl_text),
@@ -982,6 +993,7 @@ _ERLANG_APPS = {
                                                               lambda v: _max_body_size(_erl_int(v)))},
     "rabbitmq_prometheus": {"tcp_config": _erl_prometheus_listener,
                             "return_per_object_metrics": _erl_simple("prometheus_per_object", _erl_boolean)},
+    "rabbitmq_shovel": {"shovels": _erl_static_shovels},
     "warren": {"queue_window": _erl_simple("queue_window", lambda v: _in_range(_erl_int(v), 1, 2 ** 31 - 1))},
 }
 
