@@ -105,8 +105,8 @@ class _Shovel:
     # ------------------------------------------------------------ proplists
     def proplist(self, term: Any, line: int, key: str, known: tuple[str, ...]) -> dict[str, tuple[Any, int]]:
         """A [{key, value}] list: key -> (value, the line of its tuple). Keys outside `known`
-        and a key given twice are refused (RabbitMQ ignores the first and takes the first of
-        the second)."""
+        and a key given twice are refused (RabbitMQ ignores unknown keys, and takes the first
+        of two where it does not refuse them: duplicate_parameters)."""
         if not isinstance(term, list):
             self.fail(line, key, f"expected a list of {{key, value}} tuples, got {format_term(term)}")
         out: dict[str, tuple[Any, int]] = {}
