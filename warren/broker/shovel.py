@@ -57,6 +57,7 @@ from .names import server_named
 from .parameter_validation import binary, boolean, enum, invalid_uri, is_int, is_number, number, proplist
 from .links import ConnectionLink, ExclusiveOwner
 from .shovel_config import DEFAULT_PREFETCH, DEFAULT_RECONNECT_DELAY, Config
+from .shovel_declarations import declare_local, queue_name
 from ..store.settlement import Settlement
 
 if TYPE_CHECKING:
@@ -306,10 +307,9 @@ def parameters(vhost: VHost) -> list[dict]:
 
 def start_all(broker: Node) -> None:
     """The broker's loop runs (Broker.set_scheduler): start the shovels its definitions
-    brought back, once every queue is recovered."""
-    for vhost in list(broker.vhosts.values()):
-        for shovel in list(vhost.shovels.values()):
-            shovel.start_soon()
+    brought back and the config file's, once every queue is recovered."""
+    for shovel in statuses(broker):
+        shovel.start_soon()
 
 
 def vhost_deleted(broker: Node, vhost: VHost) -> None:
@@ -327,7 +327,8 @@ def vhost_deleted(broker: Node, vhost: VHost) -> None:
 
 
 def statuses(broker: Node) -> list[Shovel]:
-    return [s for v in broker.vhosts.values() for s in v.shovels.values()]
+    """Every shovel of the node: the config file's (static), then the vhosts' (dynamic)."""
+    return [*broker.static_shovels.values(), *(s for v in broker.vhosts.values() for s in v.shovels.values())]
 
 
 def restart(broker: Node, vhost: VHost, name: str) -> bool:
@@ -381,6 +382,7 @@ class Shovel:
         self.queue: Any = None    # the source queue
         self.consumer: Consumer | None = None
         self.exclusive_queue: Any = None  # the queue bound to src-exchange
+        self.declared_exclusive: list = []  # exclusive queues its declarations made here
         self.src_actor: ops.Actor | None = None
         self.dest_actor: ops.Actor | None = None
         # The URIs of this start, picked from the lists; the vhosts of the ends on this broker.
@@ -540,6 +542,7 @@ class Shovel:
         if vhost is None:
             raise _CannotConnect(f"access to target virtual host '{vhost_name}' was refused (it does not exist)")
         self.dest_actor = ops.Actor(self.broker, SHOVEL_USER, vhost, self.owner, trusted=True)
+        declare_local(self.dest_actor, c.dest_declarations, self.declared_exclusive)
         if c.dest_queue is not None:
             self._ensure_queue(self.dest_actor, c.dest_queue, c.dest_queue_args)
 
@@ -549,9 +552,11 @@ class Shovel:
         if vhost is None:
             raise _CannotConnect(f"access to target virtual host '{vhost_name}' was refused (it does not exist)")
         src = self.src_actor = ops.Actor(self.broker, SHOVEL_USER, vhost, self.owner, trusted=True)
+        declared = declare_local(src, c.src_declarations, self.declared_exclusive)
         if c.src_queue is not None:
-            self._ensure_queue(src, c.src_queue, c.src_queue_args)
-            queue = ops.readable_queue(src, c.src_queue)
+            if not c.static:  # (a static shovel's declarations alone make its queues)
+                self._ensure_queue(src, c.src_queue, c.src_queue_args)
+            queue = ops.readable_queue(src, queue_name(c.src_queue, declared))
         else:
             assert c.src_exchange is not None
             queue, _ = ops.declare_queue(src, "", exclusive=True)
@@ -644,6 +649,10 @@ class Shovel:
         self.exclusive_queue = None
         if own is not None and not own.deleted:
             own.vhost.delete_queue(own)
+        declared, self.declared_exclusive = self.declared_exclusive, []
+        for queue in declared:
+            if not queue.deleted:
+                queue.vhost.delete_queue(queue)
         # Ends on other brokers: closing the source's connection gives its unacked deliveries
         # back there; the destination's unconfirmed publishes count as lost (their sources'
         # copies here are given back).
@@ -872,6 +881,8 @@ class Shovel:
                 props[bit] = bytes((value,))
             else:
                 props[bit] = value.to_bytes(8, "big")
+        if "headers" in c.publish_properties:  # (a static shovel's: an encoded field table)
+            props[FLAG_HEADERS] = c.publish_properties["headers"]
         if c.add_forward_headers or c.add_timestamp_header:
             table = props.get(FLAG_HEADERS)
             fields = rt.table_fields(table) if table is not None else []
