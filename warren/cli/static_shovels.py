@@ -295,7 +295,7 @@ class _Shovel:
             try:
                 parse_uri(text)
             except UriError as err:
-                self.fail(line, key, err.reason)
+                self.fail(line, key, str(err.reason))  # (shovel.parse_uri: the validation text)
             out.append(text)
         return tuple(out)
 
