@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import base64
+import http.client
 import json
 import math
 import os
 import shlex
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -246,6 +250,36 @@ class Broker:
     def stop(self) -> None:
         raise NotImplementedError
 
+    # -- the management HTTP API (links between brokers, 13)
+
+    def _api_connection(self, timeout: float) -> http.client.HTTPConnection:
+        raise NotImplementedError
+
+    def _api_headers(self) -> dict[str, str]:
+        return {}
+
+    def api(self, method: str, path: str, body=None, timeout: float = 30.0):
+        """One request to the management API (path below /api); returns the decoded JSON
+        answer (None if empty). RunError for a non-2xx answer, with the broker's reason."""
+        conn = self._api_connection(timeout)
+        headers = {**self._api_headers(), "Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        try:
+            conn.request(method, "/api" + path, body=data, headers=headers)
+            resp = conn.getresponse()
+            raw = resp.read()
+        except (OSError, http.client.HTTPException) as e:
+            raise RunError(f"{self.name}: {method} /api{path}: {e}") from e
+        finally:
+            conn.close()
+        if not 200 <= resp.status < 300:
+            raise RunError(f"{self.name}: {method} /api{path}: HTTP {resp.status}: "
+                           f"{raw.decode(errors='replace').strip()[:300]}")
+        return json.loads(raw) if raw.strip() else None
+
     # -- for the recovery scenario: stop hard or cleanly, start again on the same data
 
     def rss_pids(self) -> list[int]:
@@ -313,7 +347,7 @@ class Warren(Broker):
     def start(self) -> None:
         self.make_tmp("warren-bench-")
         self.port = free_port()
-        data_dir = os.path.join(self.tmp, "data")
+        data_dir = self.data_dir = os.path.join(self.tmp, "data")
         self.logfile = os.path.join(self.tmp, "warren.log")
         fmt = {"port": self.port, "data_dir": data_dir, "python": sys.executable}
         if self.args.warren_cmd:
@@ -325,10 +359,10 @@ class Warren(Broker):
         env["PYTHONPATH"] = str(REPO_DIR) + (os.pathsep + env["PYTHONPATH"]
                                              if env.get("PYTHONPATH") else "")
         self._argv, self._env = argv, env
-        log(f"warren: starting on port {self.port}: {' '.join(argv)}")
+        log(f"{self.name}: starting on port {self.port}: {' '.join(argv)}")
         self.respawn()
         self._wait_ready(self.args.start_timeout)
-        log(f"warren: ready (pid {self.proc.pid})")
+        log(f"{self.name}: ready (pid {self.proc.pid})")
 
     def respawn(self) -> None:
         with open(self.logfile, "ab") as lf:
@@ -341,6 +375,27 @@ class Warren(Broker):
             kill_tree(self.proc, grace=10.0)  # SIGTERM = clean shutdown
             self.proc = None
 
+    def _api_connection(self, timeout: float) -> http.client.HTTPConnection:
+        # The API on warrenctl's control socket in the data dir (warren.cli.local): there
+        # even with --management-port 0, and trusted without a user.
+        return _UnixHTTPConnection(os.path.join(self.data_dir, "warren-ctl.sock"), timeout)
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.unix_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
 
 class RabbitMQ(Broker):
     """A private RabbitMQ node (tools/rabbitmq_node.py): own node name, ports,
@@ -348,12 +403,12 @@ class RabbitMQ(Broker):
 
     name = "rabbitmq"
 
-    def __init__(self, args):
+    def __init__(self, args, nodename: str | None = None, plugins: tuple[str, ...] = ()):
         super().__init__(args)
         self.node = RabbitMQNode(
-            args.rabbitmq_nodename, server=args.rabbitmq_server,
+            nodename or args.rabbitmq_nodename, server=args.rabbitmq_server,
             rabbitmqctl=args.rabbitmqctl, start_timeout=args.start_timeout,
-            keep_tmp=args.keep_tmp, tmp_prefix="rabbitmq-bench-", log=log)
+            keep_tmp=args.keep_tmp, tmp_prefix="rabbitmq-bench-", plugins=plugins, log=log)
 
     def start(self) -> None:
         try:
@@ -397,6 +452,14 @@ class RabbitMQ(Broker):
             self.node._wait_ready()  # AMQP answers and rabbitmqctl await_startup
         except RabbitMQNodeError as e:
             raise RunError(str(e)) from e
+
+    def _api_connection(self, timeout: float) -> http.client.HTTPConnection:
+        if not self.node.mgmt_port:
+            raise RunError(f"{self.name}: the node runs without the management plugin")
+        return http.client.HTTPConnection(self.node.host, self.node.mgmt_port, timeout=timeout)
+
+    def _api_headers(self) -> dict[str, str]:
+        return {"Authorization": "Basic " + base64.b64encode(b"guest:guest").decode()}
 
 
 # --------------------------------------------------------------------------
@@ -498,17 +561,38 @@ SCENARIOS: list[Scenario] = [
              "and the broker's peak RSS with 1 and with 10 readers of the same stream.",
              size=1024, confirm=True, window=1000, prefetch=1000, ack_every=100,
              persistent=True, durable=True, kind="streams", default=False),
+    # Links between two brokers of the same kind: not in the default set (they need a
+    # second broker, and RabbitMQ's shovel, federation and management plugins).
+    Scenario("13a", "shovel: {n} × 1 KiB persistent moved from a durable queue on A to one "
+                    "on B (ack-mode on-confirm, default prefetch), by a shovel on A, then "
+                    "by one on B",
+             "A dynamic shovel between two brokers on this machine: time from creating it "
+             "until the destination queue holds the whole backlog; each broker's CPU.",
+             size=1024, confirm=True, window=1000, prefetch=1000, ack_every=100,
+             persistent=True, durable=True, kind="shovel", default=False),
+    Scenario("13b", "federation: {n} × 1 KiB persistent published (confirms, window 1000) "
+                    "to direct exchange fed.x on A, federated to fed.x on B, to a durable "
+                    "queue there",
+             "An exchange federation link from A (upstream) to B: time from the first publish "
+             "on A until B's queue holds every message; each broker's CPU.",
+             size=1024, confirm=True, window=1000, prefetch=1000, ack_every=100,
+             persistent=True, durable=True, kind="federation", default=False),
 ]
 SCENARIO_ALIASES = {"throughput": "1", "confirms": "2", "fanout": "3", "latency": "4",
                     "persistent": "5", "backlog": "6", "recovery": "7",
                     "topology": "8", "topic": "9", "headers": "10", "bodies": "11",
-                    "bigbody": "11", "streams": "12", "stream": "12"}
-SCENARIO_GROUPS = {"scaling": ["8", "9", "10", "11"]}
+                    "bigbody": "11", "streams": "12", "stream": "12",
+                    "shovel": "13a", "shovels": "13a", "federation": "13b"}
+SCENARIO_GROUPS = {"scaling": ["8", "9", "10", "11"], "links": ["13a", "13b"],
+                   "13": ["13a", "13b"]}
 DEFAULT_BACKLOG = 1_000_000
+DEFAULT_LINK_BACKLOG = 100_000
+LINK_KINDS = ("shovel", "federation")
 
 
-def backlog_count(args) -> int:
-    return args.backlog_count or args.count or DEFAULT_BACKLOG
+def backlog_count(args, kind: str = "") -> int:
+    default = DEFAULT_LINK_BACKLOG if kind in LINK_KINDS else DEFAULT_BACKLOG
+    return args.backlog_count or args.count or default
 
 
 def fmt_count(n: int) -> str:
@@ -520,7 +604,7 @@ def fmt_count(n: int) -> str:
 
 
 def scenario_title(sc: Scenario, args) -> str:
-    title = sc.title.replace("{n}", fmt_count(backlog_count(args)))
+    title = sc.title.replace("{n}", fmt_count(backlog_count(args, sc.kind)))
     sizes = {"topology": args.topology_sizes, "topic": args.topic_bindings,
              "headers": args.headers_bindings}.get(sc.kind)
     if sc.kind == "bodies":
@@ -700,11 +784,14 @@ class ProcSet:
 
 
 def backlog_publish(ps: ProcSet, broker: Broker, sc: Scenario, queue: str, n: int,
-                    name: str = "pub") -> tuple[dict, float, float]:
+                    name: str = "pub", exchange: str = "") -> tuple[dict, float, float]:
     """Publish n persistent messages (plus the end marker) with confirms, nobody
-    consuming. Returns (publisher JSON, loadgen CPU s, broker CPU s)."""
+    consuming (to `queue`, or to `exchange` with `queue` as the routing key). Returns
+    (publisher JSON, loadgen CPU s, broker CPU s)."""
     popts = ["--routing-key", queue, "--size", sc.size, "--count", n,
              "--confirm", "--window", sc.window, "--persistent", "--confirm-timeout", 120]
+    if exchange:
+        popts += ["--exchange", exchange]
     cpu0 = group_cpu_seconds(broker.pid)
     h = ps.start(name, broker.port, "publish", *popts)
     pub, cpu = ps.finish(h, 120 + n / 2000.0, f"{broker.name}: publisher", ok_codes=(0, 3),
@@ -1430,9 +1517,272 @@ def run_streams(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
             cleanup_queue(broker, q)
 
 
+# --------------------------------------------------------------------------
+# links between two brokers (13): a dynamic shovel (a) and an exchange federation link (b)
+#
+# Broker A is the one under test in the main loop; B, its peer, is a second broker of the
+# same kind, started on first use and kept for the rest of the invocation (PEERS). Links
+# are created through each broker's management API (Warren: on its control socket; RabbitMQ:
+# the management plugin, which run.py enables with the shovel and federation plugins when
+# a scenario of 13 is selected). A loadgen `count` on B polls the destination queue's
+# depth every 10 ms; the time is from creating the shovel (a) or from starting the
+# publisher (b) until the queue holds every message and the end marker. Then B's queue is
+# drained by a checking consumer, as in 6.
+
+LINK_PLUGINS = ("rabbitmq_management", "rabbitmq_shovel", "rabbitmq_shovel_management",
+                "rabbitmq_federation", "rabbitmq_federation_management")
+PEERS: dict[str, Broker] = {}  # broker name -> its peer B
+FED_EXCHANGE = "fed.x"
+
+
+def peer_of(broker: Broker, args) -> Broker:
+    """Broker B for `broker` (A): started on first use, restarted if it died."""
+    peer = PEERS.get(broker.name)
+    if peer is not None and peer.alive():
+        return peer
+    if peer is not None:
+        log(f"{broker.name} B: died; last log lines:\n{peer.log_tail()}restarting it")
+        peer.stop()
+        peer.cleanup_tmp()
+    if isinstance(broker, RabbitMQ):
+        node, _, host = args.rabbitmq_nodename.partition("@")
+        peer = RabbitMQ(args, nodename=f"{node}-b@{host or 'localhost'}", plugins=LINK_PLUGINS)
+    else:
+        peer = Warren(args)
+    peer.name = f"{broker.name} B"
+    PEERS[broker.name] = peer
+    try:
+        peer.start()
+    except BrokerError as e:
+        peer.stop()
+        peer.cleanup_tmp()
+        del PEERS[broker.name]
+        raise RunError(f"the second broker did not start: {e}") from e
+    return peer
+
+
+def stop_peers() -> None:
+    for peer in PEERS.values():
+        try:
+            peer.stop()
+        except Exception as e:  # never leave a broker behind
+            log(f"{peer.name}: stop failed: {e}")
+        peer.cleanup_tmp()
+    PEERS.clear()
+
+
+def amqp_uri(broker: Broker) -> str:
+    return f"amqp://guest:guest@127.0.0.1:{broker.port}/%2f"
+
+
+def _q(name: str) -> str:
+    return urllib.parse.quote(name, safe="")
+
+
+def finish_depth(ps: ProcSet, h, brokers: list[Broker], what: str) -> dict:
+    """Wait for a started loadgen `count` (it bounds itself with --seconds), watching that
+    no broker dies meanwhile; returns its JSON."""
+    p = h[0]
+    while p.poll() is None:
+        for b in brokers:
+            if not b.alive():
+                kill_tree(p)
+                raise RunError(f"{b.name} exited during {what}; last log lines:\n{b.log_tail()}")
+        time.sleep(0.02)
+    info, _ = ps.finish(h, 5, what, ok_codes=(0, 1))
+    return info
+
+
+def link_move(ps: ProcSet, a: Broker, b: Broker, queue: str, n: int, start, what: str,
+              status=None) -> tuple[float, float, float]:
+    """Poll B's queue until it holds n messages and the end marker, after calling
+    start() (which creates the link or publishes). Returns (seconds from the call to
+    start() until then, A's and B's CPU seconds meanwhile). On a timeout, status()
+    (the link's state on the broker that runs it) goes into the error."""
+    timeout = 120 + n / 1000.0
+    h = ps.start(f"{what}-count", b.port, "count", "--queue", queue, "--count", n + 1,
+                 "--seconds", f"{timeout:.0f}", "--connect-timeout", 2)
+    cpu_a, cpu_b = group_cpu_seconds(a.pid), group_cpu_seconds(b.pid)
+    t0 = time.monotonic_ns()
+    start()
+    info = finish_depth(ps, h, [a, b], what)
+    cpu_a, cpu_b = group_cpu_seconds(a.pid) - cpu_a, group_cpu_seconds(b.pid) - cpu_b
+    if not info["reached"]:
+        state = ""
+        if status is not None:
+            try:
+                state = f"; link status: {json.dumps(status())[:500]}"
+            except RunError as e:
+                state = f"; link status unknown: {e}"
+        raise RunError(f"{what}: B's queue had {info['message_count']:,} of {n + 1:,} "
+                       f"messages after {timeout:.0f} s{state}")
+    return (info["t_done_ns"] - t0) / 1e9, cpu_a, cpu_b
+
+
+def check_drain(ps: ProcSet, broker: Broker, sc: Scenario, queue: str, n: int, args,
+                name: str, pub: dict, integ: Integrity) -> dict:
+    """Drain the destination queue with a checking consumer (every message exactly once)."""
+    cons, _, _ = backlog_drain(ps, broker, sc, queue, n, args, name)
+    integ.add(pub, cons)
+    log(f"{broker.name}: {name}: {cons['received']:,} delivered, missing {cons['missing']}, "
+        f"duplicates {cons['duplicates']}")
+    return cons
+
+
+def run_shovel(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
+    n = backlog_count(args, sc.kind)
+    a = broker
+    b = peer_of(broker, args)
+    tag = f"bench.s{sc.key}.{os.getpid()}.{run_no}"
+    queue = f"{tag}.q"
+    ps = ProcSet(tempfile.mkdtemp(prefix=f"bench-s{sc.key}-", dir=a.tmp))
+    result: dict = {"scenario": sc.key, "broker": broker.name, "run": run_no, "count": n}
+    integ = Integrity()
+    m: dict = {}
+    raw: dict = {}
+    shovels: list[tuple[Broker, str]] = []  # created and not yet deleted
+    t0 = time.monotonic()
+    try:
+        for x in (a, b):
+            run_setup(x.port, "--queue", queue, "--durable")
+        # push: the shovel runs on A (source local, destination B); pull: it runs on B
+        for variant, host, src, dest in (("push", a, "amqp://", amqp_uri(b)),
+                                         ("pull", b, amqp_uri(a), "amqp://")):
+            log(f"{a.name}: {variant}: publishing {n:,} messages to A")
+            pub, _, _ = backlog_publish(ps, a, sc, queue, n, f"{variant}-pub")
+            name = f"{tag}.{variant}"
+            value = {"src-protocol": "amqp091", "src-uri": src, "src-queue": queue,
+                     "dest-protocol": "amqp091", "dest-uri": dest, "dest-queue": queue,
+                     "ack-mode": "on-confirm"}
+            path = f"/parameters/shovel/%2F/{_q(name)}"
+
+            def create(host=host, path=path, name=name, value=value):
+                host.api("PUT", path, {"component": "shovel", "vhost": "/", "name": name,
+                                       "value": value})
+                shovels.append((host, path))
+
+            def status(host=host):
+                return host.api("GET", "/shovels/%2F")
+
+            log(f"{a.name}: {variant}: shovel on {'A' if host is a else 'B'} moving them to B")
+            secs, cpu_a, cpu_b = link_move(ps, a, b, queue, n, create, f"{variant}", status)
+            host.api("DELETE", path)
+            shovels.remove((host, path))
+            rate = n / secs
+            log(f"{a.name}: {variant}: {n:,} messages in {secs:.2f} s ({rate:,.0f} msg/s), "
+                f"CPU A {cpu_a:.1f} s, B {cpu_b:.1f} s")
+            cons = check_drain(ps, b, sc, queue, n, args, f"{variant}-cons", pub, integ)
+            left = queue_depth(a, queue)
+            if left:
+                log(f"{a.name}: {variant}: {left} messages left on A after the move")
+                integ.misrouted(left)
+            raw[variant] = {"pub": pub, "cons": cons, "seconds": secs,
+                            "broker_cpu_s": {"A": cpu_a, "B": cpu_b}}
+            m[f"s13_{variant}_rate"] = rate
+            m[f"s13_{variant}_cpu_a_s"] = cpu_a
+            m[f"s13_{variant}_cpu_b_s"] = cpu_b
+        result.update(metrics=m, moves=raw, integrity=integ.d, wall_s=time.monotonic() - t0,
+                      broker_cpu_s=sum(v["broker_cpu_s"]["A"] + v["broker_cpu_s"]["B"]
+                                       for v in raw.values()))
+        return result
+    finally:
+        ps.close(args.keep_tmp)
+        for host, path in shovels:
+            try:
+                if host.alive():
+                    host.api("DELETE", path)
+            except RunError as e:
+                log(f"{host.name}: cleanup failed: {e}")
+        for x in (a, b):
+            cleanup_queue(x, queue)
+
+
+def run_federation(sc: Scenario, broker: Broker, args, run_no: int) -> dict:
+    n = backlog_count(args, sc.kind)
+    a = broker
+    b = peer_of(broker, args)
+    tag = f"bench.s{sc.key}.{os.getpid()}.{run_no}"
+    queue = f"{tag}.q"  # on B, bound to fed.x with its name as the key
+    upstream, policy = f"{tag}.upstream", f"{tag}.policy"
+    ps = ProcSet(tempfile.mkdtemp(prefix=f"bench-s{sc.key}-", dir=a.tmp))
+    result: dict = {"scenario": sc.key, "broker": broker.name, "run": run_no, "count": n}
+    integ = Integrity()
+    made: list[str] = []  # API paths on B to delete afterwards
+    t0 = time.monotonic()
+    try:
+        run_setup(a.port, "--exchange", FED_EXCHANGE, "--exchange-type", "direct", "--durable")
+        run_setup(b.port, "--exchange", FED_EXCHANGE, "--exchange-type", "direct", "--durable",
+                  "--queue", queue, "--bind")
+        path = f"/parameters/federation-upstream/%2F/{_q(upstream)}"
+        b.api("PUT", path, {"component": "federation-upstream", "vhost": "/", "name": upstream,
+                            "value": {"uri": amqp_uri(a)}})
+        made.append(path)
+        path = f"/policies/%2F/{_q(policy)}"
+        b.api("PUT", path, {"pattern": "^" + FED_EXCHANGE.replace(".", "\\.") + "$",
+                            "apply-to": "exchanges",
+                            "definition": {"federation-upstream": upstream}})
+        made.append(path)
+        # The link must be running, and the binding on B known upstream, before the
+        # timed publish: wait for the status, then for one probe message to arrive.
+        deadline = time.monotonic() + 60
+        links: list = []
+        while not any(link.get("exchange") == FED_EXCHANGE and link.get("status") == "running"
+                      for link in links):
+            if time.monotonic() > deadline:
+                raise RunError(f"the federation link did not run within 60 s: "
+                               f"{json.dumps(links)[:500]}")
+            time.sleep(0.2)
+            links = b.api("GET", "/federation-links/%2F") or []
+        probe = ps.start("probe", a.port, "publish", "--exchange", FED_EXCHANGE,
+                         "--routing-key", queue, "--size", sc.size, "--count", 1,
+                         "--no-marker", "--confirm", "--persistent")
+        ps.finish(probe, 60, f"{a.name}: probe publisher")
+        info = finish_depth(ps, ps.start("probe-count", b.port, "count", "--queue", queue,
+                                         "--count", 1, "--seconds", 60),
+                            [a, b], "the probe")
+        if not info["reached"]:
+            raise RunError("a probe message published on A did not reach B's queue in 60 s")
+        run_setup(b.port, "--queue", queue, "--durable", "--purge")
+
+        log(f"{a.name}: federation: publishing {n:,} messages to {FED_EXCHANGE} on A")
+        pubs: list[dict] = []
+
+        def publish():
+            pubs.append(backlog_publish(ps, a, sc, queue, n, "pub", exchange=FED_EXCHANGE)[0])
+
+        secs, cpu_a, cpu_b = link_move(ps, a, b, queue, n, publish, "federation",
+                                       lambda: b.api("GET", "/federation-links/%2F"))
+        pub = pubs[0]
+        rate = n / secs
+        log(f"{a.name}: federation: published on A at {pub['rate']:,.0f} msg/s; all on B "
+            f"after {secs:.2f} s ({rate:,.0f} msg/s), CPU A {cpu_a:.1f} s, B {cpu_b:.1f} s")
+        cons = check_drain(ps, b, sc, queue, n, args, "cons", pub, integ)
+        m = {"s13_fed_rate": rate, "s13_fed_publish_rate": pub["rate"],
+             "s13_fed_cpu_a_s": cpu_a, "s13_fed_cpu_b_s": cpu_b}
+        result.update(metrics=m, pub=pub, cons=[cons], seconds=secs,
+                      broker_cpu_s=cpu_a + cpu_b, integrity=integ.d,
+                      wall_s=time.monotonic() - t0)
+        return result
+    finally:
+        ps.close(args.keep_tmp)
+        for path in reversed(made):
+            try:
+                if b.alive():
+                    b.api("DELETE", path)
+            except RunError as e:
+                log(f"{b.name}: cleanup failed: {e}")
+        for x, opts in ((a, ()), (b, ("--queue", queue))):
+            try:
+                if x.alive():
+                    run_setup(x.port, "--delete", "--exchange", FED_EXCHANGE, *opts, timeout=60)
+            except (RunError, subprocess.TimeoutExpired) as e:
+                log(f"{x.name}: cleanup failed: {e}")
+
+
 RUNNERS = {"flow": run_scenario, "backlog": run_backlog, "recovery": run_recovery,
            "topology": run_topology, "topic": run_exchange_scaling,
-           "headers": run_exchange_scaling, "bodies": run_bodies, "streams": run_streams}
+           "headers": run_exchange_scaling, "bodies": run_bodies, "streams": run_streams,
+           "shovel": run_shovel, "federation": run_federation}
 
 
 # metric name, unit, higher-is-better
@@ -1469,6 +1819,17 @@ METRICS = {
     "s12_rss_read_mb": ("b. broker peak RSS MB, 1 stream consumer", False),
     "s12_rss_read10_mb": ("c. broker peak RSS MB, 10 stream consumers", False),
     "s12_rss_read10_read": ("peak RSS, 10 stream consumers / 1", False),
+    # links (13)
+    "s13_push_rate": ("shovel on A (pushing to B): msg/s until B holds them all", True),
+    "s13_push_cpu_a_s": ("shovel on A: CPU s of A", False),
+    "s13_push_cpu_b_s": ("shovel on A: CPU s of B", False),
+    "s13_pull_rate": ("shovel on B (pulling from A): msg/s until B holds them all", True),
+    "s13_pull_cpu_a_s": ("shovel on B: CPU s of A", False),
+    "s13_pull_cpu_b_s": ("shovel on B: CPU s of B", False),
+    "s13_fed_rate": ("msg/s from the first publish on A until B holds them all", True),
+    "s13_fed_publish_rate": ("confirmed publish msg/s on A", True),
+    "s13_fed_cpu_a_s": ("CPU s of A (upstream)", False),
+    "s13_fed_cpu_b_s": ("CPU s of B (downstream, runs the link)", False),
 }
 
 
@@ -1612,19 +1973,21 @@ def parse_args(argv=None):
         description="Benchmark Warren against RabbitMQ (same machine, same run).")
     ap.add_argument("--target", choices=["warren", "rabbitmq", "both"], default="both")
     ap.add_argument("--scenario", action="append", default=[],
-                    help="scenario(s) to run: 1-12 or throughput,confirms,fanout,"
+                    help="scenario(s) to run: 1-12, 13a, 13b or throughput,confirms,fanout,"
                          "latency,persistent,backlog,recovery,topology,topic,headers,"
-                         "bodies,streams, 'scaling' (8-11) or 'all'; comma-separated or "
-                         "repeated (default: 1-7)")
+                         "bodies,streams,shovel,federation, 'scaling' (8-11), 'links' or "
+                         "13 (13a and 13b) or 'all'; comma-separated or repeated "
+                         "(default: 1-7)")
     ap.add_argument("--seconds", type=float, default=10.0,
                     help="publish duration per scenario and broker (default 10)")
     ap.add_argument("--count", type=int, default=0,
                     help="publish this many messages instead of --seconds "
                          "(throughput scenarios)")
     ap.add_argument("--backlog-count", type=int, default=0,
-                    help="messages in the backlog and recovery scenarios 6 and 7 and "
+                    help="messages in the backlog and recovery scenarios 6 and 7, "
                          "in the queue and stream of scenario 12 "
-                         f"(default: --count if given, else {DEFAULT_BACKLOG:,})")
+                         f"(default: --count if given, else {DEFAULT_BACKLOG:,}) and "
+                         f"moved between the brokers of 13 (default {DEFAULT_LINK_BACKLOG:,})")
     ap.add_argument("--rss-interval", type=float, default=0.1,
                     help="seconds between broker RSS samples in scenarios 6, 7, 11 "
                          "and 12 (default 0.1)")
@@ -1726,8 +2089,10 @@ def main(argv=None) -> int:
     load_start = os.getloadavg()[0]
     exit_code = 0
     try:
+        # Scenario 13 creates shovels and federation links through the management API.
+        plugins = LINK_PLUGINS if any(s.kind in LINK_KINDS for s in scenarios) else ()
         for t in targets:
-            b = Warren(args) if t == "warren" else RabbitMQ(args)
+            b = Warren(args) if t == "warren" else RabbitMQ(args, plugins=plugins)
             try:
                 b.start()
                 brokers[t] = b
@@ -1782,14 +2147,15 @@ def main(argv=None) -> int:
             except Exception as e:  # never leave a broker behind
                 log(f"{b.name}: stop failed: {e}")
             b.cleanup_tmp()
+        stop_peers()
         kill_all_children()
 
     if exit_code == 130 and not results:
         return exit_code
     print()
-    backlog = (f", backlog {backlog_count(args):,} msgs"
-               if any(s.kind in ("backlog", "recovery", "streams") for s in scenarios)
-               else "")
+    backlogs = sorted({backlog_count(args, s.kind) for s in scenarios
+                       if s.kind in ("backlog", "recovery", "streams", *LINK_KINDS)})
+    backlog = (f", backlog {' / '.join(f'{n:,}' for n in backlogs)} msgs" if backlogs else "")
     print(f"Warren vs RabbitMQ — {time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} CPUs, "
           f"{'%g s' % args.seconds if not args.count else '%d msgs' % args.count} per run"
           f"{backlog}, "

@@ -18,7 +18,7 @@ from rawamqp import (FRAME_BODY, FRAME_HEADER, FRAME_METHOD, HEARTBEAT, PROTOCOL
                      frame, method_payload, plain, start_ok_payload)
 
 CAPABILITIES = {"publisher_confirms", "exchange_exchange_bindings", "basic.nack", "consumer_cancel_notify",
-                "connection.blocked", "authentication_failure_close", "per_consumer_qos"}
+                "connection.blocked", "authentication_failure_close", "per_consumer_qos", "consumer_priorities"}
 
 
 # ------------------------------------------------------------------------ protocol header

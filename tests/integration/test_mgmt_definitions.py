@@ -15,8 +15,7 @@ from integration.test_mgmt_resources import Api, bad, expect
 pytestmark = pytest.mark.skipif(bool(EXTERNAL), reason="the comparison RabbitMQ node has no management plugin")
 
 # What RabbitMQ 3.10.8's GET /api/definitions gives for a small setup (written after one,
-# with topic permissions and global parameters; its federation upstream left out: Warren, like
-# a RabbitMQ without the federation plugin, refuses one).
+# with topic permissions and global parameters).
 RABBITMQ_EXPORT = {
     "rabbit_version": "3.10.8",
     "rabbitmq_version": "3.10.8",
@@ -116,8 +115,6 @@ def test_rabbitmq_export_imports(make_broker):
     assert (exported["topic_permissions"], exported["global_parameters"]) == (
         RABBITMQ_EXPORT["topic_permissions"], RABBITMQ_EXPORT["global_parameters"])
     assert api.get("/cluster-name").json() == {"name": "rabbit@example"}
-    # A federation upstream fails an import, as in a RabbitMQ without the plugin
-    # (tests/integration/test_parameters.py).
     assert [(u["name"], u["password_hash"], u["tags"]) for u in exported["users"]] == [
         (u["name"], u["password_hash"], u["tags"] if isinstance(u["tags"], list) else u["tags"].split(","))
         for u in RABBITMQ_EXPORT["users"]]

@@ -618,6 +618,12 @@ def test_every_route_is_in_the_matrix():
     exercised += [(m, p) for m in ("GET", "HEAD") for p in ("/shovels", "/shovels/X", "/shovels/vhost/X/X",
                                                              "/shovels/vhost/X/X/restart")]
     exercised += [("DELETE", "/shovels/vhost/X/X"), ("DELETE", "/shovels/vhost/X/X/restart")]
+    # The federation management plugin's: tested per tag in test_federation_links.py::test_who_may_see_links.
+    exercised += [(m, p) for m in ("GET", "HEAD") for p in ("/federation-links", "/federation-links/X",
+                                                             "/federation-links/state/down",
+                                                             "/federation-links/state/down/",
+                                                             "/federation-links/X/state/down")]
+    exercised += [("DELETE", "/federation-links/vhost/X/X/X/restart")]
     concrete = [(m, re.sub(r"\{[^}]*\}", "X", p)) for m, p in exercised]
     missing = []
     for info in pkgutil.iter_modules(api.__path__):

@@ -545,24 +545,6 @@ def test_valid_definitions(api, value):
     assert api.call("DELETE", f"/parameters/shovel/{q(vhost)}/good").status_code == 204
 
 
-@pytest.mark.skipif(bool(EXTERNAL), reason="Warren's refusals: RabbitMQ connects to other brokers")
-@pytest.mark.parametrize("uri,reason", [
-    ("amqp://localhost", "src-uri \"amqp://localhost\" names a host, user or port: Warren's shovels work within "
-                         "this broker only: use amqp:// or amqp:///VHOST"),
-    ("amqp://guest:guest@rabbit.example:5672/%2F", "src-uri \"amqp://guest:guest@rabbit.example:5672/%2F\" names a "
-     "host, user or port: Warren's shovels work within this broker only: use amqp:// or amqp:///VHOST"),
-    ("amqps://", "src-uri \"amqps://\": amqps is for connections to other brokers: Warren's shovels work within "
-                 "this broker only: use amqp:// or amqp:///VHOST"),
-    ("amqp://?heartbeat=5", "src-uri \"amqp://?heartbeat=5\" has a query: Warren's shovels work within this broker "
-                            "only: use amqp:// or amqp:///VHOST, without parameters"),
-])
-def test_other_brokers_are_refused(api, uri, reason):
-    r = put_shovel(api, "/", "remote", with_(src_uri=uri))
-    assert (r.status_code, r.json()) == (400, {"error": "bad_request", "reason": "Validation failed\n\n" + reason
-                                               + "\n"})
-    assert gone(api, "/", "remote")
-
-
 @pytest.mark.skipif(bool(EXTERNAL), reason="Warren's refusals (RabbitMQ takes them, then its shovel fails)")
 @pytest.mark.parametrize("value,reason", [
     (with_(src_protocol="amqp10", src_address="a"), "src-protocol amqp10: Warren's shovels speak AMQP 0-9-1 only"),

@@ -17,7 +17,7 @@ def test_handshake_and_capabilities():
     caps = start.server_properties["capabilities"]
     assert set(caps) == {"publisher_confirms", "exchange_exchange_bindings", "basic.nack",
                          "consumer_cancel_notify", "connection.blocked", "authentication_failure_close",
-                         "per_consumer_qos", "x-warren-record-batch"}
+                         "per_consumer_qos", "consumer_priorities", "x-warren-record-batch"}
     assert start.mechanisms == "PLAIN AMQPLAIN"
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from warren.amqp.codec import shortstr
 from warren.amqp.properties import encode_header
+from warren.amqp.uri import Direct, Network, UriError
 from warren.broker import ops, shovel
 from warren.broker.broker import Broker
 from warren.broker.metadata import commands as c
@@ -18,22 +19,39 @@ from .fake_transport import ManualScheduler
     ("amqp://", "/"), ("amqp:///%2F", "/"), ("amqp:///%2f", "/"), ("amqp:///vh", "vh"), ("AMQP:///a%20b", "a b"),
     ("amqp:///", ""),
 ])
-def test_local_uris(uri, vhost):
-    assert shovel.parse_uri("src-uri", uri) == (vhost, None)
+def test_uris_of_this_broker(uri, vhost):
+    assert shovel.parse_uri(uri) == Direct(vhost)
+
+
+@pytest.mark.parametrize("uri,endpoint", [
+    ("amqp://localhost", Network("localhost", 5672, "/")),
+    ("amqp://u:p%40ss@h:5673/%2Fv?heartbeat=5&connection_timeout=2000&unknown=1",
+     Network("h", 5673, "/v", "u", "p@ss", heartbeat=5, connection_timeout=2000)),
+    ("amqp://h/", Network("h", 5672, "")),  # (amqp_uri: "/" is the vhost "")
+    ("amqps://h?cacertfile=/ca.pem&verify=verify_peer&server_name_indication=disable",
+     Network("h", 5671, "/", tls={"cacertfile": "/ca.pem", "verify": "verify_peer", "server_name_indication": "disable"})),
+    ("amqp://[::1]:5672/v", Network("::1", 5672, "v")),
+])
+def test_uris_of_other_brokers(uri, endpoint):
+    assert shovel.parse_uri(uri) == endpoint
 
 
 @pytest.mark.parametrize("uri,error", [
-    ("amqp://localhost", 'src-uri "amqp://localhost" names a host, user or port: ' + shovel.LOCAL_ONLY),
-    ("amqp://u:p@/", 'src-uri "amqp://u:p@/" names a host, user or port: ' + shovel.LOCAL_ONLY),
-    ("amqp://:5672", 'src-uri "amqp://:5672" names a host, user or port: ' + shovel.LOCAL_ONLY),
-    ("amqp://?heartbeat=5", 'src-uri "amqp://?heartbeat=5" has a query: ' + shovel.LOCAL_ONLY
-     + ", without parameters"),
     ("http://x", '"http://x" not a valid URI: {{unexpected_uri_scheme,"http"},"http://x"}'),
     ("amqp", '"amqp" not a valid URI: {{unable_to_parse_uri,no_scheme},"amqp"}'),
     ("amqp:////", '"amqp:////" not a valid URI: {{invalid_vhost,"/"},"amqp:////"}'),
+    ("amqp://:5672", '"amqp://:5672" not a valid URI: {port_requires_host,"amqp://:5672"}'),
+    ("amqp://h:70000", '"amqp://h:70000" not a valid URI: {{port_out_of_range,70000},"amqp://h:70000"}'),
+    # (~p breaks a term longer than a line, indenting under its start)
+    ("amqp://h?heartbeat=x", '"amqp://h?heartbeat=x" not a valid URI: {{invalid_amqp_params_parameter,heartbeat,'
+                              '"x",[{"heartbeat","x"}],{not_an_integer,"x"}},\n' + " " * 41 + '"amqp://h?heartbeat=x"}'),
+    ("amqp://h?host=x", '"amqp://h?host=x" not a valid URI: {{parameter_unconfigurable_in_query,host,"x"},\n'
+                         + " " * 36 + '"amqp://h?host=x"}'),
 ])
-def test_other_uris(uri, error):
-    assert shovel.parse_uri("src-uri", uri) == (None, error)
+def test_uris_refused(uri, error):
+    with pytest.raises(UriError) as err:
+        shovel.parse_uri(uri)
+    assert err.value.reason == error
 
 
 def _broker(persister=None) -> tuple[Broker, ManualScheduler]:
@@ -64,7 +82,7 @@ def test_a_user_needs_permissions_in_the_uris_vhosts():
     with pytest.raises(shovel.ShovelError) as err:
         shovel.validate(broker, "s", value, user)
     assert err.value.errors == ['user "guest" may not connect to vhost "other"']
-    assert shovel.validate(broker, "s", value, None).dest_vhost == "other"  # (unchecked: an import)
+    assert shovel.validate(broker, "s", value, None).dest_uri == "amqp:///other"  # (unchecked: an import)
 
 
 def _publish(broker, queue: str, bodies, persistent=True):

@@ -85,6 +85,15 @@ _WIRE = {"byte": (b"b", _b), "unsignedbyte": (b"B", _B), "short": (b"s", _h), "u
          "float": (b"f", _f), "double": (b"d", _d), "timestamp": (b"T", _Q)}
 
 
+def typed_int(type_name: str, value: int) -> int:
+    """An integer that goes on the wire as the given AMQP type ("long": 'l', "short": 's'...),
+    where RabbitMQ checks a value's type (x-max-hops must be a long)."""
+    cls = {"byte": _byte, "unsignedbyte": _unsignedbyte, "short": _short, "unsignedshort": _unsignedshort,
+           "signedint": _signedint, "unsignedint": _unsignedint, "long": _long,
+           "unsignedlong": _unsignedlong}[type_name]
+    return cls(value)
+
+
 class _LongstrBytes(bytes):
     """A longstr ('S') that is not valid UTF-8: bytes like a byte array ('x'), but encoded
     back as a longstr."""

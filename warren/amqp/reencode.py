@@ -156,6 +156,23 @@ def set_table_value(fields: list[Field], key: bytes, value: bytes) -> list[Field
     return sort_fields(out)
 
 
+def prepend_table_header(fields: list[Field], key: bytes, table: bytes) -> list[Field]:
+    """rabbit_basic:prepend_table_header: the table (a typed 'F' value) put first in the
+    array header `key`; a `key` that is not an array is replaced, its value kept under
+    x-invalid-headers (set_invalid_header)."""
+    existing = lookup(fields, key)
+    prior = array_items(existing) if existing is not None and existing[:1] == b"A" else []
+    fields = set_table_value(fields, key, array_value([table, *prior]))
+    if existing is not None and existing[:1] != b"A":
+        invalid = lookup(fields, b"x-invalid-headers")
+        inner = table_fields(invalid[1:]) if invalid is not None and invalid[:1] == b"F" else []
+        earlier = lookup(inner, key)
+        values = [existing, *(array_items(earlier) if earlier is not None and earlier[:1] == b"A" else [])]
+        inner = set_table_value(inner, key, array_value(values))
+        fields = set_table_value(fields, b"x-invalid-headers", table_value(inner))
+    return fields
+
+
 def sort_fields(fields: list[Field]) -> list[Field]:
     """rabbit_misc:sort_field_table: a stable sort by key (bytes, as Erlang compares binaries)."""
     return sorted(fields, key=lambda f: f[0])

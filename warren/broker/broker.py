@@ -14,10 +14,11 @@ from .queue_flow import QueueFlow
 from .node_config import NodeConfig
 from .stats import NodeStats
 from .vhost import VHost
-from . import shovel
+from . import federation, shovel
 
 if TYPE_CHECKING:
     from .records import ConnectionHandle
+    from .shovel_links import ShovelLinks
     from ..store.persister import Persister
 
 @dataclass
@@ -39,6 +40,9 @@ class Broker:
     alarms: Alarms = field(default_factory=Alarms)
     # Timers for the model, injected by the server (None: no timers, e.g. in unit tests).
     scheduler: Scheduler | None = None
+    # Connections to other brokers for shovels' remote ends, injected by the server (None:
+    # this node makes none, e.g. in unit tests).
+    links: "ShovelLinks | None" = None
     # Writes what a reply promises before the reply leaves (definitions, message records).
     durability: Durability = field(init=False)
     # The queues that pressed their publishers during the read being handled (queue_flow.py).
@@ -88,6 +92,7 @@ class Broker:
             for queue in list(vhost.queues.values()):
                 queue.start_timers()
         shovel.start_all(self)  # (on the loop's next turn: every queue is recovered by then)
+        federation.start_all(self)
 
     def shutdown(self) -> None:
         """The server stops: queues save what they keep between writes (stream consumer offsets)."""

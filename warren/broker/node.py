@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from .node_config import NodeConfig
     from .ports import Scheduler
     from .records import ConnectionHandle
+    from .shovel_links import ShovelLinks
     from .stats import NodeStats
     from .vhost import VHost
 
@@ -51,6 +52,10 @@ class Node(Protocol):
     @property
     def scheduler(self) -> Scheduler | None:
         """Timers (None: no loop runs, e.g. in unit tests)."""
+
+    @property
+    def links(self) -> ShovelLinks | None:
+        """Opens shovels' ends on other brokers (None: this node makes no connections)."""
 
     @property
     def alarms(self) -> Alarms: ...

@@ -1,9 +1,10 @@
 """Runtime parameters, as RabbitMQ 3.10's rabbit_runtime_parameters with the components its
 core registers and no plugin's: per vhost, "vhost-limits" (the vhost's limits, see
 warren.broker.limits) and "operator_policy" (warren.broker.policy); "policy" is listed and read
-here but set through the policies only; and "shovel", the shovel plugin's dynamic shovels
-within this broker (warren.broker.shovel). Any other component - "federation-upstream" - is
-refused as RabbitMQ without its plugin refuses it ("component ... not found"), never stored.
+here but set through the policies only; "shovel", the shovel plugin's dynamic shovels
+(warren.broker.shovel); and "federation-upstream" and "federation-upstream-set", the
+federation plugin's (warren.broker.federation_upstreams). Any other component is refused as
+RabbitMQ without its plugin refuses it ("component ... not found"), never stored.
 
 Global parameters take any name and any JSON value; "cluster_name" names the broker (its
 announced name is the node's own without it). "internal_cluster_id" is
@@ -21,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from ..amqp.erlang import erl_json, erl_list
 from .limits import PARAMETER_NAME, LimitError, validate_vhost_limits, value_json
-from .metadata.commands import (CLUSTER_NAME, ClearGlobalParameter, ClearPolicy, SetGlobalParameter, SetPolicy,
-                                SetVHostLimits)
+from .metadata.commands import (CLUSTER_NAME, ClearFederationParameter, ClearGlobalParameter, ClearPolicy,
+                                SetFederationParameter, SetGlobalParameter, SetPolicy, SetVHostLimits)
 from .policy import Policy, PolicyError
-from . import shovel
+from . import federation_upstreams, shovel
 
 if TYPE_CHECKING:
     from .auth import User
@@ -63,6 +64,9 @@ def _of_vhost(vhost: VHost, component: str | None) -> list[dict]:
         out.extend(p.to_parameter(POLICY) for p in vhost.policies.values())
     if component in (None, shovel.COMPONENT):
         out.extend(shovel.parameters(vhost))
+    for (kind, name), value in vhost.federation.items():
+        if component in (None, kind):
+            out.append(parameter_json(vhost.name, kind, name, value))
     return out
 
 
@@ -101,6 +105,12 @@ def set_parameter(broker: Node, vhost: VHost, component: str, name: str, value: 
             return shovel.set_shovel(broker, vhost, name, value, user)
         except shovel.ShovelError as err:
             raise _validation_failed(err.errors) from None
+    if component in federation_upstreams.COMPONENTS:
+        try:
+            federation_upstreams.validate(component, name, value)
+        except federation_upstreams.UpstreamError as err:
+            raise _validation_failed(err.errors) from None
+        return broker.metadata.apply(SetFederationParameter(vhost.name, component, name, value))
     raise _validation_failed([f"component {component} not found"])
 
 
@@ -115,6 +125,8 @@ def clear_parameter(broker: Node, vhost: VHost, component: str, name: str) -> bo
         return broker.metadata.apply(ClearPolicy(vhost.name, name, operator=True))
     if component == shovel.COMPONENT:
         return shovel.clear_shovel(broker, vhost, name)
+    if component in federation_upstreams.COMPONENTS:
+        return broker.metadata.apply(ClearFederationParameter(vhost.name, component, name))
     if component == POLICY and name in vhost.policies:
         # RabbitMQ fails with a 500 and keeps the policy; refused with a reason here.
         raise ParameterError("policies may not be cleared using this method")

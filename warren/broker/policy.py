@@ -188,6 +188,32 @@ def _mirroring(definition: dict) -> str | None:
     return err
 
 
+# The federation plugin's keys (rabbit_federation_parameters): which upstreams federate an
+# exchange or queue (warren.broker.federation_upstreams).
+FEDERATION_KEYS = ("federation-upstream", "federation-upstream-set", "federation-upstream-pattern")
+
+
+def _federation(definition: dict) -> str | None:
+    """rabbit_federation_parameters:validate_policy: one of the keys, a string (a pattern
+    that compiles)."""
+    keys = [k for k in FEDERATION_KEYS if k in definition]
+    if len(keys) >= 2:
+        return ("cannot specify federation-upstream, federation-upstream-set "
+                "or federation-upstream-pattern together")
+    key = keys[0]
+    value = definition[key]
+    what = {"federation-upstream": "name", "federation-upstream-set": "set name",
+            "federation-upstream-pattern": "pattern name"}[key]
+    if not isinstance(value, str):
+        return f"{erl_json(value)} is not a valid federation upstream {what}"
+    if key == "federation-upstream-pattern":
+        try:
+            re.compile(value)
+        except re.error as err:
+            return f"could not compile pattern {value} to a regular expression. Error: {err}"
+    return None
+
+
 def _each_key(checks: dict[str, Check]) -> Callable[[dict], str | None]:
     """rabbit_policies:validate_policy/1: its keys in order, the first error."""
     def validate(definition: dict) -> str | None:
@@ -207,6 +233,7 @@ _VALIDATORS: tuple[tuple[frozenset[str], Callable[[dict], str | None]], ...] = (
     (frozenset({"queue-master-locator"}), _master_locator),
     (frozenset(_POLICIES), _each_key(_POLICIES)),
     (frozenset(_HA_KEYS), _mirroring),
+    (frozenset(FEDERATION_KEYS), _federation),
 )
 _OPERATOR_VALIDATORS = ((OPERATOR_KEYS, _each_key({k: _POLICIES[k] for k in OPERATOR_KEYS})),)
 

@@ -1,20 +1,25 @@
-"""Dynamic shovels within this broker: RabbitMQ's shovel plugin (runtime parameters of
-component "shovel", rabbit_shovel_parameters / rabbit_shovel_worker / rabbit_amqp091_shovel),
-for sources and destinations on this same broker only.
+"""Dynamic shovels: RabbitMQ's shovel plugin (runtime parameters of component "shovel",
+rabbit_shovel_parameters / rabbit_shovel_worker / rabbit_amqp091_shovel), between queues and
+exchanges of this broker or of other brokers.
 
 A shovel consumes from a queue (src-queue, or a server-named exclusive queue bound to
-src-exchange with src-exchange-key) as an internal consumer, with prefetch
-(src-prefetch-count) bounding what is in flight, and republishes each message through the
-operations layer (ops.route + ops.enqueue: routing, alternate exchanges, property checks,
-queue limits, durable writes), to dest-queue (through the default exchange), dest-exchange
-(+ dest-exchange-key) or, with neither, the exchange and routing key it was published with.
-No socket, no channel: the shovel is its own DeliverySink, Gate and SyncWaiter.
+src-exchange with src-exchange-key), with prefetch (src-prefetch-count) bounding what is in
+flight, and republishes each message to dest-queue (through the default exchange),
+dest-exchange (+ dest-exchange-key) or, with neither, the exchange and routing key it was
+published with. An end on this broker ("amqp://", "amqp:///VHOST") is an internal consumer
+or publisher of the operations layer (ops.consume, ops.publish: routing, alternate
+exchanges, property checks, queue limits, durable writes): no socket, the shovel is its own
+DeliverySink, Gate and SyncWaiter. An end whose URI names a host is an AMQP connection of
+its own, "Shovel NAME", opened through the node's ShovelLinks (warren.broker.shovel_links;
+the server's warren.server.remote_ends). A list of URIs is redundant brokers: one is picked
+at random at each (re)connect.
 
 ack-mode on-confirm (the default) acks the source only once the destination has the
-message as a publisher confirm would say so: for a persistent message in a durable queue,
-once its store batch is fsynced. A kill -9 at any instant therefore loses nothing (the
-source's copy is settled after the destination's is on disk; a message may be there twice,
-as in RabbitMQ). on-publish acks the source as soon as the message is enqueued; no-ack
+message as a publisher confirm says so: here, once its store batch is fsynced; on another
+broker, once it confirmed. A kill -9 of either side at any instant therefore loses nothing
+(the source's copy is settled after the destination's is safe; a message may arrive twice,
+as in RabbitMQ). A destination that is lost with publishes unconfirmed gives their sources'
+copies back. on-publish acks the source as soon as the message is published; no-ack
 consumes without acks.
 
 src-delete-after: "never" (the default); "queue-length": move as many messages as the
@@ -26,23 +31,22 @@ Deliveries are not forwarded from inside the queue's delivery loop: they are col
 forwarded on the next loop tick (the destination may be the source itself, or route back to
 it). Each tick ends with durability.flush(), as a connection's flush does.
 
-URIs: "amqp://" (vhost "/"), "amqp:///VHOST" (percent-encoded). A URI with a host (even
-localhost), user, port, query or another scheme is refused: Warren's shovels work within
-this broker only. AMQP 1.0 (src-protocol / dest-protocol amqp10) is refused.
+AMQP 1.0 (src-protocol / dest-protocol amqp10) is refused.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
 from ..amqp import reencode as rt
 from ..amqp.codec import shortstr
-from ..amqp.erlang import erl_json, erl_list, erl_string, erl_tuple
+from ..amqp.erlang import erl_json, erl_string
 from ..amqp.properties import FLAG_HEADERS
+from ..amqp.uri import Direct, Network, UriError, parse as parse_amqp_uri, remove_credentials
 from . import ops
 from .auth import User
 from .consumer import Consumer
@@ -50,12 +54,15 @@ from .credit import Credit
 from .errors import AMQPError
 from .metadata.commands import ClearShovel, SetShovel
 from .names import server_named
+from .parameter_validation import binary, boolean, enum, invalid_uri, is_int, is_number, number, proplist
 from .links import ConnectionLink, ExclusiveOwner
 from .shovel_config import DEFAULT_PREFETCH, DEFAULT_RECONNECT_DELAY, Config
 from ..store.settlement import Settlement
 
 if TYPE_CHECKING:
+    from ..amqp.message import Message
     from ..store.queued_message import QueuedMessage
+    from .shovel_links import Opened, RemoteDestination, RemoteSource, ShovelLinks
     from .node import Node
     from .ports import Timer
     from .vhost import VHost
@@ -88,7 +95,6 @@ _PROPERTY_BITS = {"content_type": 1 << 15, "content_encoding": 1 << 14, "deliver
                   "priority": 1 << 11, "correlation_id": 1 << 10, "reply_to": 1 << 9, "expiration": 1 << 8,
                   "message_id": 1 << 7, "timestamp": 1 << 6, "type": 1 << 5, "user_id": 1 << 4,
                   "app_id": 1 << 3, "cluster_id": 1 << 2}
-LOCAL_ONLY = "Warren's shovels work within this broker only: use amqp:// or amqp:///VHOST"
 
 
 class _CannotConnect(Exception):
@@ -104,37 +110,6 @@ class ShovelError(ValueError):
 
 
 # ================================================================== validation
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _number(key, value):
-    return None if _is_number(value) else f"{key} should be a number, actually was {erl_json(value)}"
-
-
-def _binary(key, value):
-    return None if isinstance(value, str) else f"{key} should be binary, actually was {erl_json(value)}"
-
-
-def _boolean(key, value):
-    return None if isinstance(value, bool) else f"{key} should be boolean, actually was {erl_json(value)}"
-
-
-def _enum(options):
-    def check(key, value):
-        if not isinstance(value, str):
-            return f"{key} should be binary, actually was {erl_json(value)}"
-        if value not in options:
-            return (f"{key} should be one of {erl_list([erl_json(o) for o in options])}, "
-                    f"actually was {erl_json(value)}")
-        return None
-    return check
-
-
 def _queue_name(key, value):
     """rabbit_parameter_validation:amqp091_queue_name, and Warren: not empty (RabbitMQ takes
     "" and the shovel then fails: a source of "" is no queue, a destination drops everything)."""
@@ -150,7 +125,7 @@ def _queue_name(key, value):
 
 def _short_binary(key, value):
     """A binary that must fit a shortstr (an exchange name or routing key)."""
-    error = _binary(key, value)
+    error = binary(key, value)
     if error is None and len(value.encode("utf-8", "surrogatepass")) > 255:
         return f"{key} should be at most 255 bytes, actually was {len(value.encode('utf-8', 'surrogatepass'))}"
     return error
@@ -159,50 +134,22 @@ def _short_binary(key, value):
 def _prefetch(key, value):
     """A number in RabbitMQ; Warren also wants what basic.qos can carry (RabbitMQ takes 1.5
     or -1 and its shovel then fails to start)."""
-    error = _number(key, value)
-    if error is None and not (_is_int(value) and 0 <= value <= 65535):
+    error = number(key, value)
+    if error is None and not (is_int(value) and 0 <= value <= 65535):
         return f"{key} should be an integer from 0 to 65535, actually was {erl_json(value)}"
     return error
 
 
 def _delete_after(key, value):
-    if value in ("never", "queue-length") or (_is_int(value) and value >= 0):
+    if value in ("never", "queue-length") or (is_int(value) and value >= 0):
         return None
     return (f'{key} should be a number greater than or equal to 0, "never" or "queue-length", '
             f"actually was {erl_json(value)}")
 
 
-def _terms(items) -> str:
-    return erl_list([("{" + erl_json(k) + "," + erl_json(v) + "}") if isinstance(k, str) else erl_json(k)
-                     for k, v in items])
-
-
-def _proplist(name: str, constraints: list, value) -> list[str]:
-    """rabbit_parameter_validation:proplist: the errors in RabbitMQ's order (unrecognised keys
-    first, then each constraint's, last constraint first). A JSON object or an empty list is
-    a proplist; anything else is "not a list" (RabbitMQ crashes, 500, on most of those)."""
-    if isinstance(value, list) and not value:
-        value = {}
-    if not isinstance(value, dict):
-        return [f"{name} not a list {erl_json(value)}"]
-    known = {c[0] for c in constraints}
-    results: list[str] = []
-    for key, check, mandatory in constraints:
-        if key in value:
-            error = check(key, value[key])
-            if error:
-                results[:0] = error if isinstance(error, list) else [error]
-        elif mandatory:
-            results.insert(0, f'Key "{key}" not found in {name}')
-    rest = sorted((k, v) for k, v in value.items() if k not in known)
-    if rest:
-        results.insert(0, f"Unrecognised terms {_terms(rest)} in {name}")
-    return results
-
-
 def _args(allowed):
     def check(key, value):
-        return _proplist(key, [(k, lambda _k, _v: None, False) for k in allowed], value) or None
+        return proplist(key, [(k, lambda _k, _v: None, False) for k in allowed], value) or None
     return check
 
 
@@ -210,57 +157,30 @@ def _properties(key, value):
     def prop(kind):
         def check(k, v):
             if kind == "str":
-                error = _binary(k, v)
+                error = binary(k, v)
                 if error is None and len(v.encode("utf-8", "surrogatepass")) > 255:
                     return f"{k} should be at most 255 bytes, actually was {len(v.encode('utf-8', 'surrogatepass'))}"
                 return error
-            error = _number(k, v)
+            error = number(k, v)
             limit = 255 if kind == "octet" else (1 << 64) - 1
-            if error is None and not (_is_int(v) and 0 <= v <= limit):
+            if error is None and not (is_int(v) and 0 <= v <= limit):
                 return f"{k} should be an integer from 0 to {limit}, actually was {erl_json(v)}"
             return error
         return check
-    return _proplist(key, [(k, prop(kind), False) for k, kind in PUBLISH_PROPERTIES], value) or None
+    return proplist(key, [(k, prop(kind), False) for k, kind in PUBLISH_PROPERTIES], value) or None
 
 
-def parse_uri(key: str, uri: str) -> tuple[str | None, str | None]:
-    """(vhost, None) for a URI of this broker, else (None, the error): RabbitMQ's text where
-    amqp_uri refuses it, Warren's where it names something else than this broker."""
-    scheme, sep, rest = uri.partition("://")
-    if not sep:
-        if ":" not in uri:
-            reason = "{unable_to_parse_uri,no_scheme}"
-        else:
-            return None, f'"{uri}" not a valid URI: {LOCAL_ONLY}'
-        return None, _not_valid(uri, reason)
-    if scheme.lower() not in ("amqp", "amqps"):
-        return None, _not_valid(uri, "{unexpected_uri_scheme," + erl_string(scheme) + "}")
-    cut = len(rest)
-    for mark in "/?#":
-        at = rest.find(mark)
-        if at != -1:
-            cut = min(cut, at)
-    authority, tail = rest[:cut], rest[cut:]
-    if authority:
-        return None, f'{key} "{uri}" names a host, user or port: {LOCAL_ONLY}'
-    if scheme.lower() == "amqps":
-        return None, f'{key} "{uri}": amqps is for connections to other brokers: {LOCAL_ONLY}'
-    if "?" in tail or "#" in tail:
-        return None, f'{key} "{uri}" has a query: {LOCAL_ONLY}, without parameters'
-    if not tail:
-        return "/", None
-    path = tail[1:]
-    if "/" in path:
-        return None, _not_valid(uri, "{invalid_vhost," + erl_string(path) + "}")
-    return unquote(path), None
-
-
-def _not_valid(uri: str, reason: str) -> str:
-    prefix = f'"{uri}" not a valid URI: '
-    return prefix + erl_tuple([reason, erl_string(uri)], len(prefix))
+def parse_uri(uri: str) -> Direct | Network:
+    """amqp_uri:parse; UriError with RabbitMQ's validation text."""
+    try:
+        return parse_amqp_uri(uri)
+    except UriError as err:
+        raise UriError(invalid_uri(uri, err.reason)) from None
 
 
 def _uri_check(broker: Node, user: User | None):
+    """rabbit_shovel_parameters:validate_uri: a URI or a non-empty list of them; a URI of
+    this broker (no host) needs a vhost that exists and that the user setting it may use."""
     def check(key, value):
         if isinstance(value, list):
             uris = value
@@ -270,18 +190,17 @@ def _uri_check(broker: Node, user: User | None):
             uris = [value]
         else:
             return f"{key} should be list, actually was {erl_json(value)}"
-        vhosts = []
         for uri in uris:
-            if not isinstance(uri, str):
-                return f"{key} should be binary, actually was {erl_json(uri)}"
-            vhost, error = parse_uri(key, uri)
-            if error:
-                return error
-            if user is not None and (vhost not in broker.vhosts or (user.name, vhost) not in broker.permissions):
-                return f'user "{user.name}" may not connect to vhost "{vhost}"'
-            vhosts.append(vhost)
-        if len(set(vhosts)) > 1:
-            return f"{key} names several vhosts ({', '.join(vhosts)}): a shovel of this broker needs one"
+            if not isinstance(uri, str):  # (validate_uri takes a non-binary for a list)
+                return f"{key} should be list, actually was {erl_json(uri)}"
+            try:
+                endpoint = parse_uri(uri)
+            except UriError as err:
+                return err.reason
+            if user is not None and isinstance(endpoint, Direct):
+                vhost = endpoint.vhost
+                if vhost not in broker.vhosts or (user.name, vhost) not in broker.permissions:
+                    return f'user "{user.name}" may not connect to vhost "{vhost}"'
         return None
     return check
 
@@ -306,16 +225,16 @@ def validate(broker: Node, name: str, value: Any, user: User | None) -> Config:
         elif sx and sq:
             errors.append("Cannot specify 'src-exchange' and 'src-queue'")
         delete_after = value.get("src-delete-after", value.get("delete-after"))
-        if _is_int(delete_after) and value.get("ack-mode") == "no-ack":
+        if is_int(delete_after) and value.get("ack-mode") == "no-ack":
             errors.append("Cannot specify 'no-ack' and numerical 'delete-after'")
         if "dest-exchange" in value and "dest-queue" in value:
             errors.append("Cannot specify 'dest-exchange' and 'dest-queue'")
     uri = _uri_check(broker, user)
     constraints = [
-        ("reconnect-delay", _number, False),
-        ("ack-mode", _enum(ACK_MODES), False),
-        ("src-protocol", _enum(PROTOCOLS), False),
-        ("dest-protocol", _enum(PROTOCOLS), False),
+        ("reconnect-delay", number, False),
+        ("ack-mode", enum(ACK_MODES), False),
+        ("src-protocol", enum(PROTOCOLS), False),
+        ("dest-protocol", enum(PROTOCOLS), False),
         ("src-uri", uri, True),
         ("src-exchange", _short_binary, False),
         ("src-exchange-key", _short_binary, False),
@@ -331,30 +250,26 @@ def validate(broker: Node, name: str, value: Any, user: User | None) -> Config:
         ("dest-exchange-key", _short_binary, False),
         ("dest-queue", _queue_name, False),
         ("dest-queue-args", _args(DECLARE_ARGS), False),
-        ("add-forward-headers", _boolean, False),
-        ("add-timestamp-header", _boolean, False),
-        ("dest-add-forward-headers", _boolean, False),
-        ("dest-add-timestamp-header", _boolean, False),
+        ("add-forward-headers", boolean, False),
+        ("add-timestamp-header", boolean, False),
+        ("dest-add-forward-headers", boolean, False),
+        ("dest-add-timestamp-header", boolean, False),
         ("publish-properties", _properties, False),
         ("dest-publish-properties", _properties, False),
     ]
-    errors.extend(_proplist(name, constraints, value))
+    errors.extend(proplist(name, constraints, value))
     if errors:
         raise ShovelError(errors)
     return _parse(value)
 
 
-def _first(uri) -> str:
-    return uri[0] if isinstance(uri, list) else uri
+def _uris(value) -> tuple[str, ...]:
+    return tuple(value) if isinstance(value, list) else (value,)
 
 
 def _parse(v: dict) -> Config:
-    src_uri, dest_uri = _first(v["src-uri"]), _first(v["dest-uri"])
-    src_vhost, _ = parse_uri("src-uri", src_uri)
-    dest_vhost, _ = parse_uri("dest-uri", dest_uri)
-    assert src_vhost is not None and dest_vhost is not None
     return Config(
-        src_uri=src_uri, src_vhost=src_vhost, dest_uri=dest_uri, dest_vhost=dest_vhost,
+        src_uris=_uris(v["src-uri"]), dest_uris=_uris(v["dest-uri"]),
         src_queue=v.get("src-queue"), src_exchange=v.get("src-exchange"),
         src_exchange_key=v.get("src-exchange-key", ""),
         src_queue_args=dict(v.get("src-queue-args") or {}), src_consumer_args=dict(v.get("src-consumer-args") or {}),
@@ -404,8 +319,8 @@ def vhost_deleted(broker: Node, vhost: VHost) -> None:
         shovel.stop()
     vhost.shovels.clear()
     for other in statuses(broker):
-        if other.active and vhost.name in (other.config.src_vhost, other.config.dest_vhost):
-            if other.config.src_vhost == vhost.name:
+        if other.active and vhost.name in (other.src_vhost, other.dest_vhost):
+            if other.src_vhost == vhost.name:
                 other.queue = None  # (its source went with the vhost: nothing to give back to)
             other._terminate("needed a restart", restart=True)
 
@@ -432,6 +347,18 @@ def _local_time(t: time.struct_time | None = None) -> str:
     return f"{t.tm_year}-{t.tm_mon:02d}-{t.tm_mday:02d} {t.tm_hour}:{t.tm_min:02d}:{t.tm_sec:02d}"
 
 
+class RemoteDelivery:
+    """A delivery from a source on another broker, until it is settled there."""
+
+    __slots__ = ("source", "tag", "message", "redelivered")
+
+    def __init__(self, source: RemoteSource, tag: int, message: Message, redelivered: bool):
+        self.source = source
+        self.tag = tag
+        self.message = message
+        self.redelivered = redelivered
+
+
 # ================================================================== the worker
 class Shovel:
     """One running dynamic shovel (rabbit_shovel_worker with rabbit_amqp091_shovel at both
@@ -455,9 +382,21 @@ class Shovel:
         self.exclusive_queue: Any = None  # the queue bound to src-exchange
         self.src_actor: ops.Actor | None = None
         self.dest_actor: ops.Actor | None = None
-        self.pending: list[QueuedMessage] = []  # delivered, to forward on the next tick
+        # The URIs of this start, picked from the lists; the vhosts of the ends on this broker.
+        self.src_uri, self.dest_uri = config.src_uri, config.dest_uri
+        self.src_vhost: str | None = None
+        self.dest_vhost: str | None = None
+        self.owner: ExclusiveOwner | None = None
+        # The ends on other brokers (warren.broker.shovel_links), while connected.
+        self.src_end: RemoteSource | None = None
+        self.dest_end: RemoteDestination | None = None
+        self.connecting = False  # an end on another broker is being opened
+        self._untried: dict[str, list[str]] = {"src": [], "dest": []}  # URIs not yet failed (empty: all)
+        self._quick_restart_at = -float("inf")  # when it last restarted at once (scheduler time)
+        self.attempts = 0        # opens started: an answer to an older one is stale
+        self.pending: list[QueuedMessage | RemoteDelivery] = []  # delivered, to forward on the next tick
         # on-confirm: (its settlement handle, message, its queue, its consumer) published, not yet acked.
-        self.inflight: deque[tuple[Settlement, QueuedMessage, Any, Consumer | None]] = deque()
+        self.inflight: deque[tuple[Settlement, QueuedMessage | RemoteDelivery, Any, Consumer | None]] = deque()
         self.remaining: int | None = None          # counts down to the autodelete (None: never)
         self.remaining_unacked: int | None = None  # deliveries still to take
         self.window = config.prefetch or DEFAULT_PREFETCH
@@ -469,7 +408,8 @@ class Shovel:
         self.forwarded = 0
 
     def describe(self) -> str:
-        return f"'{self.name}' in virtual host '{self.vhost}'"
+        """What its log lines name it."""
+        return f"Shovel '{self.name}' in virtual host '{self.vhost}'"
 
     # -------------------------------------------------------------- lifecycle
     def start_soon(self) -> None:
@@ -481,39 +421,138 @@ class Shovel:
             self._timer = scheduler.call_later(0, self._start)
 
     def _start(self) -> None:
+        """Connect both ends, the destination first (rabbit_shovel_worker's order), each
+        to one of its URIs picked at random."""
         self._timer = None
-        if self.stopped or self.active:
+        if self.stopped or self.active or self.connecting:
             return
+        c = self.config
+        # A URI that failed is not picked again until every one of its list has failed.
+        self.src_uri = random.choice(self._untried["src"] or c.src_uris)
+        self.dest_uri = random.choice(self._untried["dest"] or c.dest_uris)
+        src, dest = self._endpoint(self.src_uri), parse_uri(self.dest_uri)
+        self.src_vhost = src.vhost if isinstance(src, Direct) else None
+        self.dest_vhost = dest.vhost if isinstance(dest, Direct) else None
+        # Its own connection, as RabbitMQ's shovel has one (the owner of its exclusive queue).
+        self.owner = ExclusiveOwner.new(ConnectionLink(self.connection_name, "undefined", "undefined"))
+        if isinstance(dest, Direct):
+            if self._attempt(lambda: self._init_local_dest(dest.vhost)):
+                self._dest_ready(src)
+            return
+        links = self.broker.links
+        if links is None:
+            self._cannot_connect("this node makes no connections to other brokers")
+            return
+        self.connecting = True
+        attempt = self.attempts = self.attempts + 1
+
+        def opened(end, error):
+            self.connecting = False
+            if attempt != self.attempts or self.stopped:
+                if end is not None:
+                    end.close()
+                return
+            if error is not None:
+                self._link_failed("dest", dest, error)
+                return
+            self.dest_end = end
+            self._dest_ready(src)
+        links.open_destination(self, dest, c, opened)
+
+    def _dest_ready(self, src: Direct | Network) -> None:
+        if isinstance(src, Direct):
+            self._attempt(lambda: self._init_local_source(src.vhost))
+            return
+        links = self.broker.links
+        if links is None:
+            self._cannot_connect("this node makes no connections to other brokers")
+            return
+        self.connecting = True
+        attempt = self.attempts = self.attempts + 1
+
+        def opened(end, error):
+            self.connecting = False
+            if attempt != self.attempts or self.stopped:
+                if end is not None:
+                    end.close()
+                return
+            if error is not None:
+                self._link_failed("src", src, error)
+                return
+            self.src_end = end
+            self._source_started(end.queue_length)
+            self.broker.durability.flush()
+        self._open_source(links, src, opened)
+
+    def _open_source(self, links: ShovelLinks, endpoint: Network, opened: Opened) -> None:
+        links.open_source(self, endpoint, self.config, opened)
+
+    def _endpoint(self, uri: str) -> Direct | Network:
+        """The source URI's endpoint (validated already)."""
+        return parse_uri(uri)
+
+    @property
+    def connection_name(self) -> str:
+        """The name its connections have (RabbitMQ's connection_name client property)."""
+        return f"Shovel {self.name}"
+
+    def _attempt(self, step) -> bool:
+        """Run a step of the start on this broker; False if it failed (and was handled)."""
         try:
-            self._init()
+            step()
+            return True
         except _CannotConnect as err:
-            # RabbitMQ's worker cannot connect: it stops before reporting anything and is
-            # started again, so the shovel stays "starting" (until the vhost exists).
-            log.error("Shovel %s could not connect: %s", self.describe(), err)
-            self._halt()
-            self.state, self.reason, self.timestamp = "starting", None, _local_time()
-            self._retry()
+            self._cannot_connect(str(err))
         except AMQPError as err:
             # A declaration or the consume refused: RabbitMQ's channel is closed by the
             # broker and its worker ends ("needed a restart"), to start again after the delay.
-            log.error("Shovel %s could not start: %s %s", self.describe(), err.code, err.text)
+            log.error("%s could not start: %s %s", self.describe(), err.code, err.text)
             self._terminate("needed a restart", restart=True)
+        finally:
+            self.broker.durability.flush()
+        return False
+
+    def _cannot_connect(self, why: str) -> None:
+        """RabbitMQ's worker cannot connect: it stops before reporting anything and is
+        started again, so the shovel stays "starting" (until the vhost exists)."""
+        log.error("%s could not connect: %s", self.describe(), why)
+        self._halt()
+        self.state, self.reason, self.timestamp = "starting", None, _local_time()
+        self._retry()
+
+    def _link_failed(self, side: str, endpoint: Network, reason: str) -> None:
+        """An end on another broker could not be opened. As RabbitMQ's worker, it reports
+        nothing (the shovel stays "starting") and tries another URI of the list at once;
+        once every one has failed, it starts again as its supervisor restarts it."""
+        uri = self.src_uri if side == "src" else self.dest_uri
+        log.error("%s failed to connect (URI: %s): %s", self.describe(), remove_credentials(uri), reason)
+        self._halt()
+        self.state, self.reason, self.timestamp = "starting", None, _local_time()
+        uris = self.config.src_uris if side == "src" else self.config.dest_uris
+        left = [u for u in (self._untried[side] or uris) if u != uri]
+        self._untried[side] = left
+        if left:
+            self.start_soon()
+        else:
+            log.error("%s has no more URIs to try for connection", self.describe())
+            self._retry()
         self.broker.durability.flush()
 
-    def _init(self) -> None:
+    def _init_local_dest(self, vhost_name: str) -> None:
         c = self.config
-        broker = self.broker
-        src_vhost, dest_vhost = broker.vhosts.get(c.src_vhost), broker.vhosts.get(c.dest_vhost)
-        if src_vhost is None or dest_vhost is None:
-            missing = c.src_vhost if src_vhost is None else c.dest_vhost
-            raise _CannotConnect(f"access to target virtual host '{missing}' was refused (it does not exist)")
-        # Its own connection, as RabbitMQ's shovel has one (the owner of its exclusive queue).
-        owner = ExclusiveOwner.new(ConnectionLink(f"Shovel {self.name}", "undefined", "undefined"))
-        self.dest_actor = ops.Actor(broker, SHOVEL_USER, dest_vhost, owner, trusted=True)
-        src = self.src_actor = ops.Actor(broker, SHOVEL_USER, src_vhost, owner, trusted=True)
-        # init_dest, then init_source (rabbit_shovel_worker's order).
+        vhost = self.broker.vhosts.get(vhost_name)
+        if vhost is None:
+            raise _CannotConnect(f"access to target virtual host '{vhost_name}' was refused (it does not exist)")
+        self.dest_actor = ops.Actor(self.broker, SHOVEL_USER, vhost, self.owner, trusted=True)
         if c.dest_queue is not None:
             self._ensure_queue(self.dest_actor, c.dest_queue, c.dest_queue_args)
+
+    def _init_local_source(self, vhost_name: str) -> None:
+        c = self.config
+        vhost = self.broker.vhosts.get(vhost_name)
+        if vhost is None:
+            raise _CannotConnect(f"access to target virtual host '{vhost_name}' was refused (it does not exist)")
+        src = self.src_actor = ops.Actor(self.broker, SHOVEL_USER, vhost, self.owner, trusted=True)
         if c.src_queue is not None:
             self._ensure_queue(src, c.src_queue, c.src_queue_args)
             queue = ops.readable_queue(src, c.src_queue)
@@ -522,25 +561,32 @@ class Shovel:
             queue, _ = ops.declare_queue(src, "", exclusive=True)
             self.exclusive_queue = queue
             ops.bind(src, c.src_exchange, "queue", queue.name, c.src_exchange_key, {})
-        queue_name = queue.name
-        if c.delete_after == "queue-length":
-            # What a passive declare says now, as RabbitMQ asks (the exchange's new queue: 0).
-            self.remaining = queue.declare_ok_counts()[0]
-        elif _is_int(c.delete_after):
-            self.remaining = c.delete_after
-        self.remaining_unacked = self.remaining
-        if self.remaining == 0:
-            self._autodelete()
+        # What a passive declare says now, as RabbitMQ asks (the exchange's new queue: 0).
+        if not self._source_started(queue.declare_ok_counts()[0]):
             return
         no_ack = c.ack_mode == "no-ack"
         prefetch = 0 if no_ack else self.window
-        consumer = ops.consume(src, queue_name, server_named("amq.ctag-"), no_ack, False, c.src_consumer_args,
+        consumer = ops.consume(src, queue.name, server_named("amq.ctag-"), no_ack, False, c.src_consumer_args,
                                prefetch, Credit(), self, self)  # (no channel-wide prefetch)
         self.queue, self.consumer = consumer.queue, consumer
-        self.active = True
-        self.state, self.reason, self.timestamp = "running", None, _local_time()
-        log.info("Shovel %s is running: from %s to %s", self.describe(), self._source_text(), self._dest_text())
         queue.deliver_ready()
+
+    def _source_started(self, queue_length: int) -> bool:
+        """Both ends are up: running (False: nothing to move, the shovel deleted itself)."""
+        c = self.config
+        if c.delete_after == "queue-length":
+            self.remaining = queue_length
+        elif is_int(c.delete_after):
+            self.remaining = c.delete_after
+        self.remaining_unacked = self.remaining
+        self.active = True
+        if self.remaining == 0:
+            self._autodelete()
+            return False
+        self.state, self.reason, self.timestamp = "running", None, _local_time()
+        self._untried = {"src": [], "dest": []}
+        log.info("%s is running: from %s to %s", self.describe(), self._source_text(), self._dest_text())
+        return True
 
     def _ensure_queue(self, actor: ops.Actor, name: str, arguments: dict) -> None:
         """rabbit_shovel_parameters:ensure_queue: a passive declare, else a durable queue
@@ -554,17 +600,19 @@ class Shovel:
 
     def _source_text(self) -> str:
         c = self.config
+        where = f"vhost '{self.src_vhost}'" if self.src_vhost is not None else remove_credentials(self.src_uri)
         if c.src_queue is not None:
-            return f"queue '{c.src_queue}' in vhost '{c.src_vhost}'"
-        return f"exchange '{c.src_exchange}' (key '{c.src_exchange_key}') in vhost '{c.src_vhost}'"
+            return f"queue '{c.src_queue}' in {where}"
+        return f"exchange '{c.src_exchange}' (key '{c.src_exchange_key}') in {where}"
 
     def _dest_text(self) -> str:
         c = self.config
+        where = f"vhost '{self.dest_vhost}'" if self.dest_vhost is not None else remove_credentials(self.dest_uri)
         if c.dest_queue is not None:
-            return f"queue '{c.dest_queue}' in vhost '{c.dest_vhost}'"
+            return f"queue '{c.dest_queue}' in {where}"
         if c.dest_exchange is not None:
-            return f"exchange '{c.dest_exchange}' in vhost '{c.dest_vhost}'"
-        return f"the exchanges messages were published to, in vhost '{c.dest_vhost}'"
+            return f"exchange '{c.dest_exchange}' in {where}"
+        return f"the exchanges messages were published to, in {where}"
 
     def stop(self) -> None:
         """Stop for good: no more deliveries; what was delivered and not forwarded goes back
@@ -600,26 +648,46 @@ class Shovel:
         self.exclusive_queue = None
         if own is not None and not own.deleted:
             own.vhost.delete_queue(own)
+        # Ends on other brokers: closing the source's connection gives its unacked deliveries
+        # back there; the destination's unconfirmed publishes count as lost (their sources'
+        # copies here are given back).
+        self.attempts += 1  # (an open still under way is stale now)
+        self.connecting = False
+        src_end, dest_end = self.src_end, self.dest_end
+        self.src_end = self.dest_end = None
+        if src_end is not None:
+            src_end.close()
+        if dest_end is not None:
+            dest_end.close()
 
     def _cancel_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
-    def _terminate(self, reason: str, restart: bool) -> None:
-        """The worker ends abnormally: shown as terminated with the reason (~p of it), and
-        started again after reconnect-delay seconds when RabbitMQ's supervisor would."""
+    def _terminate(self, reason: str, restart: bool, as_term: bool = True) -> None:
+        """The worker ends abnormally: shown as terminated with the reason (~p of it, or
+        the term itself when `as_term` is False: it is one already), and started again after
+        reconnect-delay seconds when RabbitMQ's supervisor would."""
         self._halt()
-        self.state, self.reason, self.timestamp = "terminated", erl_string(reason), _local_time()
+        self.state, self.timestamp = "terminated", _local_time()
+        self.reason = erl_string(reason) if as_term else reason
         if restart:
             self._retry()
 
     def _retry(self) -> None:
+        """Start again as RabbitMQ's supervisor restarts the worker (permanent, restart
+        intensity 1): at once, unless it restarted at once less than reconnect-delay
+        seconds ago; then after reconnect-delay seconds."""
         delay = self.config.reconnect_delay
         scheduler = self.broker.scheduler
-        if not self.stopped and _is_int(delay) and delay > 0 and scheduler is not None:
+        if not self.stopped and is_number(delay) and delay > 0 and scheduler is not None:
             self._cancel_timer()
-            self._timer = scheduler.call_later(delay, self._restart)
+            now = scheduler.now()
+            quick = now - self._quick_restart_at >= delay
+            if quick:
+                self._quick_restart_at = now
+            self._timer = scheduler.call_later(0 if quick else delay, self._restart)
 
     def _restart(self) -> None:
         self._timer = None
@@ -632,7 +700,7 @@ class Shovel:
     def _autodelete(self) -> None:
         """The transfer is complete: the shovel deletes its own parameter (RabbitMQ's
         terminate({shutdown, autodelete}))."""
-        log.info("Shovel %s is stopping (it was configured to autodelete and transfer is completed)",
+        log.info("%s is stopping (it was configured to autodelete and transfer is completed)",
                  self.describe())
         self.stop()
         vhost = self.broker.vhosts.get(self.vhost)
@@ -665,8 +733,49 @@ class Shovel:
         if consumer is not self.consumer:
             return
         self.queue = None  # (deleted: nothing to give back to)
-        log.warning("Shovel %s: its source queue was deleted", self.describe())
+        log.warning("%s: its source queue was deleted", self.describe())
         self._terminate("needed a restart", restart=self.config.delete_after == "never")
+
+    # ------------------------------------------------ LinkUser (remote ends)
+    def remote_delivery(self, source: RemoteSource, delivery_tag: int, message: Message, redelivered: bool) -> None:
+        """A delivery from the source on another broker: forwarded on the next tick."""
+        if source is not self.src_end:
+            return  # (a stale link's: that broker gives it back when the link closes)
+        if self.remaining_unacked is not None:
+            if self.remaining_unacked <= 0:
+                # Past what it is to move (the prefetch let more come): back, unmoved.
+                if self.config.ack_mode != "no-ack":
+                    source.reject(delivery_tag)
+                return
+            self.remaining_unacked -= 1
+        self.pending.append(RemoteDelivery(source, delivery_tag, message, redelivered))
+        if self.config.ack_mode == "no-ack" and len(self.pending) >= self.window:
+            source.pause()  # (no prefetch bounds a consumer without acks)
+        self._schedule_tick()
+
+    def remote_closed(self, end: RemoteSource | RemoteDestination, reason: str) -> None:
+        """An end's connection failed: RabbitMQ's worker dies with the reason and is
+        restarted after reconnect-delay."""
+        if end is not self.src_end and end is not self.dest_end:
+            return
+        log.error("%s: the connection of its %s closed: %s", self.describe(),
+                  "source" if end is self.src_end else "destination", reason)
+        if "socket_closed_unexpectedly" in reason:
+            # (RabbitMQ's worker reports no status for a dropped socket: "starting" again)
+            self._halt()
+            self.state, self.reason, self.timestamp = "starting", None, _local_time()
+            self._retry()
+        else:
+            self._terminate(reason, restart=True, as_term=False)
+        self.broker.durability.flush()
+
+    def remote_cancelled(self, source: RemoteSource) -> None:
+        if source is self.src_end:
+            log.warning("%s: its source queue was deleted", self.describe())
+            self._terminate("needed a restart", restart=self.config.delete_after == "never")
+
+    def remote_writable(self) -> None:
+        self._reopen()
 
     def channel_details(self) -> dict:
         """What the management API shows as the channel of this consumer (RabbitMQ: the
@@ -683,7 +792,7 @@ class Shovel:
 
     def _tick(self) -> None:
         self._tick_timer = None
-        if self.pending and self.broker.alarms:
+        if self.pending and self.dest_end is None and self.broker.alarms:
             # A resource alarm blocks publishers: this one too, until it clears.
             self.delivering = False
             if not self._waiting_alarm:
@@ -709,19 +818,24 @@ class Shovel:
         except AMQPError as err:
             # RabbitMQ's destination channel is closed by the error and the worker stops
             # ("needed a restart"); what it had not forwarded goes back to the source.
-            log.error("Shovel %s is stopping: publishing failed with %s %s", self.describe(), err.code, err.text)
+            log.error("%s is stopping: publishing failed with %s %s", self.describe(), err.code, err.text)
             self.pending = pending[n:] + self.pending
             self._terminate("needed a restart", restart=True)
         else:
             for qm in pending[n:]:  # (the shovel stopped meanwhile: back to the source)
                 self._settle(qm, queue, consumer, ack=False)
-        if self.inflight:
+        if self.dest_end is not None and not self.dest_end.writable:
+            # Its socket's buffer is full: take nothing more until it drains (remote_writable).
+            self.delivering = False
+            if self.src_end is not None:
+                self.src_end.pause()
+        elif self.inflight:
             self._check_inflight()
         elif self.active:
             self._reopen()
         self.broker.durability.flush()
 
-    def _forward(self, qm: QueuedMessage) -> Settlement:
+    def _forward(self, qm: QueuedMessage | RemoteDelivery) -> Settlement:
         """Publish one message to the destination through the operations layer; what a
         confirm of it waits for (warren.store.settlement; REJECTED: refused)."""
         c = self.config
@@ -739,6 +853,8 @@ class Shovel:
         header = message.header
         if c.publish_properties or c.add_forward_headers or c.add_timestamp_header:
             header = self._header(header)
+        if self.dest_end is not None:
+            return self.dest_end.publish(route, header, message.body)
         assert self.dest_actor is not None
         ops.check_message_size(self.broker, len(message.body))
         # (unroutable: dropped, and confirmed, as RabbitMQ's publisher confirm says)
@@ -775,7 +891,7 @@ class Shovel:
         c = self.config
         info = [("shovelled-by", self.broker.cluster_name), ("shovel-type", "dynamic"),
                 ("shovel-name", self.name), ("shovel-vhost", self.vhost),
-                ("src-uri", c.src_uri), ("dest-uri", c.dest_uri)]
+                ("src-uri", remove_credentials(self.src_uri)), ("dest-uri", remove_credentials(self.dest_uri))]
         if c.src_queue is not None:
             info.append(("src-queue", c.src_queue))
         else:
@@ -786,23 +902,18 @@ class Shovel:
                 info.append((key, value))
         table = rt.table_value([(k.encode(), rt.longstr_value(v.encode("utf-8", "surrogateescape")))
                                 for k, v in info])
-        existing = rt.lookup(fields, b"x-shovelled")
-        prior = rt.array_items(existing) if existing is not None and existing[:1] == b"A" else []
-        fields = rt.set_table_value(fields, b"x-shovelled", rt.array_value([table, *prior]))
-        if existing is not None and existing[:1] != b"A":
-            # rabbit_basic:set_invalid_header: the value that was there is kept under
-            # x-invalid-headers.
-            invalid = rt.lookup(fields, b"x-invalid-headers")
-            inner = rt.table_fields(invalid[1:]) if invalid is not None and invalid[:1] == b"F" else []
-            earlier = rt.lookup(inner, b"x-shovelled")
-            values = [existing, *(rt.array_items(earlier) if earlier is not None and earlier[:1] == b"A" else [])]
-            inner = rt.set_table_value(inner, b"x-shovelled", rt.array_value(values))
-            fields = rt.set_table_value(fields, b"x-invalid-headers", rt.table_value(inner))
-        return fields
+        return rt.prepend_table_header(fields, b"x-shovelled", table)
 
     # ------------------------------------------------------------ settling
-    def _settle(self, qm: QueuedMessage, queue: Any, consumer: Consumer | None, ack: bool) -> None:
+    def _settle(self, qm: QueuedMessage | RemoteDelivery, queue: Any, consumer: Consumer | None, ack: bool) -> None:
         """Ack the source's copy, or give it back (requeue). No-ack deliveries are settled."""
+        if isinstance(qm, RemoteDelivery):
+            if self.config.ack_mode != "no-ack" and qm.source is self.src_end:
+                if ack:
+                    qm.source.ack(qm.tag)
+                else:
+                    qm.source.reject(qm.tag)
+            return  # (a closed link's: its broker has given it back)
         if consumer is None or consumer.no_ack:
             return
         if queue is None:
@@ -857,9 +968,12 @@ class Shovel:
         if not self.active or self._held_back or self._waiting_alarm:
             return
         taking = self.remaining_unacked is None or self.remaining_unacked > 0
-        self.delivering = taking and len(self.pending) < self.window
+        writable = self.dest_end is None or self.dest_end.writable
+        self.delivering = taking and writable and len(self.pending) < self.window
         if self.delivering and self.queue is not None:
             self.queue.deliver_ready()
+        if self.delivering and self.src_end is not None:
+            self.src_end.resume()
 
     def _hold_back(self) -> None:
         """The destination refused a message (x-overflow reject-publish): pause a moment
@@ -892,8 +1006,8 @@ class Shovel:
             out["reason"] = self.reason
         elif self.state == "running":
             c = self.config
-            out.update({"src_uri": c.src_uri, "src_protocol": "amqp091", "dest_protocol": "amqp091",
-                        "dest_uri": c.dest_uri})
+            out.update({"src_uri": remove_credentials(self.src_uri), "src_protocol": "amqp091",
+                        "dest_protocol": "amqp091", "dest_uri": remove_credentials(self.dest_uri)})
             if c.src_queue is not None:
                 out["src_queue"] = c.src_queue
             else:

@@ -15,10 +15,8 @@ DEFAULT_RECONNECT_DELAY = 5    # ?DEFAULT_RECONNECT_DELAY (seconds)
 class Config:
     """A validated shovel definition (rabbit_shovel_parameters:parse)."""
 
-    src_uri: str
-    src_vhost: str
-    dest_uri: str
-    dest_vhost: str
+    src_uris: tuple[str, ...]   # one picked at random at each (re)connect
+    dest_uris: tuple[str, ...]
     src_queue: str | None = None
     src_exchange: str | None = None
     src_exchange_key: str = ""
@@ -35,3 +33,11 @@ class Config:
     add_timestamp_header: bool = False
     publish_properties: dict = field(default_factory=dict)
     reconnect_delay: Any = DEFAULT_RECONNECT_DELAY
+
+    @property
+    def src_uri(self) -> str:
+        return self.src_uris[0]
+
+    @property
+    def dest_uri(self) -> str:
+        return self.dest_uris[0]

@@ -1,7 +1,7 @@
 """A virtual host: its exchanges and queues, and message routing between them."""
 
 import logging
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import access_refused, not_found, precondition_failed, resource_locked, rs
 from .exchanges import TYPES, Binding, DefaultExchange, Exchange
@@ -50,6 +50,11 @@ class VHost:
         self.limits: dict[str, int] | None = None
         # name -> warren.broker.shovel.Shovel: the vhost's "shovel" runtime parameters, running.
         self.shovels: dict = {}
+        # (component, name) -> value: the "federation-upstream" and "federation-upstream-set"
+        # parameters (warren.broker.federation_upstreams), and (exchange, upstream) ->
+        # warren.broker.federation.ExchangeLink: the federation links running here.
+        self.federation: dict[tuple[str, str], Any] = {}
+        self.federation_links: dict = {}
         for xname, xtype in PREDECLARED:
             self.exchanges[xname] = TYPES[xtype](self, xname, durable=True)
         # RabbitMQ's firehose tracer exchange exists in every vhost (internal: no publishing).

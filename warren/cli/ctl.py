@@ -1375,6 +1375,38 @@ def restart_shovel(ctx, args):
     _shovel_request(ctx, f"/shovels/vhost/{q(ctx.vhost)}/{q(name)}/restart")
 
 
+# the federation plugin's verbs (rabbitmq_federation 3.10.8's FederationStatus and
+# RestartFederationLink commands), over /api/federation-links
+
+@verb("federation_status", "federation_status [--only-down]", (0, None), options=("only-down",),
+      help="Displays federation link status")
+def federation_status(ctx, args):
+    ctx.out.info(f"Listing federation links on node {_node_name(ctx)}...")
+    links = ctx.api.get("/federation-links/state/down" if "only-down" in ctx.options else "/federation-links") or []
+    found = []
+    for link in links:
+        row = {"queue": "", "exchange": "", "upstream_queue": "", "upstream_exchange": "", "local_connection": "",
+               "error": ""}
+        row.update({k: v for k, v in link.items() if k not in ("timestamp", "node", "local_channel")})
+        row["last_changed"] = _shovel_timestamp(link.get("timestamp"))
+        found.append(dict(sorted(row.items())))
+    columns = list(found[0]) if found else []
+    ctx.out.table(columns, [[cell(k, v) for k, v in r.items()] for r in found], found)
+
+
+@verb("restart_federation_link", "restart_federation_link <link_id>", (1, 1),
+      help="Restarts a running federation link")
+def restart_federation_link(ctx, args):
+    (link_id,) = args
+    node = _node_name(ctx)
+    ctx.out.info(f"Restarting federation link {link_id}")
+    for link in ctx.api.get("/federation-links") or []:
+        if link.get("id") == link_id:
+            ctx.api.delete(f"/federation-links/vhost/{q(link['vhost'])}/{q(link_id)}/{q(node)}/restart")
+            return
+    raise Failed(f"Federation link with ID {link_id} is not running")
+
+
 # the resource alarms' settings (Warren-only API endpoints: rabbitmqctl reaches the node directly)
 
 # rabbitmqctl 3.10's units for absolute thresholds (RabbitMQ.CLI.Core.Memory), letter case as

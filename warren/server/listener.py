@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, NamedTuple, Protocol, Sequence
 
 from .memory import MemoryReclaimer, tune_memory
+from .remote_ends import RemoteEnds
 from .scheduler import LoopScheduler
 from .tls import HANDSHAKE_TIMEOUT, TLSServerProtocol
 from .transport import AMQPProtocol
@@ -62,6 +63,7 @@ class Server:
     async def start(self):
         self.loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
+        self.broker.links = RemoteEnds()
         self.broker.set_scheduler(LoopScheduler(self.loop, after=self.broker.durability.flush))
         tune_memory()
         self.reclaimer = MemoryReclaimer(self.loop)

@@ -113,6 +113,7 @@ CAPABILITIES = {
     "connection.blocked": True,
     "authentication_failure_close": True,
     "per_consumer_qos": True,
+    "consumer_priorities": True,  # (x-priority: what a federated queue's link relies on upstream)
     RECORD_BATCH: True,  # (Warren's own: stream record batches)
 }
 

@@ -220,6 +220,24 @@ class ClearShovel:
 
 
 @dataclass(frozen=True, slots=True)
+class SetFederationParameter:
+    """A "federation-upstream" or "federation-upstream-set" runtime parameter (validated): the
+    links that use it start again with it."""
+
+    vhost: str
+    component: str
+    name: str
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ClearFederationParameter:
+    vhost: str
+    component: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class SetGlobalParameter:
     """A global runtime parameter (cluster_name renames the node's cluster)."""
 
@@ -235,4 +253,4 @@ class ClearGlobalParameter:
 Command = (PutVHost | DeleteVHost | PutUser | DeleteUser | SetUserLimits | SetPermissions | ClearPermissions
            | SetTopicPermissions | ClearTopicPermissions | DeclareExchange | DeleteExchange | DeclareQueue
            | DeleteQueue | Bind | Unbind | SetPolicy | ClearPolicy | SetVHostLimits | SetShovel | ClearShovel
-           | SetGlobalParameter | ClearGlobalParameter)
+           | SetFederationParameter | ClearFederationParameter | SetGlobalParameter | ClearGlobalParameter)

@@ -23,7 +23,7 @@ from ..definitions import changes, export
 from ..errors import not_found
 from ..policy import apply_all
 from ..vhost import VHost
-from .. import shovel
+from .. import federation, shovel
 from . import commands as c
 
 if TYPE_CHECKING:
@@ -68,7 +68,13 @@ class MetadataStore:
     # ------------------------------------------------------------------ commands
     def apply(self, command: c.Command) -> Any:
         """Carry out a command; what it returns is the command's (see each handler)."""
-        return _HANDLERS[type(command)](self, command)
+        result = _HANDLERS[type(command)](self, command)
+        if type(command) in _FEDERATION_INPUTS:
+            vhost = self.vhosts.get(command.policy.vhost if isinstance(command, c.SetPolicy)
+                                    else command.vhost)  # type: ignore[union-attr]
+            if vhost is not None and (vhost.federation or vhost.federation_links):
+                federation.reconcile(self.broker, vhost)
+        return result
 
     def vhost(self, name: str) -> VHost:
         vhost = self.vhosts.get(name)
@@ -100,6 +106,7 @@ class MetadataStore:
             vhost.remove_queue(queue)
         del self.vhosts[cmd.name]
         shovel.vhost_deleted(self.broker, vhost)  # its shovel parameters go with it
+        federation.vhost_deleted(vhost)
         for exchange in vhost.exchanges.values():  # (their counts stay in the node's totals)
             self.broker.stats.retired.exchange_deleted(exchange)
         for key in [k for k in self.permissions if k[1] == cmd.name]:
@@ -247,6 +254,22 @@ class MetadataStore:
         self.record()
         return True
 
+    def _set_federation(self, cmd: c.SetFederationParameter) -> bool:
+        """Whether it is new."""
+        vhost = self.vhost(cmd.vhost)
+        key = (cmd.component, cmd.name)
+        new = key not in vhost.federation
+        vhost.federation[key] = cmd.value
+        self.record()
+        return new
+
+    def _clear_federation(self, cmd: c.ClearFederationParameter) -> bool:
+        vhost = self.vhosts.get(cmd.vhost)
+        if vhost is None or vhost.federation.pop((cmd.component, cmd.name), None) is None:
+            return False
+        self.record()
+        return True
+
     def _set_global(self, cmd: c.SetGlobalParameter) -> bool:
         """Whether it is new. A new cluster_name is announced by new connections."""
         created = cmd.name not in self.global_parameters
@@ -339,5 +362,11 @@ _HANDLERS: dict[type, Callable[[MetadataStore, Any], Any]] = {
     c.SetPolicy: MetadataStore._set_policy, c.ClearPolicy: MetadataStore._clear_policy,
     c.SetVHostLimits: MetadataStore._set_vhost_limits,
     c.SetShovel: MetadataStore._set_shovel, c.ClearShovel: MetadataStore._clear_shovel,
+    c.SetFederationParameter: MetadataStore._set_federation,
+    c.ClearFederationParameter: MetadataStore._clear_federation,
     c.SetGlobalParameter: MetadataStore._set_global, c.ClearGlobalParameter: MetadataStore._clear_global,
 }
+# The commands that may start, stop or change federation links (or their bindings).
+_FEDERATION_INPUTS = frozenset({c.SetPolicy, c.ClearPolicy, c.DeclareExchange, c.DeleteExchange, c.DeclareQueue,
+                                c.DeleteQueue, c.Bind, c.Unbind, c.SetFederationParameter,
+                                c.ClearFederationParameter})

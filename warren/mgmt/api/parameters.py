@@ -1,7 +1,6 @@
 """/api/parameters[/component[/vhost[/name]]] and /api/global-parameters[/name]: RabbitMQ's
-runtime parameters (warren.broker.parameters: the core's components and "shovel", this
-broker's dynamic shovels; "federation-upstream" is refused as RabbitMQ without its plugin
-refuses it)."""
+runtime parameters (warren.broker.parameters: the core's components, and the shovel and
+federation plugins' "shovel", "federation-upstream" and "federation-upstream-set")."""
 
 from aiohttp import web
 
