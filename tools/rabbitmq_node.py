@@ -31,6 +31,18 @@ As a library (bench/run.py uses it):
         connect(node.host, node.port)
         node.ctl("list_queues")             # rabbitmqctl -n <node> list_queues
 
+Crash tests kill the node as a crash would and start it again on the same ports and data
+(tests/crash):
+
+    node.kill()                             # kill -9 of the node's OS processes
+    node.restart()                          # the same node, ports and mnesia dir again
+    node.send_signal(signal.SIGSTOP)        # ... and SIGCONT: a node that hangs
+
+ports=f (f(n) gives n free ports) picks the node's ports instead of the kernel's ephemeral
+ones: a test restarting a killed node uses ports no outgoing connection can take meanwhile.
+host="ADDRESS" makes it listen on another local address than 127.0.0.1 (e.g. one that a
+network namespace reaches; with conf=["loopback_users = none"] guest may log in from there).
+
 As a command, to run the tests against RabbitMQ:
 
     python3 tools/rabbitmq_node.py run -- python3 -m pytest -q tests/integration
@@ -57,6 +69,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Callable
 
 __all__ = [
     "RabbitMQNode", "RabbitMQNodeError", "spawn", "kill_tree", "forget",
@@ -277,7 +290,7 @@ class RabbitMQNode:
                  rabbitmqctl: str | None = None, start_timeout: float = 60.0,
                  keep_tmp: bool = False, tmp_prefix: str = "rabbitmq-node-",
                  plugins: list[str] | tuple[str, ...] = (), conf: list[str] | tuple[str, ...] = (),
-                 log=_log):
+                 ports: Callable[[int], list[int]] = free_ports, host: str | None = None, log=_log):
         self.nodename = nodename or f"warren-test-{os.getpid()}@localhost"
         self.server = server or default_rabbitmq_bin("rabbitmq-server")
         self.rabbitmqctl = rabbitmqctl or default_rabbitmq_bin("rabbitmqctl")
@@ -287,6 +300,9 @@ class RabbitMQNode:
         self.log = log
         self.plugins = list(plugins)
         self.conf = list(conf)  # extra rabbitmq.conf lines
+        self.ports = ports  # n -> n free ports, for the node's
+        if host is not None:  # where it listens (AMQP and its HTTP plugins) and is reached
+            self.host = host
         self.port = 0
         self.mgmt_port = 0  # the management plugin's HTTP port, if it is enabled
         self.prometheus_port = 0  # the rabbitmq_prometheus plugin's, if it is enabled
@@ -386,7 +402,7 @@ class RabbitMQNode:
         if not self.keep_tmp:
             watchdog_send(f"d+{t}")
         mgmt = "rabbitmq_management" in self.plugins
-        self.port, self.dist_port, self.epmd_port, mgmt_port, prometheus_port = free_ports(5)
+        self.port, self.dist_port, self.epmd_port, mgmt_port, prometheus_port = self.ports(5)
         self.mgmt_port = mgmt_port if mgmt else 0
         self.prometheus_port = prometheus_port if "rabbitmq_prometheus" in self.plugins else 0
         self.logfile = os.path.join(t, "rabbitmq-server.out")
@@ -445,13 +461,53 @@ class RabbitMQNode:
                  f"(dist {self.dist_port}, epmd {self.epmd_port}, dir {t}"
                  + (f", management {self.mgmt_port}" if self.mgmt_port else "")
                  + (f", prometheus {self.prometheus_port}" if self.prometheus_port else "") + ")")
+        self._run_server()
+
+    def _run_server(self) -> None:
         try:
             with open(self.logfile, "ab") as lf:
-                self.proc = spawn([self.server], env=env, cwd=t, stdout=lf, stderr=lf)
+                self.proc = spawn([self.server], env=self.env, cwd=self.tmp, stdout=lf, stderr=lf)
         except OSError as e:
             raise RabbitMQNodeError(f"could not run {self.server}: {e}") from e
         self._wait_ready()
         self.log(f"rabbitmq: ready (RabbitMQ {self.version}, pid {self.proc.pid})")
+
+    # -- crashes (tests/crash)
+
+    def send_signal(self, sig: int) -> None:
+        """Send `sig` to every OS process of the node (the server's process group: beam and
+        its port programs; not epmd), e.g. SIGSTOP, then SIGCONT."""
+        if not self.alive():
+            raise RabbitMQNodeError("the node is not running")
+        os.killpg(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """kill -9 of the node, as a crash: no shutdown, nothing flushed. Its epmd, ports and
+        directory stay for restart()."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
+        forget(self.proc)
+        self.proc = None
+        self.log("rabbitmq: killed (SIGKILL)")
+
+    def restart(self) -> "RabbitMQNode":
+        """Start the node again after kill() (or after it died): the same name, ports,
+        cookie and mnesia directory, so it recovers what it had."""
+        if self.alive():
+            raise RabbitMQNodeError("the node is still running")
+        if not self.tmp or self.epmd is None:
+            raise RabbitMQNodeError("the node was never started, or was stopped: start() it")
+        if self.proc is not None:
+            forget(self.proc)
+            self.proc = None
+        self.log(f"rabbitmq: restarting node {self.nodename} on {self.host}:{self.port}")
+        self._run_server()
+        return self
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.start_timeout

@@ -1,0 +1,367 @@
+"""Dynamic shovels between brokers under faults: kill -9, SIGSTOP and network partitions, on
+every path (Warren -> Warren, Warren -> RabbitMQ, RabbitMQ -> Warren).
+
+Each scenario moves a durable source queue into a durable destination queue with a shovel
+running on a Warren broker (its parameter: ack-mode on-confirm, reconnect-delay 1,
+src-prefetch-count 100; "amqp://" for the shovel's own broker, a URI with host and port for the
+other), while a publisher publishes N uniquely numbered, persistent 1 KiB messages with
+confirms to the source. Mid-transfer, one broker is killed with SIGKILL and restarted on its
+port and data, or stopped (SIGSTOP) for seconds and continued, or cut off from the other by a
+partition of its network namespace and healed. Then the destination is drained, and the
+checker (links.py) counts what was lost (confirmed by the source, never arrived), unexpected
+(never published) or damaged: all 0. Duplicates are allowed, for deliveries not yet confirmed
+when a link died, and printed (pytest -s).
+
+The shovel's link must come back on its own, after reconnect-delay, also with a URI list whose
+first entry is a dead port (a broker picked at random at each connection).
+
+RabbitMQ 3.10.8 runs as a private node (tools/rabbitmq_node.py) with the shovel plugin, one for
+the module, killed and restarted on the same ports and mnesia directory. The last test runs the
+same harness with RabbitMQ's own shovel between two RabbitMQ nodes: what passes there is what
+Warren must do.
+
+Partitions: the shovel's Warren broker runs in a network namespace of its own, joined to the
+test's by a veth pair (links.Netns, which needs root); the other broker listens on the pair's
+address in the test's namespace. The links of the stop and partition scenarios use
+heartbeat=1, so that they die during the fault and must be made again.
+"""
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+import pytest
+import requests
+
+from conftest import free_port, scratch_dir
+
+from .links import (Collected, ConfirmedPublisher, Netns, amqp_uri, collect, declare, netns_unavailable,
+                    payload, tally, wait_depth)
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
+import rabbitmq_node  # noqa: E402  (tools/ is no package)
+
+N = 3000            # messages published per scenario
+RATE = 1000         # a second: publishing lasts 3 s, over the fault
+PREFETCH = 100
+PAUSE = 5.0         # seconds a broker stays stopped or cut off
+# Where RabbitMQ is missing these tests skip, except in CI, which installs it.
+RABBITMQ_REQUIRED = os.environ.get("CI") == "true" or os.environ.get("WARREN_REQUIRE_RABBITMQ") == "1"
+
+
+def _test_ports(n: int) -> list[int]:
+    """The test suite's ports (below the kernel's ephemeral range, conftest.free_port), so that
+    no client's connection takes a killed node's port before it is restarted."""
+    return [free_port() for _ in range(n)]
+
+
+# ------------------------------------------------------------------ the brokers
+class Warren:
+    """A Warren broker that a scenario kills (and restarts on its port and data dir), stops and
+    continues. host: where the test and the other broker reach it. In a network namespace
+    (netns), or also listening on addresses of the veth pair (listen), it takes guest's logins
+    from there, and its management API listens on host."""
+
+    def __init__(self, make_broker, *, host: str = "127.0.0.1", netns: Netns | None = None,
+                 listen: tuple[str, ...] = ()):
+        self.make_broker = make_broker
+        self.host = host
+        self.netns = netns
+        self.args: tuple[str, ...] = ()
+        if netns is not None or listen:
+            conf = os.path.join(scratch_dir("warren-link-"), "warren.conf")
+            with open(conf, "w") as f:
+                f.write(f"loopback_users = none\nmanagement.tcp.ip = {host}\nprometheus.tcp.port = 0\n")
+            addresses = (host,) if netns is not None else ("127.0.0.1", *listen)
+            self.args = ("--config", conf, *(a for address in addresses for a in ("--host", address)))
+        self.b = self._start()
+
+    def _start(self, **kwargs):
+        if self.netns is None:
+            return self.make_broker(*self.args, **kwargs)
+        b = self.make_broker(*self.args, wait=False, preexec_fn=self.netns.enter, **kwargs)
+        deadline = time.monotonic() + 15
+        while True:  # (start_broker's wait looks for it on 127.0.0.1, of this namespace)
+            assert b.proc.poll() is None, b.log()
+            try:
+                socket.create_connection((self.host, b.port), timeout=0.2).close()
+                return b
+            except OSError:
+                assert time.monotonic() < deadline, f"the broker in the namespace did not listen:\n{b.log()}"
+                time.sleep(0.05)
+
+    @property
+    def port(self) -> int:
+        return self.b.port
+
+    def uri(self, **query) -> str:
+        return amqp_uri(self.host, self.port, **query)
+
+    def put_shovel(self, name: str, value: dict) -> None:
+        r = requests.put(f"http://{self.host}:{self.b.mgmt_port}/api/parameters/shovel/%2F/{name}",
+                         json={"value": value}, auth=("guest", "guest"), timeout=30)
+        assert r.status_code in (201, 204), (r.status_code, r.text)
+
+    def kill(self) -> None:
+        self.b.proc.send_signal(signal.SIGKILL)
+        self.b.proc.wait()
+
+    def restart(self) -> None:
+        self.b = self._start(data_dir=self.b.data_dir, port=self.b.port)
+
+    def send_signal(self, sig: int) -> None:
+        self.b.proc.send_signal(sig)
+
+    def check_log(self) -> None:
+        assert "Traceback" not in self.b.log(), self.b.log()[-3000:]
+
+
+class Rabbit:
+    """The module's RabbitMQ node (tools/rabbitmq_node.py), as Warren above."""
+
+    def __init__(self, node):
+        self.node = node
+
+    @property
+    def host(self) -> str:
+        return self.node.host
+
+    @property
+    def port(self) -> int:
+        return self.node.port
+
+    def uri(self, **query) -> str:
+        return amqp_uri(self.host, self.port, **query)
+
+    def put_shovel(self, name: str, value: dict) -> None:
+        self.node.ctl("set_parameter", "shovel", name, json.dumps(value))
+
+    def kill(self) -> None:
+        self.node.kill()
+
+    def restart(self) -> None:
+        self.node.restart()
+
+    def send_signal(self, sig: int) -> None:
+        self.node.send_signal(sig)
+
+    def check_log(self) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def netns():
+    """The module's network namespace (None where it cannot make one)."""
+    if netns_unavailable():
+        yield None
+        return
+    ns = Netns()
+    try:
+        ns.create()
+    except RuntimeError as e:  # (e.g. a container without CAP_NET_ADMIN)
+        ns.close()
+        pytest.skip(f"cannot make a network namespace: {e}")
+    yield ns
+    ns.close()
+
+
+def _node(name: str, host: str) -> rabbitmq_node.RabbitMQNode:
+    return rabbitmq_node.RabbitMQNode(
+        f"{name}-{os.getpid()}@localhost", host=host, plugins=["rabbitmq_shovel"], ports=_test_ports,
+        # guest may connect from the namespace's address too
+        conf=["loopback_users = none"])
+
+
+def _need_rabbitmq() -> None:
+    server = rabbitmq_node.default_rabbitmq_bin("rabbitmq-server")
+    if not os.path.exists(server):
+        if RABBITMQ_REQUIRED:
+            pytest.fail(f"RabbitMQ is not installed ({server}); CI=true or WARREN_REQUIRE_RABBITMQ=1: "
+                        "these tests must run")
+        pytest.skip(f"RabbitMQ is not installed ({server})")
+
+
+@pytest.fixture(scope="module")
+def rabbit_node(netns):
+    """The module's RabbitMQ node, listening where the namespace's brokers reach it."""
+    _need_rabbitmq()
+    node = _node("warren-links", netns.root_addr if netns else "127.0.0.1")
+    node.start()
+    yield node
+    node.stop()
+
+
+@pytest.fixture
+def rabbit(rabbit_node):
+    if not rabbit_node.alive():  # (a failed test left it killed or stopped)
+        rabbit_node.restart()
+    rabbit_node.send_signal(signal.SIGCONT)
+    yield Rabbit(rabbit_node)
+
+
+# ------------------------------------------------------------------ the scenario
+class Scenario:
+    def __init__(self, source, dest, shovel_on, uid: str):
+        self.source, self.dest, self.shovel_on = source, dest, shovel_on
+        self.src_queue, self.dest_queue = f"links-src-{uid}", f"links-dest-{uid}"
+
+    def run(self, fault, *, dest_uri=None, query=None, what: str = "") -> None:
+        """Start the shovel and the publisher, run fault() mid-transfer, wait for every
+        confirmed message in the destination, and check."""
+        query = query or {}
+        source, dest = self.source, self.dest
+        declare(source.host, source.port, self.src_queue)
+        declare(dest.host, dest.port, self.dest_queue)
+        value = {"src-uri": "amqp://" if source is self.shovel_on else source.uri(**query),
+                 "src-queue": self.src_queue,
+                 "dest-uri": dest_uri or ("amqp://" if dest is self.shovel_on else dest.uri(**query)),
+                 "dest-queue": self.dest_queue,
+                 "ack-mode": "on-confirm", "reconnect-delay": 1, "src-prefetch-count": PREFETCH}
+        self.shovel_on.put_shovel("links", value)
+        publisher = ConfirmedPublisher(source.host, source.port, self.src_queue, N, rate=RATE)
+        publisher.start()
+        wait_depth(dest.host, dest.port, self.dest_queue, N // 20, timeout=30)  # the shovel moves
+        confirmed_before = len(publisher.confirmed)
+        started = time.monotonic()
+        fault()
+        fault_seconds = time.monotonic() - started
+        publisher.join(90)
+        assert not publisher.is_alive(), "the publisher did not finish"
+        assert 0 < confirmed_before < N, f"the fault came after {confirmed_before} confirms, not mid-publish"
+        got = collect((dest.host, dest.port), self.dest_queue, publisher.confirmed,
+                      source=(source.host, source.port, self.src_queue))
+        result = tally(publisher, got)
+        print(f"\n{what}: {result}; fault {fault_seconds:.1f} s, collected in {got.seconds:.1f} s, "
+              f"publisher connections {publisher.connections}")
+        result.check()
+        assert result.confirmed > N * 0.9, f"few confirms: {result}"
+        for broker in (source, dest):
+            broker.check_log()
+        return publisher
+
+
+def kill9(broker):
+    def fault():
+        broker.kill()
+        time.sleep(0.5)  # (the links notice)
+        broker.restart()
+    return fault
+
+
+def stop(broker):
+    def fault():
+        broker.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(PAUSE)
+        finally:
+            broker.send_signal(signal.SIGCONT)
+    return fault
+
+
+def partition(netns: Netns):
+    def fault():
+        netns.cut()
+        try:
+            time.sleep(PAUSE)
+        finally:
+            netns.heal()
+    return fault
+
+
+# ------------------------------------------------------------------ Warren -> Warren
+@pytest.mark.parametrize("fault", ["kill -9 the destination", "kill -9 the source", "SIGSTOP the destination"])
+def test_warren_to_warren(make_broker, uid, fault):
+    source, dest = Warren(make_broker), Warren(make_broker)
+    scenario = Scenario(source, dest, source, uid)
+    if fault == "kill -9 the destination":
+        scenario.run(kill9(dest), what=fault)
+    elif fault == "kill -9 the source":
+        # the shovel runs there: it comes back from the restarted broker's definitions
+        publisher = scenario.run(kill9(source), what=fault)
+        assert publisher.connections >= 2, "the publisher never saw the source die"
+    else:
+        scenario.run(stop(dest), query={"heartbeat": 1}, what=fault)
+
+
+def test_a_uri_list_starting_with_a_dead_broker(make_broker, uid):
+    """dest-uri [dead port, the destination]: each (re)connection picks one at random; one to
+    the dead port fails, and the link tries again after reconnect-delay."""
+    source, dest = Warren(make_broker), Warren(make_broker)
+    dead = f"amqp://guest:guest@127.0.0.1:{free_port()}/%2f"
+    Scenario(source, dest, source, uid).run(kill9(dest), dest_uri=[dead, dest.uri()],
+                                            what="a dead URI first, kill -9 the destination")
+
+
+# ------------------------------------------------------------------ Warren <-> RabbitMQ
+@pytest.mark.parametrize("fault", ["kill -9", "SIGSTOP"])
+def test_warren_to_rabbitmq(make_broker, rabbit, uid, fault):
+    source = Warren(make_broker)
+    scenario = Scenario(source, rabbit, source, uid)
+    if fault == "kill -9":
+        scenario.run(kill9(rabbit), what="Warren -> RabbitMQ, kill -9 RabbitMQ")
+    else:
+        scenario.run(stop(rabbit), query={"heartbeat": 1}, what="Warren -> RabbitMQ, SIGSTOP RabbitMQ")
+
+
+@pytest.mark.parametrize("fault", ["kill -9", "SIGSTOP"])
+def test_rabbitmq_to_warren(make_broker, rabbit, uid, fault):
+    dest = Warren(make_broker)
+    scenario = Scenario(rabbit, dest, dest, uid)
+    if fault == "kill -9":
+        publisher = scenario.run(kill9(rabbit), what="RabbitMQ -> Warren, kill -9 RabbitMQ")
+        assert publisher.connections >= 2, "the publisher never saw the source die"
+    else:
+        scenario.run(stop(rabbit), query={"heartbeat": 1}, what="RabbitMQ -> Warren, SIGSTOP RabbitMQ")
+
+
+# ------------------------------------------------------------------ partitions
+@pytest.mark.parametrize("path", ["Warren -> Warren", "Warren -> RabbitMQ", "RabbitMQ -> Warren"])
+def test_a_partition(make_broker, netns, request, uid, path):
+    """The shovel's Warren runs in its own network namespace; the link to the other broker is
+    cut for PAUSE seconds, mid-transfer, and healed."""
+    if netns is None:
+        pytest.skip(f"no network namespace: {netns_unavailable()}")
+    shovel_on = Warren(make_broker, host=netns.ns_addr, netns=netns)
+    if path == "Warren -> Warren":
+        other = Warren(make_broker, host=netns.root_addr, listen=(netns.root_addr,))
+    else:
+        other = request.getfixturevalue("rabbit")
+    source, dest = (shovel_on, other) if path.startswith("Warren ->") else (other, shovel_on)
+    Scenario(source, dest, shovel_on, uid).run(partition(netns), query={"heartbeat": 1},
+                                               what=f"{path}, partition")
+
+
+# ------------------------------------------------------------------ the harness on RabbitMQ
+def test_the_harness_with_rabbitmqs_shovel(rabbit, uid):
+    """RabbitMQ -> RabbitMQ with RabbitMQ's own shovel (on the source node), kill -9 of the
+    destination: the scenario passes there, so what fails on Warren is Warren's."""
+    node = _node("warren-links-src", rabbit.host)
+    node.start()
+    try:
+        source = Rabbit(node)
+        Scenario(source, rabbit, source, uid).run(kill9(rabbit), what="RabbitMQ's shovel, kill -9 the destination")
+    finally:
+        node.stop()
+
+
+def test_the_checker_counts():
+    """What the scenarios assert is 0 is counted: a confirmed id that never arrived is lost
+    (an unconfirmed one is not), an id never published is unexpected, a second copy is a
+    duplicate, another body is damage."""
+    publisher = ConfirmedPublisher("127.0.0.1", 1, "q", 4)  # (never started)
+    publisher.attempted = ["a", "b", "c", "d"]
+    publisher.confirmed = ["a", "b", "c"]
+    got = Collected([("a", payload("a")), ("c", payload("a")), ("a", payload("a")), ("x", payload("x")),
+                     (None, b"")])
+    result = tally(publisher, got)
+    assert (result.lost, result.unexpected, result.duplicated, result.damaged) == (
+        ["b"], ["x", None], {"a": 1}, ["c"])
+    assert str(result) == ("4 published, 3 confirmed, 5 received: 1 lost, 2 unexpected, 1 duplicated (1 ids), "
+                           "1 damaged")
+    with pytest.raises(AssertionError, match="1 lost"):
+        result.check()
+    publisher.confirmed = ["a"]
+    tally(publisher, Collected([("a", payload("a")), ("a", payload("a"))])).check()
