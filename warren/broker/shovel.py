@@ -429,6 +429,7 @@ class Shovel:
         self._timer = None
         if self.stopped or self.active or self.connecting:
             return
+        self.delivering = True  # (a failed start halted it)
         c = self.config
         # A URI that failed is not picked again until every one of its list has failed.
         self.src_uri = random.choice(self._untried["src"] or c.src_uris)
