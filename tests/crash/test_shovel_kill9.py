@@ -24,6 +24,9 @@ Partitions: the shovel's Warren broker runs in a network namespace of its own, j
 test's by a veth pair (links.Netns, which needs root); the other broker listens on the pair's
 address in the test's namespace. The links of the stop and partition scenarios use
 heartbeat=1, so that they die during the fault and must be made again.
+
+A broker restarted after kill -9 must still have both queues (a durable queue lost at a restart
+fails as that, not as lost messages), and on a failure the brokers' logs are printed.
 """
 
 import json
@@ -33,12 +36,13 @@ import socket
 import sys
 import time
 
+import pika
 import pytest
 import requests
 
 from conftest import free_port, scratch_dir
 
-from .links import (Collected, ConfirmedPublisher, Netns, amqp_uri, collect, declare, netns_unavailable,
+from .links import (Collected, ConfirmedPublisher, Netns, amqp_uri, collect, declare, depth, netns_unavailable,
                     payload, tally, wait_depth)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
@@ -118,6 +122,9 @@ class Warren:
     def check_log(self) -> None:
         assert "Traceback" not in self.b.log(), self.b.log()[-3000:]
 
+    def log_tail(self) -> str:
+        return "".join(self.b.log().splitlines(keepends=True)[-40:])
+
 
 class Rabbit:
     """The module's RabbitMQ node (tools/rabbitmq_node.py), as Warren above."""
@@ -151,10 +158,22 @@ class Rabbit:
     def check_log(self) -> None:
         pass
 
+    def log_tail(self) -> str:
+        """Its log's last lines (of every start: the node appends to it)."""
+        path = os.path.join(self.node.tmp or "", "log", f"{self.node.nodename}.log")
+        try:
+            with open(path, errors="replace") as f:
+                return "".join(f.readlines()[-60:])
+        except OSError as e:
+            return f"(no log: {e})"
+
+
+_netns_refused: list[str] = []  # why the module has no namespace, if it tried to make one
+
 
 @pytest.fixture(scope="module")
 def netns():
-    """The module's network namespace (None where it cannot make one)."""
+    """The module's network namespace (None where it cannot make one: the partitions skip)."""
     if netns_unavailable():
         yield None
         return
@@ -163,7 +182,9 @@ def netns():
         ns.create()
     except RuntimeError as e:  # (e.g. a container without CAP_NET_ADMIN)
         ns.close()
-        pytest.skip(f"cannot make a network namespace: {e}")
+        _netns_refused.append(str(e))
+        yield None
+        return
     yield ns
     ns.close()
 
@@ -208,10 +229,18 @@ class Scenario:
         self.source, self.dest, self.shovel_on = source, dest, shovel_on
         self.src_queue, self.dest_queue = f"links-src-{uid}", f"links-dest-{uid}"
 
-    def run(self, fault, *, dest_uri=None, query=None, what: str = "") -> None:
+    def run(self, fault, *, dest_uri=None, query=None, what: str = "") -> ConfirmedPublisher:
         """Start the shovel and the publisher, run fault() mid-transfer, wait for every
-        confirmed message in the destination, and check."""
-        query = query or {}
+        confirmed message in the destination, and check. On a failure the brokers' logs say
+        what they did (pytest shows what was printed)."""
+        try:
+            return self._run(fault, dest_uri, query or {}, what)
+        except BaseException:
+            for role, broker in (("source", self.source), ("destination", self.dest)):
+                print(f"\n--- the {role}'s log ---\n{broker.log_tail()}")
+            raise
+
+    def _run(self, fault, dest_uri, query: dict, what: str) -> ConfirmedPublisher:
         source, dest = self.source, self.dest
         declare(source.host, source.port, self.src_queue)
         declare(dest.host, dest.port, self.dest_queue)
@@ -228,6 +257,11 @@ class Scenario:
         started = time.monotonic()
         fault()
         fault_seconds = time.monotonic() - started
+        for broker, queue in ((source, self.src_queue), (dest, self.dest_queue)):
+            try:  # (a broker that lost a durable queue at its restart fails here, not as "lost")
+                depth(broker.host, broker.port, queue)
+            except pika.exceptions.ChannelClosedByBroker as e:
+                raise AssertionError(f"{type(broker).__name__} lost the durable queue {queue} at its restart: {e}")
         publisher.join(90)
         assert not publisher.is_alive(), "the publisher did not finish"
         assert 0 < confirmed_before < N, f"the fault came after {confirmed_before} confirms, not mid-publish"
@@ -323,7 +357,7 @@ def test_a_partition(make_broker, netns, request, uid, path):
     """The shovel's Warren runs in its own network namespace; the link to the other broker is
     cut for PAUSE seconds, mid-transfer, and healed."""
     if netns is None:
-        pytest.skip(f"no network namespace: {netns_unavailable()}")
+        pytest.skip(f"no network namespace: {netns_unavailable() or _netns_refused}")
     shovel_on = Warren(make_broker, host=netns.ns_addr, netns=netns)
     if path == "Warren -> Warren":
         other = Warren(make_broker, host=netns.root_addr, listen=(netns.root_addr,))
