@@ -5,7 +5,8 @@ their data-samples and data-latest attributes).
 
 One module, one browser and one broker, tests in file order (xdist hands a module to one
 worker): refused logins, login, the overview, a queue made, published to, read back and
-deleted through the forms, then 10,000 queues through the API's pagination. Every test ends
+deleted through the forms, 10,000 queues through the API's pagination, then moves, and the
+Admin page's shovel and federation sections as each tag sees them. Every test ends
 with the browser's console checked: any SEVERE entry fails it (but the 401s a refused login
 is answered with)."""
 
@@ -568,8 +569,8 @@ def test_messages_are_moved_to_another_queue(chrome, base, ui_broker, user, tags
 
 
 def test_a_management_user_is_offered_only_what_it_may_do(chrome, base, ui_broker):
-    """A user tagged management alone: no Admin, no Definitions, no Move (a shovel parameter),
-    and no call the API would refuse it (a 401 or 403 in the console fails the test)."""
+    """A user tagged management alone: no Admin (no shovels nor federation links), no
+    Definitions, no Move (a shovel parameter), and no call the API would refuse it (a 401 or 403 in the console fails the test)."""
     http, user = ui_broker.http, "ui-management"
     http.put(f"{ui_broker.api}/users/{user}", json={"password": "pw", "tags": "management"}).raise_for_status()
     http.put(f"{ui_broker.api}/permissions/%2F/{user}",
@@ -584,7 +585,256 @@ def test_a_management_user_is_offered_only_what_it_may_do(chrome, base, ui_broke
     open_page(chrome, base, f"#/queues/%2F/{quote(queue, safe='')}")
     wait(chrome, lambda: visible(chrome, "#get-submit"), message="no queue page")
     assert not chrome.find_elements("css selector", "#move-destination")
+    # Nor the shovels' and federation links' status or parameters, even at #/admin.
+    open_page(chrome, base, "#/admin")
+    wait(chrome, lambda: by_css(chrome, "#main h1").text == "Admin", message="no Admin page")
+    assert not chrome.find_elements("css selector", "#main section")
     time.sleep(1.5)  # a refresh or two at 1 s: their calls are checked too
     no_error_shown(chrome)
     by_css(chrome, "#logout").click()
     wait(chrome, lambda: visible(chrome, "#login-form"), message="no login form after logging out")
+
+
+# ------------------------------------------------------------------ shovels and federation
+def log_in_as(chrome, base, ui_broker, user, tags, vhosts=("/",)) -> None:
+    """Make `user` (password "pw", `tags`, every permission in `vhosts`), log in as them and
+    refresh every second."""
+    http = ui_broker.http
+    http.put(f"{ui_broker.api}/users/{user}", json={"password": "pw", "tags": tags}).raise_for_status()
+    for vhost in vhosts:
+        http.put(f"{ui_broker.api}/permissions/{quote(vhost, safe='')}/{user}",
+                 json={"configure": ".*", "write": ".*", "read": ".*"}).raise_for_status()
+    log_in(chrome, base, user, "pw")
+    wait(chrome, lambda: visible(chrome, "#nav"), message=f"{user} is not logged in")
+    set_value(chrome, "#refresh-interval", "1000")
+
+
+def log_out(chrome) -> None:
+    by_css(chrome, "#logout").click()
+    wait(chrome, lambda: visible(chrome, "#login-form"), message="no login form after logging out")
+
+
+def row_cells(driver, table_id, row_selector) -> dict | None:
+    """A row of a table as {column title: cell text}, read at once (the tables are replaced at
+    each refresh); None if there is no such row."""
+    return driver.execute_script("""
+        const table = document.getElementById(arguments[0]);
+        const row = table && table.querySelector(arguments[1]);
+        if (!row) return null;
+        const titles = [...table.querySelectorAll('thead th')].map(th => th.textContent);
+        return Object.fromEntries([...row.cells].map((td, i) => [titles[i], td.innerText.trim()]));""",
+                                 table_id, row_selector)
+
+
+def click_in_row(driver, table_id, row_selector, text) -> None:
+    """Click a row's button, found and clicked at once (in the page, between two refreshes)."""
+    wait(driver, lambda: driver.execute_script("""
+        const table = document.getElementById(arguments[0]);
+        const row = table && table.querySelector(arguments[1]);
+        const button = row && [...row.querySelectorAll('button')].find(b => b.textContent === arguments[2]);
+        if (button) button.click();
+        return !!button;""", table_id, row_selector, text), message=f"no {text} button in {table_id} {row_selector}")
+
+
+def restarted(driver, table_id, row_selector, field, running) -> None:
+    """Click the row's Restart and see its "Last changed" move on (a second later: the
+    timestamps count seconds), its `field` back at `running`."""
+    before = row_cells(driver, table_id, row_selector)["Last changed"]
+    time.sleep(1.1)
+    click_in_row(driver, table_id, row_selector, "Restart")
+    wait(driver, lambda: (cells := row_cells(driver, table_id, row_selector)) is not None
+         and cells["Last changed"] != before and cells[field] == running,
+         message=f"{row_selector} was not restarted: {row_cells(driver, table_id, row_selector)}")
+
+
+def test_an_administrator_adds_restarts_and_deletes_shovels_through_the_forms(chrome, base, ui_broker, console):
+    """Shovel Management's form makes the shovel parameters RabbitMQ's UI would (checked
+    through the API), Shovel Status shows the shovel running (and it moves messages), Restart
+    starts it again, Delete in either list deletes it; a refused form shows the API's reason."""
+    import pika
+
+    http = ui_broker.http
+    log_in_as(chrome, base, ui_broker, "ui-links-admin", "administrator")
+    open_page(chrome, base, "#/admin")
+    wait(chrome, lambda: visible(chrome, "#add-shovel-form") and visible(chrome, "#shovels-table"),
+         message="no shovel sections on the Admin page")
+    accept_confirms(chrome)
+
+    # No source queue nor exchange: refused, with the API's reason shown.
+    console.allow(r"/api/parameters/shovel/.* status of 400")
+    set_value(chrome, "#add-shovel-name", "ui-incomplete")
+    set_value(chrome, "#add-shovel-dest-name", "anywhere")
+    by_css(chrome, "#add-shovel-submit").click()
+    wait(chrome, lambda: visible(chrome, "#error"), message="no error for a shovel without a source")
+    reason = by_css(chrome, "#error").text
+    assert "src-queue" in reason or "src-exchange" in reason, reason
+    assert http.get(f"{ui_broker.api}/parameters/shovel/%2F/ui-incomplete").status_code == 404
+
+    # Queue to queue within the broker.
+    source, destination = f"shovel-from-{RUN_ID}", f"shovel-to-{RUN_ID}"
+    set_value(chrome, "#add-shovel-name", "ui-shovel")
+    set_value(chrome, "#add-shovel-src-name", source)
+    set_value(chrome, "#add-shovel-dest-name", destination)
+    set_value(chrome, "#add-shovel-prefetch", "10")
+    set_value(chrome, "#add-shovel-reconnect-delay", "1")
+    set_value(chrome, "#add-shovel-ack-mode", "on-publish")
+    by_css(chrome, "#add-shovel-submit").click()
+    row = '[data-name="ui-shovel"][data-vhost="/"]'
+    wait(chrome, lambda: (row_cells(chrome, "shovels-table", row) or {}).get("State") == "running",
+         message="ui-shovel is not running in Shovel Status")
+    no_error_shown(chrome)
+    assert http.get(f"{ui_broker.api}/parameters/shovel/%2F/ui-shovel").json()["value"] == {
+        "src-uri": "amqp://", "src-queue": source, "dest-uri": "amqp://", "dest-queue": destination,
+        "src-prefetch-count": 10, "src-delete-after": "never", "dest-add-forward-headers": False,
+        "reconnect-delay": 1, "ack-mode": "on-publish"}
+    status = row_cells(chrome, "shovels-table", row)
+    assert status["Source"].split() == ["amqp://", source, "queue"], status
+    assert status["Destination"].split() == ["amqp://", destination, "queue"], status
+    managed = row_cells(chrome, "shovel-parameters-table", row)
+    assert (managed["Prefetch"], managed["Reconnect delay"], managed["Ack mode"], managed["Delete after"]) == \
+        ("10", "1 s", "on-publish", "never"), managed
+    conn = pika.BlockingConnection(ui_broker.pika_params())
+    ch = conn.channel()
+    for i in range(3):
+        ch.basic_publish("", source, b"shovelled %d" % i)
+    conn.close()
+    wait(chrome, lambda: http.get(f"{ui_broker.api}/queues/%2F/{destination}").json().get("messages") == 3,
+         message="the shovel did not move the messages")
+
+    restarted(chrome, "shovels-table", row, "State", "running")
+    click_in_row(chrome, "shovels-table", row, "Delete")
+    wait(chrome, lambda: row_cells(chrome, "shovels-table", row) is None, message="ui-shovel is still listed")
+    assert http.get(f"{ui_broker.api}/parameters/shovel/%2F/ui-shovel").status_code == 404
+    assert chrome.execute_script("return window.__confirms") == [
+        "Restart shovel ui-shovel?", "Delete shovel ui-shovel?"]
+
+    # From an exchange with a key, to an exchange through either of two URIs, deleted after
+    # five messages; then deleted through Shovel Management.
+    set_value(chrome, "#add-shovel-name", "ui-shovel-x")
+    set_value(chrome, "#add-shovel-src-kind", "exchange")
+    set_value(chrome, "#add-shovel-src-name", "amq.topic")
+    set_value(chrome, "#add-shovel-src-key", "ui.#")
+    set_value(chrome, "#add-shovel-dest-uri", "amqp:///%2F amqp://")
+    set_value(chrome, "#add-shovel-dest-kind", "exchange")
+    set_value(chrome, "#add-shovel-dest-name", "amq.fanout")
+    set_value(chrome, "#add-shovel-delete-after", "count")
+    set_value(chrome, "#add-shovel-delete-after-count", "5")
+    set_value(chrome, "#add-shovel-forward-headers", "true")
+    for field in ("prefetch", "reconnect-delay"):
+        by_css(chrome, f"#add-shovel-{field}").clear()
+    set_value(chrome, "#add-shovel-ack-mode", "on-confirm")
+    by_css(chrome, "#add-shovel-submit").click()
+    row = '[data-name="ui-shovel-x"][data-vhost="/"]'
+    wait(chrome, lambda: row_cells(chrome, "shovel-parameters-table", row), message="ui-shovel-x is not listed")
+    no_error_shown(chrome)
+    assert http.get(f"{ui_broker.api}/parameters/shovel/%2F/ui-shovel-x").json()["value"] == {
+        "src-uri": "amqp://", "src-exchange": "amq.topic", "src-exchange-key": "ui.#",
+        "dest-uri": ["amqp:///%2F", "amqp://"], "dest-exchange": "amq.fanout", "src-delete-after": 5,
+        "dest-add-forward-headers": True, "ack-mode": "on-confirm"}
+    managed = row_cells(chrome, "shovel-parameters-table", row)
+    assert managed["Source"].split() == ["amqp://", "amq.topic", ":", "ui.#", "exchange"], managed
+    assert managed["Destination"].split() == ["amqp:///%2F", "amqp://", "amq.fanout", "exchange"], managed
+    assert managed["Forward headers"] == "yes" and managed["Delete after"] == "5", managed
+    click_in_row(chrome, "shovel-parameters-table", row, "Delete")
+    wait(chrome, lambda: row_cells(chrome, "shovel-parameters-table", row) is None,
+         message="ui-shovel-x is still listed")
+    assert http.get(f"{ui_broker.api}/parameters/shovel/%2F/ui-shovel-x").status_code == 404
+    no_error_shown(chrome)
+    log_out(chrome)
+
+
+def test_an_administrator_federates_an_exchange_through_the_forms(chrome, base, ui_broker):
+    """Federation Upstreams' form makes the upstream parameter (another vhost of this broker,
+    reached through its port), the policy form federates an exchange with it, Federation
+    Status shows the link running and restarts it, and deleting the upstream ends the link."""
+    http = ui_broker.http
+    upstream_vhost, exchange = f"ui-upstream-{RUN_ID}", f"ui-federated-{RUN_ID}"
+    http.put(f"{ui_broker.api}/vhosts/{upstream_vhost}").raise_for_status()
+    http.put(f"{ui_broker.api}/permissions/{upstream_vhost}/guest",
+             json={"configure": ".*", "write": ".*", "read": ".*"}).raise_for_status()
+    http.put(f"{ui_broker.api}/exchanges/%2F/{exchange}", json={"type": "topic"}).raise_for_status()
+    log_in_as(chrome, base, ui_broker, "ui-links-admin", "administrator")
+    open_page(chrome, base, "#/admin")
+    wait(chrome, lambda: visible(chrome, "#add-upstream-form") and visible(chrome, "#federation-links-table"),
+         message="no federation sections on the Admin page")
+    accept_confirms(chrome)
+
+    uri = f"amqp://guest:guest@127.0.0.1:{ui_broker.port}/{upstream_vhost}"
+    set_value(chrome, "#add-upstream-name", "ui-up")
+    set_value(chrome, "#add-upstream-uri", uri)
+    set_value(chrome, "#add-upstream-max-hops", "2")
+    set_value(chrome, "#add-upstream-expires", "600000")
+    set_value(chrome, "#add-upstream-message-ttl", "60000")
+    set_value(chrome, "#add-upstream-prefetch", "50")
+    set_value(chrome, "#add-upstream-reconnect-delay", "1")
+    set_value(chrome, "#add-upstream-trust-user-id", "true")
+    by_css(chrome, "#add-upstream-submit").click()
+    row = '[data-name="ui-up"][data-vhost="/"]'
+    wait(chrome, lambda: row_cells(chrome, "federation-upstreams-table", row), message="ui-up is not listed")
+    no_error_shown(chrome)
+    assert http.get(f"{ui_broker.api}/parameters/federation-upstream/%2F/ui-up").json()["value"] == {
+        "uri": uri, "max-hops": 2, "expires": 600000, "message-ttl": 60000, "prefetch-count": 50,
+        "reconnect-delay": 1, "ack-mode": "on-confirm", "trust-user-id": True}
+    listed = row_cells(chrome, "federation-upstreams-table", row)
+    assert listed["URI"] == f"amqp://guest:[redacted]@127.0.0.1:{ui_broker.port}/{upstream_vhost}", listed
+    assert (listed["Max hops"], listed["Expires"], listed["Trust user id"]) == ("2", "600000 ms", "yes"), listed
+
+    set_value(chrome, "#add-policy-name", "ui-federate")
+    set_value(chrome, "#add-policy-pattern", f"^{exchange}$")
+    set_value(chrome, "#add-policy-apply-to", "exchanges")
+    set_value(chrome, "#add-policy-definition", "federation-upstream=ui-up")
+    by_css(chrome, "#add-policy-submit").click()
+    link = f'[data-upstream="ui-up"][data-vhost="/"][data-target="{exchange}"]'
+    wait(chrome, lambda: (row_cells(chrome, "federation-links-table", link) or {}).get("State") == "running",
+         timeout=15, message="no running link in Federation Status")
+    no_error_shown(chrome)
+    status = row_cells(chrome, "federation-links-table", link)
+    assert status["URI"] == f"amqp://127.0.0.1:{ui_broker.port}/{upstream_vhost}", status
+    assert status["Exchange / queue"].split() == [exchange, "exchange"], status
+    assert status["Upstream"] == "ui-up" and status["Error"] == "", status
+
+    restarted(chrome, "federation-links-table", link, "State", "running")
+    click_in_row(chrome, "federation-upstreams-table", row, "Delete")
+    wait(chrome, lambda: row_cells(chrome, "federation-links-table", link) is None,
+         message="the link outlived its upstream")
+    assert http.get(f"{ui_broker.api}/parameters/federation-upstream/%2F/ui-up").status_code == 404
+    assert chrome.execute_script("return window.__confirms") == ["Restart the link to ui-up?", "Delete upstream ui-up?"]
+    no_error_shown(chrome)
+    log_out(chrome)
+    http.delete(f"{ui_broker.api}/policies/%2F/ui-federate").raise_for_status()
+    http.delete(f"{ui_broker.api}/vhosts/{upstream_vhost}").raise_for_status()
+
+
+@pytest.mark.parametrize("user, tags", [("ui-links-monitor", "monitoring"), ("ui-links-policymaker", "policymaker")])
+def test_the_link_sections_follow_the_users_tags(chrome, base, ui_broker, user, tags):
+    """A monitoring user sees Shovel Status and Federation Status but no form; a policymaker
+    Shovel Management and Federation Upstreams (and the policies) but no status; neither the
+    administrator's sections, and no call the API refuses (a 401 in the console fails it)."""
+    http, name = ui_broker.http, f"ui-seen-by-{user}"
+    http.put(f"{ui_broker.api}/parameters/shovel/%2F/{name}", json={"value": {
+        "src-uri": "amqp://", "src-queue": f"{name}-from", "dest-uri": "amqp://", "dest-queue": f"{name}-to"}}
+             ).raise_for_status()
+    log_in_as(chrome, base, ui_broker, user, tags)
+    assert by_css(chrome, '#nav a[data-page="admin"]').is_displayed()
+    open_page(chrome, base, "#/admin")
+    row = f'[data-name="{name}"][data-vhost="/"]'
+    monitor = tags == "monitoring"
+    if monitor:
+        wait(chrome, lambda: (row_cells(chrome, "shovels-table", row) or {}).get("State") == "running",
+             message=f"{user} does not see {name} running")
+        assert visible(chrome, "#federation-links-table")
+    else:
+        wait(chrome, lambda: row_cells(chrome, "shovel-parameters-table", row), message=f"{user} does not see {name}")
+        assert visible(chrome, "#federation-upstreams-table")
+    time.sleep(1.5)  # a refresh or two at 1 s: their calls are checked too
+    shown = {selector: bool(all_css(chrome, selector)) for selector in (
+        "#shovels-table", "#federation-links-table", "#shovel-parameters-table", "#federation-upstreams-table",
+        "#add-shovel-form", "#add-upstream-form", "#add-policy-form", "#users-table", "#vhost-limits-table")}
+    expected = {"#shovels-table": monitor, "#federation-links-table": monitor,
+                "#shovel-parameters-table": not monitor, "#federation-upstreams-table": not monitor,
+                "#add-shovel-form": not monitor, "#add-upstream-form": not monitor, "#add-policy-form": not monitor,
+                "#users-table": False, "#vhost-limits-table": False}
+    assert shown == expected
+    no_error_shown(chrome)
+    log_out(chrome)
+    http.delete(f"{ui_broker.api}/parameters/shovel/%2F/{name}").raise_for_status()

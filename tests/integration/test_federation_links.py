@@ -249,7 +249,7 @@ def test_warrenctl_federation_status_and_restart(two):
     assert r.returncode == 0, r.stderr
     down.running()
     r = run("restart_federation_link", "nope")
-    assert r.returncode != 0 and "Federation link with ID nope is not running" in r.stderr
+    assert r.returncode == 69 and "Link with the given ID was not found" in r.stderr
 
 
 def test_links_come_back_after_a_kill(two, restart_broker):

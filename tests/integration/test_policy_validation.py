@@ -96,6 +96,8 @@ POLICY_CASES = [
     ({"ha-mode": "x", "zz": 1}, '<<"x">> is not a valid ha-mode value'),
     ({"zz": 1, "max-length": 1, "another": "a"},
      '[{<<"another">>,<<"a">>},{<<"zz">>,1}] are not recognised policy settings'),
+    ({"shards-per-node": 2},  # (a plugin's key - rabbitmq_sharding's: not without the plugin)
+     '[{<<"shards-per-node">>,2}] are not recognised policy settings'),
     # ~p breaks a term that does not fit on its line; it prints a list of printable
     # integers as a string; a value's bytes come back as UTF-8 over HTTP.
     ({"ha-mode": "all", "zz": 1, "yy": [65, 66], "xx": {"a": [1]}, LONG: "b" * 44},

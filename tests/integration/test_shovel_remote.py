@@ -692,14 +692,14 @@ VALID_URIS = [
     "amqp://127.0.0.1:{dead}?heartbeat=5&heartbeat=x", "amqp://127.0.0.1:{dead}?password=x",
     "amqp://127.0.0.1:{dead}?channel_max=1&frame_max=2&heartbeat=3&connection_timeout=4",
     "amqp://127.0.0.1:{dead}?auth_mechanism=plain&auth_mechanism=amqplain",
-    "amqp://127.0.0.1:{dead}?auth_mechanism=x", "amqp://127.0.0.1:{dead}?auth_mechanism=amqp_auth_mechanisms:plain",
+    "amqp://127.0.0.1:{dead}?auth_mechanism=amqp_auth_mechanisms:plain",
     "amqp://127.0.0.1:{dead}?verify=wrong&depth=x&cacertfile=/nonexistent",
     "amqps://127.0.0.1:{dead}", "AMQPS://127.0.0.1:{dead}",
     "amqps://127.0.0.1:{dead}?verify=wrong", "amqps://127.0.0.1:{dead}?cacertfile=/nonexistent",
     "amqps://127.0.0.1:{dead}?server_name_indication=disable",
     "amqps://127.0.0.1:{dead}?cacertfile=/x&certfile=/y&keyfile=/z&verify=verify_peer&fail_if_no_peer_cert=true"
     "&password=k&server_name_indication=foo&depth=3",
-    ["amqp://127.0.0.1:{dead}", "amqp://127.0.0.1:{dead}/%2F"], [],
+    ["amqp://127.0.0.1:{dead}", "amqp://127.0.0.1:{dead}/%2F"],
 ]
 
 
@@ -712,6 +712,27 @@ def test_valid_uris(api, good):
     assert put_shovel(api, vhost, "good", value).status_code == 201
     assert api.ok("GET", f"/parameters/shovel/{q(vhost)}/good").json()["value"] == value
     assert api.call("DELETE", f"/parameters/shovel/{q(vhost)}/good").status_code == 204
+
+
+# What RabbitMQ takes at validation but Warren refuses on purpose: an auth_mechanism its links
+# do not speak (RabbitMQ's shovel calls amqp_auth_mechanisms:x at connect and crashes), a URI
+# list with no URI (RabbitMQ's shovel then never connects).
+WARREN_REFUSES = [
+    ("amqp://h?auth_mechanism=x",
+     '"amqp://h?auth_mechanism=x" not a valid URI: auth_mechanism "x" is not one Warren\'s links can log in with '
+     "(plain, amqplain, external, or those as amqp_auth_mechanisms:NAME)\n"),
+    ("amqp://h?auth_mechanism=plain&auth_mechanism=rabbit_auth_mechanism_plain:plain",
+     '"amqp://h?auth_mechanism=plain&amp;auth_mechanism=rabbit_auth_mechanism_plain:plain" not a valid URI: '
+     'auth_mechanism "rabbit_auth_mechanism_plain:plain" is not one Warren\'s links can log in with '
+     "(plain, amqplain, external, or those as amqp_auth_mechanisms:NAME)\n"),
+    ([], "dest-uri should name a URI, actually was []\n"),
+]
+
+
+@pytest.mark.skipif(bool(EXTERNAL), reason="Warren's refusals (RabbitMQ takes these)")
+@pytest.mark.parametrize("bad,reason", WARREN_REFUSES, ids=range(len(WARREN_REFUSES)))
+def test_uris_warren_refuses(api, bad, reason):
+    assert refused(api, dict(BASE, **{"dest-uri": bad})) == reason
 
 
 # ------------------------------------------------------------------ two brokers (Warren)

@@ -508,7 +508,7 @@ def test_erlang_prometheus_section():
 def test_erlang_structure_errors():
     assert erl_errors("[{kernel, [{inet_dist_listen_min, 25672}]}].") == [
         "rabbitmq.config:1: kernel: unknown application (Warren reads rabbit, rabbitmq_management, "
-        "rabbitmq_prometheus, warren)"]
+        "rabbitmq_prometheus, rabbitmq_shovel, warren)"]
     assert erl_errors("{rabbit, []}.") == [
         "rabbitmq.config:1: expected a list of {application, [{key, value}]} tuples such as "
         "[{rabbit, [{heartbeat, 30}]}], got {rabbit,[]}"]
@@ -526,7 +526,7 @@ def test_erlang_every_error_is_reported():
         "rabbitmq.config:2: rabbit.heartbeat: expected an integer, got x",
         "rabbitmq.config:4: rabbit.frame_max: expected 0 (no limit) or a size from 4096 to 4294967295 bytes, got 1",
         "rabbitmq.config:6: nope: unknown application (Warren reads rabbit, rabbitmq_management, "
-        "rabbitmq_prometheus, warren)"]
+        "rabbitmq_prometheus, rabbitmq_shovel, warren)"]
 
 
 def test_the_seed_example_from_the_issue():

@@ -42,11 +42,18 @@ def test_uris_of_other_brokers(uri, endpoint):
     ("amqp:////", '"amqp:////" not a valid URI: {{invalid_vhost,"/"},"amqp:////"}'),
     ("amqp://:5672", '"amqp://:5672" not a valid URI: {port_requires_host,"amqp://:5672"}'),
     ("amqp://h:70000", '"amqp://h:70000" not a valid URI: {{port_out_of_range,70000},"amqp://h:70000"}'),
-    # (~p breaks a term longer than a line, indenting under its start)
-    ("amqp://h?heartbeat=x", '"amqp://h?heartbeat=x" not a valid URI: {{invalid_amqp_params_parameter,heartbeat,'
-                              '"x",[{"heartbeat","x"}],{not_an_integer,"x"}},\n' + " " * 41 + '"amqp://h?heartbeat=x"}'),
-    ("amqp://h?host=x", '"amqp://h?host=x" not a valid URI: {{parameter_unconfigurable_in_query,host,"x"},\n'
-                         + " " * 36 + '"amqp://h?host=x"}'),
+    # (~p breaks a term longer than a line: io_lib_pretty's layout, a tagged tuple's elements
+    # under its tag here)
+    ("amqp://h?heartbeat=x", '"amqp://h?heartbeat=x" not a valid URI: {{invalid_amqp_params_parameter,\n'
+                             + " " * 42 + 'heartbeat,"x",\n'
+                             + " " * 42 + '[{"heartbeat","x"}],\n'
+                             + " " * 42 + '{not_an_integer,"x"}},\n'
+                             + " " * 41 + '"amqp://h?heartbeat=x"}'),
+    ("amqp://h?host=x", '"amqp://h?host=x" not a valid URI: {{invalid_amqp_params_parameter,host,"x",\n'
+                        + " " * 37 + '[{"host","x"}],\n'
+                        + " " * 37 + '{parameter_unconfigurable_in_query,host,\n'
+                        + " " * 38 + '"x"}},\n'
+                        + " " * 36 + '"amqp://h?host=x"}'),
 ])
 def test_uris_refused(uri, error):
     with pytest.raises(UriError) as err:

@@ -22,7 +22,11 @@ LINE_WIDTH = 80
 # The escapes ~p uses inside a printable binary.
 _ESCAPES = {0x22: b'\\"', 0x5C: b"\\\\", 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t", 0x0B: b"\\v",
             0x08: b"\\b", 0x0C: b"\\f", 0x1B: b"\\e"}
-_BARE_ATOM = re.compile(r"[a-z][A-Za-z0-9_@]*")
+# io_lib's rule for an atom written bare: a lower-case letter (Latin-1's too), then letters,
+# digits, _ and @; and not a reserved word.
+_BARE_ATOM = re.compile("[a-z\u00df-\u00f6\u00f8-\u00ff][A-Za-z0-9_@\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u00ff]*")
+_RESERVED = frozenset("after and andalso band begin bnot bor bsl bsr bxor case catch cond div end fun if let not of "
+                      "or orelse receive rem try when xor".split())
 
 # Which binaries print as text: "latin1" is Erlang's ~p rule (bytes 32..126 and 160..255, and
 # the escapes); "ascii" (32..126) and "unicode" (printable UTF-8) are the narrower rules of
@@ -84,10 +88,24 @@ def erl_float(value: float) -> str:
 
 
 def erl_atom(name: str) -> str:
-    """~p of an atom: bare when it may be, else quoted ('Q a')."""
-    if _BARE_ATOM.fullmatch(name):
+    """~p of an atom: bare when it may be, else quoted ('Q a', 'end', '\\n'), control
+    characters escaped as io_lib writes them."""
+    if _BARE_ATOM.fullmatch(name) and name not in _RESERVED:
         return name
-    return "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return "'" + "".join(_atom_char(c) for c in name) + "'"
+
+
+def _atom_char(c: str) -> str:
+    code = ord(c)
+    if c in "'\\":
+        return "\\" + c
+    if code in _ESCAPES and c != '"':
+        return _ESCAPES[code].decode()
+    if code == 0x7F:
+        return "\\d"
+    if code < 32 or 127 < code < 160:
+        return "\\" + format(code, "03o")
+    return c
 
 
 def erl_string(text: str) -> str:
@@ -198,9 +216,11 @@ def _erl_ctl_inner(value: object) -> str:
 
 
 # ---------------------------------------------------------------- ~p across lines
-# io_lib_pretty, for the terms RabbitMQ's JSON decoder makes (binaries, numbers, the atoms
-# true/false/null, lists and maps) and the tuples and atoms its texts wrap them in: ~p prints
-# a term on one line when it fits in LINE_WIDTH from its column, else breaks it as below.
+# io_lib_pretty (OTP 25), for the terms RabbitMQ's texts print: binaries, numbers, atoms,
+# strings (lists of printable characters), lists, tuples and maps. ~p prints a term on one
+# line when it fits in LINE_WIDTH from its column, else breaks it as io_lib_pretty:pp does;
+# a tuple whose first element is an atom is "tagged", and how its elements are indented
+# depends on which of io_lib_pretty's tag indentations (-1, 4, else 1) lets the term fit.
 
 class Atom(str):
     """An Erlang atom among the terms erl_pretty prints (a JSON null is the atom null)."""
@@ -215,117 +235,167 @@ def _quoted(chars: list[int]) -> str:
     return '"' + "".join(_ESCAPES[c].decode() if c in _ESCAPES else chr(c) for c in chars) + '"'
 
 
-# A term laid out: (kind, text or parts, length). Kinds: "s" (text, one line: numbers, atoms,
-# printable strings and binaries), "bin" (a binary of numbers, which may break between them),
-# "list", "tuple", "map" and "pair" (a map's key => value).
-_Node = tuple
+class _Node:
+    """A term laid out (io_lib_pretty's intermediate format): its kind, what it is made of
+    and the length it has on one line. Kinds: "s" (text written as it is: numbers, atoms,
+    strings and printable binaries), "bin" (a binary of numbers, which may break between
+    them), "list", "tuple" (parts: the elements; tagged: the first is an atom), "map"
+    (parts: its "pair"s) and "pair" (parts: key and value)."""
+
+    __slots__ = ("kind", "text", "parts", "length", "tagged")
+
+    def __init__(self, kind: str, text: str = "", parts: list["_Node"] | None = None, length: int = 0,
+                 tagged: bool = False):
+        self.kind, self.text, self.parts, self.tagged = kind, text, parts or [], tagged
+        self.length = length if parts else len(text)
+
+    @property
+    def atomic(self) -> bool:
+        """io_lib_pretty's test is_list(element(1, If)): text, written and never laid out
+        (a pair is atomic when its key and value are)."""
+        if self.kind == "pair":
+            return self.parts[0].atomic and self.parts[1].atomic
+        return self.kind == "s"
+
+    def write(self) -> str:
+        if self.kind == "list":
+            return "[" + ",".join(p.write() for p in self.parts) + "]"
+        if self.kind == "tuple":
+            return "{" + ",".join(p.write() for p in self.parts) + "}"
+        if self.kind == "map":
+            return "#{" + ",".join(p.write() for p in self.parts) + "}"
+        if self.kind == "pair":
+            return self.parts[0].write() + " => " + self.parts[1].write()
+        return self.text
+
+
+def _sequence(kind: str, parts: list[_Node], brackets: int, tagged: bool = False) -> _Node:
+    """A list, tuple or map: its brackets, its parts and the commas between them."""
+    return _Node(kind, parts=parts, length=brackets + sum(p.length for p in parts) + len(parts) - 1, tagged=tagged)
+
+
+def _is_atom(term: object) -> bool:
+    return isinstance(term, (Atom, bool)) or term is None
 
 
 def _layout(term: object) -> _Node:
     if isinstance(term, bool):
-        text = "true" if term else "false"
-        return ("s", text, len(text))
+        return _Node("s", "true" if term else "false")
     if term is None:
-        return ("s", "null", 4)
+        return _Node("s", "null")
     if isinstance(term, Atom):
-        text = erl_atom(term)
-        return ("s", text, len(text))
+        return _Node("s", erl_atom(term))
     if isinstance(term, int):
-        return ("s", str(term), len(str(term)))
+        return _Node("s", str(term))
     if isinstance(term, float):
-        text = erl_float(term)
-        return ("s", text, len(text))
+        return _Node("s", erl_float(term))
     if isinstance(term, (str, bytes)):
         raw = term.encode("utf-8", "surrogatepass") if isinstance(term, str) else term
         if not raw:
-            return ("s", "<<>>", 4)
+            return _Node("s", "<<>>")
         if all(b in _PRINTABLE for b in raw):
-            text = "<<" + _quoted(list(raw)) + ">>"
-            return ("s", text, len(text))
-        text = "<<" + ",".join(str(b) for b in raw) + ">>"
-        return ("bin", text, len(text))
+            return _Node("s", "<<" + _quoted(list(raw)) + ">>")
+        return _Node("bin", "<<" + ",".join(str(b) for b in raw) + ">>")
     if isinstance(term, list):
         if not term:
-            return ("s", "[]", 2)
+            return _Node("s", "[]")
         if all(isinstance(c, int) and not isinstance(c, bool) and c in _PRINTABLE for c in term):
-            text = _quoted(term)
-            return ("s", text, len(text))
-        items = [_layout(t) for t in term]
-        return ("list", items, 1 + sum(i[2] + 1 for i in items))
+            return _Node("s", _quoted(term))
+        return _sequence("list", [_layout(t) for t in term], 2)
     if isinstance(term, tuple):
         if not term:
-            return ("s", "{}", 2)
-        items = [_layout(t) for t in term]
-        return ("tuple", items, 1 + sum(i[2] + 1 for i in items))
+            return _Node("s", "{}")
+        return _sequence("tuple", [_layout(t) for t in term], 2, tagged=_is_atom(term[0]) and len(term) > 1)
     if isinstance(term, dict):
         if not term:
-            return ("s", "#{}", 3)
+            return _Node("s", "#{}")
         pairs = []
-        for key in sorted(term):
+        for key in sorted(term, key=_term_order):
             k, v = _layout(key), _layout(term[key])
-            pairs.append(("pair", (k, v), k[2] + 4 + v[2]))
-        return ("map", pairs, 2 + sum(p[2] + 1 for p in pairs))
-    text = repr(term)
-    return ("s", text, len(text))
+            pairs.append(_Node("pair", parts=[k, v], length=k.length + 4 + v.length))
+        return _sequence("map", pairs, 3)
+    return _Node("s", repr(term))
 
 
-def _write(node: _Node) -> str:
-    kind, data, _ = node
-    if kind == "list":
-        return "[" + ",".join(_write(n) for n in data) + "]"
-    if kind == "tuple":
-        return "{" + ",".join(_write(n) for n in data) + "}"
-    if kind == "map":
-        return "#{" + ",".join(_write(n) for n in data) + "}"
-    if kind == "pair":
-        return _write(data[0]) + " => " + _write(data[1])
-    return data
+def _term_order(term: object) -> tuple:
+    """A sort key in Erlang's term order (number < atom < tuple < map < list < binary): the
+    order ~p prints a small map's keys in."""
+    if _is_atom(term):
+        return (1, "true" if term is True else "false" if term is False else "null" if term is None else str(term))
+    if isinstance(term, (int, float)):
+        return (0, term)
+    if isinstance(term, tuple):
+        return (6, len(term), [_term_order(t) for t in term])
+    if isinstance(term, dict):
+        return (7, len(term), sorted(_term_order(k) for k in term))
+    if isinstance(term, list):
+        return (8, [_term_order(t) for t in term])
+    if isinstance(term, str):
+        return (10, term.encode("utf-8", "surrogatepass"))
+    return (10, bytes(term))  # type: ignore[call-overload]
 
 
-def _atomic(node: _Node) -> bool:
-    """io_lib_pretty's ?ATM: text that is written, never laid out."""
-    if node[0] == "pair":
-        return _atomic(node[1][0]) and _atomic(node[1][1])
-    return node[0] == "s"
+class _NoGood(Exception):
+    """io_lib_pretty's throw(no_good): the term does not fit with this tag indentation."""
 
 
 class _Pretty:
-    """io_lib_pretty:pp and its helpers, for a term of `width` characters (its M) on lines of
-    LINE_WIDTH; no tagged tuples or records among the terms, so no tag indentation (TInd -1:
-    map values are indented by 4)."""
+    """io_lib_pretty:pp and cind and their helpers, for a term of `width` characters (its M)
+    on lines of LINE_WIDTH, with the tag indentation `tind` (TInd). Columns are 1-based, as
+    io_lib_pretty counts them; `ind` is the text that indents a new line."""
 
-    def __init__(self, width: int):
-        self.m = width
-        self.ll = LINE_WIDTH
+    def __init__(self, width: int, tind: int):
+        self.m, self.ll, self.tind = width, LINE_WIDTH, tind
 
+    def fits(self, node: _Node, col: int, ld: int, w: int) -> bool:
+        return node.length < self.ll - col - ld and node.length + w + ld <= self.m
+
+    def fits_after(self, node: _Node, col: int, ld: int, w: int) -> bool:
+        """Whether an atomic element goes on the line after the one before it (pp_tail)."""
+        elen = 1 + node.length
+        if ld == 0:
+            return node.atomic and elen + 1 < self.ll - col and w + elen + 1 <= self.m
+        return node.atomic and elen < self.ll - col - ld and w + elen + ld <= self.m
+
+    @staticmethod
+    def last_depth(rest: list, ld: int) -> int:
+        return 0 if rest else ld + 1
+
+    # -- pp: the text
     def pp(self, node: _Node, col: int, ind: str, ld: int, w: int) -> str:
-        kind, data, length = node
-        if length < self.ll - col - ld and length + w + ld <= self.m:
-            return _write(node)
-        if kind == "list":
-            return "[" + self.pp_list(data, col + 1, ind + " ", ld, w + 1) + "]"
-        if kind == "tuple":
-            return "{" + self.pp_list(data, col + 1, ind + " ", ld, w + 1) + "}"
-        if kind == "map":
-            return "#{" + self.pp_map(data, col + 2, ind + "  ", ld, w + 1) + "}"
-        if kind == "bin":
-            return self.pp_binary(data, col + 2, ind + "  ", ld, w)
-        return data
+        if self.fits(node, col, ld, w):
+            return node.write()
+        if node.kind == "list":
+            return "[" + self.pp_list(node.parts, col + 1, ind + " ", ld, w + 1) + "]"
+        if node.kind == "tuple" and node.tagged:
+            return "{" + self.pp_tag_tuple(node.parts, col, ind, ld, w + 1) + "}"
+        if node.kind == "tuple":
+            return "{" + self.pp_list(node.parts, col + 1, ind + " ", ld, w + 1) + "}"
+        if node.kind == "map":
+            return "#{" + self.pp_map(node.parts, col + 2, ind + "  ", ld, w + 1) + "}"
+        if node.kind == "bin":
+            return self.pp_binary(node.text, col + 2, ind + "  ", ld, w)
+        return node.write()
 
-    def pp_list(self, items: list, col0: int, ind: str, ld: int, w: int) -> str:
-        first, rest = items[0], items[1:]
-        text, width = self.pp_element(first, col0, ind, 0 if rest else ld + 1, w)
-        return text + self.pp_tail(rest, col0, col0 + width, ind, ld, w + width)
+    def pp_tag_tuple(self, parts: list[_Node], col: int, ind: str, ld: int, w: int) -> str:
+        tag, rest = parts[0], parts[1:]
+        tag_ind = tag.length + 2
+        tcol = col + tag_ind
+        if self.tind > 0 and tag_ind > self.tind:
+            return tag.text + self.pp_tail(rest, col + self.tind, tcol, ind + " " * self.tind, ld, w + tag.length)
+        return tag.text + "," + self.pp_list(rest, tcol, ind + " " * tag_ind, ld, w + tag.length + 1)
 
-    def pp_tail(self, items: list, col0: int, col: int, ind: str, ld: int, w: int) -> str:
+    def pp_list(self, parts: list[_Node], col0: int, ind: str, ld: int, w: int) -> str:
+        text, width = self.pp_element(parts[0], col0, ind, self.last_depth(parts[1:], ld), w)
+        return text + self.pp_tail(parts[1:], col0, col0 + width, ind, ld, w + width)
+
+    def pp_tail(self, parts: list[_Node], col0: int, col: int, ind: str, ld: int, w: int) -> str:
         out = []
-        for i, node in enumerate(items):
-            ld1 = 0 if i + 1 < len(items) else ld + 1
-            elen = 1 + node[2]
-            if _atomic(node) and ((ld1 == 0 and elen + 1 < self.ll - col and w + elen + 1 <= self.m)
-                                  or (ld1 > 0 and elen < self.ll - col - ld1 and w + elen + ld1 <= self.m)):
-                out.append("," + _write(node))
-                col, w = col + elen, w + elen
+        for i, node in enumerate(parts):
+            ld1 = self.last_depth(parts[i + 1:], ld)
+            if self.fits_after(node, col, ld1, w):
+                out.append("," + node.write())
+                col, w = col + 1 + node.length, w + 1 + node.length
             else:
                 text, width = self.pp_element(node, col0, ind, ld1, 0)
                 out.append(",\n" + ind + text)
@@ -333,23 +403,19 @@ class _Pretty:
         return "".join(out)
 
     def pp_element(self, node: _Node, col: int, ind: str, ld: int, w: int) -> tuple[str, int]:
-        length = node[2]
-        if length < self.ll - col - ld and length + w + ld <= self.m and _atomic(node):
-            return _write(node), length
+        if node.atomic and self.fits(node, col, ld, w):
+            return node.write(), node.length
         return self.pp(node, col, ind, ld, w), self.ll  # (a new line follows)
 
-    def pp_map(self, pairs: list, col: int, ind: str, ld: int, w: int) -> str:
-        first, rest = pairs[0], pairs[1:]
-        text, width = self.pp_pair(first, col, ind, 0 if rest else ld + 1, w)
+    def pp_map(self, pairs: list[_Node], col: int, ind: str, ld: int, w: int) -> str:
+        text, width = self.pp_pair(pairs[0], col, ind, self.last_depth(pairs[1:], ld), w)
         out = [text]
         col0, col, w = col, col + width, width
-        for i, pair in enumerate(rest):
-            ld1 = 0 if i + 1 < len(rest) else ld + 1
-            elen = 1 + pair[2]
-            if _atomic(pair) and ((ld1 == 0 and elen + 1 < self.ll - col and w + elen + 1 <= self.m)
-                                  or (ld1 > 0 and elen < self.ll - col - ld1 and w + elen + ld1 <= self.m)):
-                out.append("," + _write(pair))
-                col, w = col + elen, w + elen
+        for i, pair in enumerate(pairs[1:], 1):
+            ld1 = self.last_depth(pairs[i + 1:], ld)
+            if self.fits_after(pair, col, ld1, w):
+                out.append("," + pair.write())
+                col, w = col + 1 + pair.length, w + 1 + pair.length
             else:
                 text, width = self.pp_pair(pair, col0, ind, ld1, 0)
                 out.append(",\n" + ind + text)
@@ -357,13 +423,15 @@ class _Pretty:
         return "".join(out)
 
     def pp_pair(self, pair: _Node, col: int, ind: str, ld: int, w: int) -> tuple[str, int]:
-        length = pair[2]
-        if length < self.ll - col - ld and length + w + ld <= self.m:
-            return _write(pair), (length if _atomic(pair) else self.ll)
-        key, value = pair[1]
-        value_ind = ind + "    "
-        return (self.pp(key, col, ind, ld, w) + " =>\n" + value_ind + self.pp(value, col + 4, value_ind, ld, 0),
-                self.ll)
+        if self.fits(pair, col, ld, w):
+            return pair.write(), (pair.length if pair.atomic else self.ll)
+        key, value = pair.parts
+        value_ind = ind + " " * self.map_value_indent()
+        return (self.pp(key, col, ind, ld, w) + " =>\n" + value_ind
+                + self.pp(value, col + self.map_value_indent(), value_ind, ld, 0), self.ll)
+
+    def map_value_indent(self) -> int:
+        return self.tind if self.tind > 0 else 4
 
     def pp_binary(self, text: str, col: int, ind: str, ld: int, w: int) -> str:
         n0 = max(8, min(self.ll - col, self.m - 4 - w) - ld)
@@ -381,15 +449,96 @@ class _Pretty:
         out.append("\n" + ind + last if len(last) > n else last)
         return "<<" + "".join(out) + ">>"
 
+    # -- cind: whether the term fits with this tag indentation (else _NoGood)
+    def cind(self, node: _Node, col: int, ld: int, w: int) -> None:
+        if self.fits(node, col, ld, w):
+            return
+        if node.kind == "list" or (node.kind == "tuple" and not node.tagged):
+            self.cind_list(node.parts, col + 1, ld, w + 1)
+        elif node.kind == "tuple":
+            self.cind_tag_tuple(node.parts, col, ld, w + 1)
+        elif node.kind == "map":
+            self.cind_map(node.parts, col + 2, ld, w + 2)
+
+    def cind_tag_tuple(self, parts: list[_Node], col: int, ld: int, w: int) -> None:
+        tag, rest = parts[0], parts[1:]
+        tag_ind = tag.length + 2
+        tcol = col + tag_ind
+        if self.tind > 0 and tag_ind > self.tind:
+            col1 = col + self.tind
+            if not (self.m + col1 <= self.ll or col1 <= self.ll // 2):
+                raise _NoGood
+            self.cind_tail(rest, col1, tcol, ld, w + tag.length)
+        elif self.m + tcol < self.ll or tcol < self.ll // 2:
+            self.cind_list(rest, tcol, ld, w + tag.length + 1)
+        else:
+            raise _NoGood
+
+    def cind_list(self, parts: list[_Node], col0: int, ld: int, w: int) -> None:
+        width = self.cind_element(parts[0], col0, self.last_depth(parts[1:], ld), w)
+        self.cind_tail(parts[1:], col0, col0 + width, ld, w + width)
+
+    def cind_tail(self, parts: list[_Node], col0: int, col: int, ld: int, w: int) -> None:
+        for i, node in enumerate(parts):
+            ld1 = self.last_depth(parts[i + 1:], ld)
+            if self.fits_after(node, col, ld1, w):
+                col, w = col + 1 + node.length, w + 1 + node.length
+            else:
+                width = self.cind_element(node, col0, ld1, 0)
+                col, w = col0 + width, width
+
+    def cind_element(self, node: _Node, col: int, ld: int, w: int) -> int:
+        if node.atomic and self.fits(node, col, ld, w):
+            return node.length
+        self.cind(node, col, ld, w)
+        return self.ll
+
+    def cind_map(self, pairs: list[_Node], col: int, ld: int, w: int) -> None:
+        width = self.cind_pair(pairs[0], col, self.last_depth(pairs[1:], ld), w)
+        col0, col, w = col, col + width, w + width
+        for i, pair in enumerate(pairs[1:], 1):
+            ld1 = self.last_depth(pairs[i + 1:], ld)
+            if self.fits_after(pair, col, ld1, w):
+                col, w = col + 1 + pair.length, w + 1 + pair.length
+            else:
+                width = self.cind_pair(pair, col0, ld1, 0)
+                col, w = col0 + width, width
+
+    def cind_pair(self, pair: _Node, col: int, ld: int, w: int) -> int:
+        if self.fits(pair, col, ld, w):
+            return pair.length if pair.atomic else self.ll
+        key, value = pair.parts
+        self.cind(key, col, ld, w)
+        self.cind(value, col + self.map_value_indent(), ld, 0)
+        return self.ll
+
 
 def erl_pretty(term: object, col: int = 0) -> str:
     """~p of a term starting at column `col` (0-based) of its line, as io_lib:format lays it
     out: one line if it fits, else broken and indented. Text and binaries come out as Erlang's
-    characters (one per byte of a binary); erl_text turns them into the text a reply shows."""
+    characters (one per byte of a binary); erl_text turns them into the text a reply shows.
+    An Erlang string (a list of characters) is a list of ints."""
     node = _layout(term)
-    if node[2] < LINE_WIDTH - (col + 1):
-        return _write(node)
-    return _Pretty(node[2]).pp(node, col + 1, " " * col, 0, 0)
+    if node.length < LINE_WIDTH - (col + 1):
+        return node.write()
+    tind = 1  # (io_lib_pretty's while_fail([-1, 4], ..., 1))
+    for candidate in (-1, 4):
+        try:
+            _Pretty(node.length, candidate).cind(node, col + 1, 0, 0)
+        except _NoGood:
+            continue
+        tind = candidate
+        break
+    return _Pretty(node.length, tind).pp(node, col + 1, " " * col, 0, 0)
+
+
+def erl_column(text: str) -> int:
+    """The column (0-based) io_lib:format reaches after `text`: a newline starts a line, a
+    tab goes to the next multiple of 8 (io_lib_format's indentation)."""
+    col = 0
+    for c in text:
+        col = 0 if c == "\n" else ((col + 8) // 8) * 8 if c == "\t" else col + 1
+    return col
 
 
 def erl_format(fmt: str, *args: object) -> str:
@@ -399,7 +548,7 @@ def erl_format(fmt: str, *args: object) -> str:
     assert len(pieces) == len(args) + 1, fmt
     out = pieces[0]
     for arg, piece in zip(args, pieces[1:]):
-        out += erl_pretty(arg, len(out) - (out.rfind("\n") + 1)) + piece
+        out += erl_pretty(arg, erl_column(out)) + piece
     return out
 
 

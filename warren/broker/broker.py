@@ -47,6 +47,9 @@ class Broker:
     durability: Durability = field(init=False)
     # The queues that pressed their publishers during the read being handled (queue_flow.py).
     queue_flow: QueueFlow = field(default_factory=QueueFlow)
+    # The config file's shovels (warren.broker.static_shovel), by name: the node's, not a
+    # vhost's; they start with the vhosts' (shovel.start_all).
+    static_shovels: "dict[str, shovel.Shovel]" = field(default_factory=dict)
 
     # vhosts, users, permissions and global parameters, changed only by commands
     # (warren.broker.metadata). The tables below are the store's own dicts (it changes them

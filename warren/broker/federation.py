@@ -19,7 +19,6 @@ not; a stopped link deletes what it declared upstream (resource-cleanup-mode def
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -29,6 +28,7 @@ from ..amqp import reencode as rt
 from ..amqp.uri import Direct, Network, parse as parse_uri, remove_credentials
 from ..store.settlement import SETTLED, Settlement
 from . import ops
+from .erlhash import Atom, phash2
 from .exchanges.base import freeze
 from .federation_plan import ExchangePlan, QueuePlan
 from .federation_headers import bound_from, queue_link_header, should_forward, with_received_from
@@ -111,16 +111,22 @@ class FederationLink(Shovel):
         """As /api/federation-links shows it (rabbit_federation_status, formatted by the
         management plugin)."""
         status = "running" if self.state == "running" else ("error" if self.error else "starting")
-        upstream_name = self.upstream.exchange_name if self.kind == "exchange" else self.upstream.queue_name
-        out: dict[str, Any] = {"node": node, self.kind: self.target, f"upstream_{self.kind}": upstream_name,
-                               "type": self.kind, "vhost": self.vhost, "upstream": self.upstream.name,
-                               "id": link_id(self), "status": status,
-                               "uri": remove_credentials(self.src_uri), "timestamp": self.timestamp}
+        out: dict[str, Any] = {"node": node, self.kind: self.target, f"upstream_{self.kind}": self.upstream_name}
+        if self.kind == "queue":
+            out["consumer_tag"] = self.upstream.consumer_tag
+        out.update({"type": self.kind, "vhost": self.vhost, "upstream": self.upstream.name, "id": link_id(self),
+                    "status": status})
         if status == "running":
             out["local_connection"] = self.connection_name
         if status == "error":
             out["error"] = self.error
+        out.update({"uri": remove_credentials(self.src_uri), "timestamp": self.timestamp})
         return out
+
+    @property
+    def upstream_name(self) -> str:
+        """What the federated exchange or queue is called upstream."""
+        return self.upstream.exchange_name if self.kind == "exchange" else self.upstream.queue_name
 
     def restarted(self) -> FederationLink:
         """A new link for the same target and upstream (restart_federation_link)."""
@@ -176,7 +182,8 @@ class ExchangeLink(FederationLink):
             internal_exchange=f"{queue} {new}", old_internal_exchange=f"{queue} {old}",
             internal_arguments={"x-max-hops": typed_int("long", int(up.max_hops)), "x-downstream-name": cluster,
                                 "x-downstream-vhost": self.vhost, PURPOSE[0]: PURPOSE[1]},
-            prefetch=int(up.prefetch_count), no_ack=up.ack_mode == "no-ack", consumer_tag=up.consumer_tag,
+            # (an exchange link's consumer has a server-named tag: consumer-tag is a queue link's)
+            prefetch=int(up.prefetch_count), no_ack=up.ack_mode == "no-ack", consumer_tag="",
             bindings=self._upstream_bindings(new), bind_nowait=up.bind_nowait)
 
     def _source_started(self, queue_length: int) -> bool:
@@ -308,8 +315,10 @@ class QueueLink(FederationLink):
 
 
 def link_id(link: FederationLink) -> str:
-    """A short id for a link, as RabbitMQ shows a hash of its identity."""
-    return hashlib.sha1(f"{link.vhost}/{link.kind}/{link.target}/{link.upstream.name}".encode()).hexdigest()[:8]
+    """rabbit_federation_status:unique_id: erlang:phash2 of {#resource{}, upstream name,
+    upstream exchange or queue name} in 8 hex digits, as RabbitMQ's (stable across restarts)."""
+    key = ((Atom("resource"), link.vhost, Atom(link.kind), link.target), link.upstream.name, link.upstream_name)
+    return f"{phash2(key):08x}"
 
 
 def upstream_queue_name(upstream_exchange: str, upstream_vhost: str, exchange: str, vhost: str, cluster: str) -> str:
@@ -365,8 +374,10 @@ def start_all(broker: Node) -> None:
 
 
 def vhost_deleted(vhost: VHost) -> None:
+    """Its links stop, deleting what they declared upstream (as the exchanges and queues
+    they federated went)."""
     for link in vhost.federation_links.values():
-        link.stop(cleanup=False)
+        link.stop()
     vhost.federation_links.clear()
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..amqp.erlang import erl_json
-from ..amqp.uri import Direct, UriError, parse as parse_uri
+from ..amqp.uri import FEDERATION_CALLER, Direct, UriError, parse as parse_uri
 from .parameter_validation import binary, boolean, enum, invalid_uri, number, proplist
 
 if TYPE_CHECKING:
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 UPSTREAM = "federation-upstream"
 UPSTREAM_SET = "federation-upstream-set"
 COMPONENTS = (UPSTREAM, UPSTREAM_SET)
+FEDERATION = "federation"  # a component the plugin registers that takes no parameter
 DEFAULT_PREFETCH = 1000  # rabbit_federation.hrl ?DEF_PREFETCH
 DIRECT_REFUSED = "names this broker (no host): Warren's federation links need an upstream on another broker"
 
@@ -29,21 +30,21 @@ class UpstreamError(ValueError):
         self.errors = errors
 
 
-def _uri(key, value):
+def _uri(key, value, node: str = "nonode@nohost"):
     """rabbit_federation_parameters:validate_uri: a URI or a list of them (amqp_uri's texts);
     Warren refuses a URI without a host (RabbitMQ's direct connection to itself)."""
     if isinstance(value, list):
         for item in value:
-            error = _uri(key, item)
+            error = _uri(key, item, node)
             if error:
                 return error
         return None
-    if not isinstance(value, str):
-        return f"{key} should be binary, actually was {erl_json(value)}"
+    if not isinstance(value, str):  # (validate_uri takes a non-binary for a list)
+        return f"{key} should be list, actually was {erl_json(value)}"
     try:
-        endpoint = parse_uri(value)
+        endpoint = parse_uri(value, node=node)
     except UriError as err:
-        return invalid_uri(value, err.reason)
+        return invalid_uri(value, err.reason, caller=FEDERATION_CALLER)
     if isinstance(endpoint, Direct):
         return f'"{value}" {DIRECT_REFUSED}'
     return None
@@ -67,10 +68,11 @@ _SHARED = [
 ]
 
 
-def validate(component: str, name: str, value: Any) -> None:
-    """UpstreamError with RabbitMQ's texts, in its order."""
+def validate(component: str, name: str, value: Any, node: str = "nonode@nohost") -> None:
+    """UpstreamError with RabbitMQ's texts, in its order (`node`: this node's name, which
+    some of amqp_uri's errors print)."""
     if component == UPSTREAM:
-        errors = proplist(name, [("uri", _uri, True), *_SHARED], value)
+        errors = proplist(name, [("uri", lambda k, v: _uri(k, v, node), True), *_SHARED], value)
     else:
         if not isinstance(value, list):
             raise UpstreamError([f"{name} not a list {erl_json(value)}"])

@@ -83,6 +83,11 @@ class Node(Protocol):
     @property
     def cluster_name(self) -> str: ...
 
+    @property
+    def static_shovels(self) -> Mapping[str, Any]:
+        """The config file's shovels (warren.broker.static_shovel), by name (Any: the shovel
+        module names this one)."""
+
     def check(self, user: str, vhost: str, what: str, kind: str, name: str) -> None:
         """403 unless the user may configure/write/read the named resource in the vhost."""
 

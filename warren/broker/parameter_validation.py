@@ -4,7 +4,8 @@ them over a parameter's value in RabbitMQ's order (shovels, federation upstreams
 
 from __future__ import annotations
 
-from ..amqp.erlang import erl_json, erl_list, erl_string, erl_tuple
+from ..amqp.erlang import erl_column, erl_format, erl_json, erl_list, erl_pretty, erl_text
+from ..amqp.uri import SHOVEL_CALLER, Unsupported, with_caller
 
 
 def is_int(value) -> bool:
@@ -38,11 +39,6 @@ def enum(options):
     return check
 
 
-def _terms(items) -> str:
-    return erl_list([("{" + erl_json(k) + "," + erl_json(v) + "}") if isinstance(k, str) else erl_json(k)
-                     for k, v in items])
-
-
 def proplist(name: str, constraints: list, value) -> list[str]:
     """rabbit_parameter_validation:proplist: the errors in RabbitMQ's order (unrecognised keys
     first, then each constraint's, last constraint first). A JSON object or an empty list is
@@ -62,11 +58,18 @@ def proplist(name: str, constraints: list, value) -> list[str]:
             results.insert(0, f'Key "{key}" not found in {name}')
     rest = sorted((k, v) for k, v in value.items() if k not in known)
     if rest:
-        results.insert(0, f"Unrecognised terms {_terms(rest)} in {name}")
+        # (~p: a list that does not fit its line is broken, as RabbitMQ prints it)
+        results.insert(0, erl_text(erl_format("Unrecognised terms ~p in ", rest)) + name)
     return results
 
 
-def invalid_uri(uri: str, reason: str) -> str:
-    """A URI amqp_uri refused (its reason, an Erlang term), as shovels and federation say it."""
-    prefix = f'"{uri}" not a valid URI: '
-    return prefix + erl_tuple([reason, erl_string(uri)], len(prefix))
+def invalid_uri(uri: str, reason: object, caller: tuple = SHOVEL_CALLER) -> str:
+    """A URI amqp_uri refused, as shovels and federation say it: "~s" not a valid URI: ~p of
+    {Reason, URI} (the URI's bytes as Erlang's characters, the term laid out from the column
+    the prefix ends at). `caller` is the frame of who called amqp_uri:parse, which ends the
+    stack trace of one of its errors; Warren's own refusals (Unsupported) are text."""
+    raw = uri.encode("utf-8", "surrogatepass")
+    prefix = '"' + raw.decode("latin-1") + '" not a valid URI: '
+    if isinstance(reason, Unsupported):
+        return erl_text(prefix) + reason
+    return erl_text(prefix + erl_pretty((with_caller(reason, caller), list(raw)), erl_column(prefix)))

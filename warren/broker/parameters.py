@@ -105,9 +105,12 @@ def set_parameter(broker: Node, vhost: VHost, component: str, name: str, value: 
             return shovel.set_shovel(broker, vhost, name, value, user)
         except shovel.ShovelError as err:
             raise _validation_failed(err.errors) from None
+    if component == federation_upstreams.FEDERATION:
+        # (the plugin registers it, for its status, and takes no parameter in it)
+        raise _validation_failed([f'name not recognised: <<"{name}">>'])
     if component in federation_upstreams.COMPONENTS:
         try:
-            federation_upstreams.validate(component, name, value)
+            federation_upstreams.validate(component, name, value, broker.config.node_name)
         except federation_upstreams.UpstreamError as err:
             raise _validation_failed(err.errors) from None
         return broker.metadata.apply(SetFederationParameter(vhost.name, component, name, value))

@@ -11,7 +11,7 @@ keys with its arguments (warren.broker.queue_settings) whenever a policy changes
 import re
 from typing import Any, Callable
 
-from ..amqp.erlang import Atom, erl_format, erl_json, erl_text
+from ..amqp.erlang import Atom, erl_format, erl_json, erl_string, erl_text
 from .stream_offsets import max_age_ms
 
 APPLY_TO = ("exchanges", "queues", "all")
@@ -188,6 +188,21 @@ def _mirroring(definition: dict) -> str | None:
     return err
 
 
+# Python's re errors as Erlang's re (PCRE 8) words them: {Message, Offset}.
+_PCRE_MESSAGES = (("missing ), unterminated subpattern", "missing )", True),
+                  ("unterminated character set", "missing terminating ] for character class", True),
+                  ("unbalanced parenthesis", "unmatched parentheses", False),
+                  ("nothing to repeat", "nothing to repeat", False))
+
+
+def _pcre_error(err: re.error, pattern: str) -> str:
+    for python, pcre, at_end in _PCRE_MESSAGES:
+        if err.msg.startswith(python):
+            offset = len(pattern.encode()) if at_end else (err.pos or 0)
+            return "{" + erl_string(pcre) + f",{offset}}}"
+    return "{" + erl_string(err.msg) + f",{err.pos or 0}}}"
+
+
 # The federation plugin's keys (rabbit_federation_parameters): which upstreams federate an
 # exchange or queue (warren.broker.federation_upstreams).
 FEDERATION_KEYS = ("federation-upstream", "federation-upstream-set", "federation-upstream-pattern")
@@ -210,7 +225,8 @@ def _federation(definition: dict) -> str | None:
         try:
             re.compile(value)
         except re.error as err:
-            return f"could not compile pattern {value} to a regular expression. Error: {err}"
+            return (f"could not compile pattern {value} to a regular expression. "
+                    f"Error: {_pcre_error(err, value)}")
     return None
 
 

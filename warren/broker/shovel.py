@@ -40,7 +40,7 @@ import logging
 import random
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..amqp import reencode as rt
 from ..amqp.codec import shortstr
@@ -57,6 +57,7 @@ from .names import server_named
 from .parameter_validation import binary, boolean, enum, invalid_uri, is_int, is_number, number, proplist
 from .links import ConnectionLink, ExclusiveOwner
 from .shovel_config import DEFAULT_PREFETCH, DEFAULT_RECONNECT_DELAY, Config
+from .shovel_declarations import declare_local, queue_name
 from ..store.settlement import Settlement
 
 if TYPE_CHECKING:
@@ -170,10 +171,11 @@ def _properties(key, value):
     return proplist(key, [(k, prop(kind), False) for k, kind in PUBLISH_PROPERTIES], value) or None
 
 
-def parse_uri(uri: str) -> Direct | Network:
-    """amqp_uri:parse; UriError with RabbitMQ's validation text."""
+def parse_uri(uri: str, node: str = "nonode@nohost") -> Direct | Network:
+    """amqp_uri:parse; UriError with RabbitMQ's validation text (`node`: this node's name,
+    which some of amqp_uri's errors print)."""
     try:
-        return parse_amqp_uri(uri)
+        return parse_amqp_uri(uri, node=node)
     except UriError as err:
         raise UriError(invalid_uri(uri, err.reason)) from None
 
@@ -194,7 +196,7 @@ def _uri_check(broker: Node, user: User | None):
             if not isinstance(uri, str):  # (validate_uri takes a non-binary for a list)
                 return f"{key} should be list, actually was {erl_json(uri)}"
             try:
-                endpoint = parse_uri(uri)
+                endpoint = parse_uri(uri, broker.config.node_name)
             except UriError as err:
                 return err.reason
             if user is not None and isinstance(endpoint, Direct):
@@ -305,10 +307,9 @@ def parameters(vhost: VHost) -> list[dict]:
 
 def start_all(broker: Node) -> None:
     """The broker's loop runs (Broker.set_scheduler): start the shovels its definitions
-    brought back, once every queue is recovered."""
-    for vhost in list(broker.vhosts.values()):
-        for shovel in list(vhost.shovels.values()):
-            shovel.start_soon()
+    brought back and the config file's, once every queue is recovered."""
+    for shovel in statuses(broker):
+        shovel.start_soon()
 
 
 def vhost_deleted(broker: Node, vhost: VHost) -> None:
@@ -326,7 +327,8 @@ def vhost_deleted(broker: Node, vhost: VHost) -> None:
 
 
 def statuses(broker: Node) -> list[Shovel]:
-    return [s for v in broker.vhosts.values() for s in v.shovels.values()]
+    """Every shovel of the node: the config file's (static), then the vhosts' (dynamic)."""
+    return [*broker.static_shovels.values(), *(s for v in broker.vhosts.values() for s in v.shovels.values())]
 
 
 def restart(broker: Node, vhost: VHost, name: str) -> bool:
@@ -380,6 +382,7 @@ class Shovel:
         self.queue: Any = None    # the source queue
         self.consumer: Consumer | None = None
         self.exclusive_queue: Any = None  # the queue bound to src-exchange
+        self.declared_exclusive: list = []  # exclusive queues its declarations made here
         self.src_actor: ops.Actor | None = None
         self.dest_actor: ops.Actor | None = None
         # The URIs of this start, picked from the lists; the vhosts of the ends on this broker.
@@ -439,30 +442,27 @@ class Shovel:
             if self._attempt(lambda: self._init_local_dest(dest.vhost)):
                 self._dest_ready(src)
             return
-        links = self.broker.links
-        if links is None:
-            self._cannot_connect("this node makes no connections to other brokers")
-            return
-        self.connecting = True
-        attempt = self.attempts = self.attempts + 1
 
-        def opened(end, error):
-            self.connecting = False
-            if attempt != self.attempts or self.stopped:
-                if end is not None:
-                    end.close()
-                return
-            if error is not None:
-                self._link_failed("dest", dest, error)
-                return
+        def dest_up(end: Any) -> None:
             self.dest_end = end
             self._dest_ready(src)
-        links.open_destination(self, dest, c, opened)
+        self._open_remote("dest", dest, lambda links, opened: links.open_destination(self, dest, c, opened), dest_up)
 
     def _dest_ready(self, src: Direct | Network) -> None:
         if isinstance(src, Direct):
             self._attempt(lambda: self._init_local_source(src.vhost))
             return
+
+        def source_up(end: Any) -> None:
+            self.src_end = end
+            self._source_started(end.queue_length)
+            self.broker.durability.flush()
+        self._open_remote("src", src, lambda links, opened: self._open_source(links, src, opened), source_up)
+
+    def _open_remote(self, side: str, endpoint: Network, open_end: Callable[[ShovelLinks, Opened], None],
+                     then: Callable[[Any], None]) -> None:
+        """Open an end on another broker through the node's ShovelLinks, then `then(end)`,
+        unless the shovel stopped or started again meanwhile."""
         links = self.broker.links
         if links is None:
             self._cannot_connect("this node makes no connections to other brokers")
@@ -477,12 +477,10 @@ class Shovel:
                     end.close()
                 return
             if error is not None:
-                self._link_failed("src", src, error)
+                self._link_failed(side, endpoint, error)
                 return
-            self.src_end = end
-            self._source_started(end.queue_length)
-            self.broker.durability.flush()
-        self._open_source(links, src, opened)
+            then(end)
+        open_end(links, opened)
 
     def _open_source(self, links: ShovelLinks, endpoint: Network, opened: Opened) -> None:
         links.open_source(self, endpoint, self.config, opened)
@@ -544,6 +542,7 @@ class Shovel:
         if vhost is None:
             raise _CannotConnect(f"access to target virtual host '{vhost_name}' was refused (it does not exist)")
         self.dest_actor = ops.Actor(self.broker, SHOVEL_USER, vhost, self.owner, trusted=True)
+        declare_local(self.dest_actor, c.dest_declarations, self.declared_exclusive)
         if c.dest_queue is not None:
             self._ensure_queue(self.dest_actor, c.dest_queue, c.dest_queue_args)
 
@@ -553,9 +552,11 @@ class Shovel:
         if vhost is None:
             raise _CannotConnect(f"access to target virtual host '{vhost_name}' was refused (it does not exist)")
         src = self.src_actor = ops.Actor(self.broker, SHOVEL_USER, vhost, self.owner, trusted=True)
+        declared = declare_local(src, c.src_declarations, self.declared_exclusive)
         if c.src_queue is not None:
-            self._ensure_queue(src, c.src_queue, c.src_queue_args)
-            queue = ops.readable_queue(src, c.src_queue)
+            if not c.static:  # (a static shovel's declarations alone make its queues)
+                self._ensure_queue(src, c.src_queue, c.src_queue_args)
+            queue = ops.readable_queue(src, queue_name(c.src_queue, declared))
         else:
             assert c.src_exchange is not None
             queue, _ = ops.declare_queue(src, "", exclusive=True)
@@ -648,6 +649,10 @@ class Shovel:
         self.exclusive_queue = None
         if own is not None and not own.deleted:
             own.vhost.delete_queue(own)
+        declared, self.declared_exclusive = self.declared_exclusive, []
+        for queue in declared:
+            if not queue.deleted:
+                queue.vhost.delete_queue(queue)
         # Ends on other brokers: closing the source's connection gives its unacked deliveries
         # back there; the destination's unconfirmed publishes count as lost (their sources'
         # copies here are given back).
@@ -876,6 +881,8 @@ class Shovel:
                 props[bit] = bytes((value,))
             else:
                 props[bit] = value.to_bytes(8, "big")
+        if "headers" in c.publish_properties:  # (a static shovel's: an encoded field table)
+            props[FLAG_HEADERS] = c.publish_properties["headers"]
         if c.add_forward_headers or c.add_timestamp_header:
             table = props.get(FLAG_HEADERS)
             fields = rt.table_fields(table) if table is not None else []

@@ -1381,8 +1381,9 @@ def restart_shovel(ctx, args):
 @verb("federation_status", "federation_status [--only-down]", (0, None), options=("only-down",),
       help="Displays federation link status")
 def federation_status(ctx, args):
-    ctx.out.info(f"Listing federation links on node {_node_name(ctx)}...")
-    links = ctx.api.get("/federation-links/state/down" if "only-down" in ctx.options else "/federation-links") or []
+    down = "only-down" in ctx.options
+    ctx.out.info(f"Listing federation links {'which are down ' if down else ''}on node {_node_name(ctx)}...")
+    links = ctx.api.get("/federation-links/state/down" if down else "/federation-links") or []
     found = []
     for link in links:
         row = {"queue": "", "exchange": "", "upstream_queue": "", "upstream_exchange": "", "local_connection": "",
@@ -1399,12 +1400,12 @@ def federation_status(ctx, args):
 def restart_federation_link(ctx, args):
     (link_id,) = args
     node = _node_name(ctx)
-    ctx.out.info(f"Restarting federation link {link_id}")
+    ctx.out.info(f"Restarting federation link {link_id} on node {node}")
     for link in ctx.api.get("/federation-links") or []:
         if link.get("id") == link_id:
             ctx.api.delete(f"/federation-links/vhost/{q(link['vhost'])}/{q(link_id)}/{q(node)}/restart")
             return
-    raise Failed(f"Federation link with ID {link_id} is not running")
+    raise Failed("Link with the given ID was not found")
 
 
 # the resource alarms' settings (Warren-only API endpoints: rabbitmqctl reaches the node directly)

@@ -12,7 +12,7 @@ import sys
 import time
 
 from ..amqp import codec
-from ..broker import definitions, parameters
+from ..broker import definitions, parameters, static_shovel
 from ..broker.broker import Broker
 from ..broker.node_config import Limits, NodeConfig
 from ..server.disk_monitor import DEFAULT_LIMIT, DiskMonitor
@@ -246,6 +246,8 @@ def main(argv=None) -> int:
             print(f"warren: cannot write definitions to {store.path}: {err}", file=sys.stderr)
             return 1
         broker.metadata.flushed()
+    # The config file's shovels; they start with the dynamic ones once the server's loop runs.
+    broker.static_shovels = static_shovel.create(broker, config.get("static_shovels", {}))
     listen = _listen_addresses(args.host, args.port, config) + _tls_listen(config, amqps)
     try:
         import uvloop

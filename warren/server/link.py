@@ -66,6 +66,8 @@ def client_context(tls: dict[str, Any], host: str) -> tuple[ssl.SSLContext, str 
     server_name_indication=disable); verify_none, the default of RabbitMQ 3.10's client,
     does not."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if tls.get("verify", "verify_none") not in ("verify_none", "verify_peer"):
+        raise LinkError("{options,{verify," + str(tls["verify"]) + "}}")  # (as ssl refuses it at connect)
     verify = tls.get("verify", "verify_none") == "verify_peer"
     sni = tls.get("server_name_indication")
     server_name: str | None = None if sni == "disable" else (sni or host)
@@ -114,6 +116,10 @@ class Link(asyncio.Protocol):
         """Connect, authenticate, open the vhost and channel 1; LinkError with RabbitMQ's reason."""
         loop = asyncio.get_running_loop()
         ep = self.endpoint
+        for key, limit in (("heartbeat", 0xFFFF), ("channel_max", 0xFFFF), ("frame_max", 0xFFFFFFFF)):
+            value = getattr(ep, key)
+            if not 0 <= value <= limit:  # (amqp_uri takes any integer; the connection then fails)
+                raise LinkError("{invalid_" + key + "," + str(value) + "}")
         timeout = ep.connection_timeout / 1000 if ep.connection_timeout > 0 else None
         context = server_name = None
         if ep.tls is not None:
@@ -281,6 +287,8 @@ class Link(asyncio.Protocol):
             # Refused while opening: a wrong password (403) or a vhost it may not use.
             if code == 403 and "ACCESS_REFUSED" in text and "Login was refused" in text:
                 reason = "{auth_failure," + erl_string(text) + "}"
+            elif code == 530:  # (amqp_network_connection: a vhost it may not open)
+                reason = "not_allowed"
             else:
                 reason = "{error,{server_initiated_close," + str(code) + "," + _binary(text) + "}}"
             self._opened.set_exception(LinkError(reason))

@@ -1,7 +1,8 @@
 """A shovel's ends on other brokers (warren.broker.shovel_links' port): each its own
 connection (a Link) named "Shovel NAME", set up as RabbitMQ's amqp091 shovel does
 (rabbit_amqp091_shovel: init_dest, then init_source; ensure_queue = a passive declare, then
-a durable declare with the given arguments if the queue is missing).
+a durable declare with the given arguments if the queue is missing; a static shovel's
+declarations instead, run first).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from ..amqp import spec
 from ..amqp.body import Body
 from ..amqp.codec import typed_int
 from ..amqp.message import Message
+from ..broker.shovel_declarations import REPLIES
 from ..broker.shovel_links import LinkUser, Opened
 from ..store.settlement import SETTLED, Settlement, SyncWaiter
 from .link import ChannelClosed, Link, LinkError
@@ -110,15 +112,27 @@ class _End:
         self.started = False
         self.link.close()
 
-    async def ensure_queue(self, name: str, arguments: dict) -> None:
+    async def declare(self, methods: tuple[spec.Method, ...]) -> str:
+        """A static shovel's declarations, in order, each waiting for its reply: the name of
+        the last queue declared ("" if none)."""
+        last = ""
+        for method in methods:
+            ok: Any = await self.link.call(method, REPLIES[type(method)])
+            if type(method) is spec.QueueDeclare:
+                last = ok.queue
+        return last
+
+    async def ensure_queue(self, name: str, arguments: dict, durable: bool = True, auto_delete: bool = False) -> None:
+        """A passive declare, and if the queue is missing a declare (on the channel opened
+        again: the 404 closed it)."""
         try:
             await self.link.call(spec.QueueDeclare(queue=name, passive=True), spec.QueueDeclareOk)
         except ChannelClosed as err:
             if err.code != 404:
                 raise
             await self.link.reopen()
-            await self.link.call(spec.QueueDeclare(queue=name, durable=True, arguments=arguments),
-                                 spec.QueueDeclareOk)
+            await self.link.call(spec.QueueDeclare(queue=name, durable=durable, auto_delete=auto_delete,
+                                                   arguments=arguments), spec.QueueDeclareOk)
 
 
 class Source(_End):
@@ -132,9 +146,11 @@ class Source(_End):
         link = self.link
         await link.open(confirm=False)
         ok: Any
+        declared = await self.declare(c.src_declarations)
         if c.src_queue is not None:
-            await self.ensure_queue(c.src_queue, c.src_queue_args)
-            queue = c.src_queue
+            if not c.static:
+                await self.ensure_queue(c.src_queue, c.src_queue_args)
+            queue = c.src_queue or declared  # ("": the last queue declared, as on the channel)
             ok = await link.call(spec.QueueDeclare(queue=queue, passive=True), spec.QueueDeclareOk)
         else:
             ok = await link.call(spec.QueueDeclare(queue="", exclusive=True), spec.QueueDeclareOk)
@@ -195,6 +211,7 @@ class Destination(_End):
     async def start(self, c: Config) -> None:
         confirm = c.ack_mode == "on-confirm"
         await self.link.open(confirm=confirm)
+        await self.declare(c.dest_declarations)
         if c.dest_queue is not None:
             await self.ensure_queue(c.dest_queue, c.dest_queue_args)
         if confirm:
@@ -352,14 +369,7 @@ class UpstreamQueueEnd(Source):
         capabilities = link.client.server_properties.get("capabilities")
         if not (isinstance(capabilities, dict) and capabilities.get("consumer_priorities") is True):
             raise LinkError("{error,upstream_lacks_consumer_priorities}")
-        try:
-            await link.call(spec.QueueDeclare(queue=p.queue, passive=True), spec.QueueDeclareOk)
-        except ChannelClosed as err:
-            if err.code != 404:
-                raise
-            await link.reopen()
-            await link.call(spec.QueueDeclare(queue=p.queue, durable=p.durable, auto_delete=p.auto_delete,
-                                              arguments=p.arguments), spec.QueueDeclareOk)
+        await self.ensure_queue(p.queue, p.arguments, p.durable, p.auto_delete)
         if not p.no_ack:
             await link.call(spec.BasicQos(prefetch_count=p.prefetch), spec.BasicQosOk)
 

@@ -1,6 +1,7 @@
 """/api/shovels: the shovel management plugin's status resource (rabbit_shovel_mgmt, RabbitMQ
 3.10.8) for this broker's dynamic shovels (warren.broker.shovel; they are created and
-deleted as runtime parameters of component "shovel", /api/parameters/shovel/...).
+deleted as runtime parameters of component "shovel", /api/parameters/shovel/...) and its
+static ones (the config file's, warren.broker.static_shovel: type "static", no vhost).
 
 - GET /api/shovels, /api/shovels/{vhost}: the shovels' status (name, vhost, type "dynamic",
   state starting/running/terminated, src_uri, src_queue or src_exchange(+_key), dest_uri,
@@ -12,28 +13,41 @@ deleted as runtime parameters of component "shovel", /api/parameters/shovel/...)
 
 Access as rabbit_shovel_mgmt: monitoring and administrator users ("Not monitor user"), who
 see (and may delete) the shovels of the vhosts they have permissions in - administrators
-too, as RabbitMQ's filter_vhost_user.
+too, as RabbitMQ's filter_vhost_user; static shovels (no vhost) only administrators see.
+They are in no vhost's list, and the paths naming a vhost and a name never find one (404:
+static shovels are neither deleted nor restarted through the API).
 """
 
 from aiohttp import web
 
 from ...broker import shovel
-from ..access import MONITOR, ListFilter, access, login_vhosts, visible
+from ..access import MONITOR, ListFilter, access, is_admin, login_vhosts, visible
 from ..app import CONTROL_USER, not_found
 from ..resources import flush, list_response, vhost_or_404
 from ..stats import node_name
 
 routes = web.RouteTableDef()
 
-# rabbit_shovel_mgmt_util:filter_vhost_user: only the vhosts the user may log in to, whatever
-# its tags (warrenctl on the control socket sees all).
-IN_OWN_VHOSTS = ListFilter(("vhost",), lambda user: user is CONTROL_USER, login_vhosts)
+
+def _own_vhosts(request, user) -> set:
+    """rabbit_shovel_mgmt_util:filter_vhost_user: the vhosts the user may log in to, whatever
+    its tags, and no vhost (static shovels) for administrators."""
+    allowed: set = login_vhosts(request, user)
+    if is_admin(user):
+        allowed.add(None)
+    return allowed
+
+
+# (warrenctl on the control socket sees all)
+IN_OWN_VHOSTS = ListFilter(("vhost",), lambda user: user is CONTROL_USER, _own_vhosts)
 
 
 def _statuses(request, vhost=None) -> list:
     broker = request.app["broker"]
     node = node_name(broker)
-    return [s.status(node) for s in shovel.statuses(broker) if vhost is None or s.vhost == vhost.name]
+    statuses = [s.status(node) for s in shovel.statuses(broker)]
+    # (rabbit_shovel_mgmt:filter_vhost_req, on the JSON: a static shovel has no vhost)
+    return [s for s in statuses if vhost is None or s.get("vhost") == vhost.name]
 
 
 def _found(request, vhost) -> None:

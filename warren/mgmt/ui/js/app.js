@@ -108,8 +108,9 @@ function showApp(whoami) {
   $("nav").hidden = false;
   $("session").hidden = false;
   $("whoami").textContent = user.name;
-  // Admin holds the administrator's sections, and policies for policymakers.
-  document.querySelector('#nav a[data-page="admin"]').hidden = !api.setsPolicies(user);
+  // Admin holds the administrator's sections, the policies and link parameters for
+  // policymakers, the shovels' and federation links' status for monitoring users.
+  document.querySelector('#nav a[data-page="admin"]').hidden = !(api.setsPolicies(user) || api.monitors(user));
   document.querySelector('#nav a[data-page="definitions"]').hidden = !api.administers(user);
   schedule();
   navigate();

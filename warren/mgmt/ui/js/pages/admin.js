@@ -1,23 +1,13 @@
-// Admin: users, virtual hosts, permissions, policies, and vhost and user limits (list, add,
-// delete). Administrators see every section; policymakers the policies.
+// Admin: users, virtual hosts, permissions, policies, vhost and user limits (list, add,
+// delete), and the shovel and federation plugins' sections (links.js). Each section is shown
+// to the users the API would answer: administrators see all; policymakers the policies,
+// shovel parameters and federation upstreams; monitoring users the shovels' and federation
+// links' status.
 
 import * as api from "../api.js";
-import { button, fill, form, h, json, num, select, table } from "../dom.js";
-import { parseArguments, vhostSelect } from "./shared.js";
-
-const input = (id, attrs = {}) => h("input", { id, name: id, ...attrs });
-const submit = (id, text) => h("button", { type: "submit", id }, text);
-const remove = (path, what, after) => button("Delete", async () => {
-  await api.del(path);
-  await after();
-}, { danger: true, question: `Delete ${what}?` });
-
-// A section: a heading, the table `load` fills, and the add form `makeForm(refresh)` gives.
-function section(title, id, load, makeForm) {
-  const body = h("div", { id });
-  const refresh = async () => fill(body, await load(refresh));
-  return { element: h("section", {}, h("h2", {}, title), body, makeForm(refresh)), refresh };
-}
+import { form, h, json, num, select, table } from "../dom.js";
+import { input, parseArguments, remove, section, submit, vhostSelect } from "./shared.js";
+import { federationStatus, federationUpstreams, shovelManagement, shovelStatus } from "./links.js";
 
 function users() {
   return section("Users", "users", async (refresh) => table([
@@ -145,10 +135,15 @@ function limits(kind, owner, names) {
 
 export function mount(main, _params, { user }) {
   const admin = api.administers(user);
-  const sections = admin
-    ? [users(), vhosts(), permissions(), policies(),
-      limits("vhost", "vhost", ["max-connections", "max-queues"]), limits("user", "user", ["max-connections", "max-channels"])]
-    : [policies()];
+  const policymaker = api.setsPolicies(user);
+  const monitor = api.monitors(user);
+  const sections = [
+    admin && users(), admin && vhosts(), admin && permissions(), policymaker && policies(),
+    admin && limits("vhost", "vhost", ["max-connections", "max-queues"]),
+    admin && limits("user", "user", ["max-connections", "max-channels"]),
+    monitor && shovelStatus(), policymaker && shovelManagement(),
+    monitor && federationStatus(), policymaker && federationUpstreams(),
+  ].filter(Boolean);
   main.append(h("h1", {}, "Admin"), ...sections.map((s) => s.element));
   return () => Promise.all(sections.map((s) => s.refresh()));
 }

@@ -1,7 +1,23 @@
-// Parts that several pages show: the vhost chooser of the add forms, and bindings.
+// Parts that several pages show: Admin's sections, the vhost chooser of the add forms, and
+// bindings.
 
 import * as api from "../api.js";
-import { button, form, h, json, link, select, table } from "../dom.js";
+import { button, fill, form, h, json, link, select, table } from "../dom.js";
+
+export const input = (id, attrs = {}) => h("input", { id, name: id, ...attrs });
+export const submit = (id, text) => h("button", { type: "submit", id }, text);
+export const remove = (path, what, after) => button("Delete", async () => {
+  await api.del(path);
+  await after();
+}, { danger: true, question: `Delete ${what}?` });
+
+// An Admin section: a heading, the table `load` fills, and the add form `makeForm(refresh)`
+// gives, if any.
+export function section(title, id, load, makeForm) {
+  const body = h("div", { id });
+  const refresh = async () => fill(body, await load(refresh));
+  return { element: h("section", {}, h("h2", {}, title), body, makeForm?.(refresh)), refresh };
+}
 
 // A <select> of the vhosts the user sees, filled when /api/vhosts answers.
 export function vhostSelect(id) {
