@@ -25,12 +25,15 @@ test's by a veth pair (links.Netns, which needs root); the other broker listens 
 address in the test's namespace. The links of the stop and partition scenarios use
 heartbeat=1, so that they die during the fault and must be made again.
 
-A broker restarted after kill -9 must still have both queues (a durable queue lost at a restart
-fails as that, not as lost messages), and on a failure the brokers' logs are printed.
+A Warren restarted after kill -9 must still have both queues (a durable queue lost at a restart
+fails as that, not as lost messages). RabbitMQ 3.10.8 itself now and then loses a durable queue
+declared seconds before a kill -9 (its log recovers one queue less than it had): such a run says
+nothing about the link and is skipped. On a failure the brokers' logs are printed.
 """
 
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -147,10 +150,19 @@ class Rabbit:
         self.node.ctl("set_parameter", "shovel", name, json.dumps(value))
 
     def kill(self) -> None:
+        listed = self.node.ctl("list_queues", "-q", "--no-table-headers", "name", "durable").stdout
+        self.durable_queues = sum(line.split("\t")[-1] == "true" for line in listed.splitlines())
         self.node.kill()
 
     def restart(self) -> None:
         self.node.restart()
+        # RabbitMQ 3.10.8 now and then loses a durable queue declared seconds before a kill -9
+        # (its record: "Recovering 2 queues" where there were 3), which a shovel then declares
+        # again, empty. That is no fault of the link under test: the run says nothing then.
+        recovered = re.findall(r"Recovering (\d+) queues of type rabbit_classic_queue", self.log())
+        if recovered and int(recovered[-1]) < self.durable_queues:
+            pytest.skip(f"RabbitMQ lost durable queues at its restart after kill -9 ({self.durable_queues} "
+                        f"before, {recovered[-1]} recovered): nothing to judge the link by")
 
     def send_signal(self, sig: int) -> None:
         self.node.send_signal(sig)
@@ -158,14 +170,17 @@ class Rabbit:
     def check_log(self) -> None:
         pass
 
-    def log_tail(self) -> str:
-        """Its log's last lines (of every start: the node appends to it)."""
+    def log(self) -> str:
+        """Its log (of every start: the node appends to it)."""
         path = os.path.join(self.node.tmp or "", "log", f"{self.node.nodename}.log")
         try:
             with open(path, errors="replace") as f:
-                return "".join(f.readlines()[-60:])
+                return f.read()
         except OSError as e:
             return f"(no log: {e})"
+
+    def log_tail(self) -> str:
+        return "".join(self.log().splitlines(keepends=True)[-60:])
 
 
 _netns_refused: list[str] = []  # why the module has no namespace, if it tried to make one
