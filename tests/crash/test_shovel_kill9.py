@@ -24,21 +24,28 @@ Partitions: the shovel's Warren broker runs in a network namespace of its own, j
 test's by a veth pair (links.Netns, which needs root); the other broker listens on the pair's
 address in the test's namespace. The links of the stop and partition scenarios use
 heartbeat=1, so that they die during the fault and must be made again.
+
+A Warren restarted after kill -9 must still have both queues (a durable queue lost at a restart
+fails as that, not as lost messages). RabbitMQ 3.10.8 itself now and then loses a durable queue
+declared seconds before a kill -9 (its log recovers one queue less than it had): such a run says
+nothing about the link and is skipped. On a failure the brokers' logs are printed.
 """
 
 import json
 import os
+import re
 import signal
 import socket
 import sys
 import time
 
+import pika
 import pytest
 import requests
 
 from conftest import free_port, scratch_dir
 
-from .links import (Collected, ConfirmedPublisher, Netns, amqp_uri, collect, declare, netns_unavailable,
+from .links import (Collected, ConfirmedPublisher, Netns, amqp_uri, collect, declare, depth, netns_unavailable,
                     payload, tally, wait_depth)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
@@ -118,6 +125,9 @@ class Warren:
     def check_log(self) -> None:
         assert "Traceback" not in self.b.log(), self.b.log()[-3000:]
 
+    def log_tail(self) -> str:
+        return "".join(self.b.log().splitlines(keepends=True)[-40:])
+
 
 class Rabbit:
     """The module's RabbitMQ node (tools/rabbitmq_node.py), as Warren above."""
@@ -140,10 +150,19 @@ class Rabbit:
         self.node.ctl("set_parameter", "shovel", name, json.dumps(value))
 
     def kill(self) -> None:
+        listed = self.node.ctl("list_queues", "-q", "--no-table-headers", "name", "durable").stdout
+        self.durable_queues = sum(line.split("\t")[-1] == "true" for line in listed.splitlines())
         self.node.kill()
 
     def restart(self) -> None:
         self.node.restart()
+        # RabbitMQ 3.10.8 now and then loses a durable queue declared seconds before a kill -9
+        # (its record: "Recovering 2 queues" where there were 3), which a shovel then declares
+        # again, empty. That is no fault of the link under test: the run says nothing then.
+        recovered = re.findall(r"Recovering (\d+) queues of type rabbit_classic_queue", self.log())
+        if recovered and int(recovered[-1]) < self.durable_queues:
+            pytest.skip(f"RabbitMQ lost durable queues at its restart after kill -9 ({self.durable_queues} "
+                        f"before, {recovered[-1]} recovered): nothing to judge the link by")
 
     def send_signal(self, sig: int) -> None:
         self.node.send_signal(sig)
@@ -151,10 +170,25 @@ class Rabbit:
     def check_log(self) -> None:
         pass
 
+    def log(self) -> str:
+        """Its log (of every start: the node appends to it)."""
+        path = os.path.join(self.node.tmp or "", "log", f"{self.node.nodename}.log")
+        try:
+            with open(path, errors="replace") as f:
+                return f.read()
+        except OSError as e:
+            return f"(no log: {e})"
+
+    def log_tail(self) -> str:
+        return "".join(self.log().splitlines(keepends=True)[-60:])
+
+
+_netns_refused: list[str] = []  # why the module has no namespace, if it tried to make one
+
 
 @pytest.fixture(scope="module")
 def netns():
-    """The module's network namespace (None where it cannot make one)."""
+    """The module's network namespace (None where it cannot make one: the partitions skip)."""
     if netns_unavailable():
         yield None
         return
@@ -163,7 +197,9 @@ def netns():
         ns.create()
     except RuntimeError as e:  # (e.g. a container without CAP_NET_ADMIN)
         ns.close()
-        pytest.skip(f"cannot make a network namespace: {e}")
+        _netns_refused.append(str(e))
+        yield None
+        return
     yield ns
     ns.close()
 
@@ -208,10 +244,18 @@ class Scenario:
         self.source, self.dest, self.shovel_on = source, dest, shovel_on
         self.src_queue, self.dest_queue = f"links-src-{uid}", f"links-dest-{uid}"
 
-    def run(self, fault, *, dest_uri=None, query=None, what: str = "") -> None:
+    def run(self, fault, *, dest_uri=None, query=None, what: str = "") -> ConfirmedPublisher:
         """Start the shovel and the publisher, run fault() mid-transfer, wait for every
-        confirmed message in the destination, and check."""
-        query = query or {}
+        confirmed message in the destination, and check. On a failure the brokers' logs say
+        what they did (pytest shows what was printed)."""
+        try:
+            return self._run(fault, dest_uri, query or {}, what)
+        except BaseException:
+            for role, broker in (("source", self.source), ("destination", self.dest)):
+                print(f"\n--- the {role}'s log ---\n{broker.log_tail()}")
+            raise
+
+    def _run(self, fault, dest_uri, query: dict, what: str) -> ConfirmedPublisher:
         source, dest = self.source, self.dest
         declare(source.host, source.port, self.src_queue)
         declare(dest.host, dest.port, self.dest_queue)
@@ -228,6 +272,11 @@ class Scenario:
         started = time.monotonic()
         fault()
         fault_seconds = time.monotonic() - started
+        for broker, queue in ((source, self.src_queue), (dest, self.dest_queue)):
+            try:  # (a broker that lost a durable queue at its restart fails here, not as "lost")
+                depth(broker.host, broker.port, queue)
+            except pika.exceptions.ChannelClosedByBroker as e:
+                raise AssertionError(f"{type(broker).__name__} lost the durable queue {queue} at its restart: {e}")
         publisher.join(90)
         assert not publisher.is_alive(), "the publisher did not finish"
         assert 0 < confirmed_before < N, f"the fault came after {confirmed_before} confirms, not mid-publish"
@@ -323,7 +372,7 @@ def test_a_partition(make_broker, netns, request, uid, path):
     """The shovel's Warren runs in its own network namespace; the link to the other broker is
     cut for PAUSE seconds, mid-transfer, and healed."""
     if netns is None:
-        pytest.skip(f"no network namespace: {netns_unavailable()}")
+        pytest.skip(f"no network namespace: {netns_unavailable() or _netns_refused}")
     shovel_on = Warren(make_broker, host=netns.ns_addr, netns=netns)
     if path == "Warren -> Warren":
         other = Warren(make_broker, host=netns.root_addr, listen=(netns.root_addr,))
