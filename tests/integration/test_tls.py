@@ -372,3 +372,61 @@ def test_health_checks_see_the_tls_listeners(tls):
     entry = body["expired"][0]
     assert (entry["protocol"], entry["port"]) == ("amqp/ssl", tls.tls_port)
     assert len(entry["certfile_expires_on"]) == 1 and len(entry["cacertfile_expires_on"]) == 1
+
+
+# Shovels over AMQPS (docs/links.md): the broker's own TLS port as "another broker" ------------
+
+def _shovel(broker, name: str, dest_uri: str) -> None:
+    with pika.BlockingConnection(broker.pika_params()) as conn:
+        ch = conn.channel()
+        ch.queue_declare(f"{name}-src", durable=True)
+        ch.queue_declare(f"{name}-dst", durable=True)
+        ch.basic_publish("", f"{name}-src", b"over amqps", pika.BasicProperties(delivery_mode=2))
+    r = requests.put(f"{broker.api}/parameters/shovel/%2F/{name}", auth=("guest", "guest"), timeout=5,
+                     json={"value": {"src-uri": "amqp://", "src-queue": f"{name}-src", "dest-uri": dest_uri,
+                                     "dest-queue": f"{name}-dst", "reconnect-delay": 1}})
+    assert r.status_code == 201, r.text
+
+
+def _state(broker, name: str) -> str | None:
+    return next((s["state"] for s in api(broker, "/shovels") if s["name"] == name), None)
+
+
+def test_a_shovel_over_amqps_checks_the_server_and_sends_a_certificate(tls, certs):
+    """verify_peer against the test CA (and the host name), a client certificate given by
+    certfile/keyfile: the connection is TLS, named "Shovel NAME", and moves the message."""
+    cert, key = certs.client("shovel-client")
+    uri = (f"amqps://guest:guest@localhost:{tls.tls_port}/%2F?cacertfile={certs.ca}&verify=verify_peer"
+           f"&certfile={cert}&keyfile={key}")
+    _shovel(tls, "tls-ok", uri)
+    deadline = time.monotonic() + 10
+    while _state(tls, "tls-ok") != "running":
+        assert time.monotonic() < deadline, api(tls, "/shovels")
+        time.sleep(0.05)
+    [link] = [c for c in api(tls, "/connections") if c.get("client_properties", {}).get("connection_name")
+              == "Shovel tls-ok"]
+    assert link["ssl"] is True and link["peer_cert_subject"] == "O=Warren Tests,CN=shovel-client"
+    with pika.BlockingConnection(tls.pika_params()) as conn:
+        deadline = time.monotonic() + 10
+        while (got := conn.channel().basic_get("tls-ok-dst", auto_ack=True))[0] is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert got[2] == b"over amqps"
+    [status] = [s for s in api(tls, "/shovels") if s["name"] == "tls-ok"]
+    assert status["dest_uri"] == f"amqps://localhost:{tls.tls_port}/%2F"  # (no credentials, no query)
+
+
+def test_a_shovel_over_amqps_refuses_a_server_it_cannot_verify(tls, certs):
+    """verify_peer with a CA that did not sign the server's certificate: the TLS handshake
+    fails, the shovel stays "starting" (RabbitMQ's status for a failed connect), nothing moves."""
+    other_ca = os.path.join(certs.dir, "other.pem")
+    _shovel(tls, "tls-bad", f"amqps://guest:guest@localhost:{tls.tls_port}/%2F?cacertfile={other_ca}"
+                            "&verify=verify_peer")
+    time.sleep(1.5)
+    assert _state(tls, "tls-bad") == "starting"
+    with pika.BlockingConnection(tls.pika_params()) as conn:
+        ch = conn.channel()
+        assert ch.queue_declare("tls-bad-src", passive=True).method.message_count == 1
+        assert ch.queue_declare("tls-bad-dst", passive=True).method.message_count == 0
+    assert "Shovel 'tls-bad' in virtual host '/' failed to connect" in tls.log()
+    assert "CERTIFICATE_VERIFY_FAILED" in tls.log()
