@@ -144,7 +144,9 @@ class ExchangeLink(FederationLink):
                         reconnect_delay=upstream.reconnect_delay)
         super().__init__(broker, vhost, exchange, upstream, policy, config)
         self.exchange = exchange
-        self.suffix = "A"        # the internal exchange's suffix last set up (the next start takes the other)
+        # The internal exchange's suffix last set up (the next start takes the other). Kept in
+        # memory only: after a restart here the upstream end sees which one is in use.
+        self.suffix = "A"
         self.upstream_cluster: str | None = None  # the upstream's cluster_name (server properties)
         self.bound: set[tuple[str, Any]] = set()  # (routing key, frozen arguments) bound upstream
         self.plan: ExchangePlan | None = None
@@ -184,11 +186,13 @@ class ExchangeLink(FederationLink):
                                 "x-downstream-vhost": self.vhost, PURPOSE[0]: PURPOSE[1]},
             # (an exchange link's consumer has a server-named tag: consumer-tag is a queue link's)
             prefetch=int(up.prefetch_count), no_ack=up.ack_mode == "no-ack", consumer_tag="",
-            bindings=self._upstream_bindings(new), bind_nowait=up.bind_nowait)
+            bindings=self._upstream_bindings(new), bind_nowait=up.bind_nowait,
+            old_bindings=self._upstream_bindings(old))
 
     def _source_started(self, queue_length: int) -> bool:
         if self.plan is not None:
-            self.suffix = self.plan.internal_exchange[-1]  # (set up: the active one now)
+            # (set up: the active one now; the end may have swapped the plan's two)
+            self.suffix = self.plan.internal_exchange[-1]
         self.bound = {(key, _frozen(args)) for key, args in self.plan.bindings} if self.plan else set()
         end: Any = self.src_end
         self.upstream_cluster = getattr(end, "cluster_name", None)

@@ -28,6 +28,14 @@ class ExchangePlan:
     consumer_tag: str
     bindings: list[tuple[str, dict]] = field(default_factory=list)
     bind_nowait: bool = False
+    # The bindings as they are with the old internal exchange instead (x-bound-from names it).
+    old_bindings: list[tuple[str, dict]] = field(default_factory=list)
+
+    def swap(self) -> None:
+        """Set up the old internal exchange and delete the new one: the end does so where the
+        new one is the one in use upstream (see UpstreamExchangeEnd.start)."""
+        self.internal_exchange, self.old_internal_exchange = self.old_internal_exchange, self.internal_exchange
+        self.bindings, self.old_bindings = self.old_bindings, self.bindings
 
 
 @dataclass

@@ -260,6 +260,16 @@ class UpstreamExchangeEnd(Source):
         await link.open(confirm=False)
         name = link.client.server_properties.get("cluster_name")
         self.cluster_name = name if isinstance(name, str) else None
+        # The new internal exchange is deleted and declared again below, before the old one
+        # goes: if it is the one in use (this broker restarted and took the first suffix
+        # again), the upstream exchange would meanwhile route nothing to the link's queue and
+        # confirm what it drops. RabbitMQ keeps the suffix in use with the exchange
+        # (rabbit_federation_db) and takes the other one; so does this, seeing which exists
+        # (the old one first: it is there at every start but the first one, or one after a
+        # restart, so the upstream rarely logs a refused passive declare).
+        if not await self._exchange_exists(p.old_internal_exchange) and await self._exchange_exists(
+                p.internal_exchange):
+            p.swap()
         await link.call(spec.QueueDeclare(queue=p.queue, durable=True, arguments=p.queue_arguments),
                         spec.QueueDeclareOk)
         if not p.no_ack:
@@ -293,6 +303,17 @@ class UpstreamExchangeEnd(Source):
             await self._bind(spec.ExchangeBind, key, args)
         await link.call(spec.ExchangeDelete(exchange=p.old_internal_exchange), spec.ExchangeDeleteOk)
         self._worker = asyncio.get_running_loop().create_task(self._run_commands())
+
+    async def _exchange_exists(self, name: str) -> bool:
+        """A passive declare (before the link consumes: a 404 just opens the channel again)."""
+        try:
+            await self.link.call(spec.ExchangeDeclare(exchange=name, passive=True), spec.ExchangeDeclareOk)
+        except ChannelClosed as err:
+            if err.code != 404:
+                raise
+            await self.link.reopen()
+            return False
+        return True
 
     async def _reconsume(self) -> None:
         """The channel was closed by a refused call: open it again and consume again."""
