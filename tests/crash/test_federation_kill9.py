@@ -52,18 +52,6 @@ PAUSE = 4.0         # seconds a broker stays stopped or cut off
 KEY = "k"           # the routing key published with, and bound downstream
 COLLECT = 20.0      # seconds the collector waits for what is missing (it takes 1 to 2 s)
 PLUGINS = ["rabbitmq_management", "rabbitmq_federation", "rabbitmq_federation_management"]
-# Warren's definitions file keeps an exchange's arguments as JSON, and reads a number back as
-# a plain integer (a signedint), where RabbitMQ's import makes it a long: an
-# x-federation-upstream exchange's x-max-hops must be a long, so a restarted Warren drops the
-# link's internal exchange and its bindings, and until the link comes back (reconnect-delay)
-# the exchange upstream confirms messages it routes nowhere. The test that looks at what is
-# left upstream fails every time; a scenario loses messages in the runs where the link comes
-# back well after the publisher (it retries every reconnect-delay). Both markers go once
-# Warren recovers the exchange.
-REASON = ("a restarted Warren does not recover x-federation-upstream exchanges (x-max-hops read "
-          "back from its definitions as a signedint, refused: 'must be of type long')")
-UPSTREAM_RECOVERY = pytest.mark.xfail(strict=True, reason=REASON)
-UPSTREAM_RECOVERY_RACE = pytest.mark.xfail(strict=False, reason=REASON)
 # Where RabbitMQ is missing these tests skip, except in CI, which installs it.
 RABBITMQ_REQUIRED = os.environ.get("CI") == "true" or os.environ.get("WARREN_REQUIRE_RABBITMQ") == "1"
 
@@ -234,7 +222,7 @@ class Scenario:
 
 
 # ------------------------------------------------------------------ Warren -> Warren
-@pytest.mark.parametrize("fault", [pytest.param("kill -9 the upstream", marks=UPSTREAM_RECOVERY_RACE),
+@pytest.mark.parametrize("fault", ["kill -9 the upstream",
                                    "kill -9 the downstream", "SIGSTOP the upstream"])
 def test_exchange_federation(make_broker, uid, fault):
     up, down = Warren(make_broker), Warren(make_broker)
@@ -273,7 +261,6 @@ def test_rabbitmq_upstream_killed(make_broker, rabbit, uid):
     assert publisher.connections >= 2, "the publisher never saw the upstream die"
 
 
-@UPSTREAM_RECOVERY_RACE
 def test_warren_upstream_of_rabbitmq_killed(make_broker, rabbit, uid):
     """RabbitMQ's link (rabbitmq_federation) from Warren, which its x-federation-upstream
     exchange type serves; Warren killed -9 and restarted."""
@@ -317,7 +304,7 @@ def test_a_restarted_downstream_sets_up_the_other_internal_exchange(make_broker,
         scenario.clean()
 
 
-@pytest.mark.parametrize("upstream", [pytest.param("Warren", marks=UPSTREAM_RECOVERY), "RabbitMQ"])
+@pytest.mark.parametrize("upstream", ["Warren", "RabbitMQ"])
 def test_a_restarted_upstream_keeps_the_links_internal_exchange(make_broker, request, uid, upstream):
     """What an exchange link declared upstream is durable: the link's queue, its internal
     exchange and the bindings from the upstream exchange are there after a kill -9 of the

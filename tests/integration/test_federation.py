@@ -883,3 +883,17 @@ def test_an_import_with_a_bad_upstream_or_policy_fails(api):
         f"Validation failed\n\n1 is not a valid federation upstream name\n ({down}/bp)", quote=False)})
     assert api.ok("GET", f"/parameters/federation-upstream/{q(down)}").json() == []
     assert api.ok("GET", f"/policies/{q(down)}").json() == []
+
+
+def test_an_import_declares_an_upstream_exchange(api):
+    """An x-federation-upstream exchange in a definitions import (as an export of an upstream
+    holds one): its x-max-hops, a JSON number, is typed a long as RabbitMQ's import types it,
+    so the exchange type's check passes (and so does a restart's recovery, which imports)."""
+    vhost = api.vhost(f"imp-{uuid.uuid4().hex[:8]}")
+    body = {"exchanges": [{"name": "federation: x -> elsewhere B", "vhost": vhost, "type": "x-federation-upstream",
+                           "durable": True, "auto_delete": True, "internal": True,
+                           "arguments": {"x-max-hops": 1, "x-downstream-name": "elsewhere",
+                                         "x-downstream-vhost": "/", "x-internal-purpose": "federation"}}]}
+    assert api.call("POST", "/definitions", body).status_code in (201, 204)
+    got = api.ok("GET", f"/exchanges/{q(vhost)}/{q('federation: x -> elsewhere B')}").json()
+    assert (got["type"], got["arguments"]["x-max-hops"]) == ("x-federation-upstream", 1)

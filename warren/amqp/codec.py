@@ -94,6 +94,11 @@ def typed_int(type_name: str, value: int) -> int:
     return cls(value)
 
 
+def typed_float(type_name: str, value: float) -> float:
+    """A number that goes on the wire as "double" ('d') or "float" ('f')."""
+    return (_double if type_name == "double" else _float)(value)
+
+
 class _LongstrBytes(bytes):
     """A longstr ('S') that is not valid UTF-8: bytes like a byte array ('x'), but encoded
     back as a longstr."""

@@ -11,6 +11,7 @@ import gc
 import html
 
 from .. import __version__
+from ..amqp.codec import typed_float, typed_int
 from .auth import MD5, SHA256, SHA512, User, invalid_regexp
 from .errors import AMQPError
 from .exchanges import TYPES
@@ -249,7 +250,7 @@ def _load_exchange(broker, x):
         raise DefinitionsError(f"unknown exchange type '{x.get('type')}' for exchange '{x['name']}'")
     broker.metadata.apply(commands.DeclareExchange(
         vhost.name, x["name"], x.get("type", "direct"), x.get("durable", True), x.get("auto_delete", False),
-        x.get("internal", False), x.get("arguments") or {}))
+        x.get("internal", False), _arguments(x)))
 
 
 def _load_queue(broker, q):
@@ -257,13 +258,32 @@ def _load_queue(broker, q):
     if q["name"] in vhost.queues:
         return
     broker.metadata.apply(commands.DeclareQueue(vhost.name, q["name"], q.get("durable", True), None,
-                                                q.get("auto_delete", False), q.get("arguments") or {}))
+                                                q.get("auto_delete", False), _arguments(q)))
 
 
 def _load_binding(broker, b):
     vhost = _vhost(broker, b)
     broker.metadata.apply(commands.Bind(vhost.name, b["source"], b.get("destination_type", "queue"), b["destination"],
-                                        b.get("routing_key", ""), b.get("arguments") or {}))
+                                        b.get("routing_key", ""), _arguments(b)))
+
+
+def _arguments(item: dict) -> dict:
+    """An item's arguments typed as RabbitMQ's import types JSON in a field table
+    (rabbit_misc:to_amqp_table: integers long, other numbers double), so that what checks a
+    type (x-federation-upstream's x-max-hops must be a long) finds what the declare gave."""
+    return _typed(item.get("arguments") or {})
+
+
+def _typed(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float, dict, list)):
+        return value
+    if isinstance(value, int):
+        return typed_int("long", value) if -(1 << 63) <= value < (1 << 63) else value
+    if isinstance(value, float):
+        return typed_float("double", value)
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    return [_typed(v) for v in value]
 
 
 def _vhost(broker, item):
