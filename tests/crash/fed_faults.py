@@ -1,16 +1,13 @@
 """What the federation fault tests (test_federation_kill9.py) add to links.py: a handle on
 each broker, Warren's or RabbitMQ's, driven the same way (AMQP with pika, the management
 HTTP API for the cluster name, the upstream parameter, the policy, the links' status and the
-bindings upstream; kill -9 and restart on its port and data, SIGSTOP and SIGCONT); a
-publisher to an exchange; and a consumer that runs through the faults (a queue link only
+bindings upstream; kill -9 and restart on its port and data, SIGSTOP and SIGCONT: Warren's
+from links.WarrenProcess); and a consumer that runs through the faults (a queue link only
 moves messages while the downstream queue has a consumer).
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
 import threading
 import time
 from urllib.parse import quote
@@ -19,10 +16,7 @@ import pika
 import pika.exceptions
 import requests
 
-from conftest import free_port, scratch_dir
-
-from .links import (CONNECTION_ERRORS, Collected, ConfirmedPublisher, Netns, amqp_uri, depth, params,
-                    payload)
+from .links import CONNECTION_ERRORS, Collected, WarrenProcess, amqp_uri, depth, params
 
 AUTH = ("guest", "guest")
 VHOST = "%2F"
@@ -30,12 +24,6 @@ VHOST = "%2F"
 
 def q(name: str) -> str:
     return quote(name, safe="")
-
-
-def suite_ports(n: int) -> list[int]:
-    """The test suite's ports (below the kernel's ephemeral range, conftest.free_port), so that
-    no client's connection takes a killed node's port before it is restarted."""
-    return [free_port() for _ in range(n)]
 
 
 def wait_for(condition, timeout: float, what: str):
@@ -138,66 +126,19 @@ class Broker:
         return ""
 
 
-class Warren(Broker):
-    """A Warren broker that a scenario kills (and restarts on its port and data dir), stops and
-    continues. In a network namespace (netns), or also listening on addresses of the veth pair
-    (listen), it takes guest's logins from there, and its management API listens on host."""
+class Warren(WarrenProcess, Broker):
+    """A Warren broker (links.WarrenProcess) driven as a Broker."""
 
     name = "Warren"
-
-    def __init__(self, make_broker, *, host: str = "127.0.0.1", netns: Netns | None = None,
-                 listen: tuple[str, ...] = ()):
-        self.make_broker = make_broker
-        self.host = host
-        self.netns = netns
-        self.args: tuple[str, ...] = ()
-        if netns is not None or listen:
-            conf = os.path.join(scratch_dir("warren-fed-"), "warren.conf")
-            with open(conf, "w") as f:
-                f.write(f"loopback_users = none\nmanagement.tcp.ip = {host}\nprometheus.tcp.port = 0\n")
-            addresses = (host,) if netns is not None else ("127.0.0.1", *listen)
-            self.args = ("--config", conf, *(a for address in addresses for a in ("--host", address)))
-        self.b = self._start()
-
-    def _start(self, **kwargs):
-        if self.netns is None:
-            return self.make_broker(*self.args, **kwargs)
-        b = self.make_broker(*self.args, wait=False, preexec_fn=self.netns.enter, **kwargs)
-        deadline = time.monotonic() + 15
-        while True:  # (start_broker's wait looks for it on 127.0.0.1, of this namespace)
-            assert b.proc.poll() is None, b.log()
-            try:
-                socket.create_connection((self.host, b.port), timeout=0.2).close()
-                return b
-            except OSError:
-                assert time.monotonic() < deadline, f"the broker in the namespace did not listen:\n{b.log()}"
-                time.sleep(0.05)
-
-    @property
-    def port(self) -> int:  # type: ignore[override]
-        return self.b.port
 
     @property
     def api(self) -> str:
         return f"http://{self.host}:{self.b.mgmt_port}/api"
 
-    def kill(self) -> None:
-        self.b.proc.send_signal(signal.SIGKILL)
-        self.b.proc.wait()
-
     def restart(self) -> None:
-        self.b = self._start(data_dir=self.b.data_dir, port=self.b.port)
+        super().restart()
         # (the management API listens a moment after AMQP)
         wait_for(lambda: _answers(self.api + "/overview"), 15, "management API after the restart")
-
-    def send_signal(self, sig: int) -> None:
-        self.b.proc.send_signal(sig)
-
-    def check_log(self) -> None:
-        assert "Traceback" not in self.b.log(), self.b.log()[-3000:]
-
-    def log_tail(self) -> str:
-        return self.b.log()[-3000:]
 
     def link_starts(self) -> int:
         """How many times a federation link started running here (its log says so)."""
@@ -247,51 +188,6 @@ class Rabbit(Broker):
 
 
 # ------------------------------------------------------------------ clients
-class ExchangePublisher(ConfirmedPublisher):
-    """links.ConfirmedPublisher, publishing to an exchange with a routing key rather than to
-    a queue: `count` persistent numbered messages, each confirm awaited, reconnecting when the
-    broker goes (the message in flight then is attempted, not confirmed)."""
-
-    def __init__(self, host: str, port: int, exchange: str, routing_key: str, count: int, *,
-                 rate: float | None = None, timeout: float = 90.0):
-        super().__init__(host, port, routing_key, count, rate=rate, timeout=timeout)
-        self.exchange = exchange
-        self.name = f"publisher to {exchange}"
-
-    def run(self) -> None:
-        deadline = time.monotonic() + self.timeout
-        started = time.monotonic()
-        i = 0
-        while i < self.count and time.monotonic() < deadline:
-            try:
-                conn = pika.BlockingConnection(params(self.host, self.port))
-            except CONNECTION_ERRORS:
-                time.sleep(0.1)
-                continue
-            self.connections += 1
-            try:
-                ch = conn.channel()
-                ch.confirm_delivery()
-                while i < self.count:
-                    if self.rate:
-                        time.sleep(max(0.0, started + i / self.rate - time.monotonic()))
-                    message_id = f"{self.prefix}-{i:07d}"
-                    i += 1
-                    self.attempted.append(message_id)
-                    try:
-                        # (not mandatory: a message the upstream exchange could not route to
-                        # a link's queue is confirmed all the same, and then lost)
-                        ch.basic_publish(self.exchange, self.queue, payload(message_id),
-                                         pika.BasicProperties(delivery_mode=2, message_id=message_id))
-                    except pika.exceptions.NackError:
-                        self.nacked.append(message_id)
-                        continue
-                    self.confirmed.append(message_id)
-                conn.close()
-            except CONNECTION_ERRORS:
-                pass  # reconnect, and go on with the next id
-
-
 class Consumer(threading.Thread):
     """Consumes a queue (acking each message) from before the publishing starts until
     finish() says what to wait for, reconnecting if its broker goes: a federated queue's

@@ -1,8 +1,8 @@
 """What the fault tests of links between brokers (shovels, federation) share: a publisher that
 publishes uniquely numbered messages with confirms through the faults, a collector that drains
 the destination until every confirmed message is there, the checker that counts what was lost,
-unexpected, duplicated or damaged, and a network namespace whose link to this one a test cuts
-(a partition) and heals.
+unexpected, duplicated or damaged, a network namespace whose link to this one a test cuts
+(a partition) and heals, and a Warren broker the test kills, stops or cuts off (WarrenProcess).
 
 Brokers are addressed as (host, port), guest/guest, vhost "/": a broker killed and restarted
 comes back on the same port, so a publisher or collector just reconnects.
@@ -17,6 +17,8 @@ import logging
 import os
 import random
 import shutil
+import signal
+import socket
 import subprocess
 import threading
 import time
@@ -25,6 +27,8 @@ from dataclasses import dataclass, field
 
 import pika
 import pika.exceptions
+
+from conftest import free_port, scratch_dir
 
 logging.getLogger("pika").setLevel(logging.CRITICAL)  # every refused reconnect is logged otherwise
 
@@ -100,9 +104,10 @@ class ConfirmedPublisher(threading.Thread):
     Gives up `timeout` seconds after its start."""
 
     def __init__(self, host: str, port: int, queue: str, count: int, *, rate: float | None = None,
-                 timeout: float = 90.0):
-        super().__init__(name=f"publisher to {queue}", daemon=True)
+                 timeout: float = 90.0, exchange: str = ""):
+        super().__init__(name=f"publisher to {exchange or queue}", daemon=True)
         self.host, self.port, self.queue, self.count = host, port, queue, count
+        self.exchange = exchange  # (then `queue` is the routing key)
         self.rate, self.timeout = rate, timeout
         self.prefix = uuid.uuid4().hex[:8]
         self.attempted: list[str] = []
@@ -131,7 +136,9 @@ class ConfirmedPublisher(threading.Thread):
                     i += 1
                     self.attempted.append(message_id)
                     try:
-                        ch.basic_publish("", self.queue, payload(message_id),
+                        # (not mandatory: a message an exchange routes nowhere is confirmed
+                        # all the same, and then lost)
+                        ch.basic_publish(self.exchange, self.queue, payload(message_id),
                                          pika.BasicProperties(delivery_mode=2, message_id=message_id))
                     except pika.exceptions.NackError:
                         self.nacked.append(message_id)
@@ -321,3 +328,65 @@ class Netns:
         subprocess.run(["ip", "link", "del", self.root_dev], capture_output=True, timeout=30)
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=30)
         self.made = False
+
+
+# ------------------------------------------------------------------ a Warren broker
+def suite_ports(n: int) -> list[int]:
+    """The test suite's ports (below the kernel's ephemeral range, conftest.free_port), so that
+    no client's connection takes a killed node's port before it is restarted."""
+    return [free_port() for _ in range(n)]
+
+
+class WarrenProcess:
+    """A Warren broker that a scenario kills (and restarts on its port and data dir), stops and
+    continues. host: where the test and the other broker reach it. In a network namespace
+    (netns), or also listening on addresses of the veth pair (listen), it takes guest's logins
+    from there, and its management API listens on host."""
+
+    def __init__(self, make_broker, *, host: str = "127.0.0.1", netns: Netns | None = None,
+                 listen: tuple[str, ...] = ()):
+        self.make_broker = make_broker
+        self.host = host
+        self.netns = netns
+        self.args: tuple[str, ...] = ()
+        if netns is not None or listen:
+            conf = os.path.join(scratch_dir("warren-link-"), "warren.conf")
+            with open(conf, "w") as f:
+                f.write(f"loopback_users = none\nmanagement.tcp.ip = {host}\nprometheus.tcp.port = 0\n")
+            addresses = (host,) if netns is not None else ("127.0.0.1", *listen)
+            self.args = ("--config", conf, *(a for address in addresses for a in ("--host", address)))
+        self.b = self._start()
+
+    def _start(self, **kwargs):
+        if self.netns is None:
+            return self.make_broker(*self.args, **kwargs)
+        b = self.make_broker(*self.args, wait=False, preexec_fn=self.netns.enter, **kwargs)
+        deadline = time.monotonic() + 15
+        while True:  # (start_broker's wait looks for it on 127.0.0.1, of this namespace)
+            assert b.proc.poll() is None, b.log()
+            try:
+                socket.create_connection((self.host, b.port), timeout=0.2).close()
+                return b
+            except OSError:
+                assert time.monotonic() < deadline, f"the broker in the namespace did not listen:\n{b.log()}"
+                time.sleep(0.05)
+
+    @property
+    def port(self) -> int:
+        return self.b.port
+
+    def kill(self) -> None:
+        self.b.proc.send_signal(signal.SIGKILL)
+        self.b.proc.wait()
+
+    def restart(self) -> None:
+        self.b = self._start(data_dir=self.b.data_dir, port=self.b.port)
+
+    def send_signal(self, sig: int) -> None:
+        self.b.proc.send_signal(sig)
+
+    def check_log(self) -> None:
+        assert "Traceback" not in self.b.log(), self.b.log()[-3000:]
+
+    def log_tail(self) -> str:
+        return "".join(self.b.log().splitlines(keepends=True)[-40:])

@@ -40,8 +40,8 @@ import time
 
 import pytest
 
-from .fed_faults import Broker, Consumer, ExchangePublisher, Rabbit, Warren, q, suite_ports, wait_for
-from .links import ConfirmedPublisher, Netns, collect, netns_unavailable, tally, wait_depth
+from .fed_faults import Broker, Consumer, Rabbit, Warren, q, wait_for
+from .links import ConfirmedPublisher, Netns, collect, netns_unavailable, suite_ports, tally, wait_depth
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 import rabbitmq_node  # noqa: E402  (tools/ is no package)
@@ -161,14 +161,14 @@ class Scenario:
         self.running()
         return wait_for(lambda: up.federation_binding(self.exchange, KEY), 30, "link's binding upstream")["destination"]
 
-    def exchange_link(self, fault, *, query: dict | None = None, what: str = "") -> ExchangePublisher:
+    def exchange_link(self, fault, *, query: dict | None = None, what: str = "") -> ConfirmedPublisher:
         """Federate the exchange, publish upstream, run fault() mid-transfer, drain the queue
         downstream and check."""
         up, down = self.up, self.down
         try:
             # The link's queue is bound upstream: from now on what the upstream confirms is in it.
             link_queue = self.federate_exchange(query)[:-len(" A")]
-            publisher = ExchangePublisher(up.host, up.port, self.exchange, KEY, N, rate=RATE)
+            publisher = ConfirmedPublisher(up.host, up.port, KEY, N, rate=RATE, exchange=self.exchange)
             publisher.start()
             wait_depth(down.host, down.port, self.queue, N // 20, timeout=30)  # the link moves
             confirmed_before = len(publisher.confirmed)

@@ -35,7 +35,6 @@ import json
 import os
 import re
 import signal
-import socket
 import sys
 import time
 
@@ -43,9 +42,10 @@ import pika
 import pytest
 import requests
 
-from conftest import free_port, scratch_dir
+from conftest import free_port
 
-from .links import (Collected, ConfirmedPublisher, Netns, amqp_uri, collect, declare, depth, netns_unavailable,
+from .links import (Collected, ConfirmedPublisher, Netns, WarrenProcess, amqp_uri, collect, declare, depth,
+                    netns_unavailable, suite_ports,
                     payload, tally, wait_depth)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
@@ -59,50 +59,9 @@ PAUSE = 5.0         # seconds a broker stays stopped or cut off
 RABBITMQ_REQUIRED = os.environ.get("CI") == "true" or os.environ.get("WARREN_REQUIRE_RABBITMQ") == "1"
 
 
-def _test_ports(n: int) -> list[int]:
-    """The test suite's ports (below the kernel's ephemeral range, conftest.free_port), so that
-    no client's connection takes a killed node's port before it is restarted."""
-    return [free_port() for _ in range(n)]
-
-
 # ------------------------------------------------------------------ the brokers
-class Warren:
-    """A Warren broker that a scenario kills (and restarts on its port and data dir), stops and
-    continues. host: where the test and the other broker reach it. In a network namespace
-    (netns), or also listening on addresses of the veth pair (listen), it takes guest's logins
-    from there, and its management API listens on host."""
-
-    def __init__(self, make_broker, *, host: str = "127.0.0.1", netns: Netns | None = None,
-                 listen: tuple[str, ...] = ()):
-        self.make_broker = make_broker
-        self.host = host
-        self.netns = netns
-        self.args: tuple[str, ...] = ()
-        if netns is not None or listen:
-            conf = os.path.join(scratch_dir("warren-link-"), "warren.conf")
-            with open(conf, "w") as f:
-                f.write(f"loopback_users = none\nmanagement.tcp.ip = {host}\nprometheus.tcp.port = 0\n")
-            addresses = (host,) if netns is not None else ("127.0.0.1", *listen)
-            self.args = ("--config", conf, *(a for address in addresses for a in ("--host", address)))
-        self.b = self._start()
-
-    def _start(self, **kwargs):
-        if self.netns is None:
-            return self.make_broker(*self.args, **kwargs)
-        b = self.make_broker(*self.args, wait=False, preexec_fn=self.netns.enter, **kwargs)
-        deadline = time.monotonic() + 15
-        while True:  # (start_broker's wait looks for it on 127.0.0.1, of this namespace)
-            assert b.proc.poll() is None, b.log()
-            try:
-                socket.create_connection((self.host, b.port), timeout=0.2).close()
-                return b
-            except OSError:
-                assert time.monotonic() < deadline, f"the broker in the namespace did not listen:\n{b.log()}"
-                time.sleep(0.05)
-
-    @property
-    def port(self) -> int:
-        return self.b.port
+class Warren(WarrenProcess):
+    """A Warren broker a scenario kills, stops or cuts off, where a shovel may run."""
 
     def uri(self, **query) -> str:
         return amqp_uri(self.host, self.port, **query)
@@ -111,22 +70,6 @@ class Warren:
         r = requests.put(f"http://{self.host}:{self.b.mgmt_port}/api/parameters/shovel/%2F/{name}",
                          json={"value": value}, auth=("guest", "guest"), timeout=30)
         assert r.status_code in (201, 204), (r.status_code, r.text)
-
-    def kill(self) -> None:
-        self.b.proc.send_signal(signal.SIGKILL)
-        self.b.proc.wait()
-
-    def restart(self) -> None:
-        self.b = self._start(data_dir=self.b.data_dir, port=self.b.port)
-
-    def send_signal(self, sig: int) -> None:
-        self.b.proc.send_signal(sig)
-
-    def check_log(self) -> None:
-        assert "Traceback" not in self.b.log(), self.b.log()[-3000:]
-
-    def log_tail(self) -> str:
-        return "".join(self.b.log().splitlines(keepends=True)[-40:])
 
 
 class Rabbit:
@@ -206,7 +149,7 @@ def netns():
 
 def _node(name: str, host: str) -> rabbitmq_node.RabbitMQNode:
     return rabbitmq_node.RabbitMQNode(
-        f"{name}-{os.getpid()}@localhost", host=host, plugins=["rabbitmq_shovel"], ports=_test_ports,
+        f"{name}-{os.getpid()}@localhost", host=host, plugins=["rabbitmq_shovel"], ports=suite_ports,
         # guest may connect from the namespace's address too
         conf=["loopback_users = none"])
 

@@ -98,7 +98,7 @@ def test_overview_shape(mgmt):
     assert data["rates_mode"] == "basic"
     assert data["disable_stats"] is False
     assert [t["name"] for t in data["exchange_types"]] == ["direct", "fanout", "headers", "topic",
-                                                            "x-consistent-hash"]
+                                                            "x-consistent-hash", "x-federation-upstream"]
     assert data["exchange_types"][0] == {"name": "direct", "enabled": True,
                                          "description": "AMQP direct exchange, as per the AMQP specification"}
     amqp = [listener for listener in data["listeners"] if listener["protocol"] == "amqp"]

@@ -34,11 +34,15 @@ EXCHANGE_TYPE_DESCRIPTIONS = {
     "headers": "AMQP headers exchange, as per the AMQP specification",
     "topic": "AMQP topic exchange, as per the AMQP specification",
     "x-consistent-hash": "Consistent Hashing Exchange",
+    "x-federation-upstream": "Federation upstream helper exchange",
 }
+# The types a plugin declares for its own use (rabbit_federation_upstream_exchange:description).
+INTERNAL_PURPOSES = {"x-federation-upstream": "federation"}
 
 
 def exchange_types() -> list:
-    return [{"description": EXCHANGE_TYPE_DESCRIPTIONS.get(name, ""), "enabled": True, "name": name}
+    return [{"description": EXCHANGE_TYPE_DESCRIPTIONS.get(name, ""), "enabled": True, "name": name,
+             **({"internal_purpose": INTERNAL_PURPOSES[name]} if name in INTERNAL_PURPOSES else {})}
             for name in sorted(TYPES)]
 
 
