@@ -10,7 +10,9 @@ exchange (its routing key and arguments, an x-bound-from entry prepended), and w
 destination is the downstream exchange here: each message is republished with its routing
 key and an x-received-from entry prepended, unless it has made max-hops hops or has been
 here before. Bindings made and removed downstream are mirrored upstream as they happen.
-(rabbit_federation_exchange_link.)
+(rabbit_federation_exchange_link.) A queue link (rabbit_federation_queue_link) consumes from
+the upstream queue, with x-priority -1, only while the queue here is empty and has a consumer
+with capacity, and moves what it gets into that queue.
 
 Links follow the metadata: after every command that can change them (policies, upstream
 parameters, exchanges, bindings) `reconcile` starts what should run and stops what should
@@ -19,7 +21,6 @@ not; a stopped link deletes what it declared upstream (resource-cleanup-mode def
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -45,8 +46,6 @@ if TYPE_CHECKING:
     from .shovel import RemoteDelivery
     from .shovel_links import Opened, ShovelLinks
     from .vhost import VHost
-
-log = logging.getLogger("warren.federation")
 
 PURPOSE = ("x-internal-purpose", "federation")
 DEMAND_CHECK = 0.05  # seconds between a queue link's looks at its queue's consumers
@@ -193,7 +192,7 @@ class ExchangeLink(FederationLink):
         if self.plan is not None:
             # (set up: the active one now; the end may have swapped the plan's two)
             self.suffix = self.plan.internal_exchange[-1]
-        self.bound = {(key, _frozen(args)) for key, args in self.plan.bindings} if self.plan else set()
+        self.bound = {(key, freeze(args)) for key, args in self.plan.bindings} if self.plan else set()
         end: Any = self.src_end
         self.upstream_cluster = getattr(end, "cluster_name", None)
         started = super()._source_started(queue_length)
@@ -216,7 +215,7 @@ class ExchangeLink(FederationLink):
                               cluster, self.vhost, down)
             if args is None:
                 continue
-            seen.setdefault((b.routing_key, _frozen(args)), (b.routing_key, args))
+            seen.setdefault((b.routing_key, freeze(args)), (b.routing_key, args))
         return list(seen.values())
 
     def sync_bindings(self) -> None:
@@ -224,7 +223,7 @@ class ExchangeLink(FederationLink):
         end: Any = self.src_end
         if end is None or not self.active:
             return
-        wanted = {(key, _frozen(args)): (key, args) for key, args in self._upstream_bindings(self.suffix)}
+        wanted = {(key, freeze(args)): (key, args) for key, args in self._upstream_bindings(self.suffix)}
         for ident in self.bound - wanted.keys():
             end.unbind(ident[0], dict(ident[1]))
         for ident in wanted.keys() - self.bound:
@@ -332,10 +331,6 @@ def upstream_queue_name(upstream_exchange: str, upstream_vhost: str, exchange: s
     else:
         down = f":{vhost}:{exchange}"
     return f"federation: {upstream_exchange} -> {cluster}{down}"
-
-
-def _frozen(args: dict) -> Any:
-    return freeze(args)
 
 
 # ================================================================ the links of a vhost
