@@ -390,3 +390,35 @@ class WarrenProcess:
 
     def log_tail(self) -> str:
         return "".join(self.b.log().splitlines(keepends=True)[-40:])
+
+
+# ------------------------------------------------------------------ the faults
+def kill9(broker):
+    """A fault: kill -9 the broker, then start it again on its port and data."""
+    def fault():
+        broker.kill()
+        time.sleep(0.5)  # (the links notice)
+        broker.restart()
+    return fault
+
+
+def stop(broker, pause: float):
+    """A fault: SIGSTOP the broker for `pause` seconds, then SIGCONT."""
+    def fault():
+        broker.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(pause)
+        finally:
+            broker.send_signal(signal.SIGCONT)
+    return fault
+
+
+def partition(netns: Netns, pause: float):
+    """A fault: cut the namespace's link for `pause` seconds, then heal it."""
+    def fault():
+        netns.cut()
+        try:
+            time.sleep(pause)
+        finally:
+            netns.heal()
+    return fault

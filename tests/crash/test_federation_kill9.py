@@ -41,7 +41,8 @@ import time
 import pytest
 
 from .fed_faults import Broker, Consumer, Rabbit, Warren, q, wait_for
-from .links import ConfirmedPublisher, Netns, collect, netns_unavailable, suite_ports, tally, wait_depth
+from .links import (ConfirmedPublisher, Netns, collect, kill9, netns_unavailable, partition, stop, suite_ports, tally,
+                    wait_depth)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 import rabbitmq_node  # noqa: E402  (tools/ is no package)
@@ -96,34 +97,6 @@ def rabbit(rabbit_node):
 
 
 # ------------------------------------------------------------------ faults
-def kill9(broker: Broker):
-    def fault():
-        broker.kill()
-        time.sleep(0.5)  # (the links notice)
-        broker.restart()
-    return fault
-
-
-def stop(broker: Broker):
-    def fault():
-        broker.send_signal(signal.SIGSTOP)
-        try:
-            time.sleep(PAUSE)
-        finally:
-            broker.send_signal(signal.SIGCONT)
-    return fault
-
-
-def partition(netns: Netns):
-    def fault():
-        netns.cut()
-        try:
-            time.sleep(PAUSE)
-        finally:
-            netns.heal()
-    return fault
-
-
 # ------------------------------------------------------------------ the scenarios
 class Scenario:
     """An upstream and a downstream broker (where the link runs), each with its own cluster
@@ -234,7 +207,7 @@ def test_exchange_federation(make_broker, uid, fault):
         # the link runs there: it comes back from the restarted broker's definitions
         scenario.exchange_link(kill9(down), what=fault)
     else:
-        scenario.exchange_link(stop(up), query={"heartbeat": 1}, what=fault)
+        scenario.exchange_link(stop(up, PAUSE), query={"heartbeat": 1}, what=fault)
 
 
 def test_exchange_federation_partition(make_broker, netns, uid):
@@ -244,7 +217,7 @@ def test_exchange_federation_partition(make_broker, netns, uid):
         pytest.skip(f"no network namespace: {netns_unavailable()}")
     down = Warren(make_broker, host=netns.ns_addr, netns=netns)
     up = Warren(make_broker, host=netns.root_addr, listen=(netns.root_addr,))
-    Scenario(up, down, uid).exchange_link(partition(netns), query={"heartbeat": 1}, what="partition")
+    Scenario(up, down, uid).exchange_link(partition(netns, PAUSE), query={"heartbeat": 1}, what="partition")
 
 
 def test_queue_federation_kill9_the_upstream(make_broker, uid):

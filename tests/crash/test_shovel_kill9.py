@@ -44,9 +44,8 @@ import requests
 
 from conftest import free_port
 
-from .links import (Collected, ConfirmedPublisher, Netns, WarrenProcess, amqp_uri, collect, declare, depth,
-                    netns_unavailable, suite_ports,
-                    payload, tally, wait_depth)
+from .links import (Collected, ConfirmedPublisher, Netns, WarrenProcess, amqp_uri, collect, declare, depth, kill9,
+                    netns_unavailable, partition, payload, stop, suite_ports, tally, wait_depth)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
 import rabbitmq_node  # noqa: E402  (tools/ is no package)
@@ -235,34 +234,6 @@ class Scenario:
         return publisher
 
 
-def kill9(broker):
-    def fault():
-        broker.kill()
-        time.sleep(0.5)  # (the links notice)
-        broker.restart()
-    return fault
-
-
-def stop(broker):
-    def fault():
-        broker.send_signal(signal.SIGSTOP)
-        try:
-            time.sleep(PAUSE)
-        finally:
-            broker.send_signal(signal.SIGCONT)
-    return fault
-
-
-def partition(netns: Netns):
-    def fault():
-        netns.cut()
-        try:
-            time.sleep(PAUSE)
-        finally:
-            netns.heal()
-    return fault
-
-
 # ------------------------------------------------------------------ Warren -> Warren
 @pytest.mark.parametrize("fault", ["kill -9 the destination", "kill -9 the source", "SIGSTOP the destination"])
 def test_warren_to_warren(make_broker, uid, fault):
@@ -275,7 +246,7 @@ def test_warren_to_warren(make_broker, uid, fault):
         publisher = scenario.run(kill9(source), what=fault)
         assert publisher.connections >= 2, "the publisher never saw the source die"
     else:
-        scenario.run(stop(dest), query={"heartbeat": 1}, what=fault)
+        scenario.run(stop(dest, PAUSE), query={"heartbeat": 1}, what=fault)
 
 
 def test_a_uri_list_starting_with_a_dead_broker(make_broker, uid):
@@ -295,7 +266,7 @@ def test_warren_to_rabbitmq(make_broker, rabbit, uid, fault):
     if fault == "kill -9":
         scenario.run(kill9(rabbit), what="Warren -> RabbitMQ, kill -9 RabbitMQ")
     else:
-        scenario.run(stop(rabbit), query={"heartbeat": 1}, what="Warren -> RabbitMQ, SIGSTOP RabbitMQ")
+        scenario.run(stop(rabbit, PAUSE), query={"heartbeat": 1}, what="Warren -> RabbitMQ, SIGSTOP RabbitMQ")
 
 
 @pytest.mark.parametrize("fault", ["kill -9", "SIGSTOP"])
@@ -306,7 +277,7 @@ def test_rabbitmq_to_warren(make_broker, rabbit, uid, fault):
         publisher = scenario.run(kill9(rabbit), what="RabbitMQ -> Warren, kill -9 RabbitMQ")
         assert publisher.connections >= 2, "the publisher never saw the source die"
     else:
-        scenario.run(stop(rabbit), query={"heartbeat": 1}, what="RabbitMQ -> Warren, SIGSTOP RabbitMQ")
+        scenario.run(stop(rabbit, PAUSE), query={"heartbeat": 1}, what="RabbitMQ -> Warren, SIGSTOP RabbitMQ")
 
 
 # ------------------------------------------------------------------ partitions
@@ -322,7 +293,7 @@ def test_a_partition(make_broker, netns, request, uid, path):
     else:
         other = request.getfixturevalue("rabbit")
     source, dest = (shovel_on, other) if path.startswith("Warren ->") else (other, shovel_on)
-    Scenario(source, dest, shovel_on, uid).run(partition(netns), query={"heartbeat": 1},
+    Scenario(source, dest, shovel_on, uid).run(partition(netns, PAUSE), query={"heartbeat": 1},
                                                what=f"{path}, partition")
 
 

@@ -2,6 +2,7 @@
 whatever came, `ok` asserts a 2xx (or the given status). Subclasses add their own objects
 and clean them up."""
 
+import time
 from urllib.parse import quote
 
 import requests
@@ -12,6 +13,17 @@ GUEST = ("guest", "guest")
 def q(name: str) -> str:
     """A name as one path segment ("/" included)."""
     return quote(name, safe="")
+
+
+def wait_for(condition, timeout: float = 10.0, what: str = "condition"):
+    """condition()'s first true value, polled every 50 ms for `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
 
 
 class HttpApi:

@@ -18,6 +18,7 @@ The source behind these: deps/rabbitmq_federation and deps/rabbitmq_federation_m
 at RabbitMQ's tag v3.10.8.
 """
 
+from functools import partial
 import html
 import os
 import re
@@ -29,7 +30,7 @@ import pytest
 
 from conftest import EXTERNAL, free_port
 
-from .http_api import GUEST, HttpApi, q
+from .http_api import GUEST, HttpApi, q, wait_for
 
 MGMT = os.environ.get("WARREN_TEST_MGMT")
 pytestmark = pytest.mark.skipif(bool(EXTERNAL) and not MGMT,
@@ -126,14 +127,7 @@ class Api(HttpApi):
             self.call("DELETE", f"/users/{name}")
 
 
-def wait(condition, timeout=10.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+wait = partial(wait_for, timeout=10.0)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ cluster name and vhost), max-hops over a chain, a queue link that pulls only for
 the upstream's resources cleaned up when the policy goes, who may see and restart links, and
 warrenctl's federation verbs."""
 
+from functools import partial
 import subprocess
 import time
 import uuid
@@ -15,17 +16,12 @@ import requests
 
 from warrenctl_path import WARRENCTL
 
+from .http_api import wait_for
+
 PASSWORD = "fed-pw"
 
 
-def wait(predicate, timeout=10.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+wait = partial(wait_for, timeout=10.0)
 
 
 class Node:

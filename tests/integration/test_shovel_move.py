@@ -12,6 +12,7 @@ Against RabbitMQ 3.10 with the shovel plugins:
 Without a management API, or without the shovel plugin, the module is skipped there.
 """
 
+from functools import partial
 import os
 import re
 import signal
@@ -24,7 +25,7 @@ import pytest
 
 from conftest import EXTERNAL
 
-from .http_api import HttpApi, q
+from .http_api import HttpApi, q, wait_for
 
 MGMT = os.environ.get("WARREN_TEST_MGMT")
 pytestmark = pytest.mark.skipif(bool(EXTERNAL) and not MGMT,
@@ -67,14 +68,7 @@ class Api(HttpApi):
             self.call("DELETE", f"/users/{name}")
 
 
-def wait(condition, timeout=30.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+wait = partial(wait_for, timeout=30.0)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ and a bad definition stops the server with the line and the key.
 
 Warren-only: each test starts its brokers with its own config file."""
 
+from functools import partial
 import json
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from conftest import EXTERNAL, free_port
 from warrenctl_path import WARRENCTL
 
 from .http_api import HttpApi, q
+from .http_api import wait_for as wait_until
 
 pytestmark = pytest.mark.skipif(bool(EXTERNAL), reason="starts its own Warren brokers")
 
@@ -48,14 +50,7 @@ def wait_for(broker, name, state="running", timeout=20.0) -> dict:
         time.sleep(0.05)
 
 
-def wait(condition, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+wait = partial(wait_until, timeout=20.0)
 
 
 def channel(broker):

@@ -21,7 +21,7 @@ not; a stopped link deletes what it declared upstream (resource-cleanup-mode def
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote
 
 from ..amqp.codec import shortstr, typed_int
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from .node import Node
     from .ports import Timer
     from .shovel import RemoteDelivery
-    from .shovel_links import Opened, ShovelLinks
+    from .shovel_links import FederationUpstream, Opened, ShovelLinks, UpstreamQueue
     from .vhost import VHost
 
 PURPOSE = ("x-internal-purpose", "federation")
@@ -101,7 +101,7 @@ class FederationLink(Shovel):
     def stop(self, cleanup: bool = True) -> None:
         """Stop for good; with `cleanup` (resource-cleanup-mode default) what it declared
         upstream for itself goes too."""
-        end: Any = self.src_end
+        end = cast("FederationUpstream | UpstreamQueue | None", self.src_end)
         if end is not None and cleanup and self.upstream.resource_cleanup_mode != "never":
             end.cleanup()
         super().stop()
@@ -193,8 +193,8 @@ class ExchangeLink(FederationLink):
             # (set up: the active one now; the end may have swapped the plan's two)
             self.suffix = self.plan.internal_exchange[-1]
         self.bound = {(key, freeze(args)) for key, args in self.plan.bindings} if self.plan else set()
-        end: Any = self.src_end
-        self.upstream_cluster = getattr(end, "cluster_name", None)
+        end = cast("FederationUpstream | None", self.src_end)
+        self.upstream_cluster = end.cluster_name if end is not None else None
         started = super()._source_started(queue_length)
         self.sync_bindings()  # (bindings made while it connected)
         return started
@@ -220,7 +220,7 @@ class ExchangeLink(FederationLink):
 
     def sync_bindings(self) -> None:
         """Bind upstream what is bound here and is not there yet, unbind what is gone."""
-        end: Any = self.src_end
+        end = cast("FederationUpstream | None", self.src_end)
         if end is None or not self.active:
             return
         wanted = {(key, freeze(args)): (key, args) for key, args in self._upstream_bindings(self.suffix)}
@@ -288,7 +288,7 @@ class QueueLink(FederationLink):
         seconds: consume upstream while the queue is empty and one of its consumers (of
         priority 0 or more) can take a message; cancel that consumer otherwise."""
         self._watch = None
-        end: Any = self.src_end
+        end = cast("UpstreamQueue | None", self.src_end)
         if end is None or not self.active:
             return
         vhost = self.broker.vhosts.get(self.vhost)
