@@ -21,6 +21,8 @@ class Limits:
 class NodeConfig:
     # What every object's "node" field shows, and the cluster's name until cluster_name is set.
     node_name: str = "warren@localhost"
+    # The config file's cluster_name: the cluster's name until set_cluster_name sets another.
+    cluster_name: str | None = None
     limits: Limits = field(default_factory=Limits)
     loopback_users: set = field(default_factory=lambda: {"guest"})
     # The SASL mechanisms offered (auth_mechanisms.N, in warren.broker.auth_mechanisms'

@@ -385,6 +385,8 @@ class _Settings:
         self.loopback_none = False
         self.watermark: dict = {}  # "relative"/"absolute" -> value
         self.disk_limit: dict = {}  # "relative"/"absolute" -> value
+        self.etcd: dict = {}  # cluster_formation.etcd.* -> (value, line, key); endpoints: a dict
+        self.discovery = None  # (backend, line, key)
 
     def _tls_result(self, config: dict) -> None:
         """The TLS settings: AMQPS listeners and their options, the API's HTTPS listener,
@@ -420,6 +422,26 @@ class _Settings:
         if self.auth_mechanisms:
             config["auth_mechanisms"] = tuple(dict.fromkeys(self.auth_mechanisms.values()))
 
+    def _cluster_result(self, config: dict) -> None:
+        """cluster_formation.*: with the etcd backend, the cluster's settings (`cluster`); etcd
+        settings under another backend are unused, as in RabbitMQ, and said so."""
+        etcd = self.etcd
+        if self.discovery is None or self.discovery[0] != "etcd":
+            if etcd:
+                self.warnings.append(f"{self.path}: cluster_formation.etcd.* is unused: "
+                                     "cluster_formation.peer_discovery_backend is not etcd")
+            return
+        endpoints = [v for _, v in sorted(etcd.get("endpoints", {}).items())]
+        if not endpoints and "host" in etcd:  # the legacy pair; its port defaults to etcd's 2379
+            endpoints = [f"{etcd['host'][0]}:{etcd.get('port', (2379,))[0]}"]
+        if not endpoints:
+            _, line, key = self.discovery
+            self.error(line, key, "the etcd backend needs cluster_formation.etcd.endpoints.N = HOST:PORT")
+            return
+        config["cluster"] = {"endpoints": endpoints,
+                             **{name: etcd[name][0] for name in ("key_prefix", "cluster_name", "node_ttl")
+                                if name in etcd}}
+
     def error(self, line, key, reason) -> None:
         self.errors.append(f"{self.path}:{line}: {key}: {reason}" if key else f"{self.path}:{line}: {reason}")
 
@@ -435,6 +457,7 @@ class _Settings:
             if host is not None:
                 config["host"] = host
         self._tls_result(config)
+        self._cluster_result(config)
         if self.user_tags is not None:
             config["default_user_tags"] = [tag for tag, on in self.user_tags.items() if on]
         if self.permissions:
@@ -553,6 +576,43 @@ def _disk_limit(kind):
     return handle
 
 
+# RabbitMQ's names of its peer discovery backends (a module name or its short form).
+_DISCOVERY_BACKENDS = {"classic_config": "classic_config", "rabbit_peer_discovery_classic_config": "classic_config",
+                       "etcd": "etcd", "rabbit_peer_discovery_etcd": "etcd"}
+
+
+def _discovery_backend(settings, key, rest, value, line):
+    backend = _DISCOVERY_BACKENDS.get(value)
+    if backend is None:
+        raise ValueError(f"peer discovery backend '{value}' is not supported: Warren's nodes cluster through "
+                         "etcd (etcd or rabbit_peer_discovery_etcd) or run alone (classic_config, with no nodes listed)")
+    settings.discovery = (backend, line, key)
+
+
+def _etcd_setting(name, convert):
+    def handle(settings, key, rest, value, line):
+        settings.etcd[name] = (convert(value), line, key)
+    return handle
+
+
+def _etcd_endpoint(settings, key, rest, value, line):
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"expected HOST:PORT, got '{value}'")
+    settings.etcd.setdefault("endpoints", {})[rest] = value
+
+
+def _etcd_refused(what):
+    def handle(settings, key, rest, value, line):
+        raise ValueError(f"not supported: {what}")
+    return handle
+
+
+def _node_ttl(value: int) -> int:
+    # As rabbitmq_peer_discovery_etcd: a lease shorter than 15 s is raised to 15 s.
+    return max(15, _in_range(value, 0, 2 ** 31 - 1))
+
+
 def _max_message_size_text(value: str) -> int:
     # RabbitMQ 3.10 takes an integer; Warren also takes information units ("128MiB").
     return _max_message_size(parse_information_unit(value))
@@ -613,6 +673,16 @@ _NEW_STYLE = {
     **{f"management.ssl.{name}": _tls_option("management.ssl", name, convert)
        for name, convert in _TLS_OPTIONS.items()},
     "management.ssl.versions.*": _tls_version_key("management.ssl"),
+    "cluster_name": _text("cluster_name"),
+    "cluster_formation.peer_discovery_backend": _discovery_backend,
+    "cluster_formation.etcd.endpoints.*": _etcd_endpoint,
+    "cluster_formation.etcd.host": _etcd_setting("host", lambda v: v),
+    "cluster_formation.etcd.port": _etcd_setting("port", lambda v: _port(_integer(v))),
+    "cluster_formation.etcd.key_prefix": _etcd_setting("key_prefix", lambda v: v),
+    "cluster_formation.etcd.cluster_name": _etcd_setting("cluster_name", lambda v: v),
+    "cluster_formation.etcd.node_ttl": _etcd_setting("node_ttl", lambda v: _node_ttl(_integer(v))),
+    "cluster_formation.etcd.username": _etcd_refused("Warren's etcd client does not log in to etcd"),
+    "cluster_formation.etcd.password": _etcd_refused("Warren's etcd client does not log in to etcd"),
     "warren.queue_window": _simple("queue_window", lambda v: _in_range(_integer(v), 1, 2 ** 31 - 1)),
 }
 

@@ -8,6 +8,7 @@ import logging
 import os
 import resource
 import signal
+import socket
 import sys
 import time
 
@@ -54,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--data-dir", default=os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR,
                         help="directory for definitions, messages and warrenctl's control socket "
                              f"(default ${DATA_DIR_ENV} or {DEFAULT_DATA_DIR})")
+    server.add_argument("--node-name", default=os.environ.get("RABBITMQ_NODENAME"), metavar="NAME",
+                        help="the node's name, name@host as RabbitMQ's (a name without @ gets this "
+                             "machine's short host name); default $RABBITMQ_NODENAME, else warren@localhost")
     server.add_argument("--config", default=None, metavar="FILE",
                         help="RabbitMQ config file: rabbitmq.conf's 'key = value' format, or the classic "
                              "Erlang-term format (a *.config file, or one starting with '['); "
@@ -165,6 +169,27 @@ def _tls_listen(config: dict, context) -> list[Listen]:
     return out
 
 
+def _node_name(name: str | None) -> str:
+    """As RabbitMQ: a name without a host part gets this machine's short host name."""
+    if not name:
+        return NodeConfig.node_name
+    return name if "@" in name else f"{name}@{socket.gethostname().split('.')[0]}"
+
+
+def _membership(broker: Broker, cluster: dict | None, listen: list[Listen]):
+    """The node's membership of its cluster (warren.cluster), or None for a node alone."""
+    if cluster is None:
+        return None
+    from ..cluster.config import ClusterConfig
+    from ..cluster.etcd import Etcd
+    from ..cluster.membership import Membership
+    config = ClusterConfig(broker.config.node_name, tuple(cluster["endpoints"]),
+                           **{k: cluster[k] for k in ("key_prefix", "cluster_name", "node_ttl") if k in cluster})
+    identity = {"processors": os.cpu_count() or 1,
+                "amqp": [[entry.host, entry.port] for entry in listen if entry.tls is None]}
+    return Membership(config, Etcd(list(config.endpoints)), identity)
+
+
 def _raise_open_files_limit() -> None:
     """Each connection holds a file descriptor and each queue segment two: allow as many as
     the system lets us (with a data directory or without one)."""
@@ -208,7 +233,8 @@ def main(argv=None) -> int:
             print(f"warren: cannot create data directory {args.data_dir}: {err}", file=sys.stderr)
             return 1
         store = DefinitionsFile.in_dir(args.data_dir)
-    broker = Broker(NodeConfig(limits=limits))
+    broker = Broker(NodeConfig(node_name=_node_name(args.node_name), limits=limits,
+                               cluster_name=config.get("cluster_name")))
     if args.data_dir:
         # Before definitions are recovered, so durable queues recover their messages too.
         broker.persister = Persister(args.data_dir, window=args.queue_window or config.get("queue_window"))
@@ -264,6 +290,10 @@ def main(argv=None) -> int:
                            paging_ratio=config.get("vm_memory_high_watermark_paging_ratio", DEFAULT_PAGING_RATIO))
     services: list = [memory, DiskMonitor(broker, args.data_dir or os.getcwd(),
                                           config.get("disk_free_limit", DEFAULT_LIMIT), memory.total_memory)]
+    # A cluster's member (cluster_formation.peer_discovery_backend = etcd) joins it through etcd.
+    membership = _membership(broker, config.get("cluster"), listen)
+    if membership is not None:
+        services.append(membership)
     # The API over TCP (unless its port is 0) and, with a data dir, on warrenctl's control
     # socket there (even with the TCP port off: rabbitmqctl needs no management plugin).
     socket_path = control_socket(args.data_dir) if args.data_dir else None
@@ -275,7 +305,8 @@ def main(argv=None) -> int:
                           https_options["port"], https_context, https_options)
         services.append(ManagementService(config.get("management_host", "127.0.0.1"), management_port or None,
                                           socket_path, https=https,
-                                          max_body_size=config.get("management_max_body_size", MAX_BODY_SIZE)))
+                                          max_body_size=config.get("management_max_body_size", MAX_BODY_SIZE),
+                                          membership=membership))
     prometheus_port = args.prometheus_port if args.prometheus_port is not None else config.get("prometheus_port")
     if prometheus_port != 0:
         from ..mgmt.prometheus import DEFAULT_PORT, PrometheusService

@@ -22,6 +22,7 @@ from aiohttp.http import HttpVersion11
 
 from ..amqp import codec
 from ..broker.auth import User
+from ..cluster.membership import Membership
 from . import access, api, webui
 
 log = logging.getLogger("warren.mgmt")
@@ -199,6 +200,7 @@ def make_app(broker, server=None, service: "ManagementService | None" = None,
     app["broker"] = broker
     app["server"] = server
     app["management"] = service
+    app["membership"] = service.membership if service is not None else None
     # Arguments may nest codec.MAX_NESTING levels; converting and showing them recurses.
     codec.allow_nesting()
     # Message rates: the counters are sampled every few seconds while the API runs.
@@ -242,8 +244,10 @@ class ManagementService:
     (management.http.max_body_size)."""
 
     def __init__(self, host: str, port: int | None, control_socket: str | None = None,
-                 https: HTTPS | None = None, max_body_size: int = MAX_BODY_SIZE):
+                 https: HTTPS | None = None, max_body_size: int = MAX_BODY_SIZE,
+                 membership: Membership | None = None):
         self.host = host
+        self.membership = membership  # the cluster's nodes as etcd knows them; None alone
         self.port = port
         self.https = https
         self.max_body_size = max_body_size

@@ -63,7 +63,7 @@ class MetadataStore:
     @property
     def cluster_name(self) -> str:
         name = self.global_parameters.get(c.CLUSTER_NAME)
-        return name if isinstance(name, str) else self.broker.config.node_name
+        return name if isinstance(name, str) else self.broker.config.cluster_name or self.broker.config.node_name
 
     # ------------------------------------------------------------------ commands
     def apply(self, command: c.Command) -> Any:

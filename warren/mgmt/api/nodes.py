@@ -1,5 +1,6 @@
-"""/api/nodes: the (single) Warren node, in the shape of RabbitMQ 3.10's node objects; its
-memory and disk figures are warren.mgmt.node_resources'."""
+"""/api/nodes: the node, in the shape of RabbitMQ 3.10's node objects (its memory and disk
+figures are warren.mgmt.node_resources'), and in a cluster every other member as etcd knows
+it (warren.cluster.membership): whether it runs, and what its running record says."""
 
 import os
 import time
@@ -58,15 +59,34 @@ def node_info(request) -> dict:
     }
 
 
+def member_info(name: str, running: dict | None) -> dict:
+    """Another member of the cluster: what its running record says, while it runs."""
+    info: dict = {"name": name, "type": "disc", "running": running is not None}
+    if running is not None:
+        info.update({"os_pid": running.get("os_pid"), "processors": running.get("processors"),
+                     "uptime": max(0, int(time.time() * 1000) - int(running.get("started", 0)))})
+    return info
+
+
+def nodes(request) -> list[dict]:
+    here = node_info(request)
+    membership = request.app["membership"]
+    if membership is None:
+        return [here]
+    others = (set(membership.members) | set(membership.running)) - {here["name"]}
+    return [here] + [member_info(name, membership.running.get(name)) for name in sorted(others)]
+
+
 @routes.get("/api/nodes")
 @access(MONITOR)
 async def list_nodes(request):
-    return list_response(request, [node_info(request)], default_sort=("name",))
+    return list_response(request, nodes(request), default_sort=("name",))
 
 
 @routes.get("/api/nodes/{name}")
 @access(MONITOR)
 async def get_node(request):
-    if request.match_info["name"] != stats.node_name(request.app["broker"]):
-        raise not_found()
-    return item_response(request, node_info(request))
+    for node in nodes(request):
+        if node["name"] == request.match_info["name"]:
+            return item_response(request, node)
+    raise not_found()

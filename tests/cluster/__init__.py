@@ -1,0 +1,1 @@
+"""Clustering: Warren nodes that share metadata through etcd, tested with a real etcd cluster."""

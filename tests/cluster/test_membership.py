@@ -1,0 +1,117 @@
+"""Nodes join a cluster through etcd (cluster_formation.peer_discovery_backend = etcd) and
+every node lists every member with whether it runs: /api/nodes, RabbitMQ's discovery key, a
+member killed (not running once its lease expires), stopped (at once), back again, and one
+whose etcd is gone."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import urllib.request
+
+import pika
+import requests
+
+from conftest import start_broker
+from warren.cluster.config import LIVENESS_TTL
+
+
+def nodes(node) -> dict[str, bool]:
+    """name -> running, as /api/nodes on `node` lists them."""
+    answer = requests.get(node.api + "/nodes", auth=("guest", "guest"), timeout=5)
+    answer.raise_for_status()
+    return {n["name"]: n["running"] for n in answer.json()}
+
+
+def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def etcd_get(endpoint: str, key: bytes) -> list[dict]:
+    import base64
+    body = json.dumps({"key": base64.b64encode(key).decode()}).encode()
+    with urllib.request.urlopen(f"http://{endpoint}/v3/kv/range", body, timeout=5) as response:
+        kvs = json.load(response).get("kvs", [])
+    return [json.loads(base64.b64decode(kv["value"])) for kv in kvs]
+
+
+def test_three_nodes_see_each_other(make_node, etcd):
+    names = ["warren-a@localhost", "warren-b@localhost", "warren-c@localhost"]
+    started = [make_node(name) for name in names]
+    for node in started:
+        wait_for(lambda: nodes(node) == dict.fromkeys(names, True), what=f"{node.name} to list the three")
+    # Where RabbitMQ's etcd peer discovery registers a node, with its value's shape.
+    [registration] = etcd_get(etcd.endpoints[0], f"/rabbitmq/discovery/{make_node.prefix}/clusters/default/"
+                                                 f"nodes/{names[0]}".encode())
+    assert registration["node"] == names[0] and registration["ttl"] == 30 and registration["lease_id"] > 0
+    one = requests.get(started[2].api + "/nodes/warren-a@localhost", auth=("guest", "guest"), timeout=5).json()
+    assert (one["name"], one["running"], one["type"]) == ("warren-a@localhost", True, "disc")
+
+
+def test_a_killed_node_is_not_running_once_its_lease_expires_and_runs_again(make_node):
+    a, b = make_node("warren-a@localhost"), make_node("warren-b@localhost")
+    wait_for(lambda: nodes(a) == {a.name: True, b.name: True}, what="both running")
+    killed = time.monotonic()
+    b.stop(signal.SIGKILL)
+    wait_for(lambda: nodes(a) == {a.name: True, b.name: False}, timeout=LIVENESS_TTL + 5, what="b not running")
+    assert time.monotonic() - killed > LIVENESS_TTL - 1  # the lease, not the connection, says so
+    b2 = make_node(b.name, data_dir=b.data_dir, port=b.port)
+    wait_for(lambda: nodes(a) == {a.name: True, b.name: True}, what="b running again")
+    assert nodes(b2) == {a.name: True, b.name: True}
+
+
+def test_a_stopped_node_is_not_running_at_once(make_node):
+    a, b = make_node("warren-a@localhost"), make_node("warren-b@localhost")
+    wait_for(lambda: nodes(a) == {a.name: True, b.name: True}, what="both running")
+    b.stop(signal.SIGTERM)
+    wait_for(lambda: nodes(a) == {a.name: True, b.name: False}, timeout=2, what="b not running")
+
+
+def test_cluster_name_from_the_config_file(make_node):
+    node = make_node("warren-a@localhost", "cluster_name = East Coast")
+    connection = pika.BlockingConnection(node.pika_params())
+    try:
+        assert connection._impl.server_properties["cluster_name"] == "East Coast"
+    finally:
+        connection.close()
+    overview = requests.get(node.api + "/overview", auth=("guest", "guest"), timeout=5).json()
+    assert overview["cluster_name"] == "East Coast"
+
+
+def test_a_node_whose_etcd_is_down_serves_alone_and_joins_when_etcd_is_back(make_node, make_etcd):
+    own = make_etcd(1)
+    a = make_node("warren-a@localhost", on=own)
+    wait_for(lambda: nodes(a) == {a.name: True}, what="a registered")
+    own.members[0].signal(signal.SIGSTOP)
+    try:
+        b = make_node("warren-b@localhost", on=own)  # starts and serves AMQP without etcd
+        pika.BlockingConnection(b.pika_params()).close()
+        assert nodes(b) == {b.name: True}
+    finally:
+        own.members[0].signal(signal.SIGCONT)
+    wait_for(lambda: nodes(b) == {a.name: True, b.name: True}, what="b joined once etcd answered")
+    wait_for(lambda: nodes(a) == {a.name: True, b.name: True}, what="a sees b")
+
+
+def test_an_unreachable_etcd_is_logged_not_fatal(make_node):
+    node = start_broker("--node-name", "lonely@localhost", "--config", _conf_without_etcd(), "--prometheus-port", "0")
+    try:
+        wait_for(lambda: "etcd" in node.log(), what="the log line")
+        assert "no etcd endpoint answered" in node.log()
+        assert nodes(node) == {"lonely@localhost": True}
+    finally:
+        node.stop()
+
+
+def _conf_without_etcd() -> str:
+    from conftest import free_port
+    from .conftest import cluster_conf
+    return cluster_conf([f"127.0.0.1:{free_port()}"], "nothing-here")

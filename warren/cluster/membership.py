@@ -1,0 +1,140 @@
+"""Which nodes are in the cluster and which of them run, as etcd knows it.
+
+A node that joins writes its member record (kept until warrenctl forget_cluster_node
+removes it: a stopped node is still a member, shown as not running, as in RabbitMQ) and a
+running record on a lease it renews; one that stops revokes the lease, one that dies stops
+renewing it and is not running once the lease expires (config.LIVENESS_TTL). It also
+registers where RabbitMQ's etcd peer discovery does, with that backend's own lease
+(cluster_formation.etcd.node_ttl). Every node watches the cluster's keys, so each has the
+same view within a watch's delay."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from typing import Any
+
+from .config import ClusterConfig
+from .etcd import Etcd, EtcdError, put_op
+
+log = logging.getLogger("warren.cluster")
+
+RETRY = 1.0  # seconds between two attempts to reach etcd
+
+
+class Membership:
+    """A service of the node's server (start/stop); `members` and `running` are the view."""
+
+    def __init__(self, config: ClusterConfig, etcd: Etcd, identity: dict[str, Any]):
+        self.config = config
+        self.etcd = etcd
+        self.identity = identity  # what the running record tells the other nodes
+        self.members: dict[str, dict] = {}  # node -> its member record
+        self.running: dict[str, dict] = {}  # node -> its running record
+        self.registered = asyncio.Event()   # set while this node's records are in etcd
+        self.synced = asyncio.Event()       # set once the view was read
+        self.error: str | None = None       # why etcd cannot be used, while it cannot
+        self._leases: list[int] = []
+        self._task: asyncio.Task | None = None
+
+    async def start(self, server=None) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        for lease in self._leases:  # a clean stop: not running at once, not after the lease
+            try:
+                await self.etcd.revoke(lease)
+            except EtcdError:
+                pass
+        self._leases = []
+
+    def is_running(self, node: str) -> bool:
+        return node in self.running
+
+    async def forget(self, node: str) -> bool:
+        """Remove a stopped node from the cluster (whether it was a member)."""
+        return await self.etcd.delete(self.config.keys.member_key(node)) > 0
+
+    # ------------------------------------------------------------------ the loop
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._register()
+                await asyncio.gather(self._renew(), self._follow())
+            except EtcdError as err:
+                if self.error != str(err):
+                    log.error("cluster %s: etcd: %s; trying again", self.config.cluster_name, err)
+                self.error = str(err)
+            self.registered.clear()
+            await asyncio.sleep(RETRY)
+
+    async def _register(self) -> None:
+        keys, node = self.config.keys, self.config.node_name
+        liveness = await self.etcd.grant(self.config.liveness_ttl)
+        discovery = await self.etcd.grant(self.config.node_ttl)
+        self._leases = [liveness, discovery]
+        member = {"node": node, "joined": int(time.time() * 1000)}
+        known = self.members.get(node)
+        if known is not None:
+            member = known
+        running = {"node": node, "os_pid": str(os.getpid()), "started": int(time.time() * 1000), **self.identity}
+        # RabbitMQ's registration value: its node, lease id and TTL.
+        registration = {"node": node, "lease_id": discovery, "ttl": self.config.node_ttl}
+        await self.etcd.txn([], [put_op(keys.member_key(), _json(member)),
+                                 put_op(keys.running_key(), _json(running), liveness),
+                                 put_op(keys.discovery_key(), _json(registration), discovery)])
+        if self.error is not None:
+            log.info("cluster %s: etcd reachable again", self.config.cluster_name)
+        self.error = None
+        self.registered.set()
+        log.info("node %s joined cluster %s", node, self.config.cluster_name)
+
+    async def _renew(self) -> None:
+        """Keep the leases alive; one that expired (the node was cut off for longer than its
+        TTL) means registering again."""
+        while True:
+            await asyncio.sleep(self.config.liveness_ttl / 3)
+            for lease in self._leases:
+                if await self.etcd.keepalive(lease) <= 0:
+                    raise EtcdError(f"lease {lease:x} expired")
+
+    async def _follow(self) -> None:
+        revision, kvs = await self.etcd.get(self.config.keys.root, prefix=True)
+        self.members.clear()
+        self.running.clear()
+        for kv in kvs:
+            self._apply(kv.key, kv.value, False)
+        self.synced.set()
+        async for revision, events in self.etcd.watch(self.config.keys.root, revision + 1, prefix=True):
+            for event in events:
+                self._apply(event.kv.key, event.kv.value, event.deleted)
+
+    def _apply(self, key: bytes, value: bytes, deleted: bool) -> None:
+        keys = self.config.keys
+        for prefix, table in ((keys.members, self.members), (keys.running, self.running)):
+            if key.startswith(prefix):
+                node = key[len(prefix):].decode(errors="replace")
+                if deleted:
+                    table.pop(node, None)
+                    return
+                try:
+                    record = json.loads(value)
+                except ValueError:
+                    log.error("cluster %s: unreadable record at %r", self.config.cluster_name, key)
+                    return
+                if isinstance(record, dict):
+                    table[node] = record
+                return
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
