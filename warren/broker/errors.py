@@ -75,6 +75,10 @@ def not_implemented(text: str, method_ids: tuple[int, int] | None = None) -> AMQ
     return AMQPError(540, text, method_ids)
 
 
+def internal_error(text: str, method_ids: tuple[int, int] | None = None) -> AMQPError:
+    return AMQPError(541, text, method_ids)
+
+
 def command_invalid(text: str, method_ids: tuple[int, int] | None = None) -> AMQPError:
     return AMQPError(503, text, method_ids)
 

@@ -9,12 +9,13 @@ needs to know what else a node holds, and a node elsewhere is one more implement
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from .alarms import Alarms
     from .auth import Permission, TopicPermission, User
     from .durability import Durability
+    from .metadata.change import Change
     from .metadata.commands import Command
     from .node_config import NodeConfig
     from .ports import Scheduler
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from .stats import NodeStats
     from .vhost import VHost
 
+T = TypeVar("T")
 
 class Metadata(Protocol):
     """The node's metadata store (warren.broker.metadata.store.MetadataStore) as one that
@@ -31,6 +33,12 @@ class Metadata(Protocol):
     def apply(self, command: Command) -> Any:
         """Carry out a command (warren.broker.metadata.commands); what it returns is the
         command's."""
+
+    def run(self, operation: Change[T]) -> T:
+        """Carry out an operation's change (warren.broker.metadata.change) at once."""
+
+    def submit(self, command: Command) -> None:
+        """A change the node makes on its own: at once, or through the cluster's log."""
 
 
 class Node(Protocol):

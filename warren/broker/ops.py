@@ -24,6 +24,7 @@ from .enqueue import enqueue  # (ops.enqueue too: a channel's publish at tx.comm
 from .errors import access_refused, command_invalid, not_allowed, not_found, precondition_failed, rs
 from .exchanges import TYPES
 from .limits import check_queue as check_queue_limit
+from .metadata.change import Change, Operation
 from .metadata.commands import Bind, DeclareExchange, DeclareQueue, DeleteExchange, DeleteQueue, Unbind
 from . import missing_exchange
 from .publish_checks import check_properties
@@ -82,9 +83,10 @@ def _check_exclusive(actor: Actor, queue: Queue) -> None:
 
 
 # ------------------------------------------------------------------ exchanges
+@Operation
 def declare_exchange(actor: Actor, name: str, type_name: str, passive: bool = False, durable: bool = False,
                      auto_delete: bool = False, internal: bool = False,
-                     arguments: dict | None = None) -> tuple[Exchange, bool]:
+                     arguments: dict | None = None) -> Change[tuple[Exchange, bool]]:
     """exchange.declare: (exchange, created)."""
     vhost = actor.vhost
     if not passive and type_name not in TYPES:
@@ -102,18 +104,18 @@ def declare_exchange(actor: Actor, name: str, type_name: str, passive: bool = Fa
         # rule, which the vhost applies).
         actor.check("read", "exchange", name)
         actor.check("write", "exchange", ae)
-    return actor.broker.metadata.apply(DeclareExchange(vhost.name, name, type_name, durable, auto_delete, internal,
-                                                       arguments))
+    return (yield DeclareExchange(vhost.name, name, type_name, durable, auto_delete, internal, arguments))
 
 
-def delete_exchange(actor: Actor, name: str, if_unused: bool = False) -> bool:
+@Operation
+def delete_exchange(actor: Actor, name: str, if_unused: bool = False) -> Change[bool]:
     """exchange.delete: whether it existed (deleting a missing exchange is no error)."""
     if name == "":
         raise access_refused("operation not permitted on the default exchange")
     if name.startswith("amq."):  # refused even for a missing amq.* name, as RabbitMQ
         raise access_refused(f"deletion of system {rs('exchange', name, actor.vhost.name)} not allowed")
     actor.check("configure", "exchange", name)
-    return actor.broker.metadata.apply(DeleteExchange(actor.vhost.name, name, if_unused))
+    return (yield DeleteExchange(actor.vhost.name, name, if_unused))
 
 
 # ------------------------------------------------------------------- bindings
@@ -129,8 +131,9 @@ def _check_binding(actor: Actor, source: str, dest_kind: str, destination: str, 
         actor.check_topic("read", x, routing_key)
 
 
+@Operation
 def bind(actor: Actor, source: str, dest_kind: str, destination: str, routing_key: str,
-         arguments: dict | None) -> None:
+         arguments: dict | None) -> Change[None]:
     """queue.bind (dest_kind "queue") or exchange.bind ("exchange")."""
     vhost = actor.vhost
     _check_binding(actor, source, dest_kind, destination, routing_key)
@@ -139,11 +142,12 @@ def bind(actor: Actor, source: str, dest_kind: str, destination: str, routing_ke
         _check_exclusive(actor, vhost.queue(destination))
     else:
         vhost.exchange(destination)
-    actor.broker.metadata.apply(Bind(vhost.name, source, dest_kind, destination, routing_key, arguments))
+    yield Bind(vhost.name, source, dest_kind, destination, routing_key, arguments)
 
 
+@Operation
 def unbind(actor: Actor, source: str, dest_kind: str, destination: str, routing_key: str,
-           arguments: dict | None) -> None:
+           arguments: dict | None) -> Change[None]:
     """queue.unbind / exchange.unbind: idempotent, even when either end is missing (3.10)."""
     vhost = actor.vhost
     _check_binding(actor, source, dest_kind, destination, routing_key)
@@ -153,12 +157,13 @@ def unbind(actor: Actor, source: str, dest_kind: str, destination: str, routing_
         return
     if dest_kind == "queue":
         _check_exclusive(actor, dest)
-    actor.broker.metadata.apply(Unbind(vhost.name, source, dest_kind, destination, routing_key, arguments))
+    yield Unbind(vhost.name, source, dest_kind, destination, routing_key, arguments)
 
 
 # --------------------------------------------------------------------- queues
+@Operation
 def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool = False, exclusive: bool = False,
-                  auto_delete: bool = False, arguments: dict | None = None) -> tuple[Queue, bool]:
+                  auto_delete: bool = False, arguments: dict | None = None) -> Change[tuple[Queue, bool]]:
     """queue.declare: (queue, created). An empty name gets a server-named queue."""
     vhost = actor.vhost
     if passive:
@@ -178,8 +183,6 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
     elif name.startswith("amq."):
         raise access_refused(f"queue name '{name}' contains reserved prefix 'amq.*'")
     actor.check("configure", "queue", name)
-    counters = actor.broker.stats.node_counters
-    counters["queues_declared"] += 1  # as RabbitMQ: every non-passive declare allowed to configure
     if name not in vhost.queues:  # only a new queue counts against max-queues (after configure)
         check_queue_limit(vhost, name)
     dlx = args.get("x-dead-letter-exchange")
@@ -190,8 +193,9 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
         actor.check("read", "queue", name)
         actor.check("write", "exchange", dlx if isinstance(dlx, str) else dlx.decode(errors="replace"))
     owner = actor.owner if exclusive else None
-    q, created = actor.broker.metadata.apply(DeclareQueue(vhost.name, name, durable and not exclusive, owner,
-                                                          auto_delete, args))
+    counters = actor.broker.stats.node_counters
+    counters["queues_declared"] += 1  # as RabbitMQ: every non-passive declare allowed to configure
+    q, created = yield DeclareQueue(vhost.name, name, durable and not exclusive, owner, auto_delete, args)
     if created:
         counters["queues_created"] += 1
     else:
@@ -199,7 +203,8 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
     return q, created
 
 
-def delete_queue(actor: Actor, name: str, if_unused: bool = False, if_empty: bool = False) -> int:
+@Operation
+def delete_queue(actor: Actor, name: str, if_unused: bool = False, if_empty: bool = False) -> Change[int]:
     """queue.delete: the number of ready messages it had (0 for a missing queue)."""
     vhost = actor.vhost
     actor.check("configure", "queue", name)
@@ -208,7 +213,7 @@ def delete_queue(actor: Actor, name: str, if_unused: bool = False, if_empty: boo
         return 0
     _check_exclusive(actor, q)
     q.check_delete(if_unused, if_empty)
-    return actor.broker.metadata.apply(DeleteQueue(vhost.name, name))
+    return (yield DeleteQueue(vhost.name, name))
 
 
 def readable_queue(actor: Actor, name: str) -> Queue:

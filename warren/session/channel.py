@@ -8,7 +8,7 @@ import enum
 import logging
 import struct
 from collections import deque
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..amqp import spec
 from ..amqp.codec import DecodeError, read_shortstr
@@ -24,6 +24,7 @@ from ..broker.errors import (
     precondition_failed, unexpected_frame,
 )
 from ..broker.stats import RECEIVED_CONFIRM, new_channel_counters
+from ..broker.metadata.change import Change
 from ..broker.names import server_named
 from ..store.settlement import REJECTED, SETTLED, Settlement
 from . import connection_log, frame_errors, records
@@ -102,6 +103,12 @@ class ChannelConnection(records.RecordedConnection, connection_log.LoggedConnect
     def connection_error(self, err: AMQPError, class_id: int = 0, method_id: int = 0, channel: int = 0) -> None: ...
 
     def channel_closed(self, channel: Channel) -> None: ...
+
+    def hold_for_metadata(self) -> None:
+        """A channel waits for the cluster's log: handle no more input until it is done."""
+
+    def release_for_metadata(self) -> None:
+        """It is done: handle the input that waited, and send what was answered."""
 
 
 class Channel:
@@ -316,33 +323,70 @@ class Channel:
         self.send(spec.ChannelCloseOk())
         self.conn.channel_closed(self)
 
+    # ------------------------------------------------------- metadata changes
+    def _change(self, m: spec.Method, operation: Callable[[], Change[Any]], then: Callable[[Any], None],
+                after: Callable[[], None] | None = None) -> None:
+        """Carry out an operation that changes metadata, then `then(result)`, and `after()`
+        whatever happened. On a node alone at once; on a cluster member the connection reads
+        nothing more (its later frames wait, in order) until the cluster's log has the change
+        and this node has applied it."""
+        store = self.conn.broker.metadata
+        if store.log is None:
+            try:
+                then(store.run(operation()))
+            finally:
+                if after is not None:
+                    after()
+            return
+        self.conn.hold_for_metadata()
+
+        def done(result: Any, error: BaseException | None) -> None:
+            try:
+                if self.state != OPEN:
+                    return  # (closed meanwhile: by the broker, or with its connection)
+                if error is not None:
+                    raise error
+                then(result)
+            except AMQPError as err:
+                self.error(err, m.CLASS_ID, m.METHOD_ID)
+            finally:
+                if after is not None and self.state == OPEN:
+                    after()
+                self.conn.release_for_metadata()
+        store.log.submit(operation, done)
+
     # -------------------------------------------------------------- exchange
     def _exchange_declare(self, m):
-        ops.declare_exchange(self.actor, m.exchange, m.type, m.passive, m.durable, m.auto_delete, m.internal,
-                             m.arguments)
-        if not m.nowait:
-            self.send(spec.ExchangeDeclareOk())
+        self._change(m, lambda: ops.declare_exchange.change(self.actor, m.exchange, m.type, m.passive, m.durable,
+                                                     m.auto_delete, m.internal, m.arguments),
+                     lambda _: self._reply(m, spec.ExchangeDeclareOk()))
 
     def _exchange_delete(self, m):
-        ops.delete_exchange(self.actor, m.exchange, m.if_unused)
-        if not m.nowait:
-            self.send(spec.ExchangeDeleteOk())
+        self._change(m, lambda: ops.delete_exchange.change(self.actor, m.exchange, m.if_unused),
+                     lambda _: self._reply(m, spec.ExchangeDeleteOk()))
 
     def _exchange_bind(self, m):
-        ops.bind(self.actor, m.source, "exchange", m.destination, m.routing_key, m.arguments)
-        if not m.nowait:
-            self.send(spec.ExchangeBindOk())
+        self._change(m, lambda: ops.bind.change(self.actor, m.source, "exchange", m.destination, m.routing_key,
+                                         m.arguments),
+                     lambda _: self._reply(m, spec.ExchangeBindOk()))
 
     def _exchange_unbind(self, m):
-        ops.unbind(self.actor, m.source, "exchange", m.destination, m.routing_key, m.arguments)
+        self._change(m, lambda: ops.unbind.change(self.actor, m.source, "exchange", m.destination, m.routing_key,
+                                           m.arguments),
+                     lambda _: self._reply(m, spec.ExchangeUnbindOk()))
+
+    def _reply(self, m, reply: spec.Method) -> None:
         if not m.nowait:
-            self.send(spec.ExchangeUnbindOk())
+            self.send(reply)
 
     # ----------------------------------------------------------------- queue
     def _queue_declare(self, m):
         # No empty-name shortcut for a passive declare (as RabbitMQ).
-        q, created = ops.declare_queue(self.actor, m.queue, m.passive, m.durable, m.exclusive, m.auto_delete,
-                                       m.arguments)
+        self._change(m, lambda: ops.declare_queue.change(self.actor, m.queue, m.passive, m.durable, m.exclusive,
+                                                  m.auto_delete, m.arguments),
+                     lambda result: self._queue_declared(m, *result))
+
+    def _queue_declared(self, m, q, created: bool) -> None:
         if created and q.owner is not None:
             self.conn.exclusive_queues.append(q)
         self.last_queue = q.name
@@ -358,14 +402,13 @@ class Channel:
 
     def _queue_bind(self, m):
         qname, routing_key = self._queue_binding(m)
-        ops.bind(self.actor, m.exchange, "queue", qname, routing_key, m.arguments)
-        if not m.nowait:
-            self.send(spec.QueueBindOk())
+        self._change(m, lambda: ops.bind.change(self.actor, m.exchange, "queue", qname, routing_key, m.arguments),
+                     lambda _: self._reply(m, spec.QueueBindOk()))
 
     def _queue_unbind(self, m):
         qname, routing_key = self._queue_binding(m)
-        ops.unbind(self.actor, m.exchange, "queue", qname, routing_key, m.arguments)
-        self.send(spec.QueueUnbindOk())
+        self._change(m, lambda: ops.unbind.change(self.actor, m.exchange, "queue", qname, routing_key, m.arguments),
+                     lambda _: self.send(spec.QueueUnbindOk()))
 
     def _queue_purge(self, m):
         count = ops.purge_queue(self.actor, self._queue_name(m.queue))
@@ -376,15 +419,16 @@ class Channel:
         # RabbitMQ answers delete-ok before it cancels this channel's own consumers of the
         # queue (the channel hears of the deletion after the reply; other channels may hear
         # before it): clients waiting for delete-ok (kombu on py-amqp) fail on an earlier cancel.
-        held = self.held_cancels = []
-        try:
-            count = ops.delete_queue(self.actor, self._queue_name(m.queue), m.if_unused, m.if_empty)
-            if not m.nowait:
-                self.send(spec.QueueDeleteOk(message_count=count))
-        finally:
-            self.held_cancels = None
-            for tag in held:
-                self.send(spec.BasicCancel(consumer_tag=tag, nowait=True))
+        name = self._queue_name(m.queue)
+        self.held_cancels = []
+        self._change(m, lambda: ops.delete_queue.change(self.actor, name, m.if_unused, m.if_empty),
+                     lambda count: self._reply(m, spec.QueueDeleteOk(message_count=count)),
+                     after=self._send_held_cancels)
+
+    def _send_held_cancels(self) -> None:
+        held, self.held_cancels = self.held_cancels, None
+        for tag in held or ():
+            self.send(spec.BasicCancel(consumer_tag=tag, nowait=True))
 
     # ----------------------------------------------------------------- basic
     def _basic_qos(self, m):

@@ -158,6 +158,8 @@ class Connection:
         # one attribute the publish path tests.
         self.alarmed = False
         self.blocked = False
+        # A channel's change of metadata waits for the cluster's log (Reason.METADATA).
+        self.awaiting_metadata = False
         self.blocked_sent = False  # connection.blocked went out: connection.unblocked is due
         self.last_blocked_by = "none"  # "resource" (an alarm) or "flow" (RabbitMQ's words)
         self.last_blocked_at: float | None = None  # monotonic time it was last blocked
@@ -301,7 +303,7 @@ class Connection:
     def _read_input(self) -> None:
         pending = self.pending
         while self.pending_len:
-            if self.state == CLOSED or self.out_bytes > OUTPUT_HIGH_WATER or self.blocked:
+            if self.state == CLOSED or self.out_bytes > OUTPUT_HIGH_WATER or self.blocked or self.awaiting_metadata:
                 return
             if self.sink_parts is not None:
                 if not self._fill_sink():
@@ -406,7 +408,7 @@ class Connection:
                         raise frame_errors.unknown_frame(ftype, buf[start:end])
                 else:
                     self._other_frame(ftype, ch, buf[start:end])
-                if self.state == CLOSED or self.out_bytes > OUTPUT_HIGH_WATER:
+                if self.state == CLOSED or self.out_bytes > OUTPUT_HIGH_WATER or self.awaiting_metadata:
                     return
         finally:
             self.read_pos = pos
@@ -616,6 +618,22 @@ class Connection:
             persister.subscribe_flow(self._store_flow_changed)
             self.store_over = persister.over
         self.send_method(0, spec.ConnectionOpenOk(known_hosts=""))
+
+    # ------------------------------------------------------- the cluster's log
+    def hold_for_metadata(self) -> None:
+        self.awaiting_metadata = True
+        self.throttle.add(Reason.METADATA)
+
+    def release_for_metadata(self) -> None:
+        self.awaiting_metadata = False
+        self.throttle.discard(Reason.METADATA)
+        if self.state == CLOSED:
+            return
+        if self.pending_len:
+            self.throttle.add(Reason.INPUT_HELD)
+            self._continue_input()  # (flushes the reply with what follows)
+        else:
+            self.flush()
 
     # ------------------------------------------------------- resource alarms
     def _alarms_changed(self) -> None:

@@ -39,10 +39,14 @@ class Reason(enum.Enum):
     # than it sent (warren.broker.queue_flow): read nothing more until the queue lets it go.
     # Also RabbitMQ's `flow` state; its consumers are still sent to.
     QUEUE_FLOW = "queue_flow"
+    # A channel's change of metadata waits for the cluster's log (warren.cluster.metadata_log):
+    # read nothing more, and handle none of what was read, until this node has applied it.
+    METADATA = "metadata"
 
 
 # Reasons that stop the socket being read, and those that stop deliveries to consumers.
-_STOP_READING = frozenset({Reason.WRITE_BUFFER, Reason.INPUT_HELD, Reason.BLOCKED, Reason.FLOW, Reason.QUEUE_FLOW})
+_STOP_READING = frozenset({Reason.WRITE_BUFFER, Reason.INPUT_HELD, Reason.BLOCKED, Reason.FLOW, Reason.QUEUE_FLOW,
+                           Reason.METADATA})
 _STOP_DELIVERING = frozenset({Reason.WRITE_BUFFER, Reason.TICK_OUTPUT})
 
 

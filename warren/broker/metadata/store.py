@@ -16,21 +16,28 @@ here, on every node; a single node applies them at once."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..auth import Permission, TopicPermission, User
 from ..definitions import changes, export
-from ..errors import not_found
+from ..errors import internal_error, not_found
 from ..policy import apply_all
 from ..vhost import VHost
 from .. import federation, shovel
-from . import commands as c
+from . import change, commands as c
+from .change import ClusterLog
 
 if TYPE_CHECKING:
     from ..node import Node
     from ...store.definitions import DefinitionsFile
 
 log = logging.getLogger("warren.definitions")
+T = TypeVar("T")
+
+
+def _log_failure(result: Any, error: BaseException | None) -> None:
+    if error is not None:
+        log.error("a change this node made could not go through the cluster's log: %s", error)
 
 
 class MetadataStore:
@@ -54,6 +61,11 @@ class MetadataStore:
         self.changes: dict = {}  # (kind, key) -> Binding or None
         self.all_changed = False
         self.save_failing = False
+        # A cluster member's log (warren.cluster.metadata_log), None on a node alone. On a
+        # member every change goes through it, and apply() is only what the log calls
+        # (from_log) or local recovery: a change applied here alone would be this node's only.
+        self.log: ClusterLog | None = None
+        self.from_log = False
 
     @property
     def dirty(self) -> bool:
@@ -68,6 +80,9 @@ class MetadataStore:
     # ------------------------------------------------------------------ commands
     def apply(self, command: c.Command) -> Any:
         """Carry out a command; what it returns is the command's (see each handler)."""
+        if self.log is not None and not self.from_log:
+            raise internal_error(f"{type(command).__name__} would change this node's metadata alone: "
+                                 "on a cluster it must go through the cluster's log")
         result = _HANDLERS[type(command)](self, command)
         if type(command) in _FEDERATION_INPUTS:
             vhost = self.vhosts.get(command.policy.vhost if isinstance(command, c.SetPolicy)
@@ -75,6 +90,18 @@ class MetadataStore:
             if vhost is not None and (vhost.federation or vhost.federation_links):
                 federation.reconcile(self.broker, vhost)
         return result
+
+    def run(self, operation: change.Change[T]) -> T:
+        """An operation's change (warren.broker.metadata.change), carried out at once."""
+        return change.run(self, operation)
+
+    def submit(self, command: c.Command) -> None:
+        """A change the node makes on its own (an exclusive queue's owner gone, an auto-delete,
+        x-expires): applied at once alone, sent to the cluster's log on a member."""
+        if self.log is None:
+            self.apply(command)
+        else:
+            self.log.submit(lambda: change.command(command), _log_failure)
 
     def vhost(self, name: str) -> VHost:
         vhost = self.vhosts.get(name)

@@ -28,9 +28,10 @@ class QueueHost(Protocol[HostedQueue]):
         """Republish a message leaving `queue` for good to its dead-letter exchange: the
         copies' settlement handle, or None when it goes nowhere."""
 
-    def delete_queue(self, queue: HostedQueue) -> int:
+    def delete_queue(self, queue: HostedQueue) -> None:
         """Delete the queue (its x-expires ran out, its last consumer of an auto-delete queue
-        left): its consumers are cancelled. The ready count it had."""
+        left): its consumers are cancelled (on a cluster member, once the cluster's log has
+        the deletion)."""
 
     def pressed(self, queue: HostedQueue) -> None:
         """The queue holds more than its consumers take: publishers into it may be held back

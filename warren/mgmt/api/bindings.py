@@ -7,6 +7,7 @@ one, and "~" plus a hash of the arguments when it has any.
 
 from aiohttp import web
 
+from .. import changes
 from ...broker import ops
 from ...broker.errors import AMQPError
 from ..access import IN_LOGIN_VHOSTS, VHOST, access
@@ -71,7 +72,9 @@ async def create_binding(request):
     arguments = json_to_table(body.get("arguments"))
     try:
         check_vhost_access(request, vhost)
-        ops.bind(actor(request, vhost), source_name, dest_kind, dest_name, routing_key, arguments)
+        who = actor(request, vhost)
+        await changes.perform(request, lambda: ops.bind.change(who, source_name, dest_kind, dest_name, routing_key,
+                                                               arguments))
     except AMQPError as err:
         raise direct_error(err) from None
     flush(request)
@@ -134,7 +137,9 @@ async def delete_binding(request):
     routing_key, arguments = (b.routing_key, b.arguments) if b is not None else (dest.name, {})
     try:
         check_vhost_access(request, vhost)
-        ops.unbind(actor(request, vhost), source.name, dest.kind, dest.name, routing_key, arguments)
+        who = actor(request, vhost)
+        await changes.perform(request, lambda: ops.unbind.change(who, source.name, dest.kind, dest.name, routing_key,
+                                                                 arguments))
     except AMQPError as err:
         raise direct_error(err) from None
     flush(request)

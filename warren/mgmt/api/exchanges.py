@@ -7,6 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
+from .. import changes
 from ...amqp.codec import shortstr
 from ...amqp.properties import encode_header
 from ...broker import ops
@@ -67,8 +68,9 @@ async def put_exchange(request):
         raise bad_request(f"unknown exchange type '{type_name}'")
     try:
         check_vhost_access(request, vhost)
-        _, created = ops.declare_exchange(actor(request, vhost), name, type_name, durable=durable,
-                                          auto_delete=auto_delete, internal=internal, arguments=arguments)
+        who = actor(request, vhost)
+        _, created = await changes.perform(request, lambda: ops.declare_exchange.change(
+            who, name, type_name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=arguments))
     except AMQPError as err:
         raise direct_error(err) from None
     flush(request)
@@ -85,7 +87,8 @@ async def delete_exchange(request):
         raise not_found()
     try:
         check_vhost_access(request, vhost)
-        ops.delete_exchange(actor(request, vhost), name, query_bool(request, "if-unused"))
+        who, if_unused = actor(request, vhost), query_bool(request, "if-unused")
+        await changes.perform(request, lambda: ops.delete_exchange.change(who, name, if_unused))
     except AMQPError as err:
         raise direct_error(err) from None
     flush(request)

@@ -18,6 +18,7 @@ from ...broker.metadata.commands import CLUSTER_NAME, SetGlobalParameter
 from ... import __version__
 from ...broker.exchanges import TYPES
 from ..access import ADMIN, ANY, access, is_monitor, visible_vhosts
+from .. import changes
 from .. import stats
 from ..resources import flush, item_response, read_body, require
 from ..app import bad_request, json_response
@@ -192,6 +193,6 @@ async def put_cluster_name(request):
         name.encode()
     except UnicodeEncodeError:  # a lone surrogate (JSON allows "\ud800"): not a text to send
         raise bad_request("name must be valid unicode") from None
-    request.app["broker"].metadata.apply(SetGlobalParameter(CLUSTER_NAME, name))
+    await changes.apply(request, SetGlobalParameter(CLUSTER_NAME, name))
     flush(request)
     return web.Response(status=204)

@@ -2,6 +2,7 @@
 
 from aiohttp import web
 
+from .. import changes
 from ...broker.metadata.commands import ClearPermissions, SetPermissions
 from ...broker.auth import invalid_regexp
 from ..access import ADMIN, access
@@ -45,7 +46,7 @@ async def put_permission(request):
     if vhost not in broker.vhosts or user not in broker.users:
         raise ApiError(400, "bad_request", "vhost_or_user_not_found")
     created = (user, vhost) not in broker.permissions
-    broker.metadata.apply(SetPermissions(user, vhost, body["configure"], body["write"], body["read"]))
+    await changes.apply(request, SetPermissions(user, vhost, body["configure"], body["write"], body["read"]))
     flush(request)
     return web.Response(status=201 if created else 204)
 
@@ -53,8 +54,7 @@ async def put_permission(request):
 @routes.delete("/api/permissions/{vhost}/{user}")
 @access(ADMIN)
 async def delete_permission(request):
-    broker = request.app["broker"]
-    if not broker.metadata.apply(ClearPermissions(request.match_info["user"], request.match_info["vhost"])):
+    if not await changes.apply(request, ClearPermissions(request.match_info["user"], request.match_info["vhost"])):
         raise not_found()
     flush(request)
     return web.Response(status=204)

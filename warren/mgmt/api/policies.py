@@ -3,6 +3,7 @@ definitions; see warren.broker.policy for how they attach to exchanges and queue
 
 from aiohttp import web
 
+from .. import changes
 from ...broker.metadata.commands import ClearPolicy, SetPolicy
 from ...broker.policy import Policy, PolicyError
 from ..access import ADMIN, IN_LOGIN_VHOSTS, POLICIES, VHOST, access
@@ -46,13 +47,13 @@ def _handlers(operator: bool):
                                       body.get("priority", 0), body.get("apply-to", "all"), operator)
         except PolicyError as err:
             raise bad_request(str(err) if operator else html_escaped(str(err))) from None
-        created = request.app["broker"].metadata.apply(SetPolicy(policy, operator))
+        created = await changes.apply(request, SetPolicy(policy, operator))
         flush(request)
         return web.Response(status=201 if created else 204)
 
     async def delete_one(request):
         vhost = vhost_or_404(request)
-        if not request.app["broker"].metadata.apply(ClearPolicy(vhost.name, request.match_info["name"], operator)):
+        if not await changes.apply(request, ClearPolicy(vhost.name, request.match_info["name"], operator)):
             raise not_found()
         flush(request)
         return web.Response(status=204)

@@ -4,6 +4,7 @@ import base64
 
 from aiohttp import web
 
+from .. import changes
 from ...broker import ops
 from ...broker.errors import AMQPError
 from ..access import IN_LOGIN_VHOSTS, VHOST, access
@@ -66,8 +67,9 @@ async def put_queue(request):
     arguments = json_to_table(body.get("arguments"))
     try:
         check_vhost_access(request, vhost)
-        _, created = ops.declare_queue(actor(request, vhost), name, durable=durable, auto_delete=auto_delete,
-                                       arguments=arguments)
+        who = actor(request, vhost)
+        _, created = await changes.perform(request, lambda: ops.declare_queue.change(
+            who, name, durable=durable, auto_delete=auto_delete, arguments=arguments))
     except AMQPError as err:
         raise direct_error(err) from None
     flush(request)
@@ -80,8 +82,8 @@ async def delete_queue(request):
     vhost, q = _queue_or_404(request)
     try:
         check_vhost_access(request, vhost)
-        ops.delete_queue(actor(request, vhost), q.name, query_bool(request, "if-unused"),
-                         query_bool(request, "if-empty"))
+        who, if_unused, if_empty = actor(request, vhost), query_bool(request, "if-unused"), query_bool(request, "if-empty")
+        await changes.perform(request, lambda: ops.delete_queue.change(who, q.name, if_unused, if_empty))
     except AMQPError as err:
         raise direct_error(err) from None
     flush(request)

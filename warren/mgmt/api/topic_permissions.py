@@ -8,6 +8,7 @@ There is no /api/topic-permissions/{vhost} (404, as RabbitMQ)."""
 
 from aiohttp import web
 
+from .. import changes
 from ...broker.metadata.commands import ClearTopicPermissions, SetTopicPermissions
 from ...broker.auth import invalid_regexp
 from ...broker.definitions import topic_permission_json
@@ -72,9 +73,8 @@ async def put_topic_permission(request):
     if existing is None:
         raise bad_request("vhost_or_user_not_found")
     exchange, write, read = _validated(await read_body(request))
-    broker = request.app["broker"]
-    broker.metadata.apply(SetTopicPermissions(request.match_info["user"], request.match_info["vhost"], exchange, write,
-                                              read))
+    user, vhost = request.match_info["user"], request.match_info["vhost"]
+    await changes.apply(request, SetTopicPermissions(user, vhost, exchange, write, read))
     flush(request)
     # Created: the user had no topic permission in the vhost before (the resource RabbitMQ's
     # handler answers for is that list).
@@ -87,8 +87,8 @@ async def put_topic_permission(request):
 async def delete_topic_permissions(request):
     if not _of_user_in_vhost(request):
         raise not_found()
-    request.app["broker"].metadata.apply(ClearTopicPermissions(request.match_info["user"], request.match_info["vhost"],
-                                                               request.match_info.get("exchange")))
+    await changes.apply(request, ClearTopicPermissions(request.match_info["user"], request.match_info["vhost"],
+                                                       request.match_info.get("exchange")))
     flush(request)
     return web.Response(status=204)
 

@@ -7,6 +7,7 @@ import os
 
 from aiohttp import web
 
+from .. import changes
 from ...broker.metadata.commands import DeleteUser, PutUser
 from ...broker.auth import MD5, SHA256, SHA512, User, hash_password
 from ...broker.limits import LimitError, update_user_limits, validate_user_limits
@@ -64,7 +65,7 @@ async def bulk_delete(request):
         raise bad_request("users must be a list")
     try:
         for name in names:
-            if not isinstance(name, str) or not _delete(broker, name):
+            if not isinstance(name, str) or not await _delete(request, broker, name):
                 raise ApiError(400, "bad_request", ["no_such_user", name])
     finally:
         flush(request)
@@ -119,14 +120,14 @@ async def put_user(request):
         validate_user_limits(limits)
     except LimitError as err:
         raise bad_request(str(err)) from None
-    broker.metadata.apply(PutUser(user))
+    await changes.apply(request, PutUser(user))
     update_user_limits(broker, user, limits)
     flush(request)
     return web.Response(status=204 if existing is not None else 201)
 
 
-def _delete(broker, name: str) -> bool:
-    if broker.metadata.apply(DeleteUser(name)) is None:
+async def _delete(request, broker, name: str) -> bool:
+    if await changes.apply(request, DeleteUser(name)) is None:
         return False
     close_connections(broker, lambda c: c.user == name, f"user '{name}' is deleted")
     return True
@@ -136,7 +137,7 @@ def _delete(broker, name: str) -> bool:
 @access(ADMIN)
 async def delete_user(request):
     broker = request.app["broker"]
-    if not _delete(broker, request.match_info["name"]):
+    if not await _delete(request, broker, request.match_info["name"]):
         raise not_found()
     flush(request)
     return web.Response(status=204)

@@ -4,6 +4,7 @@ delete (closing the vhost's connections), permissions."""
 
 from aiohttp import web
 
+from .. import changes
 from ...broker.metadata.commands import KEEP, DeleteVHost, PutVHost, SetPermissions
 from ...broker import missing_exchange
 from ..access import ADMIN, ANY, VISIBLE_VHOSTS, access
@@ -80,7 +81,6 @@ async def get_vhost(request):
 @routes.put("/api/vhosts/{name}")
 @access(ADMIN)
 async def put_vhost(request):
-    broker = request.app["broker"]
     name = request.match_info["name"]
     body = await read_body(request)
     description = body.get("description")
@@ -88,12 +88,12 @@ async def put_vhost(request):
         raise bad_request("description must be a string")
     tags = _tags(body["tags"]) if "tags" in body else None
     capture = _missing_exchange(body)
-    created = broker.metadata.apply(PutVHost(name, KEEP if description is None else description,
-                                             KEEP if tags is None else tags, capture))
+    created = await changes.apply(request, PutVHost(name, KEEP if description is None else description,
+                                                    KEEP if tags is None else tags, capture))
     if created and not trusted(request):
         # RabbitMQ gives whoever creates a vhost over the API full permissions on it
         # (warrenctl on the control socket is no user and, as rabbitmqctl, grants none).
-        broker.metadata.apply(SetPermissions(request["user"].name, name, ".*", ".*", ".*"))
+        await changes.apply(request, SetPermissions(request["user"].name, name, ".*", ".*", ".*"))
     flush(request)
     return web.Response(status=201 if created else 204)
 
@@ -106,7 +106,7 @@ async def delete_vhost(request):
     if vhost is None:
         raise not_found()
     close_connections(broker, lambda c: c.vhost == vhost.name, f"vhost '{vhost.name}' is deleted")
-    broker.metadata.apply(DeleteVHost(vhost.name))
+    await changes.apply(request, DeleteVHost(vhost.name))
     flush(request)
     return web.Response(status=204)
 

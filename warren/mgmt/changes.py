@@ -1,0 +1,33 @@
+"""The API's changes of metadata: carried out at once on a node alone, awaited until this
+node has applied them from the cluster's log on a member (warren.broker.metadata.change)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable, TypeVar
+
+from ..broker.metadata import change
+from ..broker.metadata.commands import Command
+
+T = TypeVar("T")
+
+
+async def perform(request, operation: Callable[[], change.Change[T]]) -> T:
+    store = request.app["broker"].metadata
+    if store.log is None:
+        return store.run(operation())
+    future: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    def done(result: Any, error: BaseException | None) -> None:
+        if not future.done():
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+    store.log.submit(operation, done)
+    return await future
+
+
+async def apply(request, command: Command) -> Any:
+    """One command the handler has checked; what applying it returned."""
+    return await perform(request, lambda: change.command(command))
