@@ -410,10 +410,30 @@ def export(broker, durable_only: bool = True) -> dict:
     topic_permissions = [topic_permission_json(key, p) for key, p in broker.topic_permissions.items()]
     global_parameters = [{"name": name, "value": value}
                          for name, value in runtime_parameters.global_parameters(broker).items()]
-    return {"warren_version": __version__, "users": users, "vhosts": vhosts, "permissions": permissions,
+    data = {"warren_version": __version__, "users": users, "vhosts": vhosts, "permissions": permissions,
             "topic_permissions": topic_permissions, "parameters": parameters, "global_parameters": global_parameters,
             "policies": policies,
             "queues": queues, "exchanges": exchanges, "bindings": bindings}
+    if durable_only and broker.metadata.revision:  # (what the data dir keeps: see cluster_revision)
+        data[CLUSTER] = [_cluster_json(broker)]
+    return data
+
+
+# A cluster member's definitions on disk also say which change of the cluster's metadata log
+# they include (warren.cluster.metadata_log), in a collection of their own.
+CLUSTER = "cluster"
+
+
+def _cluster_json(broker) -> dict:
+    return {"name": "revision", "revision": broker.metadata.revision}
+
+
+def cluster_revision(data: dict) -> int:
+    """The cluster log's revision saved definitions include (0: none)."""
+    for item in data.get(CLUSTER) or ():
+        if isinstance(item, dict) and item.get("name") == "revision" and isinstance(item.get("revision"), int):
+            return item["revision"]
+    return 0
 
 
 def changes(broker, marks: dict) -> list:
@@ -459,6 +479,8 @@ def changes(broker, marks: dict) -> list:
             values = runtime_parameters.global_parameters(broker)
             out.append(("put", "global_parameters", {"name": key, "value": values[key]}) if key in values
                        else ("delete", "global_parameters", {"name": key}))
+        elif kind == CLUSTER:
+            out.append(("put", CLUSTER, _cluster_json(broker)))
         elif kind == "exchange":
             v = vhosts.get(key[0])
             x = None if v is None else v.exchanges.get(key[1])

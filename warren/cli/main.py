@@ -108,6 +108,7 @@ def _recover_definitions(broker: Broker, store, config: dict) -> None:
                   json.dumps(item)[:500])
 
     counts = definitions.load(broker, saved, on_error=skip)
+    broker.metadata.revision = definitions.cluster_revision(saved)
     log.info("recovered definitions from %s in %.2f s: %s", store.path, time.monotonic() - started,
              _describe_counts(counts))
     if skipped:
@@ -176,18 +177,21 @@ def _node_name(name: str | None) -> str:
     return name if "@" in name else f"{name}@{socket.gethostname().split('.')[0]}"
 
 
-def _membership(broker: Broker, cluster: dict | None, listen: list[Listen]):
-    """The node's membership of its cluster (warren.cluster), or None for a node alone."""
+def _cluster(broker: Broker, cluster: dict | None, listen: list[Listen]):
+    """A cluster member's services (warren.cluster): its membership, and the metadata log
+    every change of metadata goes through; None for a node alone."""
     if cluster is None:
         return None
     from ..cluster.config import ClusterConfig
     from ..cluster.etcd import Etcd
     from ..cluster.membership import Membership
+    from ..cluster.metadata_log import MetadataLog
     config = ClusterConfig(broker.config.node_name, tuple(cluster["endpoints"]),
                            **{k: cluster[k] for k in ("key_prefix", "cluster_name", "node_ttl") if k in cluster})
     identity = {"processors": os.cpu_count() or 1,
                 "amqp": [[entry.host, entry.port] for entry in listen if entry.tls is None]}
-    return Membership(config, Etcd(list(config.endpoints)), identity)
+    etcd = Etcd(list(config.endpoints))
+    return Membership(config, etcd, identity), MetadataLog(config, etcd, broker.metadata)
 
 
 def _raise_open_files_limit() -> None:
@@ -291,9 +295,11 @@ def main(argv=None) -> int:
     services: list = [memory, DiskMonitor(broker, args.data_dir or os.getcwd(),
                                           config.get("disk_free_limit", DEFAULT_LIMIT), memory.total_memory)]
     # A cluster's member (cluster_formation.peer_discovery_backend = etcd) joins it through etcd.
-    membership = _membership(broker, config.get("cluster"), listen)
-    if membership is not None:
-        services.append(membership)
+    cluster = _cluster(broker, config.get("cluster"), listen)
+    membership = None
+    if cluster is not None:
+        membership = cluster[0]
+        services.extend(cluster)
     # The API over TCP (unless its port is 0) and, with a data dir, on warrenctl's control
     # socket there (even with the TCP port off: rabbitmqctl needs no management plugin).
     socket_path = control_socket(args.data_dir) if args.data_dir else None

@@ -35,7 +35,7 @@ JOURNAL = "definitions.journal"
 SEQ_KEY = "warren_journal_seq"
 COMPACT_MIN = 1000
 KINDS = ("vhosts", "users", "permissions", "topic_permissions", "policies", "parameters", "exchanges", "queues", "bindings",
-         "global_parameters")
+         "global_parameters", "cluster")
 _TMP_PREFIX = FILENAME + "."
 _TMP_SUFFIX = ".tmp"
 
@@ -85,7 +85,7 @@ def identity(kind: str, obj: dict):
         return obj["user"], obj["vhost"], obj["exchange"]
     if kind in ("policies", "exchanges", "queues"):
         return obj.get("vhost", "/"), obj["name"]
-    if kind == "global_parameters":
+    if kind in ("global_parameters", "cluster"):
         return obj["name"]
     if kind == "parameters":
         return obj.get("vhost", "/"), obj.get("component"), obj["name"]

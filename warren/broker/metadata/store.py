@@ -66,6 +66,7 @@ class MetadataStore:
         # (from_log) or local recovery: a change applied here alone would be this node's only.
         self.log: ClusterLog | None = None
         self.from_log = False
+        self.revision = 0  # the last change of the cluster's log these tables include
 
     @property
     def dirty(self) -> bool:
@@ -322,6 +323,11 @@ class MetadataStore:
             self.all_changed = True
         elif not self.all_changed:
             self.changes[(kind, key)] = binding
+
+    def applied(self, revision: int) -> None:
+        """The tables include the cluster log's changes up to `revision` (saved with them)."""
+        self.revision = revision
+        self.record("cluster", "revision")
 
     def recovered(self, complete: bool) -> None:
         """Recovery replayed what the disk holds: nothing to write, unless something could not

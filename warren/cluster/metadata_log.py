@@ -1,0 +1,223 @@
+"""The cluster's metadata log in etcd: every change of metadata made on any node, in one order,
+applied by every node.
+
+The log is one etcd key; each change is a put of it, so etcd's revision of the put is the
+change's place in the log and a watch of the key from a revision replays every change since.
+A node carries an operation out (warren.broker.metadata.change) against its metadata as of
+the last change it applied, and writes the command it yields in a transaction guarded by that
+revision: when another change got in first, the transaction fails, the node applies what it
+missed and runs the operation again, so every command was checked against the metadata it
+changes (etcd's revisions are the fencing tokens). The node that wrote a change answers its
+client once it has applied the change from the log, like every other node. A node cut from
+etcd's majority writes nothing: its operations fail after TIMEOUT with a clear error.
+
+The revision a node's metadata includes is saved with its definitions (MetadataStore.revision),
+so a restarted node goes on from there."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..broker.errors import internal_error
+from ..broker.metadata.change import Change, Done
+from ..broker.metadata.store import MetadataStore
+from . import command_codec
+from .config import ClusterConfig
+from .etcd import Etcd, EtcdError, mod_revision_is, put_op
+
+log = logging.getLogger("warren.cluster")
+
+TIMEOUT = 15.0   # seconds an operation may wait for etcd before it fails
+RETRY = 0.5      # seconds between two attempts to reach etcd
+
+
+@dataclass
+class _Proposal:
+    operation: Callable[[], Change[Any]]
+    done: Done
+    deadline: float
+    id: str = ""
+    change: Change[Any] | None = None  # the running operation, once its command is written
+    applied: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class MetadataLog:
+    """A cluster member's log (warren.broker.metadata.change.ClusterLog), and one of its
+    server's services: it follows the log from the revision the node's metadata includes."""
+
+    def __init__(self, config: ClusterConfig, etcd: Etcd, store: MetadataStore):
+        self.config = config
+        self.etcd = etcd
+        self.store = store
+        self.key = config.keys.root + b"metadata/log"
+        self.caught_up = asyncio.Event()  # the node has applied what the log held when it started
+        self._queue: asyncio.Queue[_Proposal] = asyncio.Queue()
+        self._written: dict[str, _Proposal] = {}  # id -> proposal whose command is in the log
+        self._advanced = asyncio.Event()          # set (and replaced) each time a change is applied
+        self._ids = itertools.count(1)
+        self._tasks: list[asyncio.Task] = []
+
+    @property
+    def revision(self) -> int:
+        return self.store.revision
+
+    # ----------------------------------------------------------------- service
+    async def start(self, server=None) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._follow()), loop.create_task(self._write())]
+        self.store.log = self
+        try:  # serve with the metadata the cluster has, when etcd answers soon
+            await asyncio.wait_for(self.caught_up.wait(), 5)
+        except asyncio.TimeoutError:
+            log.error("cluster %s: the metadata log could not be read yet; serving what this node has",
+                      self.config.cluster_name)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        self._tasks = []
+
+    # ------------------------------------------------------------ ClusterLog
+    def submit(self, operation: Callable[[], Change[Any]], done: Done) -> None:
+        self._queue.put_nowait(_Proposal(operation, done, time.monotonic() + TIMEOUT))
+
+    # ----------------------------------------------------------------- writing
+    async def _write(self) -> None:
+        """One operation at a time, in the order they came: a client's changes keep their order."""
+        while True:
+            proposal = await self._queue.get()
+            try:
+                await self._propose(proposal)
+            except asyncio.CancelledError:
+                raise
+            except BaseException as err:  # never leave a client waiting
+                log.exception("cluster %s: a change failed", self.config.cluster_name)
+                _finish(proposal, None, err)
+
+    async def _propose(self, proposal: _Proposal) -> None:
+        while True:
+            if time.monotonic() > proposal.deadline:
+                _finish(proposal, None, internal_error("the cluster's metadata store (etcd) did not answer in time"))
+                return
+            seen = self.revision
+            change = proposal.operation()
+            try:
+                command = next(change)
+            except StopIteration as stop:  # nothing to change (a passive declare)
+                _finish(proposal, stop.value, None)
+                return
+            except Exception as err:  # refused against the metadata as it is
+                _finish(proposal, None, err)
+                return
+            proposal.id = f"{self.config.node_name}/{next(self._ids)}"
+            entry = json.dumps({"node": self.config.node_name, "id": proposal.id,
+                                "command": command_codec.encode(command).decode()}).encode()
+            try:
+                result = await self.etcd.txn([mod_revision_is(self.key, seen)], [put_op(self.key, entry)])
+            except EtcdError as err:
+                change.close()
+                log.warning("cluster %s: cannot write to the metadata log: %s", self.config.cluster_name, err)
+                await asyncio.sleep(RETRY)
+                continue
+            if not result.succeeded:  # another change got in first: catch up, check again
+                change.close()
+                await self._applied_past(seen, proposal.deadline)
+                continue
+            proposal.change = change
+            self._written[proposal.id] = proposal
+            # Answered by _follow once this node has applied it (or at the deadline).
+            try:
+                await asyncio.wait_for(proposal.applied.wait(), max(0.0, proposal.deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                self._written.pop(proposal.id, None)
+                _finish(proposal, None, internal_error(
+                    "the change is in the cluster's metadata log but this node has not applied it in time"))
+            return
+
+    async def _applied_past(self, revision: int, deadline: float) -> None:
+        while self.revision <= revision and time.monotonic() < deadline:
+            try:
+                await asyncio.wait_for(self._advanced.wait(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                return
+
+    # ---------------------------------------------------------------- following
+    async def _follow(self) -> None:
+        while True:
+            try:
+                head, _ = await self.etcd.get(self.key)
+                if self.revision >= head:
+                    self.caught_up.set()
+                async for _, events in self.etcd.watch(self.key, self.revision + 1):
+                    for event in events:
+                        if not event.deleted and event.kv.mod_revision > self.revision:
+                            self._apply(event.kv.mod_revision, event.kv.value)
+                    if self.revision >= head:
+                        self.caught_up.set()
+            except EtcdError as err:
+                log.warning("cluster %s: following the metadata log: %s", self.config.cluster_name, err)
+                await asyncio.sleep(RETRY)
+
+    def _apply(self, revision: int, value: bytes) -> None:
+        store = self.store
+        try:
+            entry = json.loads(value)
+            command = command_codec.decode(entry["command"].encode())
+            proposal = self._written.pop(entry["id"], None) if entry.get("node") == self.config.node_name else None
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            log.error("cluster %s: log entry %d cannot be read, skipped: %s", self.config.cluster_name, revision, err)
+            proposal, command = None, None
+        result: Any = None
+        error: BaseException | None = None
+        if command is not None:
+            store.from_log = True
+            try:
+                result = store.apply(command)
+            except Exception as err:  # refused the same way on every node
+                error = err
+            finally:
+                store.from_log = False
+        store.applied(revision)
+        self._advanced.set()
+        self._advanced = asyncio.Event()
+        if proposal is None or proposal.change is None:
+            if error is not None and proposal is None:
+                log.debug("cluster %s: log entry %d refused here too: %s", self.config.cluster_name, revision, error)
+            return
+        # Resume the operation that wrote it: what follows its command, then its answer.
+        try:
+            if error is not None:
+                proposal.change.throw(error)
+            else:
+                proposal.change.send(result)
+            error = internal_error("an operation yielded a second command")  # (ops yield one)
+            result = None
+        except StopIteration as stop:
+            result, error = stop.value, None
+        except Exception as err:
+            result, error = None, err
+        proposal.applied.set()
+        _finish(proposal, result, error)
+
+
+def _finish(proposal: _Proposal, result: Any, error: BaseException | None) -> None:
+    done, proposal.done = proposal.done, _answered
+    try:
+        done(result, error)
+    except Exception:  # the answer's failure is its own: the log goes on
+        log.exception("answering a change of metadata failed")
+
+
+def _answered(result: Any, error: BaseException | None) -> None:
+    """A proposal is answered once."""
