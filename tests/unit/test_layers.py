@@ -12,7 +12,7 @@ import warren
 
 ROOT = pathlib.Path(warren.__file__).parent
 # Lowest first: a module may import from its own layer and from the layers before it.
-LAYERS = ["amqp", "store", "broker", "session", "server", "mgmt", "cli"]
+LAYERS = ["amqp", "store", "broker", "cluster", "session", "server", "mgmt", "cli"]
 
 
 def modules():

@@ -1,0 +1,1 @@
+"""Clustering: nodes that share metadata through etcd and reach each other's queues."""
