@@ -51,13 +51,15 @@ def test_declare_queue_rules(broker):
 
 def test_exclusive_queue_belongs_to_its_connection(broker):
     link = ConnectionLink("127.0.0.1:1 -> 127.0.0.1:5672", "127.0.0.1", 1)
-    owner, other = ExclusiveOwner.new(link), ExclusiveOwner.new(link)  # (same address, another connection)
+    owner, other = ExclusiveOwner.new("n", link), ExclusiveOwner.new("n", link)  # (same address, another connection)
     q, _ = ops.declare_queue(actor(broker, connection=owner), "mine", durable=True, exclusive=True)
     assert q.owner == owner and not q.durable  # exclusive queues are never durable
     for call in (lambda a: ops.purge_queue(a, "mine"), lambda a: ops.readable_queue(a, "mine"),
                  lambda a: ops.delete_queue(a, "mine"), lambda a: ops.bind(a, "amq.direct", "queue", "mine", "k", {})):
         assert code_of(call, actor(broker, connection=other))[0] == 405
         assert code_of(call, actor(broker))[0] == 405  # the HTTP API owns no queue
+        # A connection of another node with the same id is another owner.
+        assert code_of(call, actor(broker, connection=ExclusiveOwner("m", owner.id, link)))[0] == 405
     assert ops.readable_queue(actor(broker, connection=owner), "mine") is q
 
 

@@ -87,10 +87,11 @@ _WIRE = {"byte": (b"b", _b), "unsignedbyte": (b"B", _B), "short": (b"s", _h), "u
 
 def typed_int(type_name: str, value: int) -> int:
     """An integer that goes on the wire as the given AMQP type ("long": 'l', "short": 's'...),
-    where RabbitMQ checks a value's type (x-max-hops must be a long)."""
+    where RabbitMQ checks a value's type (x-max-hops must be a long); "timestamp" is a 'T' too
+    large for a datetime, as decode_table gives one."""
     cls = {"byte": _byte, "unsignedbyte": _unsignedbyte, "short": _short, "unsignedshort": _unsignedshort,
            "signedint": _signedint, "unsignedint": _unsignedint, "long": _long,
-           "unsignedlong": _unsignedlong}[type_name]
+           "unsignedlong": _unsignedlong, "timestamp": _timestamp}[type_name]
     return cls(value)
 
 
@@ -104,6 +105,12 @@ class _LongstrBytes(bytes):
     back as a longstr."""
 
     __slots__ = ()
+
+
+def longstr_bytes(raw: bytes) -> bytes:
+    """A longstr of bytes that are not UTF-8, as decode_table gives one (a byte array is
+    plain bytes)."""
+    return _LongstrBytes(raw)
 
 
 def shortstr(value) -> bytes:

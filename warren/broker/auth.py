@@ -23,12 +23,14 @@ def hash_password(password: str, algorithm: str = SHA256, salt: bytes | None = N
 
 
 class User:
-    def __init__(self, name: str, password_hash: str, tags=(), algorithm: str = SHA256):
+    def __init__(self, name: str, password_hash: str, tags=(), algorithm: str = SHA256,
+                 limits: dict[str, int] | None = None):
         self.name = name
         self.password_hash = password_hash
         self.algorithm = algorithm
         self.tags = list(tags)
-        self.limits: dict[str, int] = {}  # max-connections, max-channels (warren.broker.limits)
+        # max-connections, max-channels (warren.broker.limits)
+        self.limits: dict[str, int] = dict(limits) if limits else {}
 
     @classmethod
     def with_password(cls, name, password, tags=()):

@@ -4,7 +4,7 @@ owner, as data (so that a queue, a metadata command or another node can hold the
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 
@@ -22,13 +22,15 @@ _owner_ids = itertools.count(1)
 
 @dataclass(frozen=True, slots=True)
 class ExclusiveOwner:
-    """Who an exclusive queue belongs to: a connection, by an id no other connection of the
-    node has had (data, so a queue, a command or another node can hold it), with the link the
-    management API shows as the queue's owner_pid_details."""
+    """Who an exclusive queue belongs to: a connection, by the node it is on and an id no
+    other connection of that node has had (data, so a queue, a command or another node can
+    hold it; one owner equals another by those two), with the link the management API shows
+    as the queue's owner_pid_details."""
 
+    node: str  # the node's name (its config's node_name)
     id: int
-    link: ConnectionLink
+    link: ConnectionLink = field(compare=False)
 
     @classmethod
-    def new(cls, link: ConnectionLink) -> "ExclusiveOwner":
-        return cls(next(_owner_ids), link)
+    def new(cls, node: str, link: ConnectionLink) -> "ExclusiveOwner":
+        return cls(node, next(_owner_ids), link)

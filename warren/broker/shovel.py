@@ -438,7 +438,8 @@ class Shovel:
         self.src_vhost = src.vhost if isinstance(src, Direct) else None
         self.dest_vhost = dest.vhost if isinstance(dest, Direct) else None
         # Its own connection, as RabbitMQ's shovel has one (the owner of its exclusive queue).
-        self.owner = ExclusiveOwner.new(ConnectionLink(self.connection_name, "undefined", "undefined"))
+        self.owner = ExclusiveOwner.new(self.broker.config.node_name,
+                                        ConnectionLink(self.connection_name, "undefined", "undefined"))
         if isinstance(dest, Direct):
             if self._attempt(lambda: self._init_local_dest(dest.vhost)):
                 self._dest_ready(src)

@@ -749,7 +749,7 @@ class Connection:
     def exclusive_owner(self) -> ExclusiveOwner:
         """How its exclusive queues name it (made once, when its first channel opens)."""
         if self.owner is None:
-            self.owner = ExclusiveOwner.new(self.connection_link())
+            self.owner = ExclusiveOwner.new(self.broker.config.node_name, self.connection_link())
         return self.owner
 
     def info(self) -> ConnectionInfo:
