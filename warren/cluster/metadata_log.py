@@ -24,7 +24,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..broker.errors import internal_error
+from ..broker.errors import internal_error, not_implemented
+from ..broker.metadata.commands import DeclareQueue
 from ..broker.metadata.change import Change, Done
 from ..broker.metadata.store import MetadataStore
 from . import command_codec
@@ -87,6 +88,7 @@ class MetadataLog:
             except asyncio.CancelledError:
                 pass
         self._tasks = []
+        await self.etcd.close()  # (the last of the node's services to use it)
 
     # ------------------------------------------------------------ ClusterLog
     def submit(self, operation: Callable[[], Change[Any]], done: Done) -> None:
@@ -120,22 +122,31 @@ class MetadataLog:
             except Exception as err:  # refused against the metadata as it is
                 _finish(proposal, None, err)
                 return
+            if isinstance(command, DeclareQueue) and command.name not in self.store.vhost(command.vhost).queues:
+                change.close()  # until queues may live on one node and be reached from all
+                _finish(proposal, None, not_implemented(
+                    f"queues on a Warren cluster are not supported yet: '{command.name}' was not declared"))
+                return
             proposal.id = f"{self.config.node_name}/{next(self._ids)}"
             entry = json.dumps({"node": self.config.node_name, "id": proposal.id,
                                 "command": command_codec.encode(command).decode()}).encode()
+            # Known before the write: the watch may bring the entry back before etcd's answer.
+            proposal.change = change
+            self._written[proposal.id] = proposal
             try:
                 result = await self.etcd.txn([mod_revision_is(self.key, seen)], [put_op(self.key, entry)])
             except EtcdError as err:
+                # (Whether it was written is unknown: if it was, it is applied as any other node's.)
+                self._written.pop(proposal.id, None)
                 change.close()
                 log.warning("cluster %s: cannot write to the metadata log: %s", self.config.cluster_name, err)
                 await asyncio.sleep(RETRY)
                 continue
             if not result.succeeded:  # another change got in first: catch up, check again
+                self._written.pop(proposal.id, None)
                 change.close()
                 await self._applied_past(seen, proposal.deadline)
                 continue
-            proposal.change = change
-            self._written[proposal.id] = proposal
             # Answered by _follow once this node has applied it (or at the deadline).
             try:
                 await asyncio.wait_for(proposal.applied.wait(), max(0.0, proposal.deadline - time.monotonic()))
@@ -156,7 +167,11 @@ class MetadataLog:
     async def _follow(self) -> None:
         while True:
             try:
-                head, _ = await self.etcd.get(self.key)
+                _, kvs = await self.etcd.get(self.key)
+                head = kvs[0].mod_revision if kvs else 0  # the last change in the log
+                if self.revision > head:
+                    log.error("cluster %s: this node's metadata includes change %d, the log ends at %d: "
+                              "is this the cluster's etcd?", self.config.cluster_name, self.revision, head)
                 if self.revision >= head:
                     self.caught_up.set()
                 async for _, events in self.etcd.watch(self.key, self.revision + 1):
