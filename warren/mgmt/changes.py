@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, TypeVar
 
+from ..amqp.constants import INTERNAL_ERROR
+from ..broker.errors import AMQPError
 from ..broker.metadata import change
+from .app import ApiError
 from ..broker.metadata.commands import Command
 
 T = TypeVar("T")
@@ -25,7 +28,12 @@ async def perform(request, operation: Callable[[], change.Change[T]]) -> T:
             else:
                 future.set_result(result)
     store.log.submit(operation, done)
-    return await future
+    try:
+        return await future
+    except AMQPError as err:
+        if err.code == INTERNAL_ERROR:  # the log's failure (etcd unreachable), not the change's
+            raise ApiError(503, "service_unavailable", err.text) from None
+        raise
 
 
 async def apply(request, command: Command) -> Any:

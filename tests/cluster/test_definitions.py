@@ -1,0 +1,161 @@
+"""Definitions on every node: vhosts, users, permissions, topic permissions, policies,
+exchanges and bindings made through any node (HTTP API, AMQP) are on every node within a
+second, and on a node that was stopped once it is back; concurrent conflicting changes on two
+nodes end the same on all; a node cut from etcd's majority changes nothing and says why;
+queues are refused on a cluster, for now, with a clear error."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import pika
+import pika.exceptions
+import pytest
+import requests
+
+from .test_membership import nodes, wait_for
+
+AUTH = ("guest", "guest")
+
+
+def get(node, path: str):
+    answer = requests.get(node.api + path, auth=AUTH, timeout=30)
+    answer.raise_for_status()
+    return answer.json()
+
+
+def put(node, path: str, body: dict | None = None) -> int:
+    return requests.put(node.api + path, json=body or {}, auth=AUTH, timeout=30).status_code
+
+
+def exchanges(node, vhost: str = "%2F") -> dict[str, str]:
+    return {x["name"]: x["type"] for x in get(node, f"/exchanges/{vhost}") if not x["name"].startswith("amq.")
+            and x["name"]}
+
+
+@pytest.fixture
+def three(make_node):
+    started = [make_node(f"warren-{n}@localhost") for n in "abc"]
+    names = {node.name: True for node in started}
+    for node in started:
+        wait_for(lambda: nodes(node) == names, what="three running")
+    return started
+
+
+def test_made_on_one_node_seen_on_all(three):
+    a, b, c = three
+    assert put(a, "/vhosts/shared") == 201
+    assert put(b, "/users/alice", {"password": "secret", "tags": "monitoring"}) == 201
+    assert put(c, "/permissions/shared/alice", {"configure": ".*", "write": ".*", "read": "^r"}) == 201
+    assert put(a, "/topic-permissions/shared/alice", {"exchange": "amq.topic", "write": "w.*", "read": "r.*"}) == 201
+    assert put(b, "/policies/shared/ttl", {"pattern": "^q", "definition": {"message-ttl": 1000}}) == 201
+    started = time.monotonic()
+    for node in three:
+        wait_for(lambda: "shared" in {v["name"] for v in get(node, "/vhosts")}, timeout=1, what="the vhost")
+        wait_for(lambda: any(u["name"] == "alice" and u["tags"] == ["monitoring"] for u in get(node, "/users")),
+                 timeout=1, what="the user")
+        wait_for(lambda: [(p["configure"], p["read"]) for p in get(node, "/users/alice/permissions")]
+                 == [(".*", "^r")], timeout=1, what="the permission")
+        wait_for(lambda: [p["write"] for p in get(node, "/topic-permissions/shared/alice")] == ["w.*"], timeout=1,
+                 what="the topic permission")
+        wait_for(lambda: [p["definition"] for p in get(node, "/policies/shared")] == [{"message-ttl": 1000}],
+                 timeout=1, what="the policy")
+    assert time.monotonic() - started < 3
+    # alice logs in on a node she was not made on, with what was made on another.
+    connection = pika.BlockingConnection(c.pika_params(user="alice", password="secret", vhost="shared"))
+    connection.close()
+
+
+def test_exchanges_and_bindings_over_amqp(three):
+    a, b, c = three
+    connection = pika.BlockingConnection(b.pika_params())
+    channel = connection.channel()
+    channel.exchange_declare("orders", "topic", durable=True)
+    channel.exchange_declare("audit", "fanout")
+    channel.exchange_bind("audit", "orders", "eu.#")
+    for node in three:
+        wait_for(lambda: exchanges(node) == {"orders": "topic", "audit": "fanout"}, timeout=1, what="exchanges")
+        wait_for(lambda: [(x["source"], x["destination"], x["routing_key"]) for x in get(node, "/bindings/%2F")
+                          if x["source"]] == [("orders", "audit", "eu.#")], timeout=1, what="the binding")
+    # An inequivalent redeclare through another node is refused as on one node.
+    other = pika.BlockingConnection(c.pika_params()).channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+        other.exchange_declare("orders", "direct", durable=True)
+    assert closed.value.reply_code == 406
+    assert closed.value.reply_text == ("PRECONDITION_FAILED - inequivalent arg 'type' for exchange 'orders' in "
+                                       "vhost '/': received 'direct' but current is 'topic'")
+    channel.exchange_unbind("audit", "orders", "eu.#")
+    channel.exchange_delete("audit")
+    for node in three:
+        wait_for(lambda: exchanges(node) == {"orders": "topic"}, timeout=1, what="the deletion")
+    connection.close()
+
+
+def test_conflicting_declares_on_two_nodes_end_the_same_everywhere(three):
+    a, b, c = three
+    outcomes: dict[str, str] = {}
+
+    def declare(node, kind: str) -> None:
+        channel = pika.BlockingConnection(node.pika_params()).channel()
+        try:
+            for i in range(20):
+                channel.exchange_declare(f"race-{i}", kind)
+            outcomes[kind] = "all"
+        except pika.exceptions.ChannelClosedByBroker as err:
+            outcomes[kind] = str(err.reply_code)
+    threads = [threading.Thread(target=declare, args=(a, "topic")), threading.Thread(target=declare, args=(b, "fanout"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes.values()) in (["406", "all"], ["406", "406"])
+    views = [exchanges(node) for node in three]
+    assert views[0] == views[1] == views[2] and views[0]
+
+
+def test_a_node_that_was_down_gets_what_changed_meanwhile(three, make_node):
+    a, b, c = three
+    assert put(a, "/vhosts/before") == 201
+    wait_for(lambda: "before" in {v["name"] for v in get(c, "/vhosts")}, timeout=2, what="before on c")
+    c.stop(signal.SIGTERM)
+    assert put(a, "/vhosts/meanwhile") == 201
+    assert requests.delete(b.api + "/vhosts/before", auth=AUTH, timeout=30).status_code == 204
+    connection = pika.BlockingConnection(a.pika_params())
+    connection.channel().exchange_declare("made-meanwhile", "direct", durable=True)
+    connection.close()
+    back = make_node(c.name, data_dir=c.data_dir, port=c.port)
+    wait_for(lambda: {"meanwhile", "/"} <= {v["name"] for v in get(back, "/vhosts")}, timeout=5, what="meanwhile")
+    assert "before" not in {v["name"] for v in get(back, "/vhosts")}
+    assert exchanges(back) == {"made-meanwhile": "direct"}
+
+
+def test_queues_are_refused_on_a_cluster_for_now(three):
+    channel = pika.BlockingConnection(three[0].pika_params()).channel()
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        channel.queue_declare("jobs")
+    assert closed.value.reply_code == 540
+    assert closed.value.reply_text == ("NOT_IMPLEMENTED - queues on a Warren cluster are not supported yet: "
+                                       "'jobs' was not declared")
+
+
+def test_cut_from_etcds_majority_a_node_changes_nothing(make_node, make_etcd):
+    own = make_etcd(3)
+    a = make_node("warren-a@localhost", on=own)
+    wait_for(lambda: nodes(a) == {a.name: True}, what="a registered")
+    for member in own.members[1:]:
+        member.signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        answer = requests.put(a.api + "/vhosts/lost", auth=AUTH, timeout=60)
+        assert answer.status_code == 503
+        assert answer.json() == {"error": "service_unavailable",
+                                 "reason": "the cluster's metadata store (etcd) did not answer in time"}
+        assert time.monotonic() - started < 30
+    finally:
+        for member in own.members[1:]:
+            member.signal(signal.SIGCONT)
+    own.wait_healthy()
+    assert put(a, "/vhosts/after") == 201
+    assert "after" in {v["name"] for v in get(a, "/vhosts")}
