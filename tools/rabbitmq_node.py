@@ -539,14 +539,15 @@ class RabbitMQNode:
     def shutdown(self, timeout: float = 60.0) -> None:
         """`rabbitmqctl stop`, as an operator stops a node: a clean shutdown. Its epmd,
         ports and directory stay for restart() (stop() instead also removes them)."""
-        if not self.alive():
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
             raise RabbitMQNodeError("the node is not running")
         self.ctl("stop", timeout=timeout)
         try:
-            self.proc.wait(timeout=timeout)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired as e:
             raise RabbitMQNodeError(f"the node did not exit within {timeout:.0f} s of rabbitmqctl stop") from e
-        forget(self.proc)
+        forget(proc)
         self.proc = None
         self.log("rabbitmq: stopped (rabbitmqctl stop), kept for restart()")
 
@@ -740,6 +741,9 @@ class RabbitMQCluster:
 
     def stop(self) -> None:
         """Stop every node (removing its directory) and the shared epmd and HOME."""
+        for node in self.nodes:
+            if node.alive():  # a node left SIGSTOPped would not answer `rabbitmqctl stop`
+                node.send_signal(signal.SIGCONT)
         for node in reversed(self.nodes):
             node.stop()
         self.nodes = []
