@@ -38,6 +38,16 @@ Crash tests kill the node as a crash would and start it again on the same ports 
     node.restart()                          # the same node, ports and mnesia dir again
     node.send_signal(signal.SIGSTOP)        # ... and SIGCONT: a node that hangs
 
+A cluster (RabbitMQCluster): nodes rabbit-a@localhost, rabbit-b@localhost, ... sharing one
+HOME (cookie) and one epmd, each with its own ports and directory, joined as an operator
+would (stop_app, join_cluster rabbit-a@localhost, start_app); every node is a RabbitMQNode,
+so the crashes above, and node.shutdown() (`rabbitmqctl stop`, kept for restart()), hit
+one node while the others go on:
+
+    with RabbitMQCluster(3, plugins=["rabbitmq_management"]) as cluster:
+        a, b, c = cluster.nodes
+        a.kill(); ...; a.restart()          # it rejoins the cluster
+
 ports=f (f(n) gives n free ports) picks the node's ports instead of the kernel's ephemeral
 ones: a test restarting a killed node uses ports no outgoing connection can take meanwhile.
 host="ADDRESS" makes it listen on another local address than 127.0.0.1 (e.g. one that a
@@ -52,6 +62,13 @@ WARREN_TEST_RABBITMQCTL (a rabbitmqctl command line for that node) set, stops th
 node and exits with the command's status. With --plugins rabbitmq_management also
 WARREN_TEST_MGMT=http://127.0.0.1:PORT/api (the management API of that node); with
 --plugins rabbitmq_prometheus WARREN_TEST_PROMETHEUS=127.0.0.1:PORT (its metrics endpoint).
+
+    python3 tools/rabbitmq_node.py cluster --nodes 3 [--plugins ...] -- CMD
+
+does the same with a cluster, setting WARREN_TEST_CLUSTER=host:port,host:port,... (each node's
+AMQP), WARREN_TEST_CLUSTER_NODES=rabbit-a@localhost,... (node names), with the management
+plugin WARREN_TEST_CLUSTER_MGMT=host:port,... (each node's management API), and the
+single-node variables for the first node.
 """
 
 from __future__ import annotations
@@ -68,11 +85,12 @@ import string
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Callable
 
 __all__ = [
-    "RabbitMQNode", "RabbitMQNodeError", "spawn", "kill_tree", "forget",
+    "RabbitMQNode", "RabbitMQCluster", "RabbitMQNodeError", "spawn", "kill_tree", "forget",
     "kill_all_children", "watchdog_send", "free_port", "free_ports", "port_open",
     "amqp_probe", "default_rabbitmq_bin",
 ]
@@ -268,6 +286,35 @@ def default_rabbitmq_bin(name: str) -> str:
     return shutil.which(name) or name
 
 
+def write_cookie(home: str) -> None:
+    """A new random .erlang.cookie in `home`: rabbitmq-server and rabbitmqctl both read
+    $HOME/.erlang.cookie, so with HOME=home they agree (also when run as root) and
+    neither /root nor /var/lib/rabbitmq is touched."""
+    cookie = "".join(secrets.choice(string.ascii_uppercase) for _ in range(20))
+    cookie_path = os.path.join(home, ".erlang.cookie")
+    with open(cookie_path, "w") as f:
+        f.write(cookie)
+    os.chmod(cookie_path, 0o400)
+
+
+def start_epmd(port: int, env: dict[str, str]) -> subprocess.Popen:
+    """Our own epmd on a private port, in the foreground, so it is our child (erl would
+    otherwise daemonize one that outlives us); returns once it listens."""
+    epmd = shutil.which("epmd") or "epmd"
+    try:
+        proc = spawn([epmd, "-port", str(port)], env=env,
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError as e:
+        raise RabbitMQNodeError(f"could not start epmd ({epmd}): {e}") from e
+    deadline = time.monotonic() + 10
+    while not port_open(port):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            kill_tree(proc, grace=1.0)
+            raise RabbitMQNodeError(f"could not start epmd on port {port}")
+        time.sleep(0.05)
+    return proc
+
+
 # --------------------------------------------------------------------------
 # the node
 
@@ -290,7 +337,8 @@ class RabbitMQNode:
                  rabbitmqctl: str | None = None, start_timeout: float = 60.0,
                  keep_tmp: bool = False, tmp_prefix: str = "rabbitmq-node-",
                  plugins: list[str] | tuple[str, ...] = (), conf: list[str] | tuple[str, ...] = (),
-                 ports: Callable[[int], list[int]] = free_ports, host: str | None = None, log=_log):
+                 ports: Callable[[int], list[int]] = free_ports, host: str | None = None,
+                 home: str | None = None, epmd_port: int = 0, log=_log):
         self.nodename = nodename or f"warren-test-{os.getpid()}@localhost"
         self.server = server or default_rabbitmq_bin("rabbitmq-server")
         self.rabbitmqctl = rabbitmqctl or default_rabbitmq_bin("rabbitmqctl")
@@ -303,6 +351,10 @@ class RabbitMQNode:
         self.ports = ports  # n -> n free ports, for the node's
         if host is not None:  # where it listens (AMQP and its HTTP plugins) and is reached
             self.host = host
+        # A cluster's nodes share one HOME (so one .erlang.cookie) and one running epmd:
+        # given, the node makes neither of its own.
+        self.shared_home = home
+        self.shared_epmd_port = epmd_port
         self.port = 0
         self.mgmt_port = 0  # the management plugin's HTTP port, if it is enabled
         self.prometheus_port = 0  # the rabbitmq_prometheus plugin's, if it is enabled
@@ -403,17 +455,14 @@ class RabbitMQNode:
             watchdog_send(f"d+{t}")
         mgmt = "rabbitmq_management" in self.plugins
         self.port, self.dist_port, self.epmd_port, mgmt_port, prometheus_port = self.ports(5)
+        if self.shared_epmd_port:
+            self.epmd_port = self.shared_epmd_port
         self.mgmt_port = mgmt_port if mgmt else 0
         self.prometheus_port = prometheus_port if "rabbitmq_prometheus" in self.plugins else 0
         self.logfile = os.path.join(t, "rabbitmq-server.out")
-        # Own cookie in our own HOME: rabbitmq-server and rabbitmqctl both read
-        # $HOME/.erlang.cookie, so they agree even when run as root, and
-        # neither /root nor /var/lib/rabbitmq is touched.
-        cookie = "".join(secrets.choice(string.ascii_uppercase) for _ in range(20))
-        cookie_path = os.path.join(t, ".erlang.cookie")
-        with open(cookie_path, "w") as f:
-            f.write(cookie)
-        os.chmod(cookie_path, 0o400)
+        # Own cookie in our own HOME (a cluster's node: the cluster's HOME and cookie)
+        if self.shared_home is None:
+            write_cookie(t)
         with open(os.path.join(t, "enabled_plugins"), "w") as f:
             f.write(f"[{','.join(self.plugins)}].\n")
         conf = list(self.conf)
@@ -428,7 +477,7 @@ class RabbitMQNode:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("RABBITMQ_", "ERL_"))}
         env.update({
-            "HOME": t,
+            "HOME": self.shared_home or t,
             "ERL_EPMD_PORT": str(self.epmd_port),
             "RABBITMQ_NODENAME": self.nodename,
             "RABBITMQ_NODE_IP_ADDRESS": self.host,
@@ -444,19 +493,8 @@ class RabbitMQNode:
             "RABBITMQ_CONF_ENV_FILE": os.path.join(t, "rabbitmq-env.conf"),
         })
         self.env = env
-        # Our own epmd on a private port, in the foreground, so it is our
-        # child (erl would otherwise daemonize one that outlives us).
-        epmd = shutil.which("epmd") or "epmd"
-        try:
-            self.epmd = spawn([epmd, "-port", str(self.epmd_port)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        except OSError as e:
-            raise RabbitMQNodeError(f"could not start epmd ({epmd}): {e}") from e
-        deadline = time.monotonic() + 10
-        while not port_open(self.epmd_port):
-            if self.epmd.poll() is not None or time.monotonic() > deadline:
-                raise RabbitMQNodeError(f"could not start epmd on port {self.epmd_port}")
-            time.sleep(0.05)
+        if not self.shared_epmd_port:
+            self.epmd = start_epmd(self.epmd_port, env)
         self.log(f"rabbitmq: starting node {self.nodename} on {self.host}:{self.port} "
                  f"(dist {self.dist_port}, epmd {self.epmd_port}, dir {t}"
                  + (f", management {self.mgmt_port}" if self.mgmt_port else "")
@@ -464,13 +502,16 @@ class RabbitMQNode:
         self._run_server()
 
     def _run_server(self) -> None:
+        self._launch()
+        self._wait_ready()
+        self.log(f"rabbitmq: ready (RabbitMQ {self.version}, pid {self.proc.pid})")
+
+    def _launch(self) -> None:
         try:
             with open(self.logfile, "ab") as lf:
                 self.proc = spawn([self.server], env=self.env, cwd=self.tmp, stdout=lf, stderr=lf)
         except OSError as e:
             raise RabbitMQNodeError(f"could not run {self.server}: {e}") from e
-        self._wait_ready()
-        self.log(f"rabbitmq: ready (RabbitMQ {self.version}, pid {self.proc.pid})")
 
     # -- crashes (tests/crash)
 
@@ -495,12 +536,28 @@ class RabbitMQNode:
         self.proc = None
         self.log("rabbitmq: killed (SIGKILL)")
 
+    def shutdown(self, timeout: float = 60.0) -> None:
+        """`rabbitmqctl stop`, as an operator stops a node: a clean shutdown. Its epmd,
+        ports and directory stay for restart() (stop() instead also removes them)."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            raise RabbitMQNodeError("the node is not running")
+        self.ctl("stop", timeout=timeout)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise RabbitMQNodeError(f"the node did not exit within {timeout:.0f} s of rabbitmqctl stop") from e
+        forget(proc)
+        self.proc = None
+        self.log("rabbitmq: stopped (rabbitmqctl stop), kept for restart()")
+
     def restart(self) -> "RabbitMQNode":
-        """Start the node again after kill() (or after it died): the same name, ports,
-        cookie and mnesia directory, so it recovers what it had."""
+        """Start the node again after kill() or shutdown() (or after it died): the same name,
+        ports, cookie and mnesia directory, so it recovers what it had (and, in a cluster,
+        rejoins it)."""
         if self.alive():
             raise RabbitMQNodeError("the node is still running")
-        if not self.tmp or self.epmd is None:
+        if not self.tmp or (self.epmd is None and not self.shared_epmd_port):
             raise RabbitMQNodeError("the node was never started, or was stopped: start() it")
         if self.proc is not None:
             forget(self.proc)
@@ -529,6 +586,10 @@ class RabbitMQNode:
         # Also proves that rabbitmqctl reaches the node (cookie, epmd).
         self.ctl("await_startup", "--timeout", str(max(5, int(deadline - time.monotonic()))),
                  timeout=max(10.0, deadline - time.monotonic() + 10))
+        self._wait_listeners(deadline)
+
+    def _wait_listeners(self, deadline: float) -> None:
+        """Wait until the HTTP plugins listen (a moment after the broker is up)."""
         for plugin, port in (("management", self.mgmt_port), ("rabbitmq_prometheus", self.prometheus_port)):
             while port and not port_open(port, self.host):
                 if time.monotonic() > deadline:
@@ -569,6 +630,142 @@ class RabbitMQNode:
 
 
 # --------------------------------------------------------------------------
+# the cluster
+
+
+class RabbitMQCluster:
+    """Private RabbitMQ nodes clustered together: one HOME (so one cookie) and one epmd for
+    all, each node with its own name (rabbit-a@localhost, rabbit-b@localhost, ...), AMQP,
+    distribution and plugin ports and directory. The nodes start side by side; the second
+    and later then `rabbitmqctl stop_app`, `join_cluster` the first, `start_app`, as an
+    operator forms a cluster. Each node is a RabbitMQNode: node.kill(), node.shutdown(),
+    node.restart(), node.send_signal(SIGSTOP/SIGCONT) act on that node alone.
+    """
+
+    host = "127.0.0.1"
+
+    def __init__(self, size: int = 3, *, name_prefix: str = "rabbit", start_timeout: float = 90.0,
+                 keep_tmp: bool = False, plugins: list[str] | tuple[str, ...] = (),
+                 conf: list[str] | tuple[str, ...] = (), ports: Callable[[int], list[int]] = free_ports,
+                 server: str | None = None, rabbitmqctl: str | None = None, log=_log):
+        if size < 1:
+            raise ValueError("a cluster has at least one node")
+        self.size = size
+        self.name_prefix = name_prefix
+        self.start_timeout = start_timeout
+        self.keep_tmp = keep_tmp
+        self.plugins = list(plugins)
+        self.conf = list(conf)
+        self.ports = ports
+        self.server = server
+        self.rabbitmqctl = rabbitmqctl
+        self.log = log
+        self.home: str | None = None
+        self.epmd_port = 0
+        self.epmd: subprocess.Popen | None = None
+        self.nodes: list[RabbitMQNode] = []
+
+    def __getitem__(self, i: int) -> RabbitMQNode:
+        return self.nodes[i]
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def nodenames(self) -> list[str]:
+        return [n.nodename for n in self.nodes]
+
+    @property
+    def amqp_addresses(self) -> list[str]:
+        return [f"{n.host}:{n.port}" for n in self.nodes]
+
+    @property
+    def mgmt_apis(self) -> list[str]:
+        """The management API base URLs, one per node (empty without the plugin)."""
+        return [n.mgmt_api for n in self.nodes if n.mgmt_api]
+
+    def start(self) -> "RabbitMQCluster":
+        if self.nodes:
+            return self
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        home = self.home = tempfile.mkdtemp(prefix="rabbitmq-cluster-")
+        if not self.keep_tmp:
+            watchdog_send(f"d+{home}")  # (also starts the watchdog before the threads below)
+        write_cookie(home)
+        self.epmd_port = self.ports(1)[0]
+        self.epmd = start_epmd(self.epmd_port, {**os.environ, "HOME": home})
+        self.nodes = [
+            RabbitMQNode(f"{self.name_prefix}-{string.ascii_lowercase[i]}@localhost",
+                         server=self.server, rabbitmqctl=self.rabbitmqctl,
+                         start_timeout=self.start_timeout, keep_tmp=self.keep_tmp,
+                         tmp_prefix=f"rabbitmq-{self.name_prefix}-{string.ascii_lowercase[i]}-",
+                         plugins=self.plugins, conf=self.conf, ports=self.ports,
+                         home=home, epmd_port=self.epmd_port, log=self.log)
+            for i in range(self.size)]
+        # Side by side: each start mostly waits for its Erlang VM to boot.
+        errors: list[BaseException] = []
+
+        def start(node: RabbitMQNode) -> None:
+            try:
+                node.start()
+            except BaseException as e:  # (re-raised below, in the caller's thread)
+                errors.append(e)
+
+        threads = [threading.Thread(target=start, args=(n,), daemon=True) for n in self.nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        first = self.nodes[0]
+        for node in self.nodes[1:]:
+            node.ctl("stop_app")
+            node.ctl("join_cluster", first.nodename)
+            node.ctl("start_app", timeout=self.start_timeout)
+            node.ctl("await_startup", "--timeout", str(int(self.start_timeout)),
+                     timeout=self.start_timeout + 10)
+            node._wait_listeners(time.monotonic() + self.start_timeout)
+            self.log(f"rabbitmq: {node.nodename} joined {first.nodename}")
+        first.ctl("await_online_nodes", str(self.size), "--timeout", str(int(self.start_timeout)),
+                  timeout=self.start_timeout + 10)
+        self.log(f"rabbitmq: cluster of {self.size} ready: " + ", ".join(
+            f"{n.nodename} on {n.host}:{n.port}" for n in self.nodes))
+
+    def stop(self) -> None:
+        """Stop every node (removing its directory) and the shared epmd and HOME."""
+        for node in self.nodes:
+            if node.alive():  # a node left SIGSTOPped would not answer `rabbitmqctl stop`
+                node.send_signal(signal.SIGCONT)
+        for node in reversed(self.nodes):
+            node.stop()
+        self.nodes = []
+        if self.epmd is not None:
+            kill_tree(self.epmd, grace=2.0)
+            self.epmd = None
+        if self.home:
+            if self.keep_tmp:
+                self.log(f"rabbitmq: kept {self.home}")
+            else:
+                shutil.rmtree(self.home, ignore_errors=True)
+                watchdog_send(f"d-{self.home}")
+            self.home = None
+
+    def __enter__(self) -> "RabbitMQCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+# --------------------------------------------------------------------------
 # command line
 
 
@@ -581,46 +778,88 @@ def _raise_interrupt(signum, frame):
 
 
 def _run(args) -> int:
-    cmd = args.cmd
+    node = RabbitMQNode(args.nodename, server=args.rabbitmq_server,
+                        rabbitmqctl=args.rabbitmqctl, start_timeout=args.start_timeout,
+                        keep_tmp=args.keep_tmp, plugins=args.plugins, conf=args.conf)
+
+    def environ() -> dict[str, str]:
+        env = {"WARREN_TEST_BROKER": f"{node.host}:{node.port}",
+               "WARREN_TEST_RABBITMQCTL": node.ctl_command}
+        if node.mgmt_api:
+            env["WARREN_TEST_MGMT"] = node.mgmt_api
+        if node.prometheus_port:
+            env["WARREN_TEST_PROMETHEUS"] = f"{node.host}:{node.prometheus_port}"
+        return env
+
+    def died() -> str | None:
+        return None if node.alive() else f"RabbitMQ node died during the run; last log lines:\n{node.log_tail()}"
+
+    return _run_command(args.cmd, node.start, node.stop, environ, died,
+                        lambda: f"RabbitMQ {node.version} at {node.host}:{node.port}")
+
+
+def _run_cluster(args) -> int:
+    cluster = RabbitMQCluster(args.nodes, name_prefix=args.name_prefix, server=args.rabbitmq_server,
+                              rabbitmqctl=args.rabbitmqctl, start_timeout=args.start_timeout,
+                              keep_tmp=args.keep_tmp, plugins=args.plugins, conf=args.conf)
+
+    def environ() -> dict[str, str]:
+        first = cluster[0]
+        env = {"WARREN_TEST_CLUSTER": ",".join(cluster.amqp_addresses),
+               "WARREN_TEST_CLUSTER_NODES": ",".join(cluster.nodenames),
+               "WARREN_TEST_BROKER": f"{first.host}:{first.port}",
+               "WARREN_TEST_RABBITMQCTL": first.ctl_command}
+        if first.mgmt_api:
+            env["WARREN_TEST_CLUSTER_MGMT"] = ",".join(f"{n.host}:{n.mgmt_port}" for n in cluster.nodes)
+            env["WARREN_TEST_MGMT"] = first.mgmt_api
+        if first.prometheus_port:
+            env["WARREN_TEST_PROMETHEUS"] = f"{first.host}:{first.prometheus_port}"
+        return env
+
+    def died() -> str | None:
+        # (the command may have killed or stopped nodes itself: only say so)
+        gone = [n.nodename for n in cluster.nodes if not n.alive()]
+        return f"RabbitMQ nodes not running at the end of the run: {', '.join(gone)}" if gone else None
+
+    return _run_command(args.cmd, cluster.start, cluster.stop, environ, died,
+                        lambda: f"a RabbitMQ {cluster[0].version} cluster of {len(cluster)} nodes")
+
+
+def _run_command(cmd: list[str], start: Callable[[], object], stop: Callable[[], None],
+                 environ: Callable[[], dict[str, str]], died: Callable[[], str | None],
+                 describe: Callable[[], str]) -> int:
+    """Start the broker(s), run CMD with environ() added to its environment, stop them,
+    return CMD's exit status."""
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
     if not cmd:
-        _log("run: no command given (usage: rabbitmq_node.py run -- CMD...)")
+        _log("no command given (usage: rabbitmq_node.py run|cluster [options] -- CMD...)")
         return 2
     signal.signal(signal.SIGTERM, _raise_interrupt)
     signal.signal(signal.SIGHUP, _raise_interrupt)
     atexit.register(kill_all_children)
-    node = RabbitMQNode(args.nodename, server=args.rabbitmq_server,
-                        rabbitmqctl=args.rabbitmqctl, start_timeout=args.start_timeout,
-                        keep_tmp=args.keep_tmp, plugins=args.plugins, conf=args.conf)
     proc = None
     try:
         try:
-            node.start()
+            start()
         except RabbitMQNodeError as e:
             _log(f"could not start RabbitMQ: {e}")
             return 2
         env = dict(os.environ)
-        env["WARREN_TEST_BROKER"] = f"{node.host}:{node.port}"
-        env["WARREN_TEST_RABBITMQCTL"] = node.ctl_command
-        _log(f"running against RabbitMQ {node.version} at {node.host}:{node.port}: "
-             f"{shlex.join(cmd)}")
-        _log(f"  WARREN_TEST_BROKER={env['WARREN_TEST_BROKER']}")
-        _log(f"  WARREN_TEST_RABBITMQCTL={env['WARREN_TEST_RABBITMQCTL']}")
-        if node.mgmt_api:
-            env["WARREN_TEST_MGMT"] = node.mgmt_api
-            _log(f"  WARREN_TEST_MGMT={env['WARREN_TEST_MGMT']}")
-        if node.prometheus_port:
-            env["WARREN_TEST_PROMETHEUS"] = f"{node.host}:{node.prometheus_port}"
-            _log(f"  WARREN_TEST_PROMETHEUS={env['WARREN_TEST_PROMETHEUS']}")
+        extra = environ()
+        env.update(extra)
+        _log(f"running against {describe()}: {shlex.join(cmd)}")
+        for k, v in extra.items():
+            _log(f"  {k}={v}")
         try:
             proc = subprocess.Popen(cmd, env=env)
         except OSError as e:
             _log(f"could not run {cmd[0]}: {e}")
             return 127
         rc = proc.wait()
-        if not node.alive():
-            _log(f"RabbitMQ node died during the run; last log lines:\n{node.log_tail()}")
+        why = died()
+        if why:
+            _log(why)
         return 128 - rc if rc < 0 else rc
     except (KeyboardInterrupt, _Interrupted) as e:
         _log(f"interrupted ({str(e) or 'Ctrl-C'}); stopping")
@@ -633,14 +872,14 @@ def _run(args) -> int:
                 proc.wait()
         return 130
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish stopping the node
-        node.stop()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish stopping the node(s)
+        stop()
         kill_all_children()
         _log("rabbitmq: stopped")
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description="Run a private RabbitMQ node.")
+    ap = argparse.ArgumentParser(description="Run a private RabbitMQ node, or a cluster of them.")
     sub = ap.add_subparsers(dest="command", required=True)
     run = sub.add_parser(
         "run", help="start a node, run CMD with WARREN_TEST_BROKER and "
@@ -648,24 +887,35 @@ def main(argv=None) -> int:
         usage="%(prog)s [options] -- CMD...")
     run.add_argument("--nodename", default=None,
                      help="node name (default warren-test-<pid>@localhost)")
-    run.add_argument("--rabbitmq-server", default=None,
-                     help="rabbitmq-server script (default /usr/lib/rabbitmq/bin/rabbitmq-server)")
-    run.add_argument("--rabbitmqctl", default=None,
-                     help="rabbitmqctl script (default /usr/lib/rabbitmq/bin/rabbitmqctl)")
-    run.add_argument("--start-timeout", type=float, default=60.0,
-                     help="seconds to wait for the node to start (default 60)")
-    run.add_argument("--keep-tmp", action="store_true",
-                     help="keep the node's temporary directory (data, logs)")
-    run.add_argument("--plugins", default=[], type=lambda v: [p for p in v.split(",") if p],
-                     help="comma-separated plugins to enable, e.g. rabbitmq_management "
-                          "(default none); with it, WARREN_TEST_MGMT is set too (with "
-                          "rabbitmq_prometheus, WARREN_TEST_PROMETHEUS)")
-    run.add_argument("--conf", default=[], action="append", metavar="'KEY = VALUE'",
-                     help="a line for the node's rabbitmq.conf (repeatable), e.g. "
-                          "'listeners.ssl.default = 5671'")
-    run.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run")
+    cluster = sub.add_parser(
+        "cluster", help="start a cluster of nodes (joined with rabbitmqctl join_cluster), run CMD "
+                        "with WARREN_TEST_CLUSTER (AMQP host:port of each node), WARREN_TEST_CLUSTER_NODES "
+                        "(node names), WARREN_TEST_CLUSTER_MGMT (management host:port of each, with "
+                        "the plugin) and the first node's WARREN_TEST_BROKER, WARREN_TEST_RABBITMQCTL "
+                        "set, stop the nodes, exit with CMD's status",
+        usage="%(prog)s [--nodes N] [options] -- CMD...")
+    cluster.add_argument("--nodes", type=int, default=3, help="how many nodes (default 3)")
+    cluster.add_argument("--name-prefix", default="rabbit",
+                         help="node names are PREFIX-a@localhost, PREFIX-b@localhost, ... (default rabbit)")
+    for p, timeout in ((run, 60.0), (cluster, 90.0)):
+        p.add_argument("--rabbitmq-server", default=None,
+                       help="rabbitmq-server script (default /usr/lib/rabbitmq/bin/rabbitmq-server)")
+        p.add_argument("--rabbitmqctl", default=None,
+                       help="rabbitmqctl script (default /usr/lib/rabbitmq/bin/rabbitmqctl)")
+        p.add_argument("--start-timeout", type=float, default=timeout,
+                       help=f"seconds to wait for a node to start (default {timeout:.0f})")
+        p.add_argument("--keep-tmp", action="store_true",
+                       help="keep the temporary directories (data, logs)")
+        p.add_argument("--plugins", default=[], type=lambda v: [p for p in v.split(",") if p],
+                       help="comma-separated plugins to enable, e.g. rabbitmq_management "
+                            "(default none); with it, WARREN_TEST_MGMT is set too (with "
+                            "rabbitmq_prometheus, WARREN_TEST_PROMETHEUS)")
+        p.add_argument("--conf", default=[], action="append", metavar="'KEY = VALUE'",
+                       help="a line for the node's rabbitmq.conf (repeatable), e.g. "
+                            "'listeners.ssl.default = 5671'")
+        p.add_argument("cmd", nargs=argparse.REMAINDER, help="the command to run")
     args = ap.parse_args(argv)
-    return _run(args)
+    return _run_cluster(args) if args.command == "cluster" else _run(args)
 
 
 if __name__ == "__main__":
