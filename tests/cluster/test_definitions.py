@@ -136,7 +136,7 @@ def test_queues_are_refused_on_a_cluster_for_now(three):
     with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
         channel.queue_declare("jobs")
     assert closed.value.reply_code == 540
-    assert closed.value.reply_text == ("NOT_IMPLEMENTED - queues on a Warren cluster are not supported yet: "
+    assert closed.value.reply_text == ("NOT_IMPLEMENTED - not supported on a Warren cluster yet, queues: "
                                        "'jobs' was not declared")
 
 
@@ -159,3 +159,40 @@ def test_cut_from_etcds_majority_a_node_changes_nothing(make_node, make_etcd):
     own.wait_healthy()
     assert put(a, "/vhosts/after") == 201
     assert "after" in {v["name"] for v in get(a, "/vhosts")}
+
+
+def test_limits_and_parameters_on_every_node(three):
+    a, b, c = three
+    assert put(a, "/vhost-limits/%2F/max-connections", {"value": 50}) == 204
+    assert put(b, "/user-limits/guest/max-channels", {"value": 20}) == 204
+    assert put(c, "/global-parameters/colour", {"value": "blue"}) == 201
+    assert put(a, "/operator-policies/%2F/cap", {"pattern": "^x", "definition": {"max-length": 10},
+                                                 "apply-to": "queues"}) == 201
+    for node in three:
+        wait_for(lambda: [v["value"] for v in get(node, "/vhost-limits/%2F")] == [{"max-connections": 50}],
+                 timeout=1, what="the vhost limit")
+        wait_for(lambda: [v["value"] for v in get(node, "/user-limits/guest")] == [{"max-channels": 20}],
+                 timeout=1, what="the user limit")
+        wait_for(lambda: any(p["name"] == "colour" and p["value"] == "blue" for p in get(node, "/global-parameters")),
+                 timeout=1, what="the global parameter")
+        wait_for(lambda: [p["name"] for p in get(node, "/operator-policies/%2F")] == ["cap"], timeout=1,
+                 what="the operator policy")
+
+
+def test_shovels_federation_and_imports_are_refused_on_a_cluster(three):
+    a = three[0]
+    shovel = {"value": {"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "dest-queue": "b"}}
+    answer = requests.put(a.api + "/parameters/shovel/%2F/s", json=shovel, auth=AUTH, timeout=30)
+    assert (answer.status_code, answer.json()) == (400, {
+        "error": "bad_request", "reason": "not supported on a Warren cluster yet, shovels: 's' was not set"})
+    upstream = {"value": {"uri": "amqp://elsewhere"}}
+    answer = requests.put(a.api + "/parameters/federation-upstream/%2F/up", json=upstream, auth=AUTH, timeout=30)
+    assert (answer.status_code, answer.json()["reason"]) == (
+        400, "not supported on a Warren cluster yet, federation: 'up' was not set")
+    answer = requests.put(a.api + "/policies/%2F/fed", json={"pattern": "^f", "definition": {
+        "federation-upstream-set": "all"}}, auth=AUTH, timeout=30)
+    assert (answer.status_code, answer.json()["reason"]) == (
+        400, "not supported on a Warren cluster yet, federation: policy 'fed' was not set")
+    answer = requests.post(a.api + "/definitions", json={"vhosts": [{"name": "imported"}]}, auth=AUTH, timeout=30)
+    assert answer.status_code == 400 and "not supported yet" in answer.json()["reason"]
+    assert not any(v["name"] == "imported" for v in get(a, "/vhosts"))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..amqp.erlang import erl_json, erl_list
 from .errors import AMQPError, not_allowed, precondition_failed
+from .metadata.change import Change, Operation
 from .metadata.commands import SetUserLimits, SetVHostLimits
 
 if TYPE_CHECKING:
@@ -102,35 +103,40 @@ def value_json(limits: dict[str, int]) -> Any:
 
 
 # ------------------------------------------------------------------- changes (as commands)
-def set_vhost_limit(broker: Node, vhost: VHost, name: str, value) -> None:
+@Operation
+def set_vhost_limit(broker: Node, vhost: VHost, name: str, value) -> Change[None]:
     """PUT /api/vhost-limits/V/NAME: one limit, the others kept (rabbit_vhost_limit:
     update_limit puts the new one first)."""
     current = {k: v for k, v in (vhost.limits or {}).items() if k != name}
     limits = validate_vhost_limits({name: value, **current})
-    broker.metadata.apply(SetVHostLimits(vhost.name, {name: limits[name], **current}))
+    (yield SetVHostLimits(vhost.name, {name: limits[name], **current}))
 
 
-def clear_vhost_limit(broker: Node, vhost: VHost, name: str) -> None:
+@Operation
+def clear_vhost_limit(broker: Node, vhost: VHost, name: str) -> Change[None]:
     """One limit cleared; the parameter stays, even empty (as RabbitMQ)."""
-    broker.metadata.apply(SetVHostLimits(vhost.name, {k: v for k, v in (vhost.limits or {}).items() if k != name}))
+    (yield SetVHostLimits(vhost.name, {k: v for k, v in (vhost.limits or {}).items() if k != name}))
 
 
-def update_user_limits(broker: Node, user: User, value) -> None:
+@Operation
+def update_user_limits(broker: Node, user: User, value) -> Change[None]:
     """Set the limits given (validated), keeping the others: PUT /api/users with "limits"
     and an imported user's "limits" merge, as RabbitMQ's do."""
     given = validate_user_limits(value)
     if given:
-        broker.metadata.apply(SetUserLimits(user.name, {**user.limits, **given}))
+        (yield SetUserLimits(user.name, {**user.limits, **given}))
 
 
-def set_user_limit(broker: Node, user: User, name: str, value) -> None:
+@Operation
+def set_user_limit(broker: Node, user: User, name: str, value) -> Change[None]:
     given = validate_user_limits({name: value})
-    broker.metadata.apply(SetUserLimits(user.name, {**user.limits, **given}))
+    (yield SetUserLimits(user.name, {**user.limits, **given}))
 
 
-def clear_user_limit(broker: Node, user: User, name: str) -> None:
+@Operation
+def clear_user_limit(broker: Node, user: User, name: str) -> Change[None]:
     if name in user.limits:
-        broker.metadata.apply(SetUserLimits(user.name, {k: v for k, v in user.limits.items() if k != name}))
+        (yield SetUserLimits(user.name, {k: v for k, v in user.limits.items() if k != name}))
 
 
 # --------------------------------------------------------------------- enforcement

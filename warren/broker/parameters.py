@@ -21,6 +21,7 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from ..amqp.erlang import erl_json, erl_list
+from .metadata.change import Change, Operation
 from .limits import PARAMETER_NAME, LimitError, validate_vhost_limits, value_json
 from .metadata.commands import (CLUSTER_NAME, ClearFederationParameter, ClearGlobalParameter, ClearPolicy,
                                 SetFederationParameter, SetGlobalParameter, SetPolicy, SetVHostLimits)
@@ -83,7 +84,8 @@ def lookup(vhost: VHost, component: str, name: str) -> dict | None:
     return None
 
 
-def set_parameter(broker: Node, vhost: VHost, component: str, name: str, value: Any, user: User | None = None) -> bool:
+@Operation
+def set_parameter(broker: Node, vhost: VHost, component: str, name: str, value: Any, user: User | None = None) -> Change[bool]:
     """Set a runtime parameter (validated as RabbitMQ validates it); True if it is new.
     `user`: who sets it (a shovel's URIs must name vhosts it may use); None: unchecked (an
     import, the control socket), as RabbitMQ's internal user."""
@@ -97,12 +99,12 @@ def set_parameter(broker: Node, vhost: VHost, component: str, name: str, value: 
         if name != PARAMETER_NAME:
             # RabbitMQ stores it, then fails (500) and never reads it: refused here.
             raise _validation_failed([f"vhost limits must be named '{PARAMETER_NAME}', not '{name}'"])
-        return broker.metadata.apply(SetVHostLimits(vhost.name, limits))
+        return (yield SetVHostLimits(vhost.name, limits))
     if component == OPERATOR_POLICY:
-        return broker.metadata.apply(SetPolicy(_operator_policy(vhost, name, value), operator=True))
+        return (yield SetPolicy(_operator_policy(vhost, name, value), operator=True))
     if component == shovel.COMPONENT:
         try:
-            return shovel.set_shovel(broker, vhost, name, value, user)
+            return (yield from shovel.set_shovel.change(broker, vhost, name, value, user))
         except shovel.ShovelError as err:
             raise _validation_failed(err.errors) from None
     if component == federation_upstreams.FEDERATION:
@@ -113,23 +115,24 @@ def set_parameter(broker: Node, vhost: VHost, component: str, name: str, value: 
             federation_upstreams.validate(component, name, value, broker.config.node_name)
         except federation_upstreams.UpstreamError as err:
             raise _validation_failed(err.errors) from None
-        return broker.metadata.apply(SetFederationParameter(vhost.name, component, name, value))
+        return (yield SetFederationParameter(vhost.name, component, name, value))
     raise _validation_failed([f"component {component} not found"])
 
 
-def clear_parameter(broker: Node, vhost: VHost, component: str, name: str) -> bool:
+@Operation
+def clear_parameter(broker: Node, vhost: VHost, component: str, name: str) -> Change[bool]:
     """Remove a runtime parameter; False if there is none."""
     if component == VHOST_LIMITS:
         if name != PARAMETER_NAME or vhost.limits is None:
             return False
-        broker.metadata.apply(SetVHostLimits(vhost.name, None))
+        (yield SetVHostLimits(vhost.name, None))
         return True
     if component == OPERATOR_POLICY:
-        return broker.metadata.apply(ClearPolicy(vhost.name, name, operator=True))
+        return (yield ClearPolicy(vhost.name, name, operator=True))
     if component == shovel.COMPONENT:
-        return shovel.clear_shovel(broker, vhost, name)
+        return (yield from shovel.clear_shovel.change(broker, vhost, name))
     if component in federation_upstreams.COMPONENTS:
-        return broker.metadata.apply(ClearFederationParameter(vhost.name, component, name))
+        return (yield ClearFederationParameter(vhost.name, component, name))
     if component == POLICY and name in vhost.policies:
         # RabbitMQ fails with a 500 and keeps the policy; refused with a reason here.
         raise ParameterError("policies may not be cleared using this method")
@@ -179,7 +182,8 @@ def global_parameters(broker: Node) -> dict[str, Any]:
     return dict(broker.global_parameters)
 
 
-def set_global(broker: Node, name: str, value: Any) -> bool:
+@Operation
+def set_global(broker: Node, name: str, value: Any) -> Change[bool]:
     """Set a global parameter; True if it is new."""
     if name == CLUSTER_NAME:
         if not isinstance(value, str):
@@ -189,11 +193,12 @@ def set_global(broker: Node, name: str, value: Any) -> bool:
             value.encode()
         except UnicodeEncodeError:  # a lone surrogate: it could not go out in server properties
             raise ParameterError("cluster_name must be valid unicode") from None
-    return broker.metadata.apply(SetGlobalParameter(name, value))
+    return (yield SetGlobalParameter(name, value))
 
 
-def clear_global(broker: Node, name: str) -> bool:
-    return broker.metadata.apply(ClearGlobalParameter(name))
+@Operation
+def clear_global(broker: Node, name: str) -> Change[bool]:
+    return (yield ClearGlobalParameter(name))
 
 
 def permanent_cluster_id(broker: Node) -> str:

@@ -47,6 +47,7 @@ from ..amqp.codec import shortstr
 from ..amqp.erlang import erl_json, erl_string
 from ..amqp.properties import FLAG_HEADERS
 from ..amqp.uri import Direct, Network, UriError, parse as parse_amqp_uri, remove_credentials
+from .metadata.change import Change, Operation
 from . import ops
 from .auth import User
 from .consumer import Consumer
@@ -288,16 +289,18 @@ def _parse(v: dict) -> Config:
 
 
 # ================================================================== the registry
-def set_shovel(broker: Node, vhost: VHost, name: str, value: Any, user: User | None) -> bool:
+@Operation
+def set_shovel(broker: Node, vhost: VHost, name: str, value: Any, user: User | None) -> Change[bool]:
     """PUT /api/parameters/shovel/VHOST/NAME: validate, then (re)start it through the metadata
     store; True if it is new."""
     config = validate(broker, name, value, user)
-    return broker.metadata.apply(SetShovel(vhost.name, name, value, config))
+    return (yield SetShovel(vhost.name, name, value, config))
 
 
-def clear_shovel(broker: Node, vhost: VHost, name: str) -> bool:
+@Operation
+def clear_shovel(broker: Node, vhost: VHost, name: str) -> Change[bool]:
     """DELETE of the parameter: the shovel stops (the metadata store's ClearShovel)."""
-    return broker.metadata.apply(ClearShovel(vhost.name, name))
+    return (yield ClearShovel(vhost.name, name))
 
 
 def parameters(vhost: VHost) -> list[dict]:
@@ -712,7 +715,7 @@ class Shovel:
         self.stop()
         vhost = self.broker.vhosts.get(self.vhost)
         if vhost is not None and vhost.shovels.get(self.name) is self:
-            self.broker.metadata.apply(ClearShovel(self.vhost, self.name))
+            self.broker.metadata.submit(ClearShovel(self.vhost, self.name))
         self.broker.durability.flush()
 
     # ----------------------------------------------------- DeliverySink, Gate

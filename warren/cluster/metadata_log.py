@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..broker.errors import internal_error, not_implemented
-from ..broker.metadata.commands import DeclareQueue
+from ..broker.federation_upstreams import UPSTREAM, UPSTREAM_SET
+from ..broker.metadata.commands import Command, DeclareQueue, SetFederationParameter, SetPolicy, SetShovel
 from ..broker.metadata.change import Change, Done
 from ..broker.metadata.store import MetadataStore
 from . import command_codec
@@ -36,6 +37,7 @@ log = logging.getLogger("warren.cluster")
 
 TIMEOUT = 15.0   # seconds an operation may wait for etcd before it fails
 RETRY = 0.5      # seconds between two attempts to reach etcd
+FEDERATION_KEYS = {UPSTREAM, UPSTREAM_SET}  # (the policy keys that start federation links)
 
 
 @dataclass
@@ -122,10 +124,10 @@ class MetadataLog:
             except Exception as err:  # refused against the metadata as it is
                 _finish(proposal, None, err)
                 return
-            if isinstance(command, DeclareQueue) and command.name not in self.store.vhost(command.vhost).queues:
-                change.close()  # until queues may live on one node and be reached from all
-                _finish(proposal, None, not_implemented(
-                    f"queues on a Warren cluster are not supported yet: '{command.name}' was not declared"))
+            refusal = _not_yet(self.store, command)
+            if refusal is not None:
+                change.close()
+                _finish(proposal, None, not_implemented(refusal))
                 return
             proposal.id = f"{self.config.node_name}/{next(self._ids)}"
             entry = json.dumps({"node": self.config.node_name, "id": proposal.id,
@@ -224,6 +226,22 @@ class MetadataLog:
             result, error = None, err
         proposal.applied.set()
         _finish(proposal, result, error)
+
+
+def _not_yet(store: MetadataStore, command: Command) -> str | None:
+    """What a cluster cannot do yet (and says so, rather than do it on each node alone):
+    queues, until they live on one node and are reached from all; shovels and federation,
+    whose links would run on every node."""
+    what = None
+    if isinstance(command, DeclareQueue) and command.name not in store.vhost(command.vhost).queues:
+        what = f"queues: '{command.name}' was not declared"
+    elif isinstance(command, SetShovel):
+        what = f"shovels: '{command.name}' was not set"
+    elif isinstance(command, SetFederationParameter):
+        what = f"federation: '{command.name}' was not set"
+    elif isinstance(command, SetPolicy) and FEDERATION_KEYS & set(command.policy.definition):
+        what = f"federation: policy '{command.policy.name}' was not set"
+    return None if what is None else "not supported on a Warren cluster yet, " + what
 
 
 def _finish(proposal: _Proposal, result: Any, error: BaseException | None) -> None:

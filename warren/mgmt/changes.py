@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable, TypeVar
 
-from ..amqp.constants import INTERNAL_ERROR
+from ..amqp.constants import INTERNAL_ERROR, NOT_IMPLEMENTED
 from ..broker.errors import AMQPError
 from ..broker.metadata import change
 from .app import ApiError
@@ -33,6 +33,8 @@ async def perform(request, operation: Callable[[], change.Change[T]]) -> T:
     except AMQPError as err:
         if err.code == INTERNAL_ERROR:  # the log's failure (etcd unreachable), not the change's
             raise ApiError(503, "service_unavailable", err.text) from None
+        if err.code == NOT_IMPLEMENTED:  # what a cluster does not do yet
+            raise ApiError(400, "bad_request", err.text) from None
         raise
 
 

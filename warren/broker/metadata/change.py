@@ -41,16 +41,19 @@ def run(store: Applier, change: Change[T]) -> T:
 
 
 class Operation(Generic[P, T]):
-    """An operation of warren.broker.ops that changes metadata: called, it is carried out at
-    once on the actor's node (its first argument); `change(...)` is the operation as a
-    generator, for a caller that can wait for a cluster's log (a channel, the HTTP API)."""
+    """An operation that changes metadata (of warren.broker.ops, parameters, limits...):
+    called, it is carried out at once on the node its first argument names (an actor, or the
+    node itself); `change(...)` is the operation as a generator, for a caller that can wait
+    for a cluster's log (a channel, the HTTP API)."""
 
     def __init__(self, change: Callable[P, Change[T]]):
         self.change = change
         self.__doc__ = change.__doc__
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> T:
-        return args[0].broker.metadata.run(self.change(*args, **kwargs))  # type: ignore[attr-defined]
+        first: Any = args[0]
+        node = first.broker if hasattr(first, "broker") else first
+        return node.metadata.run(self.change(*args, **kwargs))
 
 
 def command(c: Command) -> Change[Any]:

@@ -118,6 +118,9 @@ async def _read_definitions(request) -> dict:
 
 def _import(request, data: dict) -> None:
     broker = request.app["broker"]
+    if broker.metadata.log is not None:
+        raise ApiError(400, "bad_request", "importing definitions into a Warren cluster is not supported yet: "
+                                           "make them through the API or AMQP, one change at a time")
     # As RabbitMQ, a vhost the import creates gives the importing user full permissions on it
     # (not the control socket: rabbitmqctl's import grants nothing).
     acting_user = None if trusted(request) else request["user"].name

@@ -4,6 +4,7 @@ RabbitMQ 3.10's management API (the limits themselves: warren.broker.limits)."""
 
 from aiohttp import web
 
+from .. import changes
 from ...broker import limits
 from ..access import ADMIN, ANY, IN_VISIBLE_VHOSTS, VHOST_VISIBLE, access
 from ..app import ApiError, bad_request, not_found
@@ -38,7 +39,8 @@ async def put_vhost_limit(request):
     vhost = vhost_for_change(request)
     value = await read_value(request)
     try:
-        limits.set_vhost_limit(request.app["broker"], vhost, request.match_info["name"], value)
+        name = request.match_info["name"]
+        await changes.perform(request, lambda: limits.set_vhost_limit.change(request.app["broker"], vhost, name, value))
     except limits.LimitError as err:
         raise bad_request(err.validation_failed()) from None
     flush(request)
@@ -50,7 +52,8 @@ async def put_vhost_limit(request):
 async def delete_vhost_limit(request):
     """204 even for a limit that is not set (RabbitMQ; its 500 for a missing vhost is a 404
     here)."""
-    limits.clear_vhost_limit(request.app["broker"], vhost_or_404(request), request.match_info["name"])
+    vhost, name = vhost_or_404(request), request.match_info["name"]
+    await changes.perform(request, lambda: limits.clear_vhost_limit.change(request.app["broker"], vhost, name))
     flush(request)
     return web.Response(status=204)
 
@@ -90,7 +93,8 @@ async def put_user_limit(request):
         raise ApiError(400, "bad_request", ["no_such_user", name])
     value = await read_value(request)
     try:
-        limits.set_user_limit(broker, user, request.match_info["name"], value)
+        limit = request.match_info["name"]
+        await changes.perform(request, lambda: limits.set_user_limit.change(broker, user, limit, value))
     except limits.LimitError as err:
         raise bad_request(str(err)) from None
     flush(request)
@@ -102,6 +106,7 @@ async def put_user_limit(request):
 async def delete_user_limit(request):
     """204 even for a limit that is not set (RabbitMQ; its 500 for a missing user is a 404
     here)."""
-    limits.clear_user_limit(request.app["broker"], _user_or_404(request), request.match_info["name"])
+    user, name = _user_or_404(request), request.match_info["name"]
+    await changes.perform(request, lambda: limits.clear_user_limit.change(request.app["broker"], user, name))
     flush(request)
     return web.Response(status=204)

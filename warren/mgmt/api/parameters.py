@@ -4,6 +4,7 @@ federation plugins' "shovel", "federation-upstream" and "federation-upstream-set
 
 from aiohttp import web
 
+from .. import changes
 from ...broker import parameters
 from ..access import GLOBAL_PARAMETERS, IN_LOGIN_VHOSTS, POLICIES, access
 from ..app import bad_request, json_response, not_found, trusted
@@ -47,9 +48,10 @@ async def put_one(request):
     vhost = vhost_for_change(request)
     value = await read_value(request)
     try:
-        created = parameters.set_parameter(request.app["broker"], vhost, request.match_info["component"],
-                                           request.match_info["name"], value,
-                                           None if trusted(request) else request["user"])
+        component, name = request.match_info["component"], request.match_info["name"]
+        who = None if trusted(request) else request["user"]
+        created = await changes.perform(request, lambda: parameters.set_parameter.change(
+            request.app["broker"], vhost, component, name, value, who))
     except parameters.ParameterError as err:
         raise bad_request(html_escaped(str(err))) from None
     flush(request)
@@ -61,8 +63,9 @@ async def put_one(request):
 async def delete_one(request):
     vhost = vhost_or_404(request)
     try:
-        existed = parameters.clear_parameter(request.app["broker"], vhost, request.match_info["component"],
-                                             request.match_info["name"])
+        component, name = request.match_info["component"], request.match_info["name"]
+        existed = await changes.perform(request, lambda: parameters.clear_parameter.change(
+            request.app["broker"], vhost, component, name))
     except parameters.ParameterError as err:
         raise bad_request(str(err)) from None
     if not existed:
@@ -95,7 +98,8 @@ async def get_global(request):
 async def put_global(request):
     value = await read_value(request)
     try:
-        created = parameters.set_global(request.app["broker"], request.match_info["name"], value)
+        name = request.match_info["name"]
+        created = await changes.perform(request, lambda: parameters.set_global.change(request.app["broker"], name, value))
     except parameters.ParameterError as err:
         raise bad_request(str(err)) from None
     flush(request)
@@ -105,7 +109,8 @@ async def put_global(request):
 @routes.delete("/api/global-parameters/{name}")
 @access(GLOBAL_PARAMETERS)
 async def delete_global(request):
-    if not parameters.clear_global(request.app["broker"], request.match_info["name"]):
+    name = request.match_info["name"]
+    if not await changes.perform(request, lambda: parameters.clear_global.change(request.app["broker"], name)):
         raise not_found()
     flush(request)
     return web.Response(status=204)

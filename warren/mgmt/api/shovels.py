@@ -20,6 +20,7 @@ static shovels are neither deleted nor restarted through the API).
 
 from aiohttp import web
 
+from .. import changes
 from ...broker import shovel
 from ..access import MONITOR, ListFilter, access, is_admin, login_vhosts, visible
 from ..app import CONTROL_USER, not_found
@@ -83,7 +84,8 @@ async def get_one(request):
 async def delete_one(request):
     vhost = vhost_or_404(request)
     _found(request, vhost)
-    shovel.clear_shovel(request.app["broker"], vhost, request.match_info["name"])
+    name = request.match_info["name"]
+    await changes.perform(request, lambda: shovel.clear_shovel.change(request.app["broker"], vhost, name))
     flush(request)
     return web.Response(status=204)
 

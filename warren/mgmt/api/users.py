@@ -121,7 +121,7 @@ async def put_user(request):
     except LimitError as err:
         raise bad_request(str(err)) from None
     await changes.apply(request, PutUser(user))
-    update_user_limits(broker, user, limits)
+    await changes.perform(request, lambda: update_user_limits.change(broker, user, limits))
     flush(request)
     return web.Response(status=204 if existing is not None else 201)
 
