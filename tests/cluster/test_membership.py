@@ -63,6 +63,10 @@ def test_a_killed_node_is_not_running_once_its_lease_expires_and_runs_again(make
     b.stop(signal.SIGKILL)
     wait_for(lambda: nodes(a) == {a.name: True, b.name: False}, timeout=LIVENESS_TTL + 5, what="b not running")
     assert time.monotonic() - killed > LIVENESS_TTL - 1  # the lease, not the connection, says so
+    # RabbitMQ's entry of a node that does not run (200 for /api/nodes/NAME too).
+    dead = requests.get(a.api + f"/nodes/{b.name}", auth=("guest", "guest"), timeout=5)
+    assert (dead.status_code, dead.json()) == (200, {"cluster_links": [], "name": b.name, "running": False,
+                                                     "type": "disc"})
     b2 = make_node(b.name, data_dir=b.data_dir, port=b.port)
     wait_for(lambda: nodes(a) == {a.name: True, b.name: True}, what="b running again")
     assert nodes(b2) == {a.name: True, b.name: True}

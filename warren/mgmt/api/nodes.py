@@ -33,6 +33,7 @@ def node_info(request) -> dict:
         "auth_mechanisms": [{"description": auth_mechanisms.DESCRIPTIONS[m], "enabled": m in offered, "name": m}
                             for m in auth_mechanisms.KNOWN if m != "EXTERNAL" or m in offered],
         "being_drained": False,
+        "cluster_links": [],
         "config_files": [],
         "contexts": contexts(request),
         "db_dir": path,
@@ -60,8 +61,10 @@ def node_info(request) -> dict:
 
 
 def member_info(name: str, running: dict | None) -> dict:
-    """Another member of the cluster: what its running record says, while it runs."""
-    info: dict = {"name": name, "type": "disc", "running": running is not None}
+    """Another member of the cluster: RabbitMQ's four keys of a node that does not run, and
+    what its running record says while it runs (RabbitMQ shows a running node's statistics
+    once its first sample is in; another Warren node's are not here yet)."""
+    info: dict = {"cluster_links": [], "name": name, "running": running is not None, "type": "disc"}
     if running is not None:
         info.update({"os_pid": running.get("os_pid"), "processors": running.get("processors"),
                      "uptime": max(0, int(time.time() * 1000) - int(running.get("started", 0)))})
