@@ -73,6 +73,11 @@ class PublishMethod:
         self.mandatory = mandatory
 
 
+class HoldInput(Exception):
+    """A channel's change waits for the cluster's log (Channel._change): the connection
+    handles no more of its input until release_for_metadata."""
+
+
 class ChannelConnection(records.RecordedConnection, connection_log.LoggedConnection, Protocol):
     """The connection a channel runs on, as the channel sees it
     (warren.session.connection.Connection, which makes its channels and so imports this module)."""
@@ -354,6 +359,8 @@ class Channel:
                     after()
                 self.conn.release_for_metadata()
         store.log.submit(operation, done)
+        # Stop the connection's frame loop here, at no cost to it per frame (an exception).
+        raise HoldInput
 
     # -------------------------------------------------------------- exchange
     def _exchange_declare(self, m):

@@ -31,7 +31,7 @@ from ..broker.consumer import RECORD_BATCH
 from ..broker.limits import check_channel, check_connection
 from ..broker.links import ExclusiveOwner
 from . import connection_log, frame_errors, records
-from .channel import Channel
+from .channel import Channel, HoldInput
 from .closed_transport import ClosedTransport
 from .sasl import credentials
 from .throttle import Reason, Throttle
@@ -224,6 +224,8 @@ class Connection:
             self.connection_error(err, *(err.method_ids or (0, 0)))
         except DecodeError as err:
             self.connection_error(syntax_error(str(err)))
+        except HoldInput:
+            pass  # (the frames after it wait for release_for_metadata)
         held = self.out_bytes > OUTPUT_HIGH_WATER and self.pending_len > 0 and self.state != CLOSED
         self.flush()
         if self.store_over:
@@ -408,7 +410,7 @@ class Connection:
                         raise frame_errors.unknown_frame(ftype, buf[start:end])
                 else:
                     self._other_frame(ftype, ch, buf[start:end])
-                if self.state == CLOSED or self.out_bytes > OUTPUT_HIGH_WATER or self.awaiting_metadata:
+                if self.state == CLOSED or self.out_bytes > OUTPUT_HIGH_WATER:
                     return
         finally:
             self.read_pos = pos
