@@ -100,7 +100,8 @@ def test_forget_cluster_node_refuses_a_running_node_and_a_stranger(make_node):
     assert nodes(a) == {a.name: True, b.name: True}
     # Not over TCP: RabbitMQ's API has no such route, Warren's is the control socket's alone.
     answer = requests.delete(a.api + "/cluster-members/" + b.name, auth=("guest", "guest"), timeout=5)
-    assert answer.status_code == 401
+    assert (answer.status_code, answer.json()) == (401, {"error": "not_authorised", "reason": "Only warrenctl on "
+                                                         "the node's control socket may do this"})
     over_tcp = subprocess.run([WARRENCTL, "--port", str(a.mgmt_port), "forget_cluster_node", b.name],
                               capture_output=True, text=True, timeout=60)
     assert over_tcp.returncode == 77 and "control socket" in over_tcp.stderr, over_tcp
