@@ -118,6 +118,8 @@ def test_every_verb_without_flags(broker, local, guarded_vhost, uid, tmp_path):
         assert vhost in local("list_vhosts").splitlines()
         assert f"{vhost}\t.*\t.*\t.*" in local("list_user_permissions", user)
         assert "Status of node" in local("status")
+        node = json.loads(local("cluster_status", "--formatter", "json"))["running_nodes"][0]
+        local("forget_cluster_node", node, code=69)  # a node alone: itself runs (tests/cluster: a cluster)
         local("set_policy", "-p", vhost, "p", "^q$", '{"alternate-exchange":"ae"}', "--apply-to", "queues")
         assert "\tp\t^q$\tqueues" in local("list_policies", "-p", vhost)
         local("clear_policy", "-p", vhost, "p")

@@ -613,6 +613,9 @@ def test_every_route_is_in_the_matrix():
     # test_alarm_monitors.py::test_settings_endpoints_are_for_administrators.
     exercised += [(m, f"/nodes/X/{p}") for m in ("GET", "HEAD", "PUT")
                   for p in ("vm-memory-high-watermark", "disk-free-limit")]
+    # Warren-only, for warrenctl on the control socket alone (forget_cluster_node): no user over
+    # TCP passes, tested in tests/cluster/test_ctl_cluster.py.
+    exercised += [("DELETE", "/cluster-members/X")]
     # The shovel management plugin's routes: tested per tag in test_shovel_move.py::test_who_may_do_what
     # (a RabbitMQ with only the management plugin has none of them).
     exercised += [(m, p) for m in ("GET", "HEAD") for p in ("/shovels", "/shovels/X", "/shovels/vhost/X/X",

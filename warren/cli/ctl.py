@@ -1545,8 +1545,7 @@ _ALARM_LINES = {"memory": "Memory alarm on node {}", "disk": "Free disk space al
 @verb("status", "status", help="Displays status of a node.")
 def status(ctx, args):
     overview = ctx.api.get("/overview") or {}
-    nodes = ctx.api.get("/nodes") or []
-    node = nodes[0] if nodes else {}
+    node = _this_node(overview, ctx.api.get("/nodes") or [])
     vhosts = ctx.api.get("/vhosts") or []
     name = node.get("name") or overview.get("node", "")
     totals = overview.get("object_totals", {})
@@ -1617,15 +1616,116 @@ def status(ctx, args):
               f"Virtual host count: {len(vhosts)}",
               "", bold("Listeners"), ""]
     for lst in listeners:
-        lines.append(f"Interface: {lst.get('ip_address', lst.get('interface', ''))}, port: {lst.get('port', '')}, "
+        lines.append(f"Interface: {_interface(lst)}, port: {lst.get('port', '')}, "
                      f"protocol: {lst.get('protocol', '')}, purpose: {lst.get('purpose', _purpose(lst))}")
     print("\n".join(lines), flush=True)
+
+
+def _this_node(overview: dict, nodes: list) -> dict:
+    """The answering node's entry of /api/nodes (which lists every member in a cluster)."""
+    name = overview.get("node")
+    return next((n for n in nodes if n.get("name") == name), nodes[0] if nodes else {})
 
 
 def _purpose(listener) -> str:
     return {"amqp": "AMQP 0-9-1", "amqp/ssl": "AMQP 0-9-1 over TLS", "http": "HTTP API",
             "https": "HTTP API over TLS (HTTPS)", "http/prometheus": "Prometheus exporter API over HTTP",
             "clustering": "inter-node and CLI tool communication"}.get(listener.get("protocol"), "")
+
+
+def _interface(listener) -> str:
+    """The address as rabbitmqctl prints it: an IPv6 one in brackets ([::1])."""
+    address = str(listener.get("ip_address", listener.get("interface", "")))
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+# cluster
+
+def _node_alarms(node: dict) -> list[str]:
+    return [a for a, on in (("memory", node.get("mem_alarm")), ("disk", node.get("disk_free_alarm"))) if on]
+
+
+def _version(overview: dict, node: dict, here: bool) -> dict:
+    """rabbitmqctl cluster_status's versions entry: the product (Warren) and its version, and
+    the runtime's (Python; "none" for Erlang, as Warren's rabbitmq_build_info metric says)."""
+    apps = {a.get("name"): a.get("version") for a in node.get("applications") or () if isinstance(a, dict)}
+    if "warren" in apps:
+        return {"erlang_version": "none", "python_version": apps.get("python") or "",
+                "rabbitmq_name": "Warren", "rabbitmq_version": apps["warren"] or ""}
+    # Another broker's API (RabbitMQ's: its rabbit application, Erlang in the overview).
+    return {"erlang_version": overview.get("erlang_version", "") if here else "",
+            "rabbitmq_name": overview.get("product_name", "RabbitMQ"), "rabbitmq_version": apps.get("rabbit", "")}
+
+
+@verb("cluster_status", "cluster_status",
+      help="Displays all the nodes in the cluster grouped by node type, together with the currently running nodes.")
+def cluster_status(ctx, args):
+    overview = ctx.api.get("/overview") or {}
+    nodes = [n for n in ctx.api.get("/nodes") or [] if isinstance(n, dict) and n.get("name")]
+    here = _this_node(overview, nodes)
+    name = here.get("name") or overview.get("node", "")
+    ctx.out.info(f"Cluster status of node {name} ...")
+    disk = sorted(n["name"] for n in nodes)
+    running = sorted(n["name"] for n in nodes if n.get("running", True))
+    versions = {n["name"]: _version(overview, n, n is here) for n in nodes if n["name"] in running}
+    alarms = [{"node": name, "resource": a, "type": "resource_limit"} for a in _node_alarms(here)]
+    listeners: dict[str, list[dict]] = {}
+    for lst in overview.get("listeners") or []:
+        node = lst.get("node", name)
+        if node in running:
+            listeners.setdefault(node, []).append(
+                {"interface": _interface(lst), "node": node, "port": lst.get("port"),
+                 "protocol": lst.get("protocol", ""), "purpose": lst.get("purpose", _purpose(lst))})
+    listeners = {n: listeners[n] for n in sorted(listeners)}
+    maintenance = {n: "not under maintenance" for n in running}
+    ctx.out.flush()
+    if ctx.out.json:
+        # rabbitmqctl's keys but feature_flags (Warren has none to show).
+        print(compact_json({"alarms": alarms, "cluster_name": overview.get("cluster_name", ""), "disk_nodes": disk,
+                            "listeners": listeners, "maintenance_status": maintenance, "partitions": {},
+                            "ram_nodes": [], "running_nodes": running, "versions": versions}), flush=True)
+        return
+    bold = (lambda s: f"\x1b[1m{s}\x1b[0m") if sys.stdout.isatty() else (lambda s: s)
+    lines = [bold("Basics"), "", f"Cluster name: {overview.get('cluster_name', '')}",
+             "", bold("Disk Nodes"), "", *disk,
+             "", bold("Running Nodes"), "", *running,
+             "", bold("Versions"), ""]
+    for node, v in versions.items():
+        runtime = f"Python {v['python_version']}" if "python_version" in v else f"Erlang {v['erlang_version']}"
+        lines.append(f"{node}: {v['rabbitmq_name']} {v['rabbitmq_version']} on {runtime}")
+    lines += ["", bold("Maintenance status"), ""]
+    lines += [f"Node: {n}, status: {status}" for n, status in maintenance.items()]
+    lines += ["", bold("Alarms"), ""]
+    lines += [_ALARM_LINES[a["resource"]].format(a["node"]) for a in alarms] or ["(none)"]
+    lines += ["", bold("Network Partitions"), "", "(none)", "", bold("Listeners"), ""]
+    lines += [f"Node: {n}, interface: {lst['interface']}, port: {lst['port']}, protocol: {lst['protocol']}, "
+              f"purpose: {lst['purpose']}" for n, entries in listeners.items() for lst in entries] or ["(none)"]
+    print("\n".join(lines), flush=True)
+
+
+@verb("forget_cluster_node", "forget_cluster_node <existing_cluster_member_node>", (1, 1),
+      help="Removes a node from the cluster. The node must not run; run on a member's machine "
+           "(through its control socket). Started again, the node joins again.")
+def forget_cluster_node(ctx, args):
+    (node,) = args
+    ctx.out.info(f"Removing node {node} from the cluster")
+    refused = CtlError(EX_NOPERM, "Error: forget_cluster_node needs a node's control socket: run warrenctl on a "
+                                  "member's machine as the broker's user, without --host, --port, --user or "
+                                  "--password (the management API over TCP cannot forget a node).")
+    if not ctx.api.local:
+        raise refused
+    try:
+        ctx.api.delete(f"/cluster-members/{q(node)}")
+    except HttpError as err:
+        if err.error == "not_a_cluster_node":
+            raise Failed(f"{{:not_a_cluster_node, '{err.reason}'}}") from None
+        if err.error == "node_running":
+            raise Failed(err.reason) from None
+        raise
+    except CtlError as err:
+        if err.code == EX_NOPERM and not ctx.api.local:  # the socket was stale: the API over TCP refused
+            raise refused from None
+        raise
 
 
 @verb("help", "help [<command>]", (0, 1), help="Displays usage information for a command.")

@@ -24,7 +24,7 @@ from ..server.tls import HANDSHAKE_TIMEOUT, TLSError, server_context
 from ..store.definitions import DefinitionsFile
 from ..store.persister import Persister
 from .config import ConfigError, load_config
-from . import logs
+from . import local_cluster, logs
 from .local import DATA_DIR_ENV, DEFAULT_DATA_DIR, control_socket
 
 log = logging.getLogger("warren")
@@ -78,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="least severe level logged to the console (default: the config file's "
                              "log.console.level, else info); the config file's log.* keys set the rest")
     pipeline.add_parser(sub)
+    local_cluster.add_parser(sub)
     return parser
 
 
@@ -209,6 +210,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "pipeline":
         return pipeline.run(args)
+    if args.command == "local-cluster":
+        return local_cluster.run(args)
     codec.allow_nesting()  # field tables as deep as the wire accepts survive every later walk
     # A write past a file-size limit must fail with EFBIG (and nack its publishes), not kill us.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)

@@ -45,5 +45,5 @@ class Keys:
     def member_key(self, node: str | bytes | None = None) -> bytes:
         return self.members + (node.encode() if isinstance(node, str) else node or self.node)
 
-    def running_key(self) -> bytes:
-        return self.running + self.node
+    def running_key(self, node: str | None = None) -> bytes:
+        return self.running + (node.encode() if node is not None else self.node)

@@ -14,15 +14,25 @@ import asyncio
 import json
 import logging
 import os
+import platform
 import time
+from enum import Enum
 from typing import Any
 
+from .. import __version__
 from .config import ClusterConfig
-from .etcd import Etcd, EtcdError, put_op
+from .etcd import Etcd, EtcdError, absent, delete_op, put_op
 
 log = logging.getLogger("warren.cluster")
 
 RETRY = 1.0  # seconds between two attempts to reach etcd
+
+
+class Forget(Enum):
+    """What forgetting a node came to."""
+    FORGOTTEN = "forgotten"
+    RUNNING = "running"        # it runs (its running record lives): it must stop first
+    NOT_MEMBER = "not_member"  # no such member
 
 
 class Membership:
@@ -60,9 +70,22 @@ class Membership:
     def is_running(self, node: str) -> bool:
         return node in self.running
 
-    async def forget(self, node: str) -> bool:
-        """Remove a stopped node from the cluster (whether it was a member)."""
-        return await self.etcd.delete(self.config.keys.member_key(node)) > 0
+    async def forget(self, node: str) -> Forget:
+        """Remove a node that does not run from the cluster (warrenctl forget_cluster_node).
+        One transaction: a node that starts meanwhile is refused, never half forgotten. A
+        forgotten node that starts again joins again (it writes its member record anew)."""
+        keys = self.config.keys
+        if node == self.config.node_name:
+            return Forget.RUNNING
+        result = await self.etcd.txn([absent(keys.running_key(node))], [delete_op(keys.member_key(node))])
+        if not result.succeeded:
+            return Forget.RUNNING
+        # (etcd's JSON gateway leaves out zero counts)
+        deleted = int(result.responses[0].get("response_delete_range", {}).get("deleted", 0))
+        if not deleted:
+            return Forget.NOT_MEMBER
+        self.members.pop(node, None)  # this node's view at once; the others' from the watch
+        return Forget.FORGOTTEN
 
     # ------------------------------------------------------------------ the loop
     async def _run(self) -> None:
@@ -86,7 +109,8 @@ class Membership:
         known = self.members.get(node)
         if known is not None:
             member = known
-        running = {"node": node, "os_pid": str(os.getpid()), "started": int(time.time() * 1000), **self.identity}
+        running = {"node": node, "os_pid": str(os.getpid()), "started": int(time.time() * 1000),
+                   "warren_version": __version__, "python_version": platform.python_version(), **self.identity}
         # RabbitMQ's registration value: its node, lease id and TTL.
         registration = {"node": node, "lease_id": discovery, "ttl": self.config.node_ttl}
         await self.etcd.txn([], [put_op(keys.member_key(), _json(member)),

@@ -19,6 +19,8 @@ The rules, by the RabbitMQ function they copy:
 - VHOST_VISIBLE (is_authorized_vhost_visible): as VHOST, and monitoring users pass for any vhost.
 - GLOBAL_PARAMETERS (is_authorized_global_parameters): policymakers and administrators
   ("User not authorised to access object").
+- CONTROL_SOCKET (Warren's): warrenctl on the node's control socket only, for what rabbitmqctl
+  does and RabbitMQ's API has no route for (forget_cluster_node); no user over TCP passes.
 - owner(lookup) (is_authorized_user): reading needs monitoring or the object's own user,
   closing needs administrator or the object's own user ("User not authorised to access
   object"). For connections and channels.
@@ -118,6 +120,9 @@ VHOST_VISIBLE = Rule("the vhost visible", NOT_VHOST,
                      lambda request, user: is_monitor(user) or _matches_vhost(request, user))
 # is_authorized_global_parameters: policymakers and administrators.
 GLOBAL_PARAMETERS = Rule(POLICYMAKER, NOT_OBJECT, lambda request, user: is_policymaker(user))
+# Requests on the control socket skip the rules (warren.mgmt.app); every user over TCP fails this one.
+NOT_CONTROL_SOCKET = "Only warrenctl on the node's control socket may do this"
+CONTROL_SOCKET = Rule("warrenctl on the control socket", NOT_CONTROL_SOCKET, lambda request, user: False)
 
 
 def owner(lookup: Callable[[web.Request], str | None]) -> Rule:

@@ -3,6 +3,7 @@ figures are warren.mgmt.node_resources'), and in a cluster every other member as
 it (warren.cluster.membership): whether it runs, and what its running record says."""
 
 import os
+import platform
 import time
 
 from aiohttp import web
@@ -28,7 +29,7 @@ def node_info(request) -> dict:
     offered = broker.config.auth_mechanisms
     return {
         **resource_figures(request),
-        "applications": [{"description": "Warren AMQP 0-9-1 broker", "name": "warren", "version": __version__}],
+        "applications": applications(__version__, platform.python_version()),
         # As RabbitMQ with rabbitmq_auth_mechanism_ssl: EXTERNAL is listed once auth_mechanisms has it.
         "auth_mechanisms": [{"description": auth_mechanisms.DESCRIPTIONS[m], "enabled": m in offered, "name": m}
                             for m in auth_mechanisms.KNOWN if m != "EXTERNAL" or m in offered],
@@ -60,13 +61,21 @@ def node_info(request) -> dict:
     }
 
 
+def applications(warren: str | None, python: str | None) -> list[dict]:
+    """What a node runs, as RabbitMQ lists its Erlang applications (with the runtime's own:
+    kernel, stdlib): Warren's and Python's versions (warrenctl cluster_status shows them)."""
+    return [{"description": "Warren AMQP 0-9-1 broker", "name": "warren", "version": warren},
+            {"description": "Python", "name": "python", "version": python}]
+
+
 def member_info(name: str, running: dict | None) -> dict:
     """Another member of the cluster: RabbitMQ's four keys of a node that does not run, and
     what its running record says while it runs (RabbitMQ shows a running node's statistics
     once its first sample is in; another Warren node's are not here yet)."""
     info: dict = {"cluster_links": [], "name": name, "running": running is not None, "type": "disc"}
     if running is not None:
-        info.update({"os_pid": running.get("os_pid"), "processors": running.get("processors"),
+        info.update({"applications": applications(running.get("warren_version"), running.get("python_version")),
+                     "os_pid": running.get("os_pid"), "processors": running.get("processors"),
                      "uptime": max(0, int(time.time() * 1000) - int(running.get("started", 0)))})
     return info
 

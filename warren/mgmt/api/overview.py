@@ -51,7 +51,8 @@ def listeners(request) -> list:
     """As RabbitMQ: one entry per address and port listened on (AMQP on each address bound,
     e.g. 127.0.0.1 and ::1), then the API's, then the Prometheus endpoint's. warrenctl's
     control socket is not one (RabbitMQ lists no CLI entry but its Erlang distribution port,
-    which Warren has not)."""
+    which Warren has not). In a cluster, then every other running node's AMQP listeners, as
+    its running record gives them (warren.cluster.membership)."""
     broker = request.app["broker"]
     server = request.app["server"]
     node = stats.node_name(broker)
@@ -76,7 +77,22 @@ def listeners(request) -> list:
             if getattr(service, "listening", False):  # the Prometheus endpoint (warren.mgmt.prometheus)
                 out.append({"ip_address": service.host, "node": node, "port": service.port,
                             "protocol": "http/prometheus", "socket_opts": {}})
+    membership = request.app["membership"]
+    if membership is not None:
+        for other, record in sorted(membership.running.items()):
+            if other != node:
+                out.extend({"ip_address": host, "node": other, "port": port, "protocol": "amqp", "socket_opts": {}}
+                           for host, port in _addresses(record.get("amqp")))
     return out
+
+
+def _addresses(value) -> list[tuple[str, int]]:
+    """A running record's [[host, port], ...], what of it is well formed (another node wrote it)."""
+    if not isinstance(value, list):
+        return []
+    return [(entry[0], entry[1]) for entry in value
+            if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
+            and isinstance(entry[1], int) and not isinstance(entry[1], bool)]
 
 
 def tls_socket_opts(options: dict) -> dict:
