@@ -52,6 +52,10 @@ def test_three_nodes_see_each_other(make_node, etcd):
     [registration] = etcd_get(etcd.endpoints[0], f"/rabbitmq/discovery/{make_node.prefix}/clusters/default/"
                                                  f"nodes/{names[0]}".encode())
     assert registration["node"] == names[0] and registration["ttl"] == 30 and registration["lease_id"] > 0
+    # One cluster name on every node: as RabbitMQ's default, the first node's name.
+    for node in started:
+        overview = requests.get(node.api + "/overview", auth=("guest", "guest"), timeout=5).json()
+        assert overview["cluster_name"] == names[0]
     one = requests.get(started[2].api + "/nodes/warren-a@localhost", auth=("guest", "guest"), timeout=5).json()
     assert (one["name"], one["running"], one["type"]) == ("warren-a@localhost", True, "disc")
 

@@ -23,6 +23,8 @@ class NodeConfig:
     node_name: str = "warren@localhost"
     # The config file's cluster_name: the cluster's name until set_cluster_name sets another.
     cluster_name: str | None = None
+    # A cluster member's: the name of the member that joined first (warren.cluster.membership).
+    default_cluster_name: str | None = None
     limits: Limits = field(default_factory=Limits)
     loopback_users: set = field(default_factory=lambda: {"guest"})
     # The SASL mechanisms offered (auth_mechanisms.N, in warren.broker.auth_mechanisms'

@@ -192,7 +192,7 @@ def _cluster(broker: Broker, cluster: dict | None, listen: list[Listen]):
     identity = {"processors": os.cpu_count() or 1,
                 "amqp": [[entry.host, entry.port] for entry in listen if entry.tls is None]}
     etcd = Etcd(list(config.endpoints))
-    return Membership(config, etcd, identity), MetadataLog(config, etcd, broker.metadata)
+    return Membership(config, etcd, identity, broker.config), MetadataLog(config, etcd, broker.metadata)
 
 
 def _raise_open_files_limit() -> None:

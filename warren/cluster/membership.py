@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Any
 
 from .. import __version__
+from ..broker.node_config import NodeConfig
 from .config import ClusterConfig
 from .etcd import Etcd, EtcdError, absent, delete_op, put_op
 
@@ -38,10 +39,11 @@ class Forget(Enum):
 class Membership:
     """A service of the node's server (start/stop); `members` and `running` are the view."""
 
-    def __init__(self, config: ClusterConfig, etcd: Etcd, identity: dict[str, Any]):
+    def __init__(self, config: ClusterConfig, etcd: Etcd, identity: dict[str, Any], node: NodeConfig):
         self.config = config
         self.etcd = etcd
         self.identity = identity  # what the running record tells the other nodes
+        self.node = node  # whose default cluster name is the cluster's (see _apply)
         self.members: dict[str, dict] = {}  # node -> its member record
         self.running: dict[str, dict] = {}  # node -> its running record
         self.registered = asyncio.Event()   # set while this node's records are in etcd
@@ -157,7 +159,16 @@ class Membership:
                     return
                 if isinstance(record, dict):
                     table[node] = record
+                if table is self.members:
+                    self._name_the_cluster()
                 return
+
+    def _name_the_cluster(self) -> None:
+        """As RabbitMQ's default cluster name is its first node's name, every member names the
+        cluster after the member that joined first (until cluster_name is set)."""
+        first = min(self.members.items(), key=lambda item: (item[1].get("joined", 0), item[0]), default=None)
+        if first is not None:
+            self.node.default_cluster_name = first[0]
 
 
 def _json(value: Any) -> bytes:

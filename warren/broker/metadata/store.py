@@ -76,7 +76,10 @@ class MetadataStore:
     @property
     def cluster_name(self) -> str:
         name = self.global_parameters.get(c.CLUSTER_NAME)
-        return name if isinstance(name, str) else self.broker.config.cluster_name or self.broker.config.node_name
+        if isinstance(name, str):
+            return name
+        config = self.broker.config
+        return config.cluster_name or config.default_cluster_name or config.node_name
 
     # ------------------------------------------------------------------ commands
     def apply(self, command: c.Command) -> Any:
