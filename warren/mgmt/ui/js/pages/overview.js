@@ -8,9 +8,10 @@ import { bar, bytes, fill, h, liveKv, num, table } from "../dom.js";
 const RATES = ["publish", "confirm", "deliver_get", "redeliver", "ack", "return_unroutable"];
 const QUEUED = ["messages", "messages_ready", "messages_unacknowledged"];
 
-// /api/nodes is for monitoring users and administrators; others get the overview alone.
-async function nodeOrNone(user) {
-  return api.monitors(user) ? (await api.get("/nodes"))[0] ?? null : null;
+// /api/nodes is for monitoring users and administrators; others get the overview alone. It
+// lists every member of a cluster: this node's figures are its own entry.
+async function nodesOrNone(user) {
+  return api.monitors(user) ? await api.get("/nodes") : null;
 }
 
 // The node's figures come from /api/nodes, or from the overview, which carries them too for
@@ -55,7 +56,8 @@ export function mount(main, _params, { user }) {
     h("h2", {}, "Listeners"), listeners);
 
   return async () => {
-    const [overview, figures] = await Promise.all([api.get("/overview"), nodeOrNone(user)]);
+    const [overview, nodes] = await Promise.all([api.get("/overview"), nodesOrNone(user)]);
+    const figures = nodes?.find((n) => n.name === overview.node) ?? null;
     rateChart.add(rates(overview.message_stats, RATES));
     queuedChart.add(overview.queue_totals ?? {});
 
