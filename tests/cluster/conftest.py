@@ -26,8 +26,8 @@ def etcd():
 def make_etcd():
     made = []
 
-    def make(size: int = 3) -> EtcdCluster:
-        made.append(EtcdCluster(size))
+    def make(size: int = 3, everywhere: bool = False) -> EtcdCluster:
+        made.append(EtcdCluster(size, everywhere))
         return made[-1]
 
     yield make

@@ -43,11 +43,14 @@ class Member:
     def peer_url(self) -> str:
         return f"http://127.0.0.1:{self.peer_port}"
 
-    def start(self, initial_cluster: str, token: str, state: str = "new") -> None:
+    def start(self, initial_cluster: str, token: str, state: str = "new", everywhere: bool = False) -> None:
+        """everywhere: clients reach it on every address of this namespace (a node in a network
+        namespace reaches it at the veth pair's address here)."""
         log = open(os.path.join(self.directory, "etcd.log"), "ab")
+        listen = f"http://0.0.0.0:{self.client_port}" if everywhere else f"http://{self.endpoint}"
         self.proc = subprocess.Popen(
             [ETCD, "--name", self.name, "--data-dir", os.path.join(self.directory, "data"),
-             "--listen-client-urls", f"http://{self.endpoint}", "--advertise-client-urls", f"http://{self.endpoint}",
+             "--listen-client-urls", listen, "--advertise-client-urls", f"http://{self.endpoint}",
              "--listen-peer-urls", self.peer_url, "--initial-advertise-peer-urls", self.peer_url,
              "--initial-cluster", initial_cluster, "--initial-cluster-state", state,
              "--initial-cluster-token", token,
@@ -75,8 +78,9 @@ class Member:
 class EtcdCluster:
     """`size` members, started and healthy."""
 
-    def __init__(self, size: int = 3):
+    def __init__(self, size: int = 3, everywhere: bool = False):
         require_etcd()
+        self.everywhere = everywhere
         self.directory = scratch_dir("warren-etcd-")
         self.members = []
         for i in range(size):
@@ -86,7 +90,7 @@ class EtcdCluster:
         self.token = os.path.basename(self.directory)
         self.initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
         for member in self.members:
-            member.start(self.initial, self.token)
+            member.start(self.initial, self.token, everywhere=everywhere)
         self.wait_healthy()
 
     @property
@@ -102,7 +106,7 @@ class EtcdCluster:
             time.sleep(0.1)
 
     def restart(self, member: Member) -> None:
-        member.start(self.initial, self.token, state="existing")
+        member.start(self.initial, self.token, state="existing", everywhere=self.everywhere)
 
     def stop(self) -> None:
         for member in self.members:
