@@ -196,3 +196,19 @@ def test_shovels_federation_and_imports_are_refused_on_a_cluster(three):
     answer = requests.post(a.api + "/definitions", json={"vhosts": [{"name": "imported"}]}, auth=AUTH, timeout=30)
     assert answer.status_code == 400 and "not supported yet" in answer.json()["reason"]
     assert not any(v["name"] == "imported" for v in get(a, "/vhosts"))
+
+
+def test_a_new_member_takes_the_clusters_definitions_not_its_own_defaults(make_node):
+    """As a RabbitMQ node that joins a cluster: the first node's defaults are the cluster's; a
+    node that joins later makes no guest of its own (one deleted stays deleted), and every node
+    has the same internal cluster id."""
+    a = make_node("warren-a@localhost", "default_user = admin", "default_pass = s3cret")
+    wait_for(lambda: [u["name"] for u in requests.get(a.api + "/users", auth=("admin", "s3cret")).json()] == ["admin"]
+             if requests.get(a.api + "/users", auth=("admin", "s3cret")).ok else False, what="the defaults")
+    b = make_node("warren-b@localhost")  # its own defaults would be guest/guest
+    admin = ("admin", "s3cret")
+    wait_for(lambda: requests.get(b.api + "/users", auth=admin).ok, what="b has the cluster's users")
+    assert [u["name"] for u in requests.get(b.api + "/users", auth=admin).json()] == ["admin"]
+    assert requests.get(b.api + "/users", auth=AUTH).status_code == 401
+    ids = {requests.get(n.api + "/global-parameters/internal_cluster_id", auth=admin).json()["value"] for n in (a, b)}
+    assert len(ids) == 1 and ids.pop().startswith("rabbitmq-cluster-id-")

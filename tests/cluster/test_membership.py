@@ -11,9 +11,11 @@ import time
 import urllib.request
 
 import pika
+import pika.exceptions
+import pytest
 import requests
 
-from conftest import start_broker
+from conftest import free_port
 from warren.cluster.config import LIVENESS_TTL
 
 
@@ -94,32 +96,36 @@ def test_cluster_name_from_the_config_file(make_node):
     assert overview["cluster_name"] == "East Coast"
 
 
-def test_a_node_whose_etcd_is_down_serves_alone_and_joins_when_etcd_is_back(make_node, make_etcd):
+def test_a_new_node_whose_etcd_is_down_waits_for_the_clusters_definitions(make_node, make_etcd):
+    """A node that never joined has no definitions of its own to serve (not even a guest: the
+    cluster's are the ones it will have); it runs, and joins once etcd answers."""
     own = make_etcd(1)
     a = make_node("warren-a@localhost", on=own)
     wait_for(lambda: nodes(a) == {a.name: True}, what="a registered")
     own.members[0].signal(signal.SIGSTOP)
     try:
-        b = make_node("warren-b@localhost", on=own)  # starts and serves AMQP without etcd
-        pika.BlockingConnection(b.pika_params()).close()
-        assert nodes(b) == {b.name: True}
+        b = make_node("warren-b@localhost", on=own)
+        with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+            pika.BlockingConnection(b.pika_params()).close()
+        assert "it has never joined" in b.log()
     finally:
         own.members[0].signal(signal.SIGCONT)
+    wait_for(lambda: requests.get(b.api + "/nodes", auth=("guest", "guest"), timeout=5).ok, what="b's users")
     wait_for(lambda: nodes(b) == {a.name: True, b.name: True}, what="b joined once etcd answered")
     wait_for(lambda: nodes(a) == {a.name: True, b.name: True}, what="a sees b")
+    pika.BlockingConnection(b.pika_params()).close()
 
 
 def test_an_unreachable_etcd_is_logged_not_fatal(make_node):
-    node = start_broker("--node-name", "lonely@localhost", "--config", _conf_without_etcd(), "--prometheus-port", "0")
-    try:
-        wait_for(lambda: "etcd" in node.log(), what="the log line")
-        assert "no etcd endpoint answered" in node.log()
-        assert nodes(node) == {"lonely@localhost": True}
-    finally:
-        node.stop()
+    node = make_node("lonely@localhost", on=_NoEtcd())
+    wait_for(lambda: "no etcd endpoint answered" in node.log(), what="the log line")
+    assert node.proc.poll() is None
+    assert node.stop() == 0
 
 
-def _conf_without_etcd() -> str:
-    from conftest import free_port
-    from .conftest import cluster_conf
-    return cluster_conf([f"127.0.0.1:{free_port()}"], "nothing-here")
+class _NoEtcd:
+    """Where no etcd listens."""
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [f"127.0.0.1:{free_port()}"]

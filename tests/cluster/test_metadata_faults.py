@@ -20,7 +20,7 @@ import pika.exceptions
 import pytest
 import requests
 
-from conftest import scratch_dir, start_broker
+from conftest import start_broker
 from crash.links import Netns, netns_unavailable
 
 from .conftest import cluster_conf

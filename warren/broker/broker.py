@@ -21,6 +21,15 @@ if TYPE_CHECKING:
     from .shovel_links import ShovelLinks
     from ..store.persister import Persister
 
+
+def default_definitions(user="guest", password="guest", vhost="/", tags=("administrator",),
+                        permissions=(".*", ".*", ".*")) -> list[commands.Command]:
+    """What a first start creates: the default vhost, the default user and its permissions."""
+    return [commands.PutVHost(vhost, description="Default virtual host"),
+            commands.PutUser(User.with_password(user, password, tags=list(tags))),
+            commands.SetPermissions(user, vhost, *permissions)]
+
+
 @dataclass
 class Broker:
     """One node: its configuration, its metadata (changed only by commands), what runs on it
@@ -82,10 +91,8 @@ class Broker:
                         permissions=(".*", ".*", ".*")) -> None:
         """The default vhost and user, as RabbitMQ creates them on a node's first start
         (permissions: configure, write, read)."""
-        apply = self.metadata.apply
-        apply(commands.PutVHost(vhost, description="Default virtual host"))
-        apply(commands.PutUser(User.with_password(user, password, tags=list(tags))))
-        apply(commands.SetPermissions(user, vhost, *permissions))
+        for command in default_definitions(user, password, vhost, tags, permissions):
+            self.metadata.apply(command)
 
     def set_scheduler(self, scheduler: Scheduler) -> None:
         """The server's loop is running: the model's timers can start, also those of queues

@@ -209,7 +209,13 @@ def permanent_cluster_id(broker: Node) -> str:
     if INTERNAL_CLUSTER_ID in broker.global_parameters:
         value = broker.global_parameters[INTERNAL_CLUSTER_ID]
     else:
-        value = "rabbitmq-cluster-id-" + base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode()
+        command = new_cluster_id_command()
+        value = command.value
         log.info("Initialising internal cluster ID to '%s'", value)
-        set_global(broker, INTERNAL_CLUSTER_ID, value)
+        broker.metadata.submit(command)  # (a cluster member's goes through the cluster's log)
     return value if isinstance(value, str) else json.dumps(value)
+
+
+def new_cluster_id_command() -> SetGlobalParameter:
+    return SetGlobalParameter(INTERNAL_CLUSTER_ID, "rabbitmq-cluster-id-" + base64.urlsafe_b64encode(
+        secrets.token_bytes(16)).rstrip(b"=").decode())

@@ -14,7 +14,7 @@ import time
 
 from ..amqp import codec
 from ..broker import definitions, parameters, static_shovel
-from ..broker.broker import Broker
+from ..broker.broker import Broker, default_definitions
 from ..broker.node_config import Limits, NodeConfig
 from ..server.disk_monitor import DEFAULT_LIMIT, DiskMonitor
 from ..spark import pipeline
@@ -86,21 +86,27 @@ def _describe_counts(counts: dict) -> str:
     return ", ".join(f"{n} {kind}" for kind, n in counts.items())
 
 
-def _recover_definitions(broker: Broker, store, config: dict) -> None:
+def _recover_definitions(broker: Broker, store, config: dict) -> list:
     """Give the broker the definitions saved in the data dir, or, on the first start (no saved
-    definitions), the default user and vhost, as RabbitMQ creates them only then."""
+    definitions), the default user and vhost, as RabbitMQ creates them only then. A cluster
+    member's first start creates nothing here: it gets the cluster's definitions from the
+    cluster's log, and the defaults are what it writes there if the log is empty (returned)."""
     broker.metadata.disk = store
     started = time.monotonic()
     saved = store.load() if store is not None else None
     if saved is None:
         user, vhost = config.get("default_user", "guest"), config.get("default_vhost", "/")
-        broker.create_defaults(user, config.get("default_pass", "guest"), vhost,
-                               config.get("default_user_tags", ("administrator",)),
-                               config.get("default_permissions", (".*", ".*", ".*")))
+        defaults = default_definitions(user, config.get("default_pass", "guest"), vhost,
+                                       config.get("default_user_tags", ("administrator",)),
+                                       config.get("default_permissions", (".*", ".*", ".*")))
+        if "cluster" in config:
+            return defaults
+        for command in defaults:
+            broker.metadata.apply(command)
         if store is not None:
             log.info("no saved definitions in %s: created the default user '%s' and vhost '%s'",
                      store.dir, user, vhost)
-        return
+        return []
     skipped = []
 
     def skip(kind, item, message):
@@ -115,6 +121,7 @@ def _recover_definitions(broker: Broker, store, config: dict) -> None:
     if skipped:
         log.error("skipped %d definitions that could not be recovered", len(skipped))
     broker.metadata.recovered(complete=not skipped)
+    return []
 
 
 async def _flush_definitions_periodically(broker, interval: float = 0.5) -> None:
@@ -178,7 +185,7 @@ def _node_name(name: str | None) -> str:
     return name if "@" in name else f"{name}@{socket.gethostname().split('.')[0]}"
 
 
-def _cluster(broker: Broker, cluster: dict | None, listen: list[Listen]):
+def _cluster(broker: Broker, cluster: dict | None, listen: list[Listen], seed: list):
     """A cluster member's services (warren.cluster): its membership, and the metadata log
     every change of metadata goes through; None for a node alone."""
     if cluster is None:
@@ -192,7 +199,7 @@ def _cluster(broker: Broker, cluster: dict | None, listen: list[Listen]):
     identity = {"processors": os.cpu_count() or 1,
                 "amqp": [[entry.host, entry.port] for entry in listen if entry.tls is None]}
     etcd = Etcd(list(config.endpoints))
-    return Membership(config, etcd, identity, broker.config), MetadataLog(config, etcd, broker.metadata)
+    return Membership(config, etcd, identity, broker.config), MetadataLog(config, etcd, broker.metadata, seed)
 
 
 def _raise_open_files_limit() -> None:
@@ -246,7 +253,7 @@ def main(argv=None) -> int:
         # Before definitions are recovered, so durable queues recover their messages too.
         broker.persister = Persister(args.data_dir, window=args.queue_window or config.get("queue_window"))
     _raise_open_files_limit()
-    _recover_definitions(broker, store, config)
+    seed = _recover_definitions(broker, store, config)
     if "loopback_users" in config:
         broker.config.loopback_users = config["loopback_users"]
     broker.config.auth_mechanisms = config.get("auth_mechanisms", broker.config.auth_mechanisms)
@@ -259,6 +266,10 @@ def main(argv=None) -> int:
     except TLSError as err:
         print(f"warren: {err}", file=sys.stderr)
         return 2
+    if args.definitions and "cluster" in config:
+        print("warren: --definitions on a cluster member is not supported yet: its definitions are the cluster's",
+              file=sys.stderr)
+        return 2
     if args.definitions:
         try:
             with open(args.definitions) as f:
@@ -267,8 +278,12 @@ def main(argv=None) -> int:
             print(f"warren: cannot load definitions {args.definitions}: {err}", file=sys.stderr)
             return 2
         log.info("imported definitions from %s: %s", args.definitions, _describe_counts(counts))
-    # The permanent id (Prometheus's rabbitmq_cluster_permanent_id), saved with the definitions.
-    parameters.permanent_cluster_id(broker)
+    # The permanent id (Prometheus's rabbitmq_cluster_permanent_id), saved with the definitions;
+    # a cluster's first member writes it to the cluster's log with the defaults.
+    if "cluster" not in config:
+        parameters.permanent_cluster_id(broker)
+    elif seed:
+        seed.append(parameters.new_cluster_id_command())
     if broker.persister is not None:
         broker.persister.clean_start((v.name, q.name) for v in broker.vhosts.values()
                                      for q in v.queues.values() if q.durable)
@@ -298,7 +313,7 @@ def main(argv=None) -> int:
     services: list = [memory, DiskMonitor(broker, args.data_dir or os.getcwd(),
                                           config.get("disk_free_limit", DEFAULT_LIMIT), memory.total_memory)]
     # A cluster's member (cluster_formation.peer_discovery_backend = etcd) joins it through etcd.
-    cluster = _cluster(broker, config.get("cluster"), listen)
+    cluster = _cluster(broker, config.get("cluster"), listen, seed)
     membership = None
     if cluster is not None:
         membership = cluster[0]

@@ -17,6 +17,7 @@ so a restarted node goes on from there."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import json
 import logging
@@ -27,11 +28,12 @@ from typing import Any, Callable
 from ..broker.errors import internal_error, not_implemented
 from ..broker.federation_upstreams import UPSTREAM, UPSTREAM_SET
 from ..broker.metadata.commands import Command, DeclareQueue, SetFederationParameter, SetPolicy, SetShovel
+from ..broker.metadata import change
 from ..broker.metadata.change import Change, Done
 from ..broker.metadata.store import MetadataStore
 from . import command_codec
 from .config import ClusterConfig
-from .etcd import Etcd, EtcdError, mod_revision_is, put_op
+from .etcd import Compacted, Etcd, EtcdError, mod_revision_is, put_op
 
 log = logging.getLogger("warren.cluster")
 
@@ -54,10 +56,14 @@ class MetadataLog:
     """A cluster member's log (warren.broker.metadata.change.ClusterLog), and one of its
     server's services: it follows the log from the revision the node's metadata includes."""
 
-    def __init__(self, config: ClusterConfig, etcd: Etcd, store: MetadataStore):
+    def __init__(self, config: ClusterConfig, etcd: Etcd, store: MetadataStore, seed: list[Command] = ()):  # type: ignore[assignment]
         self.config = config
         self.etcd = etcd
         self.store = store
+        # A new member's defaults (the default user and vhost, the cluster's id): written to
+        # the log if it is empty once read, so a cluster's first node makes them for all.
+        self.seed = list(seed)
+        self._seeding = 0  # of the seed's changes, those not answered yet
         self.key = config.keys.root + b"metadata/log"
         self.caught_up = asyncio.Event()  # the node has applied what the log held when it started
         self._queue: asyncio.Queue[_Proposal] = asyncio.Queue()
@@ -75,11 +81,16 @@ class MetadataLog:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._follow()), loop.create_task(self._write())]
         self.store.log = self
-        try:  # serve with the metadata the cluster has, when etcd answers soon
-            await asyncio.wait_for(self.caught_up.wait(), 5)
+        try:  # serve with the metadata the cluster has (a first node: its defaults), when etcd answers soon
+            await asyncio.wait_for(self._ready(), 5)
         except asyncio.TimeoutError:
-            log.error("cluster %s: the metadata log could not be read yet; serving what this node has",
-                      self.config.cluster_name)
+            log.error("cluster %s: the metadata log could not be read yet; serving what this node has%s",
+                      self.config.cluster_name, "" if self.store.vhosts else " (nothing: it has never joined)")
+
+    async def _ready(self) -> None:
+        await self.caught_up.wait()
+        while self._seeding:
+            await self._advanced.wait()
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -175,16 +186,35 @@ class MetadataLog:
                     log.error("cluster %s: this node's metadata includes change %d, the log ends at %d: "
                               "is this the cluster's etcd?", self.config.cluster_name, self.revision, head)
                 if self.revision >= head:
-                    self.caught_up.set()
+                    self._caught_up(head)
                 async for _, events in self.etcd.watch(self.key, self.revision + 1):
                     for event in events:
                         if not event.deleted and event.kv.mod_revision > self.revision:
                             self._apply(event.kv.mod_revision, event.kv.value)
                     if self.revision >= head:
-                        self.caught_up.set()
+                        self._caught_up(head)
+            except Compacted as err:
+                log.error("cluster %s: the metadata log was compacted past this node's revision %d (to %d): "
+                          "it cannot catch up (start it with an empty data directory)",
+                          self.config.cluster_name, self.revision, err.revision)
+                await asyncio.sleep(10)
             except EtcdError as err:
                 log.warning("cluster %s: following the metadata log: %s", self.config.cluster_name, err)
                 await asyncio.sleep(RETRY)
+
+    def _caught_up(self, head: int) -> None:
+        if not self.caught_up.is_set():
+            self.caught_up.set()
+            if head == 0:  # nobody wrote the log yet: this node's defaults are the cluster's
+                for command in self.seed:
+                    self._seeding += 1
+                    self.submit(functools.partial(change.command, command), self._seeded)
+            self.seed = []
+
+    def _seeded(self, result: Any, error: BaseException | None) -> None:
+        self._seeding -= 1
+        if error is not None:
+            log.error("the cluster's defaults could not be written: %s", error)
 
     def _apply(self, revision: int, value: bytes) -> None:
         store = self.store
@@ -206,13 +236,16 @@ class MetadataLog:
             finally:
                 store.from_log = False
         store.applied(revision)
-        self._advanced.set()
-        self._advanced = asyncio.Event()
-        if proposal is None or proposal.change is None:
-            if error is not None and proposal is None:
-                log.debug("cluster %s: log entry %d refused here too: %s", self.config.cluster_name, revision, error)
-            return
-        # Resume the operation that wrote it: what follows its command, then its answer.
+        if proposal is not None and proposal.change is not None:
+            self._resume(proposal, result, error)
+        elif error is not None:
+            log.debug("cluster %s: log entry %d refused here too: %s", self.config.cluster_name, revision, error)
+        advanced, self._advanced = self._advanced, asyncio.Event()
+        advanced.set()
+
+    def _resume(self, proposal: _Proposal, result: Any, error: BaseException | None) -> None:
+        """The operation that wrote the change: what follows its command, then its answer."""
+        assert proposal.change is not None
         try:
             if error is not None:
                 proposal.change.throw(error)
