@@ -365,7 +365,7 @@ class Channel:
     # -------------------------------------------------------------- exchange
     def _exchange_declare(self, m):
         self._change(m, lambda: ops.declare_exchange.change(self.actor, m.exchange, m.type, m.passive, m.durable,
-                                                     m.auto_delete, m.internal, m.arguments),
+                                                            m.auto_delete, m.internal, m.arguments),
                      lambda _: self._reply(m, spec.ExchangeDeclareOk()))
 
     def _exchange_delete(self, m):
@@ -374,12 +374,12 @@ class Channel:
 
     def _exchange_bind(self, m):
         self._change(m, lambda: ops.bind.change(self.actor, m.source, "exchange", m.destination, m.routing_key,
-                                         m.arguments),
+                                                m.arguments),
                      lambda _: self._reply(m, spec.ExchangeBindOk()))
 
     def _exchange_unbind(self, m):
         self._change(m, lambda: ops.unbind.change(self.actor, m.source, "exchange", m.destination, m.routing_key,
-                                           m.arguments),
+                                                  m.arguments),
                      lambda _: self._reply(m, spec.ExchangeUnbindOk()))
 
     def _reply(self, m, reply: spec.Method) -> None:
@@ -390,7 +390,7 @@ class Channel:
     def _queue_declare(self, m):
         # No empty-name shortcut for a passive declare (as RabbitMQ).
         self._change(m, lambda: ops.declare_queue.change(self.actor, m.queue, m.passive, m.durable, m.exclusive,
-                                                  m.auto_delete, m.arguments),
+                                                         m.auto_delete, m.arguments),
                      lambda result: self._queue_declared(m, *result))
 
     def _queue_declared(self, m, q, created: bool) -> None:
