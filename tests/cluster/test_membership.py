@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from conftest import free_port
+from integration.http_api import wait_for  # noqa: F401  (the cluster tests' too)
 from warren.cluster.config import LIVENESS_TTL
 
 
@@ -24,17 +25,6 @@ def nodes(node) -> dict[str, bool]:
     answer = requests.get(node.api + "/nodes", auth=("guest", "guest"), timeout=5)
     answer.raise_for_status()
     return {n["name"]: n["running"] for n in answer.json()}
-
-
-def wait_for(predicate, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def etcd_get(endpoint: str, key: bytes) -> list[dict]:
