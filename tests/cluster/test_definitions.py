@@ -6,6 +6,7 @@ queues are refused on a cluster, for now, with a clear error."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -15,6 +16,9 @@ import pika.exceptions
 import pytest
 import requests
 
+from conftest import scratch_dir, start_broker
+
+from .conftest import cluster_conf
 from .test_membership import nodes, wait_for
 
 AUTH = ("guest", "guest")
@@ -212,3 +216,21 @@ def test_a_new_member_takes_the_clusters_definitions_not_its_own_defaults(make_n
     assert requests.get(b.api + "/users", auth=AUTH).status_code == 401
     ids = {requests.get(n.api + "/global-parameters/internal_cluster_id", auth=admin).json()["value"] for n in (a, b)}
     assert len(ids) == 1 and ids.pop().startswith("rabbitmq-cluster-id-")
+
+
+def test_the_aliveness_test_says_why_it_fails_on_a_cluster(three):
+    answer = requests.get(three[0].api + "/aliveness-test/%2F", auth=AUTH, timeout=30)
+    assert answer.json() == {"status": "failed",
+                             "reason": "not supported on a Warren cluster yet, queues: 'aliveness-test' was not declared"}
+
+
+def test_a_member_does_not_start_with_a_definitions_file(etcd):
+    """Its definitions are the cluster's (an import on a cluster is not supported yet)."""
+    directory = scratch_dir("warren-cluster-start-")
+    path = os.path.join(directory, "definitions.json")
+    with open(path, "w") as f:
+        f.write('{"vhosts": [{"name": "v"}]}')
+    conf = cluster_conf(etcd.endpoints, "t-definitions")
+    with pytest.raises(RuntimeError, match="--definitions on a cluster member is not supported yet"):
+        start_broker("--node-name", "warren-a@localhost", "--config", conf, "--definitions", path,
+                     "--prometheus-port", "0")

@@ -12,6 +12,7 @@ from ...amqp.properties import encode_header
 from ...broker import ops, x509
 from ...broker.errors import AMQPError
 from ..access import ANY, VHOST, access
+from .. import changes
 from .. import stats
 from ..app import ApiError, bad_request, json_response, not_found
 from ..resources import actor, check_vhost_access
@@ -207,7 +208,7 @@ async def aliveness_test(request):
     try:
         # Through the operations layer, as RabbitMQ goes through a channel: permissions and
         # the vhost's max-queues apply.
-        ops.declare_queue(who, ALIVENESS_QUEUE)
+        await changes.perform(request, lambda: ops.declare_queue.change(who, ALIVENESS_QUEUE))
         message, _, _ = ops.publish(who, "", ALIVENESS_QUEUE, route, encode_header(len(ALIVENESS_BODY), {}),
                                     ALIVENESS_BODY)
         _, qm = ops.get(who, ALIVENESS_QUEUE, no_ack=True)
@@ -219,5 +220,7 @@ async def aliveness_test(request):
         if err.code == 403:  # as RabbitMQ's channel: refused, not failed
             raise ApiError(401, "not_authorised", err.reply_text) from None
         return _failed({"reason": err.reply_text})
+    except ApiError as err:  # (what a cluster does not do yet, or its etcd not answering)
+        return _failed({"reason": err.reason})
     broker.metadata.flush()
     return json_response(OK)
