@@ -220,7 +220,8 @@ class Etcd:
             except (aiohttp.ClientError, asyncio.TimeoutError) as err:
                 errors.append(f"{url}: {err.__class__.__name__} {err}".rstrip())
                 continue
-            self._current = n
+            # The next watch starts at the next member: this one may have lost its leader.
+            self._current = (n + 1) % len(self.endpoints)
             async with response:
                 try:
                     async for line in response.content:
