@@ -291,8 +291,12 @@ def test_the_overview_shows_totals_and_live_charts(chrome, base, ui_broker, traf
     open_page(chrome, base, "#/")
     wait(chrome, lambda: visible(chrome, "#overview-totals") and by_css(chrome, "#overview-totals").text.strip(),
          message="no totals on the overview")
-    for section in ("#node-memory", "#node-disk", "#alarms", "#listeners"):
+    for section in ("#node-memory", "#node-disk", "#alarms", "#nodes", "#listeners"):
         assert by_css(chrome, section).is_displayed(), section
+    # The nodes (one here; every member of a cluster): this one, running.
+    node = ui_broker.http.get(f"{ui_broker.api}/overview").json()["node"]
+    wait(chrome, lambda: f"{node}\nrunning" in by_css(chrome, "#nodes").text.replace("\t", "\n")
+         or f"{node} running" in by_css(chrome, "#nodes").text, message="the node is not in the nodes table")
     rates, queued = "#chart-message-rates", "#chart-queued-messages"
     wait(chrome, lambda: chart_samples(chrome, rates) >= 1 and chart_samples(chrome, queued) >= 1,
          message="the overview's charts have no samples")

@@ -1,5 +1,5 @@
 // Overview: totals, live message rates and queued messages, the node's memory and disk
-// against their limits, alarms and listeners (/api/overview and /api/nodes).
+// against their limits, alarms, the cluster's nodes and listeners (/api/overview and /api/nodes).
 
 import * as api from "../api.js";
 import { Chart, rates } from "../chart.js";
@@ -45,6 +45,7 @@ export function mount(main, _params, { user }) {
   const node = liveKv([["memory", "Memory", "node-memory"], ["disk", "Disk space", "node-disk"], ["alarms", "Alarms", "alarms"],
     ["cluster", "Cluster"], ["node", "Node"], ["version", "Version"], ["uptime", "Uptime"], ["fds", "File descriptors"]]);
   const listeners = h("div", { id: "listeners" });
+  const nodeList = h("div", { id: "nodes" });
   main.append(
     h("h1", {}, "Overview"),
     h("div", { class: "row" },
@@ -53,6 +54,7 @@ export function mount(main, _params, { user }) {
     h("div", { class: "row" },
       h("div", {}, h("h2", {}, "Totals"), totals.element),
       h("div", {}, h("h2", {}, "Node"), node.element)),
+    h("h2", {}, "Nodes"), nodeList,
     h("h2", {}, "Listeners"), listeners);
 
   return async () => {
@@ -71,7 +73,14 @@ export function mount(main, _params, { user }) {
       uptime: figures && `${Math.round(figures.uptime / 1000)} s`,
       fds: figures && `${num(figures.fd_used)} of ${num(figures.fd_total)}`,
     });
+    // Every member of a cluster, running or not (monitoring users and administrators).
+    fill(nodeList, nodes ? table([
+      { title: "Name", cell: (n) => n.name },
+      { title: "State", cell: (n) => h("span", { class: n.running ? "ok" : "alarm" }, n.running ? "running" : "not running") },
+      { title: "Uptime", cell: (n) => (n.running && n.uptime !== undefined ? `${Math.round(n.uptime / 1000)} s` : ""), class: "num" },
+    ], nodes) : HIDDEN());
     fill(listeners, table([
+      { title: "Node", cell: (l) => l.node },
       { title: "Protocol", cell: (l) => l.protocol },
       { title: "Bound to", cell: (l) => l.ip_address },
       { title: "Port", cell: (l) => l.port, class: "num" },
