@@ -86,6 +86,8 @@ def test_set_vm_memory_high_watermark_refusals(ctl, args, code, error):
     assert ctl.status()["vm_memory_high_watermark_limit"] == before
 
 
+# node_wide: the tests that set (or try to set) a threshold; the refusals change nothing.
+@pytest.mark.node_wide
 def test_absolute_watermark_of_zero_fails_after_the_banner(ctl):
     # rabbitmqctl 3.10 validates it, prints the banner, then fails with exit code 70.
     r = ctl("set_vm_memory_high_watermark", "absolute", "0")
@@ -113,6 +115,7 @@ def test_set_disk_free_limit_refusals(ctl, args, code, error):
     assert ctl.status()["disk_free_limit"] == 50_000_000
 
 
+@pytest.mark.node_wide
 def test_watermark_zero_raises_the_memory_alarm_and_setting_it_back_clears_it(ctl):
     try:
         out = ctl.ok("set_vm_memory_high_watermark", "0")
@@ -139,6 +142,7 @@ def test_watermark_zero_raises_the_memory_alarm_and_setting_it_back_clears_it(ct
         ctl.restore()
 
 
+@pytest.mark.node_wide
 def test_disk_limit_above_the_free_space_raises_the_disk_alarm(ctl):
     try:
         free = ctl.status()["disk_free"]
@@ -166,6 +170,7 @@ def test_disk_limit_above_the_free_space_raises_the_disk_alarm(ctl):
         ctl.restore()
 
 
+@pytest.mark.node_wide
 def test_both_alarms_together(ctl):
     try:
         ctl.ok("set_vm_memory_high_watermark", "0")

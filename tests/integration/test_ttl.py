@@ -239,17 +239,18 @@ def test_consumer_keeps_a_queue_alive(connection, channel, names):
 
 @pytest.mark.parametrize("use", ["basic.get", "declare", "passive declare"])
 def test_basic_get_and_declares_keep_a_queue_alive(connection, channel, names, use):
+    # (500 ms: a touch every 50 ms stays well inside it on a machine busy with other tests)
     q = names("exp")
-    channel.queue_declare(q, arguments={EXPIRES: 150})
+    channel.queue_declare(q, arguments={EXPIRES: 500})
     touch = {"basic.get": lambda: channel.basic_get(q, auto_ack=True),
-             "declare": lambda: channel.queue_declare(q, arguments={EXPIRES: 150}),
+             "declare": lambda: channel.queue_declare(q, arguments={EXPIRES: 500}),
              "passive declare": lambda: channel.queue_declare(q, passive=True)}[use]
-    deadline = time.monotonic() + 0.6
+    deadline = time.monotonic() + 2.0  # four lifetimes
     while time.monotonic() < deadline:
         touch()
         time.sleep(0.05)
     assert queue_exists(connection, q)
-    wait_expired(connection, q)
+    wait_expired(connection, q, every=0.75)  # (its passive declares are uses too)
 
 
 def test_publishing_does_not_keep_a_queue_alive(connection, channel, names):
