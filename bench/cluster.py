@@ -33,7 +33,9 @@ Latency is one request's time from sending it to its reply, in the client. The b
 phase is the CPU seconds of every broker process (Warren: the three nodes and, apart, the
 three etcd members; RabbitMQ: the three nodes' process groups) over the phase. For Warren the
 mean fsync time of etcd's write-ahead log (the member on node 1's endpoint, its /metrics) over
-the run is printed too: one etcd transaction per change waits for it on a majority.
+the run is printed too: one etcd transaction per change waits for it on a majority; and, per
+phase, etcd's committed raft proposals per request: above 1 when nodes lost the race for the
+log's revision and wrote their change again.
 
 etcd runs with its defaults (heartbeat 100 ms, election 1 s, a WAL fsync per commit), each
 member with its own data directory in the run's temporary directory. Warren runs from this
@@ -288,16 +290,23 @@ class WarrenCluster:
         return {"broker": sum(group_cpu_seconds(p.pid) for p in self.nodes),
                 "etcd": sum(group_cpu_seconds(p.pid) for p in self.etcd)}
 
-    def fsync(self) -> tuple[float, int]:
-        """etcd's WAL fsync seconds and count so far (member 0)."""
-        total = count = 0.0
+    def etcd_metric(self, name: str) -> float:
+        """One of etcd's metrics now (member 0's /metrics)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.etcd_client[0]}/metrics", timeout=5) as r:
             for line in r.read().decode().splitlines():
-                if line.startswith("etcd_disk_wal_fsync_duration_seconds_sum"):
-                    total = float(line.split()[-1])
-                elif line.startswith("etcd_disk_wal_fsync_duration_seconds_count"):
-                    count = float(line.split()[-1])
-        return total, int(count)
+                if line.startswith(name + " "):
+                    return float(line.split()[-1])
+        return 0.0
+
+    def fsync(self) -> tuple[float, int]:
+        """etcd's WAL fsync seconds and count so far (member 0)."""
+        return (self.etcd_metric("etcd_disk_wal_fsync_duration_seconds_sum"),
+                int(self.etcd_metric("etcd_disk_wal_fsync_duration_seconds_count")))
+
+    def proposals(self) -> float:
+        """Raft proposals etcd has committed: a change that lost the race for the log's
+        revision (its transaction's compare failed) and was written again counts twice."""
+        return self.etcd_metric("etcd_server_proposals_committed_total")
 
     def stop(self) -> None:
         for p in self.nodes:
@@ -329,6 +338,9 @@ class RabbitCluster:
     def fsync(self) -> None:
         return None
 
+    def proposals(self) -> None:
+        return None
+
     def stop(self) -> None:
         self.cluster.stop()
 
@@ -347,12 +359,12 @@ def measure(cluster, args, round_no: int) -> dict:
     prefix = f"bench.r{round_no}."
     for op, clients in PHASES:
         nodes = [1] if clients == 1 else list(range(NODES))  # one client: node 2
-        cpu0 = cluster.cpu()
+        cpu0, proposals0 = cluster.cpu(), cluster.proposals()
         start_at = time.monotonic() + 3.0  # the clients' imports and connections first
         specs = [{"op": op, "port": cluster.ports[n], "prefix": f"{prefix}c{clients}.n{n}.",
                   "count": args.count, "start_at": start_at} for n in nodes]
         res = run_children(specs, timeout=args.timeout)
-        cpu1 = cluster.cpu()
+        cpu1, proposals1 = cluster.cpu(), cluster.proposals()
         span = max(r["t_last"] for r in res) - min(r["t_first"] for r in res)
         lat = [x for r in res for x in r["latencies"]]
         key = f"{op}_x{clients}"
@@ -363,6 +375,8 @@ def measure(cluster, args, round_no: int) -> dict:
         metrics[f"{key}_cpu_ms"] = (cpu1["broker"] - cpu0["broker"]) * 1e3 / len(lat)
         if "etcd" in cpu0:
             metrics[f"{key}_etcd_cpu_ms"] = (cpu1["etcd"] - cpu0["etcd"]) * 1e3 / len(lat)
+        if proposals0 is not None:
+            metrics[f"{key}_proposals"] = (proposals1 - proposals0) / len(lat)
         log(f"{cluster.name} round {round_no + 1}: {op} x{clients}: {metrics[f'{key}_rate']:.0f}/s, "
             f"p50 {metrics[f'{key}_p50_ms']:.2f} ms, p99 {metrics[f'{key}_p99_ms']:.2f} ms")
     res = run_children([{"op": "propagation", "port": cluster.ports[0], "reader_port": cluster.ports[2],
@@ -393,7 +407,8 @@ for _op, _c in PHASES:
              (f"{_k}_p50_ms", f"{_what}, {_who}: p50 ms", False),
              (f"{_k}_p99_ms", f"{_what}, {_who}: p99 ms", False),
              (f"{_k}_cpu_ms", f"{_what}, {_who}: broker CPU ms per request", False),
-             (f"{_k}_etcd_cpu_ms", f"{_what}, {_who}: etcd CPU ms per request", False)]
+             (f"{_k}_etcd_cpu_ms", f"{_what}, {_who}: etcd CPU ms per request", False),
+             (f"{_k}_proposals", f"{_what}, {_who}: etcd proposals per request", False)]
 ROWS += [("prop_p50_ms", "propagation node 1 -> node 3, polled after declare-ok: p50 ms", False),
          ("prop_p99_ms", "propagation node 1 -> node 3, polled after declare-ok: p99 ms", False),
          ("prop_first_poll", "propagation: share visible at the first poll", True),
