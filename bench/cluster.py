@@ -1,0 +1,510 @@
+#!/usr/bin/env python3
+"""Metadata changes on a three-node cluster: Warren (three etcd members and three nodes) against
+RabbitMQ 3.10 (three clustered nodes, tools/rabbitmq_node.py's RabbitMQCluster), on this machine.
+
+    python bench/cluster.py [--count 500] [--samples 200] [--repeat 3] [--target both]
+                            [--json FILE] [--keep-tmp]
+
+(Needs pika: run it with the project's venv, e.g. /work/venv/bin/python bench/cluster.py.)
+
+Phases, each run once per broker per round (the brokers alternate their order every round),
+every request one RPC at a time (the client waits for the -ok before the next, as most clients
+do), each client a pika BlockingConnection in its own process:
+
+  declare x1   one client on node 2 declares --count durable direct exchanges;
+  bind x1      the same client binds them exchange to exchange: exchange i to exchange i+1
+               (mod count), routing key "k<i>";
+  delete x1    it deletes them (their bindings go with them);
+  declare x3, bind x3, delete x3
+               the same with three clients at once, one per node, each --count exchanges of
+               its own (3 x count in all): declares/s = all requests / time from the first
+               request of any client to the last reply of any;
+  propagation  --samples times: declare an exchange on node 1 and, from the moment its
+               declare-ok arrives, poll node 3 with a passive exchange.declare (a 404 closes
+               the channel; a new one is opened) until it answers declare-ok. The delay's
+               median and p99, how many samples were visible at the first poll, and what one
+               poll costs (one that finds the exchange, one that misses): the resolution.
+               Then the same with the polling started when node 1's declare is sent, by a
+               second connection to node 3 in a thread of its own: the delay from node 1's
+               declare-ok to the reply of node 3's first poll that found the exchange (negative:
+               node 3 had it before node 1 answered). The exchanges are then deleted (not timed).
+
+Latency is one request's time from sending it to its reply, in the client. The broker CPU of a
+phase is the CPU seconds of every broker process (Warren: the three nodes and, apart, the
+three etcd members; RabbitMQ: the three nodes' process groups) over the phase. For Warren the
+mean fsync time of etcd's write-ahead log (the member on node 1's endpoint, its /metrics) over
+the run is printed too: one etcd transaction per change waits for it on a majority; and, per
+phase, etcd's committed raft proposals per request: above 1 when nodes lost the race for the
+log's revision and wrote their change again.
+
+etcd runs with its defaults (heartbeat 100 ms, election 1 s, a WAL fsync per commit), each
+member with its own data directory in the run's temporary directory. Warren runs from this
+checkout. Progress goes to stderr, a Markdown table (medians over the rounds, each round's
+figure in brackets when there are several) to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+sys.path.insert(0, str(BENCH_DIR))
+sys.path.insert(0, str(REPO_DIR / "tools"))
+
+from rabbitmq_node import (RabbitMQCluster, amqp_probe, free_ports, kill_all_children,  # noqa: E402
+                           kill_tree, spawn, watchdog_send)
+from run import fmt_num, group_cpu_seconds, log  # noqa: E402
+
+NODES = 3
+PHASES = [("declare", 1), ("bind", 1), ("delete", 1), ("declare", 3), ("bind", 3), ("delete", 3)]
+
+
+# --------------------------------------------------------------------------
+# the clients, each in a child process: `cluster.py --child '{...}'` prints one JSON line
+
+
+def child(spec: dict) -> dict:
+    import pika
+    if spec["op"] == "propagation":
+        return propagation(spec)
+    conn = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", spec["port"]))
+    ch = conn.channel()
+    prefix, count = spec["prefix"], spec["count"]
+    if spec["op"] == "declare":
+        def request(i: int) -> None:
+            ch.exchange_declare(f"{prefix}{i}", "direct", durable=True)
+    elif spec["op"] == "bind":
+        def request(i: int) -> None:
+            ch.exchange_bind(destination=f"{prefix}{(i + 1) % count}", source=f"{prefix}{i}",
+                             routing_key=f"k{i}")
+    elif spec["op"] == "delete":
+        def request(i: int) -> None:
+            ch.exchange_delete(f"{prefix}{i}")
+    else:
+        raise ValueError(spec["op"])
+    while time.monotonic() < spec["start_at"]:  # (the clients of one phase start together)
+        time.sleep(0.001)
+    latencies = []
+    t_first = time.monotonic()
+    for i in range(count):
+        t0 = time.perf_counter()
+        request(i)
+        latencies.append(time.perf_counter() - t0)
+    t_last = time.monotonic()
+    conn.close()
+    return {"t_first": t_first, "t_last": t_last, "latencies": latencies}
+
+
+def propagation(spec: dict) -> dict:
+    import threading
+    import pika
+    from pika.exceptions import ChannelClosedByBroker
+
+    def connect(port: int):
+        return pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+
+    def poll(conn, ch, name: str, t0: float):
+        """Passive declares until one succeeds: (its reply time, polls, the channel, misses' time)."""
+        n, missed_s = 0, 0.0
+        while True:
+            n += 1
+            tp = time.perf_counter()
+            try:
+                ch.exchange_declare(name, passive=True)
+                return time.perf_counter(), n, ch, missed_s
+            except ChannelClosedByBroker as err:
+                if err.reply_code != 404:
+                    raise
+                missed_s += time.perf_counter() - tp
+                ch = conn.channel()
+            if time.perf_counter() - t0 > 30:
+                raise RuntimeError(f"{name} not visible on the reader's node after 30 s")
+
+    writer, reader = connect(spec["port"]), connect(spec["reader_port"])
+    wch, rch = writer.channel(), reader.channel()
+    names = [f"{spec['prefix']}{i}" for i in range(spec["count"])]
+    # After: the first poll of node 3 goes out once node 1's declare-ok is in.
+    delays, polls, missed, missed_s = [], [], 0, 0.0
+    for name in names:
+        wch.exchange_declare(name, "direct", durable=True)
+        t_ok = time.perf_counter()
+        t_vis, n, rch, m_s = poll(reader, rch, name, t_ok)
+        delays.append(t_vis - t_ok)
+        polls.append(n)
+        missed, missed_s = missed + n - 1, missed_s + m_s
+    hits = []  # a poll that finds the exchange: the resolution of the above
+    for name in names:
+        tp = time.perf_counter()
+        rch.exchange_declare(name, passive=True)
+        hits.append(time.perf_counter() - tp)
+    for name in names:
+        wch.exchange_delete(name)
+    # Meanwhile: a second connection to node 3 polls from the moment node 1's declare goes out,
+    # in a thread of its own; the delay is from node 1's declare-ok to the reply of node 3's
+    # first poll that found it (negative: seen on node 3 before node 1 answered).
+    poller = connect(spec["reader_port"])
+    pch = poller.channel()
+    go, seen = threading.Event(), threading.Event()
+    box: dict = {}
+
+    def run_poller() -> None:
+        nonlocal pch
+        while True:
+            go.wait()
+            go.clear()
+            if box.get("stop"):
+                return
+            box["t_vis"], _, pch, _ = poll(poller, pch, box["name"], time.perf_counter())
+            seen.set()
+
+    thread = threading.Thread(target=run_poller, daemon=True)
+    thread.start()
+    overlap = []
+    for name in names:
+        box["name"] = name + ".c"
+        seen.clear()
+        go.set()
+        wch.exchange_declare(box["name"], "direct", durable=True)
+        t_ok = time.perf_counter()
+        if not seen.wait(35):
+            raise RuntimeError(f"{box['name']} not visible on the reader's node after 35 s")
+        overlap.append(box["t_vis"] - t_ok)
+    box["stop"] = True
+    go.set()
+    thread.join(5)
+    for name in names:
+        wch.exchange_delete(name + ".c")
+    for conn in (writer, reader, poller):
+        conn.close()
+    return {"delays": delays, "polls": polls, "missed_poll_s": missed_s / missed if missed else None,
+            "hit_poll_s": statistics.median(hits), "overlap": overlap}
+
+
+def run_children(specs: list[dict], timeout: float) -> list[dict]:
+    procs = [subprocess.Popen([sys.executable, __file__, "--child", json.dumps(s)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for s in specs]
+    out = []
+    deadline = time.monotonic() + timeout
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            if p.returncode != 0:
+                raise RuntimeError(f"client exited with {p.returncode}: {stderr.strip()[-800:]}")
+            out.append(json.loads(stdout.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return out
+
+
+# --------------------------------------------------------------------------
+# the clusters
+
+
+class WarrenCluster:
+    name = "warren"
+
+    def __init__(self, args):
+        self.args = args
+        self.tmp = tempfile.mkdtemp(prefix="warren-cluster-bench-")
+        if not args.keep_tmp:
+            watchdog_send(f"d+{self.tmp}")
+        self.etcd: list[subprocess.Popen] = []
+        self.nodes: list[subprocess.Popen] = []
+        self.ports: list[int] = []
+        self.etcd_client: list[int] = []
+
+    def start(self) -> None:
+        etcd = shutil.which("etcd")
+        if etcd is None:
+            raise RuntimeError("needs etcd (Debian's etcd-server)")
+        ports = free_ports(3 * NODES + NODES)
+        clients, peers, self.ports = ports[:NODES], ports[NODES:2 * NODES], ports[2 * NODES:3 * NODES]
+        self.etcd_client = clients
+        initial = ",".join(f"e{i}=http://127.0.0.1:{peers[i]}" for i in range(NODES))
+        for i in range(NODES):
+            d = os.path.join(self.tmp, f"etcd-{i}")
+            os.makedirs(d)
+            client = f"http://127.0.0.1:{clients[i]}"
+            with open(os.path.join(d, "etcd.log"), "ab") as lf:
+                # etcd's defaults otherwise: nothing tuned.
+                self.etcd.append(spawn(
+                    [etcd, "--name", f"e{i}", "--data-dir", os.path.join(d, "data"),
+                     "--listen-client-urls", client, "--advertise-client-urls", client,
+                     "--listen-peer-urls", f"http://127.0.0.1:{peers[i]}",
+                     "--initial-advertise-peer-urls", f"http://127.0.0.1:{peers[i]}",
+                     "--initial-cluster", initial, "--initial-cluster-state", "new",
+                     "--initial-cluster-token", os.path.basename(self.tmp)],
+                    stdout=lf, stderr=lf))
+        deadline = time.monotonic() + 30
+        while not all(self._etcd_healthy(c) for c in clients):
+            if time.monotonic() > deadline:
+                raise RuntimeError("etcd did not become healthy in 30 s")
+            time.sleep(0.1)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = str(REPO_DIR) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        for i in range(NODES):
+            d = os.path.join(self.tmp, f"warren-{i + 1}")
+            os.makedirs(d)
+            conf = os.path.join(d, "rabbitmq.conf")
+            with open(conf, "w") as f:
+                f.write("cluster_formation.peer_discovery_backend = etcd\n")
+                for j, c in enumerate(clients, 1):
+                    f.write(f"cluster_formation.etcd.endpoints.{j} = 127.0.0.1:{c}\n")
+            argv = [sys.executable, "-m", "warren", "server", "--node-name", f"warren-{i + 1}@localhost",
+                    "--config", conf, "--data-dir", os.path.join(d, "data"), "--port", str(self.ports[i]),
+                    "--management-port", "0", "--prometheus-port", "0"]
+            with open(os.path.join(d, "warren.log"), "ab") as lf:
+                self.nodes.append(spawn(argv, env=env, cwd=d, stdout=lf, stderr=lf))
+        deadline = time.monotonic() + 60
+        for i, port in enumerate(self.ports):
+            while amqp_probe(port) is None:
+                if self.nodes[i].poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"warren-{i + 1} did not start; see {self.tmp}")
+                time.sleep(0.2)
+        log(f"warren: etcd on {clients}, nodes on {self.ports}")
+
+    @staticmethod
+    def _etcd_healthy(port: int) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                return json.load(r).get("health") == "true"
+        except (OSError, ValueError):
+            return False
+
+    def cpu(self) -> dict[str, float]:
+        return {"broker": sum(group_cpu_seconds(p.pid) for p in self.nodes),
+                "etcd": sum(group_cpu_seconds(p.pid) for p in self.etcd)}
+
+    def etcd_metric(self, name: str) -> float:
+        """One of etcd's metrics now (member 0's /metrics)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.etcd_client[0]}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[-1])
+        return 0.0
+
+    def fsync(self) -> tuple[float, int]:
+        """etcd's WAL fsync seconds and count so far (member 0)."""
+        return (self.etcd_metric("etcd_disk_wal_fsync_duration_seconds_sum"),
+                int(self.etcd_metric("etcd_disk_wal_fsync_duration_seconds_count")))
+
+    def proposals(self) -> float:
+        """Raft proposals etcd has committed: a change that lost the race for the log's
+        revision (its transaction's compare failed) and was written again counts twice."""
+        return self.etcd_metric("etcd_server_proposals_committed_total")
+
+    def stop(self) -> None:
+        for p in self.nodes:
+            kill_tree(p, grace=10.0)
+        for p in self.etcd:
+            kill_tree(p, grace=5.0)
+        self.nodes, self.etcd = [], []
+        if self.args.keep_tmp:
+            log(f"warren: kept {self.tmp}")
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            watchdog_send(f"d-{self.tmp}")
+
+
+class RabbitCluster:
+    name = "rabbitmq"
+
+    def __init__(self, args):
+        self.cluster = RabbitMQCluster(NODES, name_prefix="bench", keep_tmp=args.keep_tmp, log=log)
+        self.ports: list[int] = []
+
+    def start(self) -> None:
+        self.cluster.start()
+        self.ports = [n.port for n in self.cluster.nodes]
+
+    def cpu(self) -> dict[str, float]:
+        return {"broker": sum(group_cpu_seconds(n.pid) for n in self.cluster.nodes)}
+
+    def fsync(self) -> None:
+        return None
+
+    def proposals(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        self.cluster.stop()
+
+
+# --------------------------------------------------------------------------
+# one round on one cluster
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def measure(cluster, args, round_no: int) -> dict:
+    metrics: dict[str, float | None] = {}
+    prefix = f"bench.r{round_no}."
+    for op, clients in PHASES:
+        nodes = [1] if clients == 1 else list(range(NODES))  # one client: node 2
+        cpu0, proposals0 = cluster.cpu(), cluster.proposals()
+        start_at = time.monotonic() + 3.0  # the clients' imports and connections first
+        specs = [{"op": op, "port": cluster.ports[n], "prefix": f"{prefix}c{clients}.n{n}.",
+                  "count": args.count, "start_at": start_at} for n in nodes]
+        res = run_children(specs, timeout=args.timeout)
+        cpu1, proposals1 = cluster.cpu(), cluster.proposals()
+        span = max(r["t_last"] for r in res) - min(r["t_first"] for r in res)
+        lat = [x for r in res for x in r["latencies"]]
+        key = f"{op}_x{clients}"
+        metrics[f"{key}_rate"] = len(lat) / span
+        metrics[f"{key}_p50_ms"] = pct(lat, 0.5) * 1e3
+        metrics[f"{key}_p99_ms"] = pct(lat, 0.99) * 1e3
+        # (CPU over the phase, from before the clients start: the 3 s wait costs nothing)
+        metrics[f"{key}_cpu_ms"] = (cpu1["broker"] - cpu0["broker"]) * 1e3 / len(lat)
+        if "etcd" in cpu0:
+            metrics[f"{key}_etcd_cpu_ms"] = (cpu1["etcd"] - cpu0["etcd"]) * 1e3 / len(lat)
+        if proposals0 is not None:
+            metrics[f"{key}_proposals"] = (proposals1 - proposals0) / len(lat)
+        log(f"{cluster.name} round {round_no + 1}: {op} x{clients}: {metrics[f'{key}_rate']:.0f}/s, "
+            f"p50 {metrics[f'{key}_p50_ms']:.2f} ms, p99 {metrics[f'{key}_p99_ms']:.2f} ms")
+    res = run_children([{"op": "propagation", "port": cluster.ports[0], "reader_port": cluster.ports[2],
+                         "prefix": f"{prefix}p.", "count": args.samples}], timeout=args.timeout)[0]
+    d = res["delays"]
+    metrics["prop_p50_ms"] = statistics.median(d) * 1e3
+    metrics["prop_p99_ms"] = pct(d, 0.99) * 1e3
+    metrics["prop_first_poll"] = sum(1 for n in res["polls"] if n == 1) / len(d)
+    metrics["prop_miss_ms"] = res["missed_poll_s"] * 1e3 if res["missed_poll_s"] else None
+    metrics["prop_hit_ms"] = res["hit_poll_s"] * 1e3
+    metrics["prop_overlap_p50_ms"] = statistics.median(res["overlap"]) * 1e3
+    metrics["prop_overlap_p99_ms"] = pct(res["overlap"], 0.99) * 1e3
+    log(f"{cluster.name} round {round_no + 1}: propagation p50 {metrics['prop_p50_ms']:.2f} ms, "
+        f"p99 {metrics['prop_p99_ms']:.2f} ms, {metrics['prop_first_poll']:.0%} at the first poll")
+    return {"metrics": metrics, "raw_propagation": res}
+
+
+# --------------------------------------------------------------------------
+# the table
+
+ROWS = []
+for _op, _c in PHASES:
+    _k = f"{_op}_x{_c}"
+    _what = {"declare": "exchange.declare", "bind": "exchange.bind (exchange to exchange)",
+             "delete": "exchange.delete"}[_op]
+    _who = "1 client on node 2" if _c == 1 else "3 clients, one per node"
+    ROWS += [(f"{_k}_rate", f"{_what}, {_who}: per s", True),
+             (f"{_k}_p50_ms", f"{_what}, {_who}: p50 ms", False),
+             (f"{_k}_p99_ms", f"{_what}, {_who}: p99 ms", False),
+             (f"{_k}_cpu_ms", f"{_what}, {_who}: broker CPU ms per request", False),
+             (f"{_k}_etcd_cpu_ms", f"{_what}, {_who}: etcd CPU ms per request", False),
+             (f"{_k}_proposals", f"{_what}, {_who}: etcd proposals per request", False)]
+ROWS += [("prop_p50_ms", "propagation node 1 -> node 3, polled after declare-ok: p50 ms", False),
+         ("prop_p99_ms", "propagation node 1 -> node 3, polled after declare-ok: p99 ms", False),
+         ("prop_first_poll", "propagation: share visible at the first poll", True),
+         ("prop_hit_ms", "propagation: one poll that finds it (passive declare), p50 ms", False),
+         ("prop_miss_ms", "propagation: one poll that misses (404, new channel), mean ms", False),
+         ("prop_overlap_p50_ms", "propagation, polled from the declare's send: declare-ok to seen, p50 ms",
+          False),
+         ("prop_overlap_p99_ms", "propagation, polled from the declare's send: declare-ok to seen, p99 ms",
+          False)]
+
+
+def cell(values: list) -> str:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return ""
+    med = statistics.median(vals)
+    if len(vals) == 1:
+        return fmt_num(med)
+    return f"{fmt_num(med)} ({' / '.join(fmt_num(v) for v in vals)})"
+
+
+def render(results: dict[str, list[dict]]) -> str:
+    targets = [t for t in ("warren", "rabbitmq") if t in results]
+    head = ["Metric"] + [{"warren": "Warren", "rabbitmq": "RabbitMQ 3.10.8"}[t] for t in targets]
+    if len(targets) == 2:
+        head.append("Warren/RabbitMQ")
+    lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
+    for key, label, _higher in ROWS:
+        cols = {t: [r["metrics"].get(key) for r in results[t]] for t in targets}
+        if not any(v is not None for vs in cols.values() for v in vs):
+            continue
+        row = [label] + [cell(cols[t]) for t in targets]
+        if len(targets) == 2:
+            w = [v for v in cols["warren"] if v is not None]
+            r = [v for v in cols["rabbitmq"] if v is not None]
+            # (no ratio of a delay that may be negative)
+            row.append(fmt_num(statistics.median(w) / statistics.median(r))
+                       if w and r and statistics.median(w) > 0 and statistics.median(r) > 0 else "")
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        print(json.dumps(child(json.loads(sys.argv[2]))))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", choices=["warren", "rabbitmq", "both"], default="both")
+    ap.add_argument("--count", type=int, default=500, help="exchanges per client and phase (default 500)")
+    ap.add_argument("--samples", type=int, default=200, help="propagation samples (default 200)")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds; the brokers alternate their order")
+    ap.add_argument("--timeout", type=float, default=600, help="bound on each phase, s (default 600)")
+    ap.add_argument("--json", help="also write every round's figures to this file")
+    ap.add_argument("--keep-tmp", action="store_true", help="keep the clusters' directories and logs")
+    args = ap.parse_args()
+    targets = ["warren", "rabbitmq"] if args.target == "both" else [args.target]
+    clusters = {"warren": WarrenCluster(args), "rabbitmq": RabbitCluster(args)}
+    results: dict[str, list[dict]] = {t: [] for t in targets}
+    fsync: tuple[float, int] | None = None
+    try:
+        for t in targets:
+            clusters[t].start()
+        if "warren" in targets:
+            fsync = clusters["warren"].fsync()
+        for t in targets:  # every node answers and sees the others' changes
+            run_children([{"op": "propagation", "port": clusters[t].ports[0], "reader_port": port,
+                           "prefix": f"bench.warmup.{i}.", "count": 5}
+                          for i, port in enumerate(clusters[t].ports[1:])], timeout=120)
+        for round_no in range(args.repeat):
+            order = targets if round_no % 2 == 0 else list(reversed(targets))
+            for t in order:
+                results[t].append(measure(clusters[t], args, round_no))
+        if "warren" in targets and fsync is not None:
+            s1, n1 = clusters["warren"].fsync()
+            fsync = (s1 - fsync[0], n1 - fsync[1])
+    finally:
+        for t in targets:
+            try:
+                clusters[t].stop()
+            except Exception as err:  # (the other is still stopped)
+                log(f"{t}: stop: {err}")
+        kill_all_children()
+    print()
+    print(f"{args.count} exchanges per client and phase, {args.samples} propagation samples, "
+          f"{args.repeat} round(s); medians, each round in brackets")
+    print()
+    print(render(results))
+    if fsync and fsync[1]:
+        print(f"\netcd member e0: {fsync[1]} WAL fsyncs, mean {fsync[0] / fsync[1] * 1e3:.2f} ms")
+    print()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "results": results,
+                       "etcd_fsync": fsync}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
