@@ -1,6 +1,6 @@
 """A client of etcd's v3 API through its JSON gateway (aiohttp): the consensus a cluster of
-Warren nodes rests on. What a cluster needs of it and no more: ranges, puts, deletes,
-transactions guarded by revisions, leases and watches.
+Warren nodes rests on. What a cluster needs of it and no more: ranges, transactions (puts and
+deletes guarded by revisions), leases and watches.
 
 Keys and values are bytes (etcd's JSON carries them in base64, and its 64-bit numbers as
 strings). A request goes to one endpoint; one that cannot be reached (refused, reset, timed
@@ -94,26 +94,12 @@ def absent(key: bytes) -> dict:
     return {"key": _b64(key), "target": "VERSION", "result": "EQUAL", "version": "0"}
 
 
-def value_is(key: bytes, value: bytes) -> dict:
-    return {"key": _b64(key), "target": "VALUE", "result": "EQUAL", "value": _b64(value)}
-
-
 def put_op(key: bytes, value: bytes, lease: int = 0) -> dict:
     return {"request_put": {"key": _b64(key), "value": _b64(value), "lease": str(lease)}}
 
 
-def delete_op(key: bytes, prefix: bool = False) -> dict:
-    request = {"key": _b64(key)}
-    if prefix:
-        request["range_end"] = _b64(prefix_end(key))
-    return {"request_delete_range": request}
-
-
-def range_op(key: bytes, prefix: bool = False) -> dict:
-    request = {"key": _b64(key)}
-    if prefix:
-        request["range_end"] = _b64(prefix_end(key))
-    return {"request_range": request}
+def delete_op(key: bytes) -> dict:
+    return {"request_delete_range": {"key": _b64(key)}}
 
 
 class Etcd:
@@ -168,19 +154,6 @@ class Etcd:
             body["range_end"] = _b64(prefix_end(key))
         answer = await self.call("/v3/kv/range", body)
         return int(answer["header"]["revision"]), [_kv(d) for d in answer.get("kvs", ())]
-
-    async def put(self, key: bytes, value: bytes, lease: int = 0) -> int:
-        """The revision of the put."""
-        answer = await self.call("/v3/kv/put", {"key": _b64(key), "value": _b64(value), "lease": str(lease)})
-        return int(answer["header"]["revision"])
-
-    async def delete(self, key: bytes, prefix: bool = False) -> int:
-        """How many keys were deleted."""
-        body: dict[str, Any] = {"key": _b64(key)}
-        if prefix:
-            body["range_end"] = _b64(prefix_end(key))
-        answer = await self.call("/v3/kv/deleterange", body)
-        return int(answer.get("deleted", 0))
 
     async def txn(self, compare: list[dict], success: list[dict], failure: list[dict] = ()) -> TxnResult:  # type: ignore[assignment]
         answer = await self.call("/v3/kv/txn", {"compare": compare, "success": success, "failure": list(failure)})

@@ -69,9 +69,6 @@ class Membership:
                 pass
         self._leases = []
 
-    def is_running(self, node: str) -> bool:
-        return node in self.running
-
     async def forget(self, node: str) -> Forget:
         """Remove a node that does not run from the cluster (warrenctl forget_cluster_node).
         One transaction: a node that starts meanwhile is refused, never half forgotten. A
