@@ -315,6 +315,15 @@ def start_epmd(port: int, env: dict[str, str]) -> subprocess.Popen:
     return proc
 
 
+def _discard(directory: str, keep: bool, log) -> None:
+    """A node's (or cluster's) temporary directory: removed (and the watchdog told), or kept."""
+    if keep:
+        log(f"rabbitmq: kept {directory}")
+    else:
+        shutil.rmtree(directory, ignore_errors=True)
+        watchdog_send(f"d-{directory}")
+
+
 # --------------------------------------------------------------------------
 # the node
 
@@ -615,11 +624,7 @@ class RabbitMQNode:
             kill_tree(self.epmd, grace=2.0)
             self.epmd = None
         if self.tmp:
-            if self.keep_tmp:
-                self.log(f"rabbitmq: kept {self.tmp}")
-            else:
-                shutil.rmtree(self.tmp, ignore_errors=True)
-                watchdog_send(f"d-{self.tmp}")
+            _discard(self.tmp, self.keep_tmp, self.log)
             self.tmp = None
 
     def __enter__(self) -> "RabbitMQNode":
@@ -751,11 +756,7 @@ class RabbitMQCluster:
             kill_tree(self.epmd, grace=2.0)
             self.epmd = None
         if self.home:
-            if self.keep_tmp:
-                self.log(f"rabbitmq: kept {self.home}")
-            else:
-                shutil.rmtree(self.home, ignore_errors=True)
-                watchdog_send(f"d-{self.home}")
+            _discard(self.home, self.keep_tmp, self.log)
             self.home = None
 
     def __enter__(self) -> "RabbitMQCluster":

@@ -234,3 +234,19 @@ def test_a_member_does_not_start_with_a_definitions_file(etcd):
     with pytest.raises(RuntimeError, match="--definitions on a cluster member is not supported yet"):
         start_broker("--node-name", "warren-a@localhost", "--config", conf, "--definitions", path,
                      "--prometheus-port", "0")
+
+
+def test_frames_pipelined_after_a_change_wait_for_it(three):
+    """A declare with nowait and a passive declare of the same exchange, written at once: the
+    passive one is handled only once the change has gone through the cluster's log (404
+    otherwise)."""
+    import rawamqp
+    from pamqp import commands
+    raw = rawamqp.connect(three[1])
+    raw.open_channel(1)
+    raw.send(rawamqp.frame(rawamqp.FRAME_METHOD, 1, rawamqp.method_payload(
+        commands.Exchange.Declare(exchange="pipelined", exchange_type="fanout", nowait=True)))
+        + rawamqp.frame(rawamqp.FRAME_METHOD, 1, rawamqp.method_payload(
+            commands.Exchange.Declare(exchange="pipelined", exchange_type="fanout", passive=True))))
+    raw.expect(commands.Exchange.DeclareOk, channel=1, timeout=10)
+    raw.close()

@@ -16,6 +16,8 @@ import pika
 import pika.exceptions
 import requests
 
+from integration.http_api import wait_for
+
 from .links import CONNECTION_ERRORS, Collected, WarrenProcess, amqp_uri, depth, params
 
 AUTH = ("guest", "guest")
@@ -24,17 +26,6 @@ VHOST = "%2F"
 
 def q(name: str) -> str:
     return quote(name, safe="")
-
-
-def wait_for(condition, timeout: float, what: str):
-    """condition()'s first true value, within `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"no {what} in {timeout} s"
-        time.sleep(0.1)
 
 
 # ------------------------------------------------------------------ the brokers

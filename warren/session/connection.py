@@ -158,8 +158,6 @@ class Connection:
         # one attribute the publish path tests.
         self.alarmed = False
         self.blocked = False
-        # A channel's change of metadata waits for the cluster's log (Reason.METADATA).
-        self.awaiting_metadata = False
         self.blocked_sent = False  # connection.blocked went out: connection.unblocked is due
         self.last_blocked_by = "none"  # "resource" (an alarm) or "flow" (RabbitMQ's words)
         self.last_blocked_at: float | None = None  # monotonic time it was last blocked
@@ -305,7 +303,8 @@ class Connection:
     def _read_input(self) -> None:
         pending = self.pending
         while self.pending_len:
-            if self.state == CLOSED or self.out_bytes > OUTPUT_HIGH_WATER or self.blocked or self.awaiting_metadata:
+            if (self.state == CLOSED or self.out_bytes > OUTPUT_HIGH_WATER or self.blocked
+                    or Reason.METADATA in self.throttle.reasons):  # (a channel's change waits for the log)
                 return
             if self.sink_parts is not None:
                 if not self._fill_sink():
@@ -623,11 +622,9 @@ class Connection:
 
     # ------------------------------------------------------- the cluster's log
     def hold_for_metadata(self) -> None:
-        self.awaiting_metadata = True
         self.throttle.add(Reason.METADATA)
 
     def release_for_metadata(self) -> None:
-        self.awaiting_metadata = False
         self.throttle.discard(Reason.METADATA)
         if self.state == CLOSED:
             return
