@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from conftest import EXTERNAL, scratch_dir, start_broker
+from conftest import EXTERNAL, free_port, scratch_dir, start_broker
 from .etcd_cluster import EtcdCluster
 
 
@@ -48,19 +48,28 @@ def cluster_conf(endpoints: list[str], prefix: str, *extra: str) -> str:
     return path
 
 
+def dist_lines(port: int) -> tuple[str, str]:
+    """The config lines of a node's distribution port (its node links)."""
+    return (f"distribution.listener.port_range.min = {port}", f"distribution.listener.port_range.max = {port}")
+
+
 @pytest.fixture
 def make_node(etcd):
-    """make_node(name, etcd=None, extra config lines...) starts a Warren node in this test's
-    cluster (the shared etcd unless another is given); nodes are killed after the test."""
+    """make_node(name, extra config lines..., on=etcd, dist_port=None, **start_broker's) starts a
+    Warren node in this test's cluster (the shared etcd unless another is given), with a free
+    distribution port unless given (node.dist_port: pass it again to restart the node on it);
+    nodes are killed after the test."""
     if EXTERNAL:
         pytest.skip("starts its own Warren nodes")
     prefix = "t-" + uuid.uuid4().hex[:10]
     started = []
 
-    def make(name: str, *extra: str, on=None, **kwargs):
-        conf = cluster_conf((on or etcd).endpoints, prefix, *extra)
+    def make(name: str, *extra: str, on=None, dist_port: int | None = None, **kwargs):
+        dist_port = dist_port or free_port()
+        conf = cluster_conf((on or etcd).endpoints, prefix, *extra, *dist_lines(dist_port))
         node = start_broker("--node-name", name, "--config", conf, "--prometheus-port", "0", **kwargs)
         node.name = name
+        node.dist_port = dist_port
         started.append(node)
         return node
 

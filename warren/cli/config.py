@@ -387,6 +387,7 @@ class _Settings:
         self.disk_limit: dict = {}  # "relative"/"absolute" -> value
         self.etcd: dict = {}  # cluster_formation.etcd.* -> (value, line, key); endpoints: a dict
         self.discovery = None  # (backend, line, key)
+        self.dist_range: dict = {}  # "min"/"max" -> (port, line, key)
 
     def _tls_result(self, config: dict) -> None:
         """The TLS settings: AMQPS listeners and their options, the API's HTTPS listener,
@@ -430,6 +431,9 @@ class _Settings:
             if etcd:
                 self.warnings.append(f"{self.path}: cluster_formation.etcd.* is unused: "
                                      "cluster_formation.peer_discovery_backend is not etcd")
+            if self.dist_range:
+                self.warnings.append(f"{self.path}: distribution.listener.port_range.* is unused: "
+                                     "a node alone has no node links")
             return
         endpoints = [v for _, v in sorted(etcd.get("endpoints", {}).items())]
         if not endpoints and "host" in etcd:  # the legacy pair; its port defaults to etcd's 2379
@@ -438,9 +442,18 @@ class _Settings:
             _, line, key = self.discovery
             self.error(line, key, "the etcd backend needs cluster_formation.etcd.endpoints.N = HOST:PORT")
             return
+        dist = self.dist_range
+        if dist:
+            low, high = dist.get("min", dist.get("max")), dist.get("max", dist.get("min"))
+            if low[0] != high[0]:
+                _, line, key = max(dist.values(), key=lambda v: v[1])
+                self.error(line, key, "Warren's node links listen on one port: give "
+                                      "distribution.listener.port_range.min and .max the same value")
+                return
+            etcd = {**etcd, "dist_port": (low[0],)}
         config["cluster"] = {"endpoints": endpoints,
-                             **{name: etcd[name][0] for name in ("key_prefix", "cluster_name", "node_ttl")
-                                if name in etcd}}
+                             **{name: etcd[name][0] for name in ("key_prefix", "cluster_name", "node_ttl",
+                                                                   "dist_port") if name in etcd}}
 
     def error(self, line, key, reason) -> None:
         self.errors.append(f"{self.path}:{line}: {key}: {reason}" if key else f"{self.path}:{line}: {reason}")
@@ -595,6 +608,14 @@ def _etcd_setting(name, convert):
     return handle
 
 
+def _dist_port(end):
+    """distribution.listener.port_range.min/max: the node links' port (RabbitMQ's inter-node
+    port; by default the AMQP port + 20000)."""
+    def handle(settings, key, rest, value, line):
+        settings.dist_range[end] = (_port(_integer(value)), line, key)
+    return handle
+
+
 def _etcd_endpoint(settings, key, rest, value, line):
     host, _, port = value.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -683,6 +704,8 @@ _NEW_STYLE = {
     "cluster_formation.etcd.node_ttl": _etcd_setting("node_ttl", lambda v: _node_ttl(_integer(v))),
     "cluster_formation.etcd.username": _etcd_refused("Warren's etcd client does not log in to etcd"),
     "cluster_formation.etcd.password": _etcd_refused("Warren's etcd client does not log in to etcd"),
+    "distribution.listener.port_range.min": _dist_port("min"),
+    "distribution.listener.port_range.max": _dist_port("max"),
     "warren.queue_window": _simple("queue_window", lambda v: _in_range(_integer(v), 1, 2 ** 31 - 1)),
 }
 
