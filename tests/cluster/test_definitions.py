@@ -135,15 +135,6 @@ def test_a_node_that_was_down_gets_what_changed_meanwhile(three, make_node):
     assert exchanges(back) == {"made-meanwhile": "direct"}
 
 
-def test_queues_are_refused_on_a_cluster_for_now(three):
-    channel = pika.BlockingConnection(three[0].pika_params()).channel()
-    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
-        channel.queue_declare("jobs")
-    assert closed.value.reply_code == 540
-    assert closed.value.reply_text == ("NOT_IMPLEMENTED - not supported on a Warren cluster yet, queues: "
-                                       "'jobs' was not declared")
-
-
 def test_cut_from_etcds_majority_a_node_changes_nothing(make_node, make_etcd):
     own = make_etcd(3)
     a = make_node("warren-a@localhost", on=own)

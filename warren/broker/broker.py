@@ -18,6 +18,7 @@ from . import federation, shovel
 
 if TYPE_CHECKING:
     from .records import ConnectionHandle
+    from .node import NodeLinks
     from .shovel_links import ShovelLinks
     from ..store.persister import Persister
 
@@ -52,6 +53,9 @@ class Broker:
     # Connections to other brokers for shovels' remote ends, injected by the server (None:
     # this node makes none, e.g. in unit tests).
     links: "ShovelLinks | None" = None
+    # A cluster member's links to the other members (warren.cluster.node_links), through
+    # which the stand-ins of other nodes' queues reach them; None on a node alone.
+    node_links: "NodeLinks | None" = None  # (warren.cluster.node_links.NodeLinks)
     # Writes what a reply promises before the reply leaves (definitions, message records).
     durability: Durability = field(init=False)
     # The queues that pressed their publishers during the read being handled (queue_flow.py).

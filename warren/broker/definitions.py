@@ -14,6 +14,7 @@ from .. import __version__
 from ..amqp.codec import typed_float, typed_int
 from .auth import MD5, SHA256, SHA512, User, invalid_regexp
 from .errors import AMQPError
+from .links import ConnectionLink, ExclusiveOwner
 from .exchanges import TYPES
 from .policy import Policy, PolicyError
 from .metadata import commands
@@ -257,8 +258,11 @@ def _load_queue(broker, q):
     vhost = _vhost(broker, q)
     if q["name"] in vhost.queues:
         return
-    broker.metadata.apply(commands.DeclareQueue(vhost.name, q["name"], q.get("durable", True), None,
-                                                q.get("auto_delete", False), _arguments(q)))
+    owner = q.get("owner")  # (a cluster member's journal: see _queue_json)
+    if isinstance(owner, list) and len(owner) == 5:
+        owner = ExclusiveOwner(owner[0], owner[1], ConnectionLink(*owner[2:]))
+    broker.metadata.apply(commands.DeclareQueue(vhost.name, q["name"], q.get("durable", True), owner or None,
+                                                q.get("auto_delete", False), _arguments(q), q.get("node")))
 
 
 def _load_binding(broker, b):
@@ -322,8 +326,10 @@ def _json_value(value):
     return str(value)
 
 
-def _is_kept_queue(q, durable_only: bool) -> bool:
-    return not q.exclusive and (q.durable or not durable_only)
+def _is_kept_queue(q, durable_only: bool, member: bool = False) -> bool:
+    """Whether the definitions keep it; a cluster member's journal keeps every queue (its tables
+    are the cluster's log's: a restart goes on from what they include)."""
+    return (member and durable_only) or (not q.exclusive and (q.durable or not durable_only))
 
 
 def _vhost_json(vhost) -> dict:
@@ -340,9 +346,15 @@ def _exchange_json(vhost, x) -> dict:
             "auto_delete": x.auto_delete, "internal": x.internal, "arguments": _json_value(x.arguments)}
 
 
-def _queue_json(vhost, q) -> dict:
-    return {"name": q.name, "vhost": vhost.name, "durable": q.durable, "auto_delete": q.auto_delete,
-            "type": q.queue_type, "arguments": _json_value(q.arguments)}
+def _queue_json(vhost, q, member: bool = False) -> dict:
+    record = {"name": q.name, "vhost": vhost.name, "durable": q.durable, "auto_delete": q.auto_delete,
+              "type": q.queue_type, "arguments": _json_value(q.arguments)}
+    if member:  # (Warren's keys, in a member's journal only: where it lives, who owns it)
+        record["node"] = getattr(q, "home", vhost.broker.config.node_name)
+        if q.owner is not None:
+            o = q.owner
+            record["owner"] = [o.node, o.id, o.link.name, o.link.peer_host, o.link.peer_port]
+    return record
 
 
 def _binding_json(vhost, x, b) -> dict:
@@ -369,12 +381,12 @@ def _is_kept_exchange(x, durable_only: bool) -> bool:
     return not x.is_default and not x.name.startswith("amq.") and (x.durable or not durable_only)
 
 
-def _is_kept_binding(vhost, x, b, durable_only: bool) -> bool:
+def _is_kept_binding(vhost, x, b, durable_only: bool, member: bool = False) -> bool:
     if x.is_default or (durable_only and not x.durable):
         return False
     dest = b.destination
     if dest.kind == "queue":
-        return _is_kept_queue(dest, durable_only) and vhost.queues.get(dest.name) is dest
+        return _is_kept_queue(dest, durable_only, member) and vhost.queues.get(dest.name) is dest
     return not durable_only or dest.durable
 
 
@@ -389,6 +401,7 @@ def export(broker, durable_only: bool = True) -> dict:
     bindings: list[dict] = []
     policies: list[dict] = []
     parameters: list[dict] = []
+    member = durable_only and broker.metadata.log is not None  # (a cluster member's journal)
     for vhost in broker.vhosts.values():
         policies.extend(p.to_json() for p in vhost.policies.values())
         parameters.extend(runtime_parameters.listed(broker, vhost=vhost))
@@ -397,13 +410,13 @@ def export(broker, durable_only: bool = True) -> dict:
             if _is_kept_exchange(x, durable_only):
                 exchanges.append(_exchange_json(vhost, x))
         for q in vhost.queues.values():
-            if _is_kept_queue(q, durable_only):
-                queues.append(_queue_json(vhost, q))
+            if _is_kept_queue(q, durable_only, member):
+                queues.append(_queue_json(vhost, q, member))
         for x in vhost.exchanges.values():
             if x.is_default or (durable_only and not x.durable):
                 continue
             for b in x.bindings.values():
-                if _is_kept_binding(vhost, x, b, durable_only):
+                if _is_kept_binding(vhost, x, b, durable_only, member):
                     bindings.append(_binding_json(vhost, x, b))
     users = [_user_json(u) for u in broker.users.values()]
     permissions = [_permission_json(user, vhost, p) for (user, vhost), p in broker.permissions.items()]
@@ -442,6 +455,7 @@ def changes(broker, marks: dict) -> list:
     its export) when it exists and survives a restart, else ("delete", kind, its identity).
     kind is the collection of the definitions format it belongs to ("queues", ...)."""
     out = []
+    member = broker.metadata.log is not None
     vhosts = broker.vhosts
     for (kind, key), binding in marks.items():
         if kind == "vhost":
@@ -489,14 +503,14 @@ def changes(broker, marks: dict) -> list:
         elif kind == "queue":
             v = vhosts.get(key[0])
             q = None if v is None else v.queues.get(key[1])
-            out.append(("put", "queues", _queue_json(v, q)) if q is not None and _is_kept_queue(q, True)
+            out.append(("put", "queues", _queue_json(v, q, member)) if q is not None and _is_kept_queue(q, True, member)
                        else ("delete", "queues", {"vhost": key[0], "name": key[1]}))
         elif kind == "binding":
             # key: (vhost name, source name, Binding.key); the value is the Binding last marked
             v = vhosts.get(key[0])
             x = None if v is None else v.exchanges.get(key[1])
             b = None if x is None else x.bindings.get(key[2])
-            if b is not None and _is_kept_binding(v, x, b, True):
+            if b is not None and _is_kept_binding(v, x, b, True, member):
                 out.append(("put", "bindings", _binding_json(v, x, b)))
             else:
                 b = binding

@@ -4,6 +4,7 @@ owner, as data (so that a queue, a metadata command or another node can hold the
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -17,7 +18,9 @@ class ConnectionLink(NamedTuple):
     peer_port: int | str  # "undefined" for a shovel's own connection, as RabbitMQ shows it
 
 
-_owner_ids = itertools.count(1)
+# Ids unique across the node's runs too (microseconds at start): a cluster's log keeps the
+# owners of a node's exclusive queues while the node restarts.
+_owner_ids = itertools.count(time.time_ns() // 1000)
 
 
 @dataclass(frozen=True, slots=True)

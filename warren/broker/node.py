@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from .alarms import Alarms
     from .auth import Permission, TopicPermission, User
     from .durability import Durability
-    from .metadata.change import Change
+    from .metadata.change import Change, ClusterLog
     from .metadata.commands import Command
     from .node_config import NodeConfig
     from .ports import Scheduler
@@ -40,6 +40,15 @@ class Metadata(Protocol):
     def submit(self, command: Command) -> None:
         """A change the node makes on its own: at once, or through the cluster's log."""
 
+    @property
+    def log(self) -> ClusterLog | None:
+        """A cluster member's log (None on a node alone)."""
+
+
+class NodeLinks(Protocol):
+    """A cluster member's links to the other members, as the layer above this one makes them
+    (warren.cluster.node_links.NodeLinks: only its stand-ins of other nodes' queues use it)."""
+
 
 class Node(Protocol):
     """One node: its configuration, counters, metadata (changed by commands, read through
@@ -60,6 +69,10 @@ class Node(Protocol):
     @property
     def scheduler(self) -> Scheduler | None:
         """Timers (None: no loop runs, e.g. in unit tests)."""
+
+    @property
+    def node_links(self) -> NodeLinks | None:  # (warren.cluster.node_links.NodeLinks)
+        """A cluster member's links to the other members (None on a node alone)."""
 
     @property
     def links(self) -> ShovelLinks | None:

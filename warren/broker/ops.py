@@ -82,6 +82,14 @@ def _check_exclusive(actor: Actor, queue: Queue) -> None:
     actor.vhost.check_exclusive(queue, actor.owner)
 
 
+def _check_queue_use(actor: Actor, queue: Queue) -> None:
+    """A queue named by an operation: reachable (a queue of another node: its home is up),
+    and not another connection's exclusive queue, in RabbitMQ's order."""
+    if not queue.reachable:
+        raise queue.down()
+    actor.vhost.check_exclusive(queue, actor.owner)
+
+
 # ------------------------------------------------------------------ exchanges
 @Operation
 def declare_exchange(actor: Actor, name: str, type_name: str, passive: bool = False, durable: bool = False,
@@ -139,7 +147,7 @@ def bind(actor: Actor, source: str, dest_kind: str, destination: str, routing_ke
     _check_binding(actor, source, dest_kind, destination, routing_key)
     vhost.exchange(source)  # a missing source is reported first
     if dest_kind == "queue":
-        _check_exclusive(actor, vhost.queue(destination))
+        _check_queue_use(actor, vhost.queue(destination))
     else:
         vhost.exchange(destination)
     yield Bind(vhost.name, source, dest_kind, destination, routing_key, arguments)
@@ -156,7 +164,7 @@ def unbind(actor: Actor, source: str, dest_kind: str, destination: str, routing_
     if x is None or dest is None:
         return
     if dest_kind == "queue":
-        _check_exclusive(actor, dest)
+        _check_queue_use(actor, dest)
     yield Unbind(vhost.name, source, dest_kind, destination, routing_key, arguments)
 
 
@@ -166,6 +174,9 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
                   auto_delete: bool = False, arguments: dict | None = None) -> Change[tuple[Queue, bool]]:
     """queue.declare: (queue, created). An empty name gets a server-named queue."""
     vhost = actor.vhost
+    existing = vhost.queues.get(name)
+    if existing is not None and not existing.reachable:
+        raise existing.down()  # (before any other check, as RabbitMQ)
     if passive:
         q = vhost.queue(name)
         _check_exclusive(actor, q)
@@ -195,7 +206,9 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
     owner = actor.owner if exclusive else None
     counters = actor.broker.stats.node_counters
     counters["queues_declared"] += 1  # as RabbitMQ: every non-passive declare allowed to configure
-    q, created = yield DeclareQueue(vhost.name, name, durable and not exclusive, owner, auto_delete, args)
+    # On a cluster a queue lives on the node of the connection that declares it.
+    home = actor.broker.config.node_name if actor.broker.metadata.log is not None else None
+    q, created = yield DeclareQueue(vhost.name, name, durable and not exclusive, owner, auto_delete, args, home)
     if created:
         counters["queues_created"] += 1
     else:
@@ -206,14 +219,22 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
 @Operation
 def delete_queue(actor: Actor, name: str, if_unused: bool = False, if_empty: bool = False) -> Change[int]:
     """queue.delete: the number of ready messages it had (0 for a missing queue)."""
-    vhost = actor.vhost
-    actor.check("configure", "queue", name)
-    q = vhost.queues.get(name)
+    q = queue_to_delete(actor, name)
     if q is None:
         return 0
-    _check_exclusive(actor, q)
     q.check_delete(if_unused, if_empty)
-    return (yield DeleteQueue(vhost.name, name))
+    return (yield DeleteQueue(actor.vhost.name, name))
+
+
+def queue_to_delete(actor: Actor, name: str) -> Queue | None:
+    """queue.delete's checks before the queue's own (configure permission, the queue, its
+    reachability and exclusivity): the queue, or None when there is none (deleted already).
+    A queue of another node is then deleted by its home (Channel._queue_delete)."""
+    actor.check("configure", "queue", name)
+    q = actor.vhost.queues.get(name)
+    if q is not None:
+        _check_queue_use(actor, q)
+    return q
 
 
 def readable_queue(actor: Actor, name: str) -> Queue:
@@ -221,7 +242,7 @@ def readable_queue(actor: Actor, name: str) -> Queue:
     queue is a 403 too), then the lookup, then exclusivity."""
     actor.check("read", "queue", name)
     q = actor.vhost.queue(name)
-    _check_exclusive(actor, q)
+    _check_queue_use(actor, q)
     return q
 
 
@@ -338,6 +359,8 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
         queues = route_sender_selected(vhost, x, message)
     else:
         queues = vhost.route(x, routing_key, message)
+    if vhost.remote_queues:  # a queue whose home is down takes nothing: unroutable (as RabbitMQ)
+        queues = [q for q in queues if q.reachable]
     xstats = x.stats
     xstats["publish_in"] += 1
     xstats["publish_out"] += len(queues)

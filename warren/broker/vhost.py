@@ -38,6 +38,7 @@ class VHost:
         self.default_exchange = DefaultExchange(self, "", durable=True)
         self.exchanges: dict = {"": self.default_exchange}
         self.queues: dict = {}
+        self.remote_queues = 0  # of those, stand-ins for queues of other nodes (warren.cluster)
         # destination (queue or exchange) -> the bindings to it from any source, so deleting a
         # queue or an exchange finds its bindings without a scan: the Binding itself while
         # there is one (most queues have one binding), else {Binding: None}.
@@ -133,9 +134,22 @@ class VHost:
         if self.policies or self.operator_policies:
             apply_to_queue(self, q)
         q.apply_settings()
-        if durable and exclusive_owner is None:
+        if durable and exclusive_owner is None or self._member:
             self._definitions_changed("queue", (self.name, name))
         return q, True
+
+    @property
+    def _member(self) -> bool:
+        """On a cluster member every queue is in the journal (warren.broker.definitions)."""
+        return self.broker is not None and self.broker.metadata.log is not None
+
+    def add_queue(self, q: "Queue") -> None:
+        """A queue made elsewhere (a stand-in for a queue of another node)."""
+        self.queues[q.name] = q
+        self.remote_queues += 1
+        if self.policies or self.operator_policies:
+            apply_to_queue(self, q)
+        self._definitions_changed("queue", (self.name, q.name))
 
     def check_exclusive(self, queue, owner: "ExclusiveOwner | None", strict=False) -> None:
         """405 if the queue is exclusive to another connection (or, strictly, if the
@@ -160,8 +174,10 @@ class VHost:
             self.broker.stats.node_counters["queues_deleted"] += 1
             self.broker.stats.retired.queue_deleted(queue)
         queue.stop_timers()
-        if queue.durable:
+        if queue.durable or self._member:
             self._definitions_changed("queue", (self.name, queue.name))
+        if getattr(queue, "remote", False):
+            self.remote_queues -= 1
         count = queue.delete_ok_count
         queue.store.destroy()
         for binding in self.bindings_to(queue):

@@ -2,6 +2,7 @@
 
 import argparse
 import asyncio
+import functools
 import gc
 import json
 import logging
@@ -186,20 +187,32 @@ def _node_name(name: str | None) -> str:
 
 
 def _cluster(broker: Broker, cluster: dict | None, listen: list[Listen], seed: list):
-    """A cluster member's services (warren.cluster): its membership, and the metadata log
-    every change of metadata goes through; None for a node alone."""
+    """A cluster member's services (warren.cluster): its membership, its node links (to the
+    queues of other members, and theirs to its own) and the metadata log every change of
+    metadata goes through; None for a node alone."""
     if cluster is None:
         return None
     from ..cluster.config import ClusterConfig
     from ..cluster.etcd import Etcd
     from ..cluster.membership import Membership
     from ..cluster.metadata_log import MetadataLog
+    from ..cluster.node_links import NodeLinks, advertised_host
     config = ClusterConfig(broker.config.node_name, tuple(cluster["endpoints"]),
                            **{k: cluster[k] for k in ("key_prefix", "cluster_name", "node_ttl") if k in cluster})
+    amqp = [entry for entry in listen if entry.tls is None] or listen
+    # RabbitMQ's distribution port: the AMQP port + 20000 unless configured.
+    dist_port = cluster.get("dist_port", amqp[0].port + 20000)
+    if not 0 < dist_port < 65536:
+        raise SystemExit(f"warren: the node links' port {dist_port} (the AMQP port + 20000) is not a port: "
+                         "set distribution.listener.port_range.min and .max")
+    dist_host = amqp[0].host
     identity = {"processors": os.cpu_count() or 1,
-                "amqp": [[entry.host, entry.port] for entry in listen if entry.tls is None]}
+                "amqp": [[entry.host, entry.port] for entry in listen if entry.tls is None],
+                "dist": [advertised_host(dist_host, broker.config.node_name), dist_port]}
     etcd = Etcd(list(config.endpoints))
-    return Membership(config, etcd, identity, broker.config), MetadataLog(config, etcd, broker.metadata, seed)
+    membership = Membership(config, etcd, identity, broker.config)
+    links = broker.node_links = NodeLinks(config, etcd, membership, broker, dist_host, dist_port)
+    return membership, links, MetadataLog(config, etcd, broker.metadata, seed)
 
 
 def _raise_open_files_limit() -> None:
@@ -253,6 +266,9 @@ def main(argv=None) -> int:
         # Before definitions are recovered, so durable queues recover their messages too.
         broker.persister = Persister(args.data_dir, window=args.queue_window or config.get("queue_window"))
     _raise_open_files_limit()
+    if "cluster" in config:  # (before recovery: a member's definitions hold other nodes' queues)
+        from ..cluster.remote_queue import RemoteQueue
+        broker.metadata.stand_in = functools.partial(RemoteQueue.stand_in, broker)
     seed = _recover_definitions(broker, store, config)
     if "loopback_users" in config:
         broker.config.loopback_users = config["loopback_users"]

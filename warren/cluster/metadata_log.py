@@ -27,7 +27,8 @@ from typing import Any, Callable
 
 from ..broker.errors import internal_error, not_implemented
 from ..broker.federation_upstreams import UPSTREAM, UPSTREAM_SET
-from ..broker.metadata.commands import Command, DeclareQueue, SetFederationParameter, SetPolicy, SetShovel
+from ..broker.metadata.commands import (Command, DeclareQueue, DeleteQueue, SetFederationParameter, SetPolicy,
+                                        SetShovel)
 from ..broker.metadata import change
 from ..broker.metadata.change import Change, Done
 from ..broker.metadata.store import MetadataStore
@@ -71,6 +72,7 @@ class MetadataLog:
         self._advanced = asyncio.Event()          # set (and replaced) each time a change is applied
         self._ids = itertools.count(1)
         self._tasks: list[asyncio.Task] = []
+        self._waits: set[asyncio.Task] = set()
 
     @property
     def revision(self) -> int:
@@ -106,6 +108,18 @@ class MetadataLog:
     # ------------------------------------------------------------ ClusterLog
     def submit(self, operation: Callable[[], Change[Any]], done: Done) -> None:
         self._queue.put_nowait(_Proposal(operation, done, time.monotonic() + TIMEOUT))
+
+    def when_applied(self, revision: int, then: Callable[[], None]) -> None:
+        if self.revision >= revision:
+            then()
+            return
+
+        async def wait() -> None:
+            await self._applied_past(revision - 1, time.monotonic() + TIMEOUT)
+            then()
+        task = asyncio.get_running_loop().create_task(wait())
+        self._waits.add(task)
+        task.add_done_callback(self._waits.discard)
 
     # ----------------------------------------------------------------- writing
     async def _write(self) -> None:
@@ -205,11 +219,23 @@ class MetadataLog:
     def _caught_up(self, head: int) -> None:
         if not self.caught_up.is_set():
             self.caught_up.set()
+            self._forget_own_queues()
             if head == 0:  # nobody wrote the log yet: this node's defaults are the cluster's
                 for command in self.seed:
                     self._seeding += 1
                     self.submit(functools.partial(change.command, command), self._seeded)
             self.seed = []
+
+    def _forget_own_queues(self) -> None:
+        """This node's queues that did not outlive its last run (exclusive ones, whose owners
+        were its connections, and transient ones) leave the cluster's tables, as RabbitMQ
+        deletes them when their node goes down."""
+        me = self.config.node_name
+        for vhost in self.store.vhosts.values():
+            for queue in vhost.queues.values():
+                if not getattr(queue, "remote", False) and (queue.owner is not None or not queue.durable):
+                    if queue.owner is None or queue.owner.node == me:
+                        self.store.submit(DeleteQueue(vhost.name, queue.name))
 
     def _seeded(self, result: Any, error: BaseException | None) -> None:
         self._seeding -= 1
@@ -263,11 +289,13 @@ class MetadataLog:
 
 def _not_yet(store: MetadataStore, command: Command) -> str | None:
     """What a cluster cannot do yet (and says so, rather than do it on each node alone):
-    queues, until they live on one node and are reached from all; shovels and federation,
-    whose links would run on every node."""
+    quorum queues and streams, until they are replicated; shovels and federation, whose links
+    would run on every node."""
     what = None
     if isinstance(command, DeclareQueue) and command.name not in store.vhost(command.vhost).queues:
-        what = f"queues: '{command.name}' was not declared"
+        queue_type = (command.arguments or {}).get("x-queue-type", "classic")
+        if queue_type != "classic":
+            what = f"{queue_type} queues: '{command.name}' was not declared"
     elif isinstance(command, SetShovel):
         what = f"shovels: '{command.name}' was not set"
     elif isinstance(command, SetFederationParameter):

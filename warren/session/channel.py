@@ -24,7 +24,7 @@ from ..broker.errors import (
     precondition_failed, unexpected_frame,
 )
 from ..broker.stats import RECEIVED_CONFIRM, new_channel_counters
-from ..broker.metadata.change import Change
+from ..broker.metadata.change import Change, Done
 from ..broker.names import server_named
 from ..store.settlement import REJECTED, SETTLED, Settlement
 from . import connection_log, frame_errors, records
@@ -88,6 +88,7 @@ class ChannelConnection(records.RecordedConnection, connection_log.LoggedConnect
     confirming: set[Channel]    # channels with confirms to send at the flush
     throttle: Throttle          # its consumers' gate
     capabilities: dict          # the client's, from connection.start-ok
+    holds: int                  # its channels' waits for the cluster (Channel._await)
     exclusive_queues: list      # deleted when it closes
 
     def note_output(self, size: int) -> None:
@@ -343,7 +344,18 @@ class Channel:
                 if after is not None:
                     after()
             return
-        self.conn.hold_for_metadata()
+        log = store.log
+        self._await(m, lambda done: log.submit(operation, done), then, after)
+
+    def _await(self, m: spec.Method, start: Callable[[Done], None], then: Callable[[Any], None],
+               after: Callable[[], None] | None = None) -> None:
+        """Start something this node answers later (the cluster's log, a queue's home node),
+        then `then(result)`: the connection reads nothing more meanwhile, so replies keep the
+        order of requests. Leaves the frame loop (HoldInput) unless it is called from another
+        wait's answer (the connection then already reads nothing)."""
+        conn = self.conn
+        in_frame_loop = not conn.holds
+        conn.hold_for_metadata()
 
         def done(result: Any, error: BaseException | None) -> None:
             try:
@@ -357,10 +369,11 @@ class Channel:
             finally:
                 if after is not None and self.state == OPEN:
                     after()
-                self.conn.release_for_metadata()
-        store.log.submit(operation, done)
-        # Stop the connection's frame loop here, at no cost to it per frame (an exception).
-        raise HoldInput
+                conn.release_for_metadata()
+        start(done)
+        if in_frame_loop:
+            # Stop the connection's frame loop here, at no cost to it per frame (an exception).
+            raise HoldInput
 
     # -------------------------------------------------------------- exchange
     def _exchange_declare(self, m):
@@ -397,10 +410,15 @@ class Channel:
         if created and q.owner is not None:
             self.conn.exclusive_queues.append(q)
         self.last_queue = q.name
-        if not m.nowait:
-            message_count, consumer_count = q.declare_ok_counts()
-            self.send(spec.QueueDeclareOk(queue=q.name, message_count=message_count,
-                                          consumer_count=consumer_count))
+        if m.nowait:
+            return
+        if q.remote:  # its counts are its home's
+            self._await(m, q.counts_async, lambda counts: self._declare_ok(q, counts))
+        else:
+            self._declare_ok(q, q.declare_ok_counts())
+
+    def _declare_ok(self, q, counts: tuple[int, int]) -> None:
+        self.send(spec.QueueDeclareOk(queue=q.name, message_count=counts[0], consumer_count=counts[1]))
 
     def _queue_binding(self, m) -> tuple[str, str]:
         qname = self._queue_name(m.queue)
@@ -418,16 +436,25 @@ class Channel:
                      lambda _: self.send(spec.QueueUnbindOk()))
 
     def _queue_purge(self, m):
-        count = ops.purge_queue(self.actor, self._queue_name(m.queue))
-        if not m.nowait:
-            self.send(spec.QueuePurgeOk(message_count=count))
+        q = ops.readable_queue(self.actor, self._queue_name(m.queue))
+        if q.remote:
+            self._await(m, q.purge_async, lambda count: self._reply(m, spec.QueuePurgeOk(message_count=count)))
+        else:
+            self._reply(m, spec.QueuePurgeOk(message_count=ops.purge_queue(self.actor, q.name)))
 
     def _queue_delete(self, m):
         # RabbitMQ answers delete-ok before it cancels this channel's own consumers of the
         # queue (the channel hears of the deletion after the reply; other channels may hear
         # before it): clients waiting for delete-ok (kombu on py-amqp) fail on an earlier cancel.
         name = self._queue_name(m.queue)
+        q = self.actor.vhost.queues.get(name)
         self.held_cancels = []
+        if q is not None and q.remote and ops.queue_to_delete(self.actor, name) is not None:
+            # Its home checks if-unused and if-empty and deletes it through the cluster's log.
+            self._await(m, lambda done: q.delete_async(m.if_unused, m.if_empty, done),
+                        lambda count: self._reply(m, spec.QueueDeleteOk(message_count=count)),
+                        after=self._send_held_cancels)
+            return
         self._change(m, lambda: ops.delete_queue.change(self.actor, name, m.if_unused, m.if_empty),
                      lambda count: self._reply(m, spec.QueueDeleteOk(message_count=count)),
                      after=self._send_held_cancels)
@@ -460,8 +487,15 @@ class Channel:
                                self.prefetch, self.credit, self, self.conn.throttle, deliver_prefix(tag),
                                self.consumers)
         self.consumers[tag] = consumer
+        if consumer.queue.remote:  # consume-ok once its home has it (its checks may refuse it)
+            self._await(m, lambda done: consumer.queue.consume_async(consumer, done),
+                        lambda _: self._consuming(m, consumer))
+        else:
+            self._consuming(m, consumer)
+
+    def _consuming(self, m, consumer: Consumer) -> None:
         if not m.nowait:
-            self.send(spec.BasicConsumeOk(consumer_tag=tag))
+            self.send(spec.BasicConsumeOk(consumer_tag=consumer.tag))
         if not m.no_ack:
             self._watch_acks()
         consumer.queue.deliver_ready()
@@ -487,7 +521,18 @@ class Channel:
                 self.send(spec.BasicCancel(consumer_tag=consumer.tag, nowait=True))
 
     def _basic_get(self, m):
-        q, qm = ops.get(self.actor, self._queue_name(m.queue), m.no_ack)
+        name = self._queue_name(m.queue)
+        q = self.actor.vhost.queues.get(name)
+        if q is not None and q.remote:
+            q = ops.readable_queue(self.actor, name)
+            self._await(m, lambda done: q.get_async(m.no_ack, done), lambda got: self._got(m, q, *got))
+            return
+        q, qm = ops.get(self.actor, name, m.no_ack)
+        self._got(m, q, qm, q.message_count if qm is not None else 0)
+
+    def _got(self, m, q, qm, message_count: int) -> None:
+        if qm is not None and q.remote:
+            q.delivered(qm, m.no_ack, True)
         if qm is None:
             self.stats["get_empty"] += 1
             self.send(spec.BasicGetEmpty(cluster_id=""))
@@ -497,7 +542,7 @@ class Channel:
         msg = qm.message
         conn = self.conn
         out = conn.out
-        out.append(get_ok_frame(self.id, tag, qm.redelivered, msg.route, q.message_count))
+        out.append(get_ok_frame(self.id, tag, qm.redelivered, msg.route, message_count))
         content_frames(out, self.id, msg.header, msg.body, conn.frame_max)
         conn.note_output(len(msg.body))
         if not m.no_ack:

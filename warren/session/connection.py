@@ -188,6 +188,7 @@ class Connection:
         self.connected_at = int(time.time() * 1000)
         self.link: ConnectionLink | None = None  # how records name it, once asked (warren.session.records)
         self.owner: ExclusiveOwner | None = None  # how its exclusive queues name it
+        self.holds = 0  # waits of its channels for the cluster (the log, a queue of another node)
         # Traffic counters (warren.mgmt.stats): bytes and reads in, bytes and writes out.
         self.recv_oct = self.recv_cnt = self.send_oct = self.send_cnt = 0
 
@@ -622,9 +623,13 @@ class Connection:
 
     # ------------------------------------------------------- the cluster's log
     def hold_for_metadata(self) -> None:
+        self.holds += 1
         self.throttle.add(Reason.METADATA)
 
     def release_for_metadata(self) -> None:
+        self.holds -= 1
+        if self.holds > 0:
+            return  # (a wait that began in another's answer: the later release reads on)
         self.throttle.discard(Reason.METADATA)
         if self.state == CLOSED:
             return

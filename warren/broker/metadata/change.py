@@ -73,6 +73,10 @@ class ClusterLog(Protocol):
 
     def submit(self, factory: Callable[[], Change[Any]], done: Done) -> None: ...
 
+    def when_applied(self, revision: int, then: Callable[[], None]) -> None:
+        """Call `then()` once this node has applied the log up to `revision` (a change another
+        node made for this one: its answer waits until this node shows it too)."""
+
 
 def done(value: T) -> Change[T]:
     """An operation that changes nothing and returns `value` (a passive declare)."""

@@ -135,7 +135,8 @@ class DeleteExchange:
 @dataclass(frozen=True, slots=True)
 class DeclareQueue:
     """Create a queue, or check that the one of that name is equivalent. owner: the
-    connection an exclusive queue belongs to (None: not exclusive)."""
+    connection an exclusive queue belongs to (None: not exclusive); node: on a cluster, the
+    member it lives on (its home: the declaring connection's node); None on a node alone."""
 
     vhost: str
     name: str
@@ -143,6 +144,7 @@ class DeclareQueue:
     owner: ExclusiveOwner | None = None
     auto_delete: bool = False
     arguments: dict | None = None
+    node: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,6 +67,9 @@ class MetadataStore:
         self.log: ClusterLog | None = None
         self.from_log = False
         self.revision = 0  # the last change of the cluster's log these tables include
+        # On a cluster member, what makes the stand-in of a queue of another node (given by
+        # the cluster's layer, above this one: warren.cluster.remote_queue).
+        self.stand_in: Callable[[VHost, c.DeclareQueue], Any] | None = None
 
     @property
     def dirty(self) -> bool:
@@ -209,7 +212,17 @@ class MetadataStore:
         return self.vhost(cmd.vhost).delete_exchange(cmd.name, cmd.if_unused)
 
     def _declare_queue(self, cmd: c.DeclareQueue):
-        """(queue, created)."""
+        """(queue, created). A queue of another node (on a cluster) gets its stand-in here."""
+        if cmd.node is not None and cmd.node != self.broker.config.node_name:
+            vhost = self.vhost(cmd.vhost)
+            existing = vhost.queues.get(cmd.name)
+            if existing is not None:
+                return vhost.declare_queue(cmd.name, cmd.durable, cmd.owner, cmd.auto_delete, cmd.arguments)
+            if self.stand_in is None:
+                raise internal_error(f"queue '{cmd.name}' lives on node '{cmd.node}': this node is not in a cluster")
+            q = self.stand_in(vhost, cmd)
+            vhost.add_queue(q)
+            return q, True
         return self.vhost(cmd.vhost).declare_queue(cmd.name, cmd.durable, cmd.owner, cmd.auto_delete,
                                                    cmd.arguments)
 

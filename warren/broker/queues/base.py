@@ -15,7 +15,7 @@ from ...store import MemoryQueueStore, QueueStore
 from ...store.queued_message import QueuedMessage
 from ...store.settlement import REJECTED, SETTLED, Settlement
 from ..consumer_set import ConsumerSet
-from ..errors import inequivalent, precondition_failed, rs
+from ..errors import inequivalent, not_found, precondition_failed, rs
 from ..queue_flow import FLOW_HIGH, FLOW_LOW, QueueCredit
 from ..queue_arguments import check_equivalent_arguments
 from ..queue_settings import PLAIN, QueueSettings, resolve
@@ -43,6 +43,9 @@ class Queue:
     of every queue type; a type says what it is in CAPABILITIES."""
 
     CAPABILITIES: Capabilities
+    # A stand-in for a queue of another node (warren.cluster.remote_queue); a queue of this
+    # node is always reachable.
+    remote = False
     # Whether a message that comes back is delivered with a label (label_redelivery(): a
     # quorum queue's x-delivery-count).
     LABELS_REDELIVERIES = False
@@ -119,6 +122,15 @@ class Queue:
 
     def describe(self) -> str:
         return rs("queue", self.name, self.vhost.name)
+
+    @property
+    def reachable(self) -> bool:
+        return True
+
+    def down(self) -> Exception:
+        """The error of a use of this queue while it cannot be reached (never, for a queue of
+        this node: see warren.cluster.remote_queue)."""
+        return not_found(f"{self.describe()} cannot be reached")
 
     @property
     def message_count(self) -> int:
@@ -545,6 +557,13 @@ class Queue:
                 self.drop_expired()
         else:
             self.dead_letter([qm], "rejected")  # (or dropped, and counted, without a DLX)
+
+    def give_back(self, qm) -> None:
+        """A delivery that reached no client (its consumer on another node had gone): back in
+        place, as if it had not been delivered."""
+        redelivered = qm.redelivered
+        self.reject(qm, True)
+        qm.redelivered = redelivered
 
     def purge(self) -> int:
         count = self.store.purge()

@@ -1,0 +1,460 @@
+"""A member's node links (one of its server's services): it listens on its distribution port
+for the other members' links, and dials one link to each member whose queues its clients use
+(a Peer), again whenever one ends, for as long as that node is a member.
+
+A Peer is this node's side of a link to a home: its requests wait for their replies (by id),
+its publishes for their settlements (by sequence number: a RemoteSettlement is a settlement
+handle like a store batch, so a channel confirms them unchanged), and its consumers get
+deliveries within the credit it grants. When the link ends what waited fails as a dead queue
+fails in RabbitMQ: requests with the home-down 404, publishes nacked, consumers cancelled
+(basic.cancel to clients that asked for it)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import socket
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..amqp.message import Message
+from ..broker.errors import AMQPError, not_found
+from .etcd import EtcdError, absent, put_op
+from .node_link import Link, Meta
+from .queue_home import HomeSession
+from .remote_queue import RemoteMessage, RemoteQueue
+
+if TYPE_CHECKING:
+    from ..broker.broker import Broker
+    from ..broker.consumer import Consumer
+    from ..store.settlement import SyncWaiter
+    from .config import ClusterConfig
+    from .etcd import Etcd
+    from .membership import Membership
+
+log = logging.getLogger("warren.cluster.link")
+
+Done = Callable[[Any, "BaseException | None"], None]
+RETRY = 0.5     # seconds between two dials of a member
+WINDOW = 256    # deliveries a consumer without a prefetch limit may have on their way
+STARTUP_WAIT = 3.0  # seconds a starting node waits for its links to the running members
+
+
+class RemoteSettlement:
+    """A publish to a queue of another node: safe once its home says so (False: the home
+    refused it, or the link ended first and its fate is unknown: a nack, as RabbitMQ's channel
+    nacks what a queue that died held unconfirmed)."""
+
+    __slots__ = ("safe", "waiter")
+
+    def __init__(self) -> None:
+        self.safe: bool | None = None
+        self.waiter: SyncWaiter | None = None
+
+    def status(self) -> bool | None:
+        return self.safe
+
+    def notify(self, waiter: SyncWaiter) -> None:
+        self.waiter = waiter
+
+    def decide(self, safe: bool) -> None:
+        self.safe = safe
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None:
+            waiter.store_synced()
+
+
+class RemoteConsumer:
+    """This node's record of one of its consumers of a queue of another node."""
+
+    __slots__ = ("consumer", "queue", "cid", "in_flight", "reserved", "open")
+
+    def __init__(self, consumer: Consumer, queue: RemoteQueue, cid: int):
+        self.consumer = consumer
+        self.queue = queue
+        self.cid = cid
+        self.in_flight = 0  # credit granted, deliveries not arrived yet
+        self.reserved = 0   # of those, counted in its channel's global credit (basic.qos global)
+        self.open = False   # the home accepted it
+
+
+class Peer:
+    """This node's link to one home, and what waits on it."""
+
+    def __init__(self, links: NodeLinks, node: str):
+        self.links = links
+        self.node = node
+        self.link: Link | None = None
+        self.generation = 0
+        self.requests: dict[int, tuple[Done, Callable[[Meta, list[bytes]], Any]]] = {}
+        self.settlements: dict[int, RemoteSettlement] = {}
+        self.consumers: dict[int, RemoteConsumer] = {}
+        self.by_consumer: dict[Consumer, RemoteConsumer] = {}
+        self._ids = itertools.count(1)
+        self._task: asyncio.Task | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.link is not None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._dial_forever())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if self.link is not None:
+            self.link.close()
+
+    async def _dial_forever(self) -> None:
+        while True:
+            address = self.links.address(self.node)
+            if address is not None:
+                try:
+                    link = await self.links.dial(*address)
+                    peer = await asyncio.wait_for(asyncio.shield(link.ready), 5)
+                    if peer != self.node:
+                        link.abort(f"dialled {self.node} at {address}, {peer} answered")
+                    else:
+                        self._linked(link)
+                        closed = asyncio.get_running_loop().create_future()
+
+                        def lost() -> None:
+                            self._lost()
+                            if not closed.done():
+                                closed.set_result(None)
+                        link.on_lost = lost
+                        await closed
+                except (OSError, asyncio.TimeoutError, ConnectionError) as err:
+                    log.debug("node link to %s at %s: %s", self.node, address, err)
+            await asyncio.sleep(RETRY)
+
+    def _linked(self, link: Link) -> None:
+        self.generation += 1
+        self.link = link
+        link.on_frame = self._handle
+        log.info("node link to %s up", self.node)
+
+    def _lost(self) -> None:
+        """The home cannot be reached: fail what waits for it, as a dead queue does."""
+        log.warning("node link to %s lost", self.node)
+        self.link = None
+        requests, self.requests = self.requests, {}
+        for done, _ in requests.values():
+            done(None, not_found(f"home node '{self.node}' is down or inaccessible"))
+        settlements, self.settlements = self.settlements, {}
+        for settlement in settlements.values():
+            settlement.decide(False)
+        consumers, self.consumers = self.consumers, {}
+        self.by_consumer.clear()
+        for state in consumers.values():
+            self._release(state)
+            consumer = state.consumer
+            if consumer in state.queue.consumers:
+                state.queue.consumers.remove(consumer)
+            consumer.channel.consumer_cancelled(consumer)
+
+    # sending -------------------------------------------------------------------------------
+    def request(self, meta: Meta, done: Done, answer: Callable[[Meta], Any],
+                blobs_answer: Callable[[Meta, list[bytes]], Any] | None = None) -> None:
+        link = self.link
+        if link is None:
+            done(None, not_found(f"home node '{self.node}' is down or inaccessible"))
+            return
+        rid = next(self._ids)
+        self.requests[rid] = (done, blobs_answer or (lambda meta, blobs: answer(meta)))
+        link.send({**meta, "rid": rid})
+
+    def publish(self, queue: RemoteQueue, message: Message) -> RemoteSettlement:
+        settlement = RemoteSettlement()
+        link = self.link
+        if link is None:
+            settlement.safe = False
+            return settlement
+        seq = next(self._ids)
+        self.settlements[seq] = settlement
+        meta: Meta = {"op": "publish", "seq": seq, "vhost": queue.vhost.name, "queues": [queue.name],
+                      "exchange": message.exchange, "key": message.routing_key}
+        if message.ttl is not None:
+            meta["ttl"] = message.ttl
+        if message.cc_keys is not None:
+            meta["cc"] = list(message.cc_keys)
+        body = message.body
+        link.send(meta, message.route, message.header, body if isinstance(body, bytes) else bytes(body))
+        return settlement
+
+    def consume(self, queue: RemoteQueue, consumer: Consumer, done: Done) -> None:
+        cid = next(self._ids)
+        state = RemoteConsumer(consumer, queue, cid)
+        self.consumers[cid] = state
+        self.by_consumer[consumer] = state
+
+        def accepted(meta: Meta) -> None:
+            state.open = True
+            return None
+
+        def finished(result: Any, error: BaseException | None) -> None:
+            if error is not None:
+                self.consumers.pop(cid, None)
+                self.by_consumer.pop(consumer, None)
+            done(result, error)
+        self.request({"op": "consume", "vhost": queue.vhost.name, "queue": queue.name, "cid": cid,
+                      "tag": consumer.tag, "no_ack": consumer.no_ack, "exclusive": consumer.exclusive,
+                      "arguments": _jsonable(consumer.arguments)}, finished, accepted)
+
+    def cancel(self, consumer: Consumer) -> None:
+        state = self.by_consumer.pop(consumer, None)
+        if state is None:
+            return
+        self.consumers.pop(state.cid, None)
+        self._release(state)
+        if self.link is not None:
+            self.link.send({"op": "cancel", "cid": state.cid})
+
+    def grant(self, consumer: Consumer) -> None:
+        """Let the home send `consumer` what it may take now: its prefetch and its channel's
+        global limit less what it holds and what is on its way, or a window without either."""
+        state = self.by_consumer.get(consumer)
+        link = self.link
+        if state is None or not state.open or link is None or not consumer.gate.delivering:
+            return
+        room = WINDOW - state.in_flight
+        credit = consumer.credit
+        if not consumer.no_ack:
+            if consumer.prefetch:
+                room = min(room, consumer.prefetch - consumer.unacked - state.in_flight)
+            if credit.limit:
+                room = min(room, credit.limit - credit.used)
+        elif state.in_flight > WINDOW // 2:
+            return  # (a window is granted in halves, not a message at a time)
+        if room <= 0:
+            return
+        state.in_flight += room
+        if credit.limit and not consumer.no_ack:
+            credit.used += room  # reserved: the channel's other consumers see it taken
+            state.reserved += room
+        link.send({"op": "credit", "cid": state.cid, "n": room})
+
+    def _release(self, state: RemoteConsumer) -> None:
+        if state.reserved:
+            state.consumer.credit.used -= state.reserved
+            state.reserved = 0
+
+    def settle(self, qm: RemoteMessage, ack: bool, requeue: bool) -> None:
+        if self.link is not None and qm.link == self.generation:
+            self.link.send({"op": "settle", "dids": [qm.seq], "ack": ack, "requeue": requeue})
+        # (else the link it came on ended: its home has given it back already)
+
+    def get(self, queue: RemoteQueue, no_ack: bool, done: Done) -> None:
+        generation = self.generation
+
+        def got(meta: Meta, blobs: list[bytes]) -> tuple[RemoteMessage | None, int]:
+            if meta.get("empty"):
+                return None, 0
+            route, header, body = blobs
+            qm = RemoteMessage(meta["did"], _message(route, header, body), meta["redelivered"], generation)
+            return qm, int(meta["messages"])
+        self.request({"op": "get", "vhost": queue.vhost.name, "queue": queue.name, "no_ack": no_ack}, done,
+                     lambda meta: None, got)
+
+    # receiving -----------------------------------------------------------------------------
+    def _handle(self, meta: Meta, blobs: list[bytes]) -> None:
+        op = meta.get("op")
+        try:
+            if op == "deliver":
+                self._deliver(meta, blobs)
+            elif op == "settled":
+                settlement = self.settlements.pop(meta["seq"], None)
+                if settlement is not None:
+                    settlement.decide(bool(meta["ok"]))
+            elif op == "reply":
+                self._reply(meta, blobs)
+            elif op == "cancelled":
+                self._cancelled(meta["cid"])
+            else:
+                raise ValueError(f"unknown operation {op!r}")
+        except (KeyError, TypeError, ValueError) as err:
+            if self.link is not None:
+                self.link.abort(f"malformed {op!r}: {err!r}")
+
+    def _reply(self, meta: Meta, blobs: list[bytes]) -> None:
+        entry = self.requests.pop(meta["rid"], None)
+        if entry is None:
+            return
+        done, answer = entry
+        error = meta.get("error")
+        if error is not None:
+            done(None, AMQPError(int(error[0]), str(error[1])))
+            return
+        try:
+            result = answer(meta, blobs)
+        except Exception as err:
+            done(None, err)
+        else:
+            done(result, None)
+
+    def _deliver(self, meta: Meta, blobs: list[bytes]) -> None:
+        state = self.consumers.get(meta["cid"])
+        if state is None:  # cancelled meanwhile: it goes back as if never sent
+            if self.link is not None:
+                self.link.send({"op": "give_back", "dids": [meta["did"]]})
+            return
+        state.in_flight -= 1
+        consumer = state.consumer
+        if state.reserved:
+            state.reserved -= 1
+            consumer.credit.used -= 1  # (counted again as the channel delivers it)
+        route, header, body = blobs
+        qm = RemoteMessage(meta["did"], _message(route, header, body), meta["redelivered"], self.generation)
+        consumer.channel.deliver(consumer, qm)
+        if consumer.no_ack:
+            self.grant(consumer)
+
+    def _cancelled(self, cid: int) -> None:
+        """The home cancelled it (its queue was deleted there)."""
+        state = self.consumers.pop(cid, None)
+        if state is None:
+            return
+        self.by_consumer.pop(state.consumer, None)
+        self._release(state)
+        consumer = state.consumer
+        if consumer in state.queue.consumers:
+            state.queue.consumers.remove(consumer)
+        consumer.channel.consumer_cancelled(consumer)
+
+
+class NodeLinks:
+    """The service: the listener, and a Peer per member this node's clients reach."""
+
+    def __init__(self, config: ClusterConfig, etcd: Etcd, membership: Membership, broker: Broker,
+                 host: str | None, port: int):
+        self.config = config
+        self.etcd = etcd
+        self.membership = membership
+        self.broker = broker
+        self.host = host
+        self.port = port
+        self.secret = b""
+        self.peers: dict[str, Peer] = {}
+        self.sessions: set[HomeSession] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._task: asyncio.Task | None = None
+
+    def peer(self, node: str) -> Peer:
+        peer = self.peers.get(node)
+        if peer is None:
+            peer = self.peers[node] = Peer(self, node)
+            if self.secret:
+                peer.start()
+        return peer
+
+    def address(self, node: str) -> tuple[str, int] | None:
+        record = self.membership.running.get(node)
+        dist = record.get("dist") if record else None
+        if not (isinstance(dist, list) and len(dist) == 2):
+            return None
+        return str(dist[0]), int(dist[1])
+
+    async def dial(self, host: str, port: int) -> Link:
+        loop = asyncio.get_running_loop()
+        _, link = await asyncio.wait_for(
+            loop.create_connection(lambda: Link(self.secret, self.config.node_name, True), host, port), 5)
+        return link
+
+    # service -------------------------------------------------------------------------------
+    async def start(self, server=None) -> None:
+        self.secret = await self._secret()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._accepted, self.host, self.port, reuse_address=True)
+        for peer in self.peers.values():
+            peer.start()
+        log.info("node links: listening on %s:%d", self.host or "*", self.port)
+        self._task = loop.create_task(self._follow_members())
+        # Serve once the running members are linked (their queues are "down" until then).
+        deadline = loop.time() + STARTUP_WAIT
+        while loop.time() < deadline:
+            await asyncio.sleep(0.05)
+            running = [n for n in self.membership.running if n != self.config.node_name]
+            if self.membership.synced.is_set() and all(self.peer(n).up for n in running):
+                break
+
+    async def _follow_members(self) -> None:
+        """A link to every other member, dialled again while it is one."""
+        while True:
+            for node in list(self.membership.members):
+                if node != self.config.node_name:
+                    self.peer(node)
+            await asyncio.sleep(RETRY)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        if self._server is not None:
+            self._server.close()
+        for peer in list(self.peers.values()):
+            await peer.stop()
+        for session in list(self.sessions):
+            session.link.close()
+
+    def _accepted(self) -> Link:
+        link = Link(self.secret, self.config.node_name, False)
+
+        def ready(future: asyncio.Future) -> None:
+            if future.cancelled() or future.exception() is not None:
+                return
+            session = HomeSession(self.broker, link)
+            self.sessions.add(session)
+            lost = session.lost
+
+            def ended() -> None:
+                self.sessions.discard(session)
+                lost()
+            link.on_lost = ended
+        link.ready.add_done_callback(ready)
+        return link
+
+    async def _secret(self) -> bytes:
+        """The cluster's secret: made by the first member that needs it, read by the others."""
+        key = self.config.keys.root + b"node-link-secret"
+        while True:
+            try:
+                await self.etcd.txn([absent(key)], [put_op(key, os.urandom(32).hex().encode())])
+                _, kvs = await self.etcd.get(key)
+                if kvs:
+                    return kvs[0].value
+            except EtcdError as err:
+                log.warning("node links: cannot read the cluster's secret from etcd yet: %s", err)
+            await asyncio.sleep(RETRY)
+
+
+def advertised_host(listen_host: str | None, node_name: str) -> str:
+    """The address other members dial: the listener's own, or for a wildcard one the node
+    name's host part (as RabbitMQ's nodes reach rabbit@HOST)."""
+    if listen_host and listen_host not in ("0.0.0.0", "::"):
+        return listen_host
+    host = node_name.partition("@")[2] or socket.gethostname()
+    return host
+
+
+def _message(route: bytes, header: bytes, body: bytes) -> Message:
+    """A message as a delivery carries it: its exchange and routing key are in `route`."""
+    n = route[0]
+    exchange = route[1:1 + n].decode()
+    key = route[2 + n:2 + n + route[1 + n]].decode()
+    return Message(exchange, key, route, header, body)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)

@@ -1,0 +1,281 @@
+"""The home's end of a node link: what another member asks of this node's queues, carried out
+through the same queue calls and operations a channel uses (warren.broker.ops), with the
+other node's consumers as consumers of the queue like any other.
+
+The other node checked permissions and exclusivity against its own copy of the metadata (the
+cluster's); here the queue's state decides: exclusive consumers, if-unused, counts. A consumer
+of the other node gets no more than the credit its node granted (LinkConsumer.ready), and
+what it holds unacked comes back (requeued, redelivered) when the link ends, as a channel's
+does when it closes."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from ..amqp.message import Message
+from ..broker import ops
+from ..broker.auth import User
+from ..broker.consumer import Consumer, check_consume_arguments
+from ..broker.credit import Credit
+from ..broker.enqueue import enqueue
+from ..broker.errors import AMQPError, access_refused, internal_error, not_found
+from ..broker.queues import CONSUMER_ARGUMENTS
+from ..store.settlement import SETTLED, Settlement
+from .node_link import Link, Meta
+
+if TYPE_CHECKING:
+    from ..broker.broker import Broker
+    from ..broker.queues.base import Queue
+    from ..store.queued_message import QueuedMessage
+
+log = logging.getLogger("warren.cluster.link")
+
+# Who acts here for another node (its checks were made there, against the cluster's metadata).
+NODE_USER = User("node-link", "", ("administrator",))
+
+
+class LinkConsumer(Consumer):
+    """A consumer of another node: served while its node's credit lasts."""
+
+    __slots__ = ("granted", "cid")
+    granted: int  # deliveries its node let it have, not sent yet
+    cid: int      # its id on the link
+
+    def ready(self) -> bool:
+        return self.granted > 0 and self.gate.delivering
+
+    def has_credit(self) -> bool:
+        return self.granted > 0
+
+
+class HomeSession:
+    """One incoming link: a DeliverySink for its consumers and a SyncWaiter for its publishes."""
+
+    def __init__(self, broker: Broker, link: Link):
+        self.broker = broker
+        self.link = link
+        self.consumers: dict[int, LinkConsumer] = {}
+        self.unacked: dict[int, tuple[QueuedMessage, Queue, LinkConsumer | None]] = {}
+        self.next_did = 0
+        self.publishes: deque[tuple[int, Settlement]] = deque()  # (seq, settlement) not answered yet
+        self.waiting = False
+        self._kicked: set[Queue] = set()
+        link.on_frame = self.handle
+        link.on_lost = self.lost
+        link.on_drained = self._drained
+
+    # frames ---------------------------------------------------------------------------------
+    def handle(self, meta: Meta, blobs: list[bytes]) -> None:
+        op = meta.get("op")
+        try:
+            handler = _HANDLERS[op]  # type: ignore[index]
+        except KeyError:
+            self.link.abort(f"unknown operation {op!r}")
+            return
+        rid = meta.get("rid")
+        try:
+            answer = handler(self, meta, blobs)
+        except AMQPError as err:
+            if rid is not None:
+                self.link.send({"op": "reply", "rid": rid, "error": [err.code, err.text]})
+        except (KeyError, TypeError, ValueError) as err:
+            self.link.abort(f"malformed {op!r}: {err!r}")
+            return
+        else:
+            if rid is not None and answer is not None:
+                self.link.send({"op": "reply", "rid": rid, **answer[0]}, *answer[1])
+        if self._kicked:
+            kicked, self._kicked = self._kicked, set()
+            for queue in kicked:
+                queue.deliver_ready()
+        self.broker.durability.flush()  # (deliveries' marks and published records: written, fsync started)
+
+    def _queue(self, meta: Meta) -> Queue:
+        vhost = self.broker.metadata.vhosts.get(meta["vhost"])
+        queue = None if vhost is None else vhost.queues.get(meta["queue"])
+        if queue is None or getattr(queue, "remote", False):
+            raise not_found(f"no queue '{meta['queue']}' in vhost '{meta['vhost']}'")
+        return queue
+
+    # publishes ------------------------------------------------------------------------------
+    def _publish(self, meta: Meta, blobs: list[bytes]) -> None:
+        route, header, body = blobs
+        vhost = self.broker.metadata.vhosts.get(meta["vhost"])
+        queues = [] if vhost is None else [q for name in meta["queues"]
+                                           if (q := vhost.queues.get(name)) is not None
+                                           and not getattr(q, "remote", False)]
+        message = Message(meta["exchange"], meta["key"], route, header, body)
+        message.ttl = meta.get("ttl")
+        if meta.get("cc") is not None:
+            message.cc_keys = tuple(meta["cc"])
+        settlement = enqueue(message, queues, True, None) if queues else SETTLED
+        self.publishes.append((meta["seq"], settlement))
+        self.store_synced()
+
+    def store_synced(self) -> None:
+        """Answer the publishes that are decided, in order (confirms are per message there)."""
+        self.waiting = False
+        publishes = self.publishes
+        while publishes:
+            seq, settlement = publishes[0]
+            status = settlement.status()
+            if status is None:
+                if not self.waiting:
+                    self.waiting = True
+                    settlement.notify(self)
+                return
+            publishes.popleft()
+            self.link.send({"op": "settled", "seq": seq, "ok": status})
+
+    # consumers ------------------------------------------------------------------------------
+    def _consume(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
+        queue = self._queue(meta)
+        arguments = meta.get("arguments") or None
+        caps = queue.CAPABILITIES
+        check_consume_arguments(arguments, queue.describe(), caps.consumer_arguments, CONSUMER_ARGUMENTS, caps.module)
+        if queue.consumers.exclusive_refused(meta["exclusive"]):
+            raise access_refused(f"{queue.describe()} in exclusive use")
+        consumer = LinkConsumer(meta["tag"], self, queue, meta["no_ack"], meta["exclusive"], arguments, 0, Credit(),
+                                b"", self.link)
+        consumer.granted = 0
+        consumer.cid = meta["cid"]
+        self.consumers[consumer.cid] = consumer
+        queue.add_consumer(consumer)
+        return {}, ()
+
+    def _credit(self, meta: Meta, blobs: list[bytes]) -> None:
+        consumer = self.consumers.get(meta["cid"])
+        if consumer is not None:
+            consumer.granted += int(meta["n"])
+            self._kicked.add(consumer.queue)
+
+    def _cancel(self, meta: Meta, blobs: list[bytes]) -> None:
+        consumer = self.consumers.pop(meta["cid"], None)
+        if consumer is not None:
+            ops.cancel(consumer)
+            self._kicked.add(consumer.queue)
+
+    def deliver(self, consumer: Consumer, qm: QueuedMessage) -> None:  # (DeliverySink)
+        assert isinstance(consumer, LinkConsumer)
+        consumer.granted -= 1
+        self.next_did += 1
+        did = self.next_did
+        queue = consumer.queue
+        if consumer.no_ack:
+            queue.delivered(qm, True)
+        else:
+            self.unacked[did] = (qm, queue, consumer)
+            consumer.unacked += 1
+            queue.delivered(qm, False)
+        message = qm.message
+        self.link.send({"op": "deliver", "cid": consumer.cid, "did": did, "redelivered": qm.redelivered},
+                       message.route, message.header, _octets(message.body))
+
+    def consumer_cancelled(self, consumer: Consumer) -> None:  # (DeliverySink: the queue went away)
+        assert isinstance(consumer, LinkConsumer)
+        if self.consumers.pop(consumer.cid, None) is not None:
+            self.link.send({"op": "cancelled", "cid": consumer.cid})
+
+    # settling -------------------------------------------------------------------------------
+    def _settle(self, meta: Meta, blobs: list[bytes]) -> None:
+        ack, requeue = meta["ack"], meta["requeue"]
+        for did in meta["dids"]:
+            entry = self.unacked.pop(did, None)
+            if entry is not None:
+                qm, queue, consumer = entry
+                ops.settle(qm, queue, consumer, ack, requeue)
+                if not ack:
+                    self._kicked.add(queue)
+
+    def _give_back(self, meta: Meta, blobs: list[bytes]) -> None:
+        """Deliveries that reached no client (their consumer had gone): back in place, as if
+        never delivered."""
+        for did in meta["dids"]:
+            entry = self.unacked.pop(did, None)
+            if entry is not None:
+                qm, queue, consumer = entry
+                if consumer is not None:
+                    consumer.unacked -= 1
+                queue.give_back(qm)
+                self._kicked.add(queue)
+
+    # the rest of a queue's operations ------------------------------------------------------
+    def _get(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
+        queue = self._queue(meta)
+        qm = queue.get()
+        if qm is None:
+            return {"empty": True}, ()
+        no_ack = meta["no_ack"]
+        queue.delivered(qm, no_ack, True)
+        self.next_did += 1
+        if not no_ack:
+            self.unacked[self.next_did] = (qm, queue, None)
+        message = qm.message
+        return ({"did": self.next_did, "redelivered": qm.redelivered, "messages": queue.message_count},
+                (message.route, message.header, _octets(message.body)))
+
+    def _counts(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
+        queue = self._queue(meta)
+        queue.touch()
+        messages, consumers = queue.declare_ok_counts()
+        return {"messages": messages, "consumers": consumers}, ()
+
+    def _purge(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
+        return {"count": self._queue(meta).purge()}, ()
+
+    def _delete(self, meta: Meta, blobs: list[bytes]) -> None:
+        """Through the cluster's log, as a delete made here: answered once it is applied."""
+        vhost = self.broker.metadata.vhosts.get(meta["vhost"])
+        if vhost is None:
+            raise not_found(f"no vhost '{meta['vhost']}'")
+        actor = ops.Actor(self.broker, NODE_USER, vhost, None, trusted=True)
+        rid, link = meta["rid"], self.link
+        self._queue(meta)
+
+        def done(result: Any, error: BaseException | None) -> None:
+            if isinstance(error, AMQPError):
+                link.send({"op": "reply", "rid": rid, "error": [error.code, error.text]})
+            elif error is not None:
+                link.send({"op": "reply", "rid": rid, "error": [541, str(error)]})
+            else:
+                link.send({"op": "reply", "rid": rid, "count": result, "revision": self.broker.metadata.revision})
+        log_ = self.broker.metadata.log
+        if log_ is None:
+            raise internal_error("this node is not a cluster member")
+        log_.submit(lambda: ops.delete_queue.change(actor, meta["queue"], meta["if_unused"], meta["if_empty"]), done)
+        return None
+
+    # the link's end -------------------------------------------------------------------------
+    def lost(self) -> None:
+        """The other node is gone (or cut off): its consumers go, what they held comes back."""
+        kicked: set[Queue] = set()
+        for qm, queue, consumer in self.unacked.values():
+            ops.settle(qm, queue, consumer, False, True, closed=True)
+            kicked.add(queue)
+        self.unacked.clear()
+        for consumer in list(self.consumers.values()):
+            ops.cancel(consumer)
+            kicked.add(consumer.queue)
+        self.consumers.clear()
+        self.publishes.clear()
+        for queue in kicked:
+            queue.deliver_ready()
+        self.broker.durability.flush()
+
+    def _drained(self) -> None:
+        for queue in {c.queue for c in self.consumers.values()}:
+            queue.deliver_ready()
+
+
+def _octets(body) -> bytes:
+    return body if isinstance(body, bytes) else bytes(body)
+
+
+_HANDLERS = {
+    "publish": HomeSession._publish, "consume": HomeSession._consume, "credit": HomeSession._credit,
+    "cancel": HomeSession._cancel, "settle": HomeSession._settle, "give_back": HomeSession._give_back,
+    "get": HomeSession._get, "counts": HomeSession._counts, "purge": HomeSession._purge,
+    "delete": HomeSession._delete,
+}

@@ -1,0 +1,179 @@
+"""A queue of another node, as this node's vhost holds it: a classic queue lives on the node
+whose connection declared it (its home, as RabbitMQ's), and every other member keeps this
+stand-in, so that routing, permissions, exclusivity and equivalence are checked here as for
+a queue of this node, and what needs the queue itself goes to its home over the node link
+(warren.cluster.node_links.Peer): a publish (confirmed when the home has it safe), a consumer
+(fed within the credit this node grants it), its acks, and basic.get, queue.purge,
+queue.delete and declare-ok's counts, which a channel waits for (Channel._await).
+
+While the home cannot be reached every use of the queue fails with RabbitMQ's 404, and a
+message routed to it goes nowhere (returned when mandatory), as a RabbitMQ cluster does."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, cast
+
+from ..broker.errors import internal_error, not_found
+from ..broker.queues.classic import ClassicQueue
+from ..store.queued_message import QueuedMessage
+
+if TYPE_CHECKING:
+    from ..amqp.message import Message
+    from ..broker.metadata.commands import DeclareQueue
+    from ..broker.node import Node
+    from ..broker.consumer import Consumer
+    from ..store.settlement import Settlement, Ticket
+    from .node_links import NodeLinks, Peer
+
+Done = Callable[[Any, "BaseException | None"], None]
+
+
+class RemoteMessage(QueuedMessage):
+    """A delivery from a queue's home: `seq` is the home's id of it on the link `link`
+    (an ack after that link ended goes nowhere: the home gave the message back already)."""
+
+    __slots__ = ("link",)
+
+    def __init__(self, did: int, message: Message, redelivered: bool, link: int):
+        super().__init__(did, message, redelivered)
+        self.link = link
+
+
+class RemoteQueue(ClassicQueue):
+    remote = True
+
+    def __init__(self, vhost, name: str, durable: bool, owner, auto_delete: bool, arguments: dict | None,
+                 home: str, node: Node):
+        super().__init__(vhost, name, durable, owner, auto_delete, arguments)
+        self.home = home
+        self.node = node  # this node (its node_links, its metadata log)
+        self.counts = (0, 0)  # (messages, consumers) as the home last told them
+
+    @classmethod
+    def stand_in(cls, node: Node, vhost, cmd: DeclareQueue) -> RemoteQueue:
+        """The stand-in of a queue the cluster's log declared on another node (MetadataStore.stand_in)."""
+        assert cmd.node is not None
+        return cls(vhost, cmd.name, cmd.durable, cmd.owner, cmd.auto_delete, cmd.arguments, cmd.node, node)
+
+    @property
+    def links(self) -> NodeLinks:
+        links = self.node.node_links
+        if links is None:
+            raise internal_error(f"{self.describe()} lives on node '{self.home}', and this node has no node links")
+        return cast("NodeLinks", links)
+
+    @property
+    def peer(self) -> Peer:
+        return self.links.peer(self.home)
+
+    @property
+    def reachable(self) -> bool:
+        links = self.node.node_links
+        return links is not None and cast("NodeLinks", links).peer(self.home).up
+
+    def down(self) -> Exception:
+        """RabbitMQ's error for a queue whose home node is down (the same for every use)."""
+        return not_found(f"home node '{self.home}' of durable queue '{self.name}' in vhost '{self.vhost.name}' "
+                         "is down or inaccessible")
+
+    def check_reachable(self) -> None:
+        if not self.reachable:
+            raise self.down()
+
+    # what the home does -----------------------------------------------------------
+    def publish(self, message: Message, ticket: Ticket | None = None) -> Settlement:
+        self.stats["publish"] += 1
+        return self.peer.publish(self, message)
+
+    def counts_async(self, done: Done) -> None:
+        self.peer.request({"op": "counts", **self._where()}, done, self._counted)
+
+    def _counted(self, meta: dict) -> tuple[int, int]:
+        self.counts = (int(meta["messages"]), int(meta["consumers"]))
+        return self.counts
+
+    def get_async(self, no_ack: bool, done: Done) -> None:
+        self.peer.get(self, no_ack, done)
+
+    def purge_async(self, done: Done) -> None:
+        self.peer.request({"op": "purge", **self._where()}, done, lambda meta: int(meta["count"]))
+
+    def delete_async(self, if_unused: bool, if_empty: bool, done: Done) -> None:
+        """Deleted by its home, through the cluster's log: answered once this node has applied
+        the deletion too (a passive declare here then finds no queue)."""
+        def deleted(result: Any, error: BaseException | None) -> None:
+            log = self.node.metadata.log
+            if error is not None or log is None:
+                done(None, error)
+                return
+            count, revision = result
+            log.when_applied(revision, lambda: done(count, None))
+        self.peer.request({"op": "delete", **self._where(), "if_unused": if_unused, "if_empty": if_empty}, deleted,
+                          lambda meta: (int(meta["count"]), int(meta["revision"])))
+
+    def consume_async(self, consumer: Consumer, done: Done) -> None:
+        self.peer.consume(self, consumer, done)
+
+    def _where(self) -> dict[str, str]:
+        return {"vhost": self.vhost.name, "queue": self.name}
+
+    # the queue-type contract, as a stand-in ---------------------------------------------
+    @property
+    def message_count(self) -> int:
+        return self.counts[0]
+
+    def declare_ok_counts(self) -> tuple[int, int]:
+        return self.counts
+
+    @property
+    def delete_ok_count(self) -> int:
+        return 0  # (its messages are the home's: the home answers a delete)
+
+    def get(self):
+        raise internal_error("basic.get of a queue of another node goes to its home (get_async)")
+
+    def purge(self) -> int:
+        raise internal_error("queue.purge of a queue of another node goes to its home (purge_async)")
+
+    def add_consumer(self, consumer) -> None:
+        self.consumers.add(consumer)
+        self.had_consumers = True
+
+    def remove_consumer(self, consumer) -> None:
+        self.consumers.remove(consumer)
+        self.peer.cancel(consumer)
+
+    @property
+    def unused_auto_delete(self) -> bool:
+        return False  # the home's rule: it sees every node's consumers
+
+    def deliver_ready(self) -> None:
+        """Credit may have been freed for this node's consumers: grant it to the home."""
+        if not self.deleted:
+            peer = self.peer
+            for consumer in self.consumers:
+                peer.grant(consumer)
+
+    def delivered(self, qm, no_ack: bool, get: bool = False) -> None:
+        if no_ack:
+            self.stats["get_no_ack" if get else "deliver_no_ack"] += 1
+        else:
+            self.stats["get" if get else "deliver"] += 1
+        if qm.redelivered:
+            self.stats["redeliver"] += 1
+
+    def ack(self, qm) -> None:
+        self.stats["ack"] += 1
+        self.peer.settle(qm, True, False)
+
+    def reject(self, qm, requeue: bool, closed: bool = False) -> None:
+        self.peer.settle(qm, False, requeue)
+
+    def apply_settings(self) -> None:
+        """Its TTLs, limits and expiry run at its home; here the settings are only shown."""
+
+    def touch(self) -> None:
+        pass
+
+    def start_timers(self) -> None:
+        pass
