@@ -17,8 +17,6 @@ import pika.exceptions
 import pytest
 import requests
 
-from conftest import channel_error
-
 from .members import AUTH, RABBITMQ, Member, wait_for
 
 PERSISTENT = 2
