@@ -10,6 +10,7 @@ import uuid
 import pytest
 
 from conftest import EXTERNAL, free_port, scratch_dir, start_broker
+from . import members as members_module
 from .etcd_cluster import EtcdCluster
 
 
@@ -77,3 +78,38 @@ def make_node(etcd):
     yield make
     for node in started:
         node.stop(signal.SIGKILL)
+
+
+QUEUE_NAMES = ["q", "excl"]  # the queues the queue tests declare
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_three():
+    cluster = members_module.rabbitmq_cluster()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def members(request):
+    """Three running members a, b, c of one cluster (members.py): Warren nodes
+    warren-a@localhost, ..., or RabbitMQ's rabbit-a@localhost, ... under
+    WARREN_TEST_RABBITMQ_CLUSTER=1 (one cluster for the session, its queues deleted between
+    tests, its killed nodes restarted)."""
+    if members_module.RABBITMQ:
+        three: list[members_module.Member] = [members_module.RabbitMQMember(node)
+                                               for node in request.getfixturevalue("rabbitmq_three").nodes]
+        members_module.forget_queues(three, QUEUE_NAMES)
+        yield three
+        for member in three:
+            if member.node.alive():
+                member.signal(signal.SIGCONT)
+            else:
+                member.restart()
+        members_module.all_running(three)
+        members_module.forget_queues(three, QUEUE_NAMES)
+        return
+    make_node = request.getfixturevalue("make_node")
+    three = [members_module.WarrenMember(make_node, f"warren-{n}@localhost") for n in "abc"]
+    members_module.all_running(three)
+    yield three
