@@ -50,3 +50,4 @@ def test_publish_through_one_node_consume_through_another(make_node):
             raise AssertionError("still there")
         except pika.exceptions.ChannelClosedByBroker as err:
             assert err.reply_code == 404
+

@@ -83,6 +83,7 @@ class Node:
     directory: str
     amqp_port: int
     management_port: int
+    dist_port: int = 0  # its node links' (RabbitMQ's AMQP port + 20000 where that is a port)
     proc: subprocess.Popen | None = None
 
     @property
@@ -155,6 +156,9 @@ def _plan(args: argparse.Namespace, directory: str) -> list[Node]:
     for node in nodes:  # 0: ports the kernel gives, none twice
         node.amqp_port = node.amqp_port or _fresh_port(taken)
         node.management_port = node.management_port or _fresh_port(taken)
+        default = node.amqp_port + 20000
+        node.dist_port = default if default < 65536 and default not in taken else _fresh_port(taken)
+        taken.add(node.dist_port)
     try:
         for node in nodes:
             os.makedirs(node.directory, exist_ok=True)
@@ -234,7 +238,9 @@ def _start_node(node: Node, etcd: str) -> subprocess.Popen:
     with open(conf, "w") as f:
         f.write("# Written by warren local-cluster at every start.\n"
                 "cluster_formation.peer_discovery_backend = etcd\n"
-                f"cluster_formation.etcd.endpoints.1 = {etcd}\n")
+                f"cluster_formation.etcd.endpoints.1 = {etcd}\n"
+                f"distribution.listener.port_range.min = {node.dist_port}\n"
+                f"distribution.listener.port_range.max = {node.dist_port}\n")
     return _spawn([sys.executable, "-m", "warren", "server", "--node-name", node.name, "--config", conf,
                    "--data-dir", node.directory, "--port", str(node.amqp_port),
                    "--management-port", str(node.management_port), "--prometheus-port", "0"],

@@ -303,7 +303,8 @@ def main(argv=None) -> int:
     if broker.persister is not None:
         broker.persister.clean_start((v.name, q.name) for v in broker.vhosts.values()
                                      for q in v.queues.values() if q.durable)
-    if store is not None and broker.metadata.dirty:
+    # (A member's snapshot always: what it applies from the cluster's log is journaled after it.)
+    if store is not None and (broker.metadata.dirty or "cluster" in config):
         try:
             store.save(definitions.export(broker))
         except OSError as err:

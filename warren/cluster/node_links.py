@@ -38,6 +38,7 @@ log = logging.getLogger("warren.cluster.link")
 Done = Callable[[Any, "BaseException | None"], None]
 RETRY = 0.5     # seconds between two dials of a member
 WINDOW = 256    # deliveries a consumer without a prefetch limit may have on their way
+STATS_INTERVAL = 1.0  # seconds between two reads of other nodes' queues' counts
 STARTUP_WAIT = 3.0  # seconds a starting node waits for its links to the running members
 
 
@@ -369,28 +370,55 @@ class NodeLinks:
 
     # service -------------------------------------------------------------------------------
     async def start(self, server=None) -> None:
-        self.secret = await self._secret()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(self._accepted, self.host, self.port, reuse_address=True)
-        for peer in self.peers.values():
-            peer.start()
         log.info("node links: listening on %s:%d", self.host or "*", self.port)
         self._task = loop.create_task(self._follow_members())
-        # Serve once the running members are linked (their queues are "down" until then).
+        # Serve once the running members are linked (their queues are "down" until then),
+        # or after STARTUP_WAIT (etcd may be down: the links come when it is back).
         deadline = loop.time() + STARTUP_WAIT
         while loop.time() < deadline:
             await asyncio.sleep(0.05)
             running = [n for n in self.membership.running if n != self.config.node_name]
-            if self.membership.synced.is_set() and all(self.peer(n).up for n in running):
+            if self.secret and self.membership.synced.is_set() and all(self.peer(n).up for n in running):
                 break
 
     async def _follow_members(self) -> None:
-        """A link to every other member, dialled again while it is one."""
+        """The cluster's secret first; then a link to every other member, dialled again while
+        it is one, and the counts of other nodes' queues for the API every STATS_INTERVAL."""
+        self.secret = await self._secret()
+        for peer in self.peers.values():
+            peer.start()
+        loop = asyncio.get_running_loop()
+        next_stats = 0.0
         while True:
             for node in list(self.membership.members):
                 if node != self.config.node_name:
                     self.peer(node)
+            if loop.time() >= next_stats:
+                next_stats = loop.time() + STATS_INTERVAL
+                try:
+                    self._refresh_stats()
+                except Exception:  # (the links go on)
+                    log.exception("node links: reading other nodes' queue counts failed")
             await asyncio.sleep(RETRY)
+
+    def _refresh_stats(self) -> None:
+        by_home: dict[str, list[RemoteQueue]] = {}
+        for vhost in self.broker.vhosts.values():
+            if vhost.remote_queues:
+                for queue in vhost.queues.values():
+                    if isinstance(queue, RemoteQueue):
+                        by_home.setdefault(queue.home, []).append(queue)
+        for home, queues in by_home.items():
+            peer = self.peer(home)
+            if peer.up:
+                def answer(meta: Meta, queues: list[RemoteQueue] = queues) -> None:
+                    for queue, stats in zip(queues, meta["stats"]):
+                        if stats is not None:
+                            queue.stats_from_home(*stats)
+                peer.request({"op": "stats", "queues": [[q.vhost.name, q.name] for q in queues]},
+                             lambda result, error: None, answer)
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -403,7 +431,8 @@ class NodeLinks:
             session.link.close()
 
     def _accepted(self) -> Link:
-        link = Link(self.secret, self.config.node_name, False)
+        # (Before the secret is known no proof matches: such a link is refused.)
+        link = Link(self.secret or os.urandom(32), self.config.node_name, False)
 
         def ready(future: asyncio.Future) -> None:
             if future.cancelled() or future.exception() is not None:

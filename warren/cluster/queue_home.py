@@ -95,7 +95,7 @@ class HomeSession:
     def _queue(self, meta: Meta) -> Queue:
         vhost = self.broker.metadata.vhosts.get(meta["vhost"])
         queue = None if vhost is None else vhost.queues.get(meta["queue"])
-        if queue is None or getattr(queue, "remote", False):
+        if queue is None or queue.remote:
             raise not_found(f"no queue '{meta['queue']}' in vhost '{meta['vhost']}'")
         return queue
 
@@ -105,7 +105,7 @@ class HomeSession:
         vhost = self.broker.metadata.vhosts.get(meta["vhost"])
         queues = [] if vhost is None else [q for name in meta["queues"]
                                            if (q := vhost.queues.get(name)) is not None
-                                           and not getattr(q, "remote", False)]
+                                           and not q.remote]
         message = Message(meta["exchange"], meta["key"], route, header, body)
         message.ttl = meta.get("ttl")
         if meta.get("cc") is not None:
@@ -222,6 +222,19 @@ class HomeSession:
         messages, consumers = queue.declare_ok_counts()
         return {"messages": messages, "consumers": consumers}, ()
 
+    def _stats(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
+        """The counts of some of this node's queues (null for one that is not here)."""
+        out: list[list[int] | None] = []
+        for vhost_name, name in meta["queues"]:
+            vhost = self.broker.metadata.vhosts.get(vhost_name)
+            queue = None if vhost is None else vhost.queues.get(name)
+            if queue is None or queue.remote:
+                out.append(None)
+            else:
+                ready, unacked, ready_bytes = queue.message_counts()
+                out.append([ready, unacked, ready_bytes, queue.consumer_count])
+        return {"stats": out}, ()
+
     def _purge(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
         return {"count": self._queue(meta).purge()}, ()
 
@@ -277,5 +290,5 @@ _HANDLERS = {
     "publish": HomeSession._publish, "consume": HomeSession._consume, "credit": HomeSession._credit,
     "cancel": HomeSession._cancel, "settle": HomeSession._settle, "give_back": HomeSession._give_back,
     "get": HomeSession._get, "counts": HomeSession._counts, "purge": HomeSession._purge,
-    "delete": HomeSession._delete,
+    "delete": HomeSession._delete, "stats": HomeSession._stats,
 }

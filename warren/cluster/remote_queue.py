@@ -11,7 +11,7 @@ message routed to it goes nowhere (returned when mandatory), as a RabbitMQ clust
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 from ..broker.errors import internal_error, not_found
 from ..broker.queues.classic import ClassicQueue
@@ -23,9 +23,26 @@ if TYPE_CHECKING:
     from ..broker.node import Node
     from ..broker.consumer import Consumer
     from ..store.settlement import Settlement, Ticket
-    from .node_links import NodeLinks, Peer
 
 Done = Callable[[Any, "BaseException | None"], None]
+
+
+class Peer(Protocol):
+    """This node's link to a queue's home, as its stand-ins use it (warren.cluster.node_links.Peer)."""
+
+    up: bool
+
+    def publish(self, queue: RemoteQueue, message: Message) -> Settlement: ...
+    def request(self, meta: dict, done: Done, answer: Callable[[dict], Any]) -> None: ...
+    def get(self, queue: RemoteQueue, no_ack: bool, done: Done) -> None: ...
+    def consume(self, queue: RemoteQueue, consumer: Consumer, done: Done) -> None: ...
+    def cancel(self, consumer: Consumer) -> None: ...
+    def grant(self, consumer: Consumer) -> None: ...
+    def settle(self, qm: RemoteMessage, ack: bool, requeue: bool) -> None: ...
+
+
+class NodeLinks(Protocol):
+    def peer(self, node: str) -> Peer: ...
 
 
 class RemoteMessage(QueuedMessage):
@@ -48,6 +65,7 @@ class RemoteQueue(ClassicQueue):
         self.home = home
         self.node = node  # this node (its node_links, its metadata log)
         self.counts = (0, 0)  # (messages, consumers) as the home last told them
+        self.remote_stats = (0, 0, 0, 0)  # (ready, unacked, ready bytes, consumers): the same
 
     @classmethod
     def stand_in(cls, node: Node, vhost, cmd: DeclareQueue) -> RemoteQueue:
@@ -84,6 +102,19 @@ class RemoteQueue(ClassicQueue):
     def publish(self, message: Message, ticket: Ticket | None = None) -> Settlement:
         self.stats["publish"] += 1
         return self.peer.publish(self, message)
+
+    def stats_from_home(self, ready: int, unacked: int, ready_bytes: int, consumers: int) -> None:
+        """What the home last said of it (warren.cluster.node_links refreshes it for the API)."""
+        self.remote_stats = (ready, unacked, ready_bytes, consumers)
+        self.counts = (ready, consumers)
+
+    def message_counts(self) -> tuple[int, int, int]:
+        ready, unacked, ready_bytes, _ = self.remote_stats
+        return ready, unacked, ready_bytes
+
+    @property
+    def consumer_count(self) -> int:
+        return self.remote_stats[3]
 
     def counts_async(self, done: Done) -> None:
         self.peer.request({"op": "counts", **self._where()}, done, self._counted)

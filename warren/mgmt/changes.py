@@ -38,6 +38,20 @@ async def perform(request, operation: Callable[[], change.Change[T]]) -> T:
         raise
 
 
+async def from_home(start: Callable[[change.Done], None]) -> Any:
+    """What a queue's home node answers (a stand-in's request: warren.cluster.remote_queue)."""
+    future: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    def done(result: Any, error: BaseException | None) -> None:
+        if not future.done():
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+    start(done)
+    return await future
+
+
 async def apply(request, command: Command) -> Any:
     """One command the handler has checked; what applying it returned."""
     return await perform(request, lambda: change.command(command))

@@ -89,20 +89,23 @@ def queue_json(broker: Broker, q: Queue, unacked_bytes: int | None = None, detai
     op = q.operator_policy
     d = {"name": q.name, "vhost": q.vhost.name, "durable": q.durable, "auto_delete": q.auto_delete,
          "exclusive": q.exclusive, "arguments": table_json(q.arguments), "type": q.queue_type,
-         "node": node_name(broker) if broker is not None else "",
+         "node": getattr(q, "home", None) or (node_name(broker) if broker is not None else "")}
+    if not q.reachable:  # its home is down: RabbitMQ lists what its record says, no more
+        return {**{k: d[k] for k in sorted(d)}, "state": "down"}
+    d.update({
          "policy": q.policy.name if q.policy is not None else None,
          "operator_policy": op.name if op is not None else None,
          "effective_policy_definition": effective_definition(q.policy, op),
-         "single_active_consumer_tag": q.consumers.active.tag if q.consumers.active is not None else None}
+         "single_active_consumer_tag": q.consumers.active.tag if q.consumers.active is not None else None})
     caps = q.CAPABILITIES
     if caps.members:  # one node: the only member (a stream's JSON has no leader)
         d.update({"members": [d["node"]], "online": [d["node"]]})
         if caps.leader:
             d["leader"] = d["node"]
     d.update(q.info())  # what the type adds (a stream's offsets)
-    ready, unacked = len(q.store), q.unacked_count
+    ready, unacked, ready_bytes = q.message_counts()
     d.update({"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
-              "message_bytes": q.store.ready_bytes, "message_bytes_ready": q.store.ready_bytes,
+              "message_bytes": ready_bytes, "message_bytes_ready": ready_bytes,
               "consumers": q.consumer_count, "state": "running",
               "exclusive_consumer_tag": next((c.tag for c in q.consumers if c.exclusive), None)})
     d.update(queue_stats(broker, q, unacked_bytes))

@@ -140,6 +140,10 @@ class Queue:
     def consumer_count(self) -> int:
         return len(self.consumers)
 
+    def message_counts(self) -> tuple[int, int, int]:
+        """(ready, unacknowledged, ready bytes), as the management API shows them."""
+        return len(self.store), self.unacked_count, self.store.ready_bytes
+
     def info(self) -> dict[str, Any]:
         """What the type adds to the management API's view of the queue (none here)."""
         return {}

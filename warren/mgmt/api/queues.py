@@ -23,7 +23,7 @@ ACKMODES = {"ack_requeue_true": (True, True), "ack_requeue_false": (True, False)
 def _queue_or_404(request):
     vhost = vhost_or_404(request)
     q = vhost.queues.get(request.match_info["name"])
-    if q is None:
+    if q is None or not q.reachable:  # (a queue whose home node is down: 404, as RabbitMQ)
         raise not_found()
     return vhost, q
 
