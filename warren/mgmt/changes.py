@@ -19,17 +19,9 @@ async def perform(request, operation: Callable[[], change.Change[T]]) -> T:
     store = request.app["broker"].metadata
     if store.log is None:
         return store.run(operation())
-    future: asyncio.Future = asyncio.get_running_loop().create_future()
-
-    def done(result: Any, error: BaseException | None) -> None:
-        if not future.done():
-            if error is not None:
-                future.set_exception(error)
-            else:
-                future.set_result(result)
-    store.log.submit(operation, done)
+    log = store.log
     try:
-        return await future
+        return await answer(lambda done: log.submit(operation, done))
     except AMQPError as err:
         if err.code == INTERNAL_ERROR:  # the log's failure (etcd unreachable), not the change's
             raise ApiError(503, "service_unavailable", err.text) from None
@@ -38,8 +30,9 @@ async def perform(request, operation: Callable[[], change.Change[T]]) -> T:
         raise
 
 
-async def from_home(start: Callable[[change.Done], None]) -> Any:
-    """What a queue's home node answers (a stand-in's request: warren.cluster.remote_queue)."""
+async def answer(start: Callable[[change.Done], None]) -> Any:
+    """What `start` is answered, later: the cluster's log, or a queue's home node (a stand-in's
+    request: warren.cluster.remote_queue)."""
     future: asyncio.Future = asyncio.get_running_loop().create_future()
 
     def done(result: Any, error: BaseException | None) -> None:

@@ -215,7 +215,7 @@ async def aliveness_test(request):
         if queue.remote:  # (on a cluster it lives on the node that declared it first)
             # The publish and the gets go to its home in order: ours is the last message there.
             qm = got = None
-            while (got := (await changes.from_home(lambda done: queue.get_async(True, done)))[0]) is not None:
+            while (got := (await changes.answer(lambda done: queue.get_async(True, done)))[0]) is not None:
                 qm = got
         else:
             _, qm = ops.get(who, ALIVENESS_QUEUE, no_ack=True)
