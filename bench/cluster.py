@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
-"""Metadata changes on a three-node cluster: Warren (three etcd members and three nodes) against
-RabbitMQ 3.10 (three clustered nodes, tools/rabbitmq_node.py's RabbitMQCluster), on this machine.
+"""Metadata changes, and a classic queue used across nodes, on a three-node cluster: Warren (three
+etcd members and three nodes) against RabbitMQ 3.10 (three clustered nodes,
+tools/rabbitmq_node.py's RabbitMQCluster), on this machine.
 
-    python bench/cluster.py [--count 500] [--samples 200] [--repeat 3] [--target both]
-                            [--json FILE] [--keep-tmp]
+    python bench/cluster.py [--phases metadata,queues] [--count 500] [--samples 200]
+                            [--messages 20000 | --seconds S] [--window 500] [--prefetch 100]
+                            [--ack-every 25] [--repeat 3] [--target both] [--json FILE]
+                            [--keep-tmp] [--py-spy DIR]
 
-(Needs pika: run it with the project's venv, e.g. /work/venv/bin/python bench/cluster.py.)
+(Needs pika: run it with the project's venv, e.g. /work/venv/bin/python bench/cluster.py; the
+queues phase needs bench/loadgen: make -C bench.)
 
-Phases, each run once per broker per round (the brokers alternate their order every round),
+--phases metadata (the default) runs the phases below; --phases queues the classic queue's
+(further below); both may be given.
+
+Metadata phases, each run once per broker per round (the brokers alternate their order every round),
 every request one RPC at a time (the client waits for the -ok before the next, as most clients
 do), each client a pika BlockingConnection in its own process:
 
@@ -37,6 +44,23 @@ the run is printed too: one etcd transaction per change waits for it on a majori
 phase, etcd's committed raft proposals per request: above 1 when nodes lost the race for the
 log's revision and wrote their change again.
 
+Queues (--phases queues), per round and broker, each a loadgen publisher and consumer (one
+process each, bench/loadgen.c) and a durable classic queue declared through node 1 (its home):
+
+  across       the publisher on node 2 (1 KiB persistent messages, publisher confirms, at most
+               --window unconfirmed), the consumer on node 3 (manual acks, multiple=true every
+               --ack-every messages, prefetch --prefetch), --messages messages (or --seconds);
+  home         the same with publisher and consumer on node 1 (the baseline: no node links).
+
+The rate is messages / time from the publisher's first publish to the consumer's last ack;
+confirm latency is a publish's time to its basic.ack, delivery latency its time to its
+delivery (the body carries the send time); broker CPU per message is every node's (and, for
+Warren, etcd's apart), node by node too. Every message must arrive exactly once and be
+confirmed. Before the first round one unmeasured run of 1,000 messages across nodes brings the
+node links up. --py-spy DIR records each Warren node with py-spy during these runs (raw
+stacks, one file per node and run); its sampling slows Warren, so the figures of such a run are
+not comparable.
+
 etcd runs with its defaults (heartbeat 100 ms, election 1 s, a WAL fsync per commit), each
 member with its own data directory in the run's temporary directory. Warren runs from this
 checkout. Progress goes to stderr, a Markdown table (medians over the rounds, each round's
@@ -49,6 +73,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -64,7 +89,7 @@ sys.path.insert(0, str(REPO_DIR / "tools"))
 
 from rabbitmq_node import (RabbitMQCluster, amqp_probe, free_ports, kill_all_children,  # noqa: E402
                            kill_tree, spawn, watchdog_send)
-from run import fmt_num, group_cpu_seconds, log  # noqa: E402
+from run import LOADGEN, ProcSet, RunError, fmt_num, group_cpu_seconds, loadgen, log, run_setup  # noqa: E402
 
 NODES = 3
 PHASES = [("declare", 1), ("bind", 1), ("delete", 1), ("declare", 3), ("bind", 3), ("delete", 3)]
@@ -232,8 +257,9 @@ class WarrenCluster:
         etcd = shutil.which("etcd")
         if etcd is None:
             raise RuntimeError("needs etcd (Debian's etcd-server)")
-        ports = free_ports(3 * NODES + NODES)
+        ports = free_ports(4 * NODES)
         clients, peers, self.ports = ports[:NODES], ports[NODES:2 * NODES], ports[2 * NODES:3 * NODES]
+        dist = ports[3 * NODES:]  # the node links' ports (the default, AMQP + 20000, may not be one)
         self.etcd_client = clients
         initial = ",".join(f"e{i}=http://127.0.0.1:{peers[i]}" for i in range(NODES))
         for i in range(NODES):
@@ -265,6 +291,8 @@ class WarrenCluster:
                 f.write("cluster_formation.peer_discovery_backend = etcd\n")
                 for j, c in enumerate(clients, 1):
                     f.write(f"cluster_formation.etcd.endpoints.{j} = 127.0.0.1:{c}\n")
+                f.write(f"distribution.listener.port_range.min = {dist[i]}\n"
+                        f"distribution.listener.port_range.max = {dist[i]}\n")
             argv = [sys.executable, "-m", "warren", "server", "--node-name", f"warren-{i + 1}@localhost",
                     "--config", conf, "--data-dir", os.path.join(d, "data"), "--port", str(self.ports[i]),
                     "--management-port", "0", "--prometheus-port", "0"]
@@ -289,6 +317,12 @@ class WarrenCluster:
     def cpu(self) -> dict[str, float]:
         return {"broker": sum(group_cpu_seconds(p.pid) for p in self.nodes),
                 "etcd": sum(group_cpu_seconds(p.pid) for p in self.etcd)}
+
+    def node_cpu(self) -> list[float]:
+        return [group_cpu_seconds(p.pid) for p in self.nodes]
+
+    def node_pids(self) -> list[int]:
+        return [p.pid for p in self.nodes]
 
     def etcd_metric(self, name: str) -> float:
         """One of etcd's metrics now (member 0's /metrics)."""
@@ -334,6 +368,12 @@ class RabbitCluster:
 
     def cpu(self) -> dict[str, float]:
         return {"broker": sum(group_cpu_seconds(n.pid) for n in self.cluster.nodes)}
+
+    def node_cpu(self) -> list[float]:
+        return [group_cpu_seconds(n.pid) for n in self.cluster.nodes]
+
+    def node_pids(self) -> list[int]:
+        return []
 
     def fsync(self) -> None:
         return None
@@ -395,6 +435,110 @@ def measure(cluster, args, round_no: int) -> dict:
 
 
 # --------------------------------------------------------------------------
+# classic queues across nodes (--phases queues): loadgen clients, one process per role
+
+# (placement, the queue's home, the publisher's node, the consumer's node; 0-based)
+PLACEMENTS = [("across", 0, 1, 2), ("home", 0, 0, 0)]
+
+
+def measure_queues(cluster, args, round_no: int) -> dict:
+    metrics: dict[str, float | None] = {}
+    raw: dict[str, dict] = {}
+    for placement, home, pub_node, cons_node in PLACEMENTS:
+        m, r = queue_run(cluster, args, f"bench.r{round_no}.q.{placement}", home, pub_node, cons_node,
+                         profile_tag=f"r{round_no + 1}-{placement}")
+        metrics.update({f"q_{placement}_{k}": v for k, v in m.items()})
+        raw[placement] = r
+        log(f"{cluster.name} round {round_no + 1}: queue {placement}: {m['rate']:.0f} msg/s end to end, "
+            f"confirm p50 {m['confirm_p50_ms']:.2f} ms, delivery p50 {m['delivery_p50_ms']:.2f} ms, "
+            f"broker CPU {m['cpu_us']:.0f} µs/msg")
+    return {"metrics": metrics, "raw_queues": raw}
+
+
+def queue_run(cluster, args, queue: str, home: int, pub_node: int, cons_node: int,
+              profile_tag: str) -> tuple[dict, dict]:
+    """One durable classic queue declared through `home`, a confirming publisher on `pub_node`,
+    a manually acking consumer on `cons_node`: (figures, the clients' JSON)."""
+    ports = cluster.ports
+    workdir = tempfile.mkdtemp(prefix="cluster-bench-q-")
+    ps = ProcSet(workdir)
+    profilers: list[subprocess.Popen] = []
+    try:
+        run_setup(ports[home], "--queue", queue, "--durable")
+        # every node the clients use has the queue (on Warren it reaches them through the log)
+        for n in {pub_node, cons_node} - {home}:
+            r = subprocess.run(loadgen(ports[n], "count", "--queue", queue, "--seconds", 10),
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+            if r.returncode != 0:
+                raise RunError(f"{queue} not on node {n + 1} after 10 s: {r.stderr.strip()}")
+        est = args.seconds if args.seconds else max(10.0, args.messages / 1000.0)
+        ready = os.path.join(workdir, "ready")
+        cons = ps.start("cons", ports[cons_node], "consume", "--queue", queue,
+                        "--prefetch", args.prefetch, "--ack-every", args.ack_every,
+                        "--seconds", f"{est * 3 + 60:.0f}", "--idle-timeout", 30, "--grace", 2,
+                        "--ready-file", ready)
+        deadline = time.monotonic() + 20
+        while not os.path.exists(ready):
+            if cons[0].poll() is not None or time.monotonic() > deadline:
+                cons[2].seek(0)
+                raise RunError(f"consumer did not start: {cons[2].read().strip()}")
+            time.sleep(0.02)
+        if args.py_spy and cluster.node_pids():
+            os.makedirs(args.py_spy, exist_ok=True)
+            for i, pid in enumerate(cluster.node_pids(), 1):
+                out = os.path.join(args.py_spy, f"{cluster.name}-{profile_tag}-node{i}.txt")
+                profilers.append(spawn([args.py_spy_bin, "record", "--pid", pid, "--nonblocking", "--format", "raw",
+                                        "--rate", 250, "--output", out], stdout=subprocess.DEVNULL,
+                                       stderr=open(out + ".log", "w")))
+            time.sleep(1.0)  # (py-spy attaches)
+        popts = ["--routing-key", queue, "--size", 1024, "--persistent", "--confirm",
+                 "--window", args.window, "--confirm-timeout", 120]
+        popts += ["--seconds", args.seconds] if args.seconds else ["--count", args.messages]
+        cpu0, nodes0 = cluster.cpu(), cluster.node_cpu()
+        pub, _ = ps.finish(ps.start("pub", ports[pub_node], "publish", *popts), est * 3 + 60,
+                           f"{cluster.name}: publisher")
+        con, _ = ps.finish(cons, est * 3 + 90, f"{cluster.name}: consumer")
+        cpu1, nodes1 = cluster.cpu(), cluster.node_cpu()
+        for p in profilers:  # py-spy writes its file on SIGINT
+            os.killpg(p.pid, signal.SIGINT)
+        for p in profilers:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                log("py-spy did not stop in 30 s")
+            kill_tree(p, grace=1.0)
+        profilers = []
+        bad = {k: con[k] for k in ("missing", "duplicates", "redelivered") if con[k]}
+        bad.update({k: pub[k] for k in ("nacked", "unconfirmed") if pub[k]})
+        if bad or not con["marker_seen"]:
+            raise RunError(f"{cluster.name} {queue}: lost, repeated or unconfirmed messages: {bad}, "
+                           f"marker seen: {con['marker_seen']}")
+        n = con["unique"]
+        span = (con["t_end_ns"] - pub["t_start_ns"]) / 1e9
+        conf, lat = pub["confirm_latency"], con["latency"]
+        m: dict[str, float | None] = {
+            "rate": n / span, "publish_rate": pub["rate"], "messages": n,
+            "confirm_p50_ms": conf["p50_us"] / 1e3, "confirm_p99_ms": conf["p99_us"] / 1e3,
+            "delivery_p50_ms": lat["p50_us"] / 1e3, "delivery_p99_ms": lat["p99_us"] / 1e3,
+            "cpu_us": (cpu1["broker"] - cpu0["broker"]) / n * 1e6}
+        for i in range(NODES):
+            m[f"cpu_node{i + 1}_us"] = (nodes1[i] - nodes0[i]) / n * 1e6
+        if "etcd" in cpu0:
+            m["etcd_cpu_us"] = (cpu1["etcd"] - cpu0["etcd"]) / n * 1e6
+        return m, {"publish": pub, "consume": con}
+    finally:
+        for p in profilers:
+            kill_tree(p, grace=5.0)
+        ps.close(keep=True)
+        try:
+            run_setup(ports[home], "--delete", "--queue", queue, timeout=60)
+        except (RunError, subprocess.TimeoutExpired) as err:
+            log(f"{cluster.name}: deleting {queue}: {err}")
+        if not args.keep_tmp:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------
 # the table
 
 ROWS = []
@@ -409,6 +553,18 @@ for _op, _c in PHASES:
              (f"{_k}_cpu_ms", f"{_what}, {_who}: broker CPU ms per request", False),
              (f"{_k}_etcd_cpu_ms", f"{_what}, {_who}: etcd CPU ms per request", False),
              (f"{_k}_proposals", f"{_what}, {_who}: etcd proposals per request", False)]
+for _pl, _who in (("across", "declared on node 1, publisher on node 2, consumer on node 3"),
+                  ("home", "declared on node 1, publisher and consumer on node 1")):
+    _q = f"classic queue, {_who}"
+    ROWS += [(f"q_{_pl}_rate", f"{_q}: msg/s end to end (first publish to last ack)", True),
+             (f"q_{_pl}_publish_rate", f"{_q}: msg/s confirmed (the publisher's own)", True),
+             (f"q_{_pl}_confirm_p50_ms", f"{_q}: confirm latency p50 ms", False),
+             (f"q_{_pl}_confirm_p99_ms", f"{_q}: confirm latency p99 ms", False),
+             (f"q_{_pl}_delivery_p50_ms", f"{_q}: publish to delivery p50 ms", False),
+             (f"q_{_pl}_delivery_p99_ms", f"{_q}: publish to delivery p99 ms", False),
+             (f"q_{_pl}_cpu_us", f"{_q}: broker CPU µs per message (all nodes)", False)]
+    ROWS += [(f"q_{_pl}_cpu_node{_i}_us", f"{_q}: of which node {_i}", False) for _i in range(1, NODES + 1)]
+    ROWS += [(f"q_{_pl}_etcd_cpu_us", f"{_q}: etcd CPU µs per message", False)]
 ROWS += [("prop_p50_ms", "propagation node 1 -> node 3, polled after declare-ok: p50 ms", False),
          ("prop_p99_ms", "propagation node 1 -> node 3, polled after declare-ok: p99 ms", False),
          ("prop_first_poll", "propagation: share visible at the first poll", True),
@@ -461,9 +617,33 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=200, help="propagation samples (default 200)")
     ap.add_argument("--repeat", type=int, default=1, help="rounds; the brokers alternate their order")
     ap.add_argument("--timeout", type=float, default=600, help="bound on each phase, s (default 600)")
+    ap.add_argument("--phases", default="metadata",
+                    help="comma-separated: metadata (exchanges, propagation), queues (a classic queue "
+                         "across nodes and on its home); default metadata")
+    ap.add_argument("--messages", type=int, default=20000,
+                    help="queues: messages per run (default 20,000)")
+    ap.add_argument("--seconds", type=float, default=0,
+                    help="queues: publish for this many seconds instead of --messages")
+    ap.add_argument("--window", type=int, default=500,
+                    help="queues: unconfirmed publishes at most (default 500)")
+    ap.add_argument("--prefetch", type=int, default=100, help="queues: the consumer's prefetch (default 100)")
+    ap.add_argument("--ack-every", type=int, default=25,
+                    help="queues: the consumer acks with multiple=true every N messages (default 25)")
+    ap.add_argument("--py-spy", metavar="DIR",
+                    help="queues: record each Warren node with py-spy (raw stacks) into DIR; the "
+                         "sampling slows Warren, so take figures from a run without it")
     ap.add_argument("--json", help="also write every round's figures to this file")
     ap.add_argument("--keep-tmp", action="store_true", help="keep the clusters' directories and logs")
     args = ap.parse_args()
+    phases = {p.strip() for p in args.phases.split(",") if p.strip()}
+    if not phases or phases - {"metadata", "queues"}:
+        ap.error(f"--phases: metadata and/or queues, not {args.phases!r}")
+    if "queues" in phases and not os.access(LOADGEN, os.X_OK):
+        ap.error(f"{LOADGEN} missing; run make -C bench")
+    if args.py_spy:  # (on PATH, or in the venv running this)
+        args.py_spy_bin = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
+        if args.py_spy_bin is None:
+            ap.error("--py-spy: no py-spy on PATH nor next to this Python")
     targets = ["warren", "rabbitmq"] if args.target == "both" else [args.target]
     clusters = {"warren": WarrenCluster(args), "rabbitmq": RabbitCluster(args)}
     results: dict[str, list[dict]] = {t: [] for t in targets}
@@ -477,10 +657,21 @@ def main() -> int:
             run_children([{"op": "propagation", "port": clusters[t].ports[0], "reader_port": port,
                            "prefix": f"bench.warmup.{i}.", "count": 5}
                           for i, port in enumerate(clusters[t].ports[1:])], timeout=120)
+        if "queues" in phases:  # the node links up and the clients' code warm, not measured
+            warm = argparse.Namespace(**{**vars(args), "messages": 1000, "seconds": 0, "py_spy": None})
+            for t in targets:
+                queue_run(clusters[t], warm, "bench.warmup.q", 0, 1, 2, "warmup")
         for round_no in range(args.repeat):
             order = targets if round_no % 2 == 0 else list(reversed(targets))
             for t in order:
-                results[t].append(measure(clusters[t], args, round_no))
+                res: dict = {"metrics": {}}
+                if "metadata" in phases:
+                    res = measure(clusters[t], args, round_no)
+                if "queues" in phases:
+                    q = measure_queues(clusters[t], args, round_no)
+                    res["metrics"].update(q.pop("metrics"))
+                    res.update(q)
+                results[t].append(res)
         if "warren" in targets and fsync is not None:
             s1, n1 = clusters["warren"].fsync()
             fsync = (s1 - fsync[0], n1 - fsync[1])
@@ -492,8 +683,14 @@ def main() -> int:
                 log(f"{t}: stop: {err}")
         kill_all_children()
     print()
-    print(f"{args.count} exchanges per client and phase, {args.samples} propagation samples, "
-          f"{args.repeat} round(s); medians, each round in brackets")
+    what = []
+    if "metadata" in phases:
+        what.append(f"{args.count} exchanges per client and phase, {args.samples} propagation samples")
+    if "queues" in phases:
+        what.append((f"{args.seconds:g} s" if args.seconds else f"{args.messages:,} messages")
+                    + f" of 1 KiB persistent per queue run (confirm window {args.window}, prefetch "
+                    f"{args.prefetch}, acks multiple every {args.ack_every})")
+    print(f"{'; '.join(what)}; {args.repeat} round(s); medians, each round in brackets")
     print()
     print(render(results))
     if fsync and fsync[1]:

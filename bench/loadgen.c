@@ -1335,10 +1335,10 @@ static int cmd_publish(opts_t *o) {
   printf("{\"role\":\"publish\",\"exchange\":\"%s\",\"routing_key\":\"%s\","
          "\"size\":%zu,\"confirm\":%s,\"persistent\":%s,\"sent\":%" PRIu64
          ",\"elapsed_s\":%.4f,\"send_elapsed_s\":%.4f,\"rate\":%.1f,"
-         "\"target_rate\":%.1f,\"writes\":%" PRIu64,
+         "\"target_rate\":%.1f,\"writes\":%" PRIu64 ",\"t_start_ns\":%" PRIu64,
          o->exchange, o->nkey_tmpl ? o->key_tmpl[0] : o->routing_key, o->size, o->confirm ? "true" : "false",
          o->persistent ? "true" : "false", sent, elapsed, send_elapsed,
-         elapsed > 0 ? (double)sent / elapsed : 0.0, o->rate, p->writes);
+         elapsed > 0 ? (double)sent / elapsed : 0.0, o->rate, p->writes, t0);
   if (o->confirm) {
     printf(",\"window\":%d,\"acked\":%" PRIu64 ",\"nacked\":%" PRIu64
            ",\"unconfirmed\":%" PRIu64 ",\"bad_confirms\":%" PRIu64
@@ -1702,7 +1702,10 @@ out:
   if (o->check_offsets)
     printf("\"offset_errors\":%" PRIu64 ",\"no_offset\":%" PRIu64 ",", c->offset_errors,
            c->no_offset);
-  printf("\"t_first_ns\":%" PRIu64 ",\"t_last_ns\":%" PRIu64 ",", c->t_first, c->t_last);
+  /* t_end_ns: the last ack sent (the clock is CLOCK_MONOTONIC, a publisher's t_start_ns on the
+   * same machine compares with it) */
+  printf("\"t_first_ns\":%" PRIu64 ",\"t_last_ns\":%" PRIu64 ",\"t_end_ns\":%" PRIu64 ",",
+         c->t_first, c->t_last, t_end);
   hist_json(stdout, "latency", &c->lat);
   printf("}\n");
   fflush(stdout);
