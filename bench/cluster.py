@@ -55,9 +55,10 @@ process each, bench/loadgen.c) and a durable classic queue declared through node
 The rate is messages / time from the publisher's first publish to the consumer's last ack;
 confirm latency is a publish's time to its basic.ack, delivery latency its time to its
 delivery (the body carries the send time); broker CPU per message is every node's (and, for
-Warren, etcd's apart), node by node too. Every message must arrive exactly once and be
-confirmed. Before the first round one unmeasured run of 1,000 messages across nodes brings the
-node links up. --py-spy DIR records each Warren node with py-spy during these runs (raw
+Warren, etcd's apart), node by node too; and the nodes' write(2)-family system calls per
+message (/proc/PID/io's syscw: write and writev to sockets and files, not send or sendmsg).
+Every message must arrive exactly once and be confirmed. Before the first round one unmeasured
+run of 1,000 messages across nodes brings the node links up. --py-spy DIR records each Warren node with py-spy during these runs (raw
 stacks, one file per node and run); its sampling slows Warren, so the figures of such a run are
 not comparable.
 
@@ -89,7 +90,8 @@ sys.path.insert(0, str(REPO_DIR / "tools"))
 
 from rabbitmq_node import (RabbitMQCluster, amqp_probe, free_ports, kill_all_children,  # noqa: E402
                            kill_tree, spawn, watchdog_send)
-from run import LOADGEN, ProcSet, RunError, fmt_num, group_cpu_seconds, loadgen, log, run_setup  # noqa: E402
+from run import (LOADGEN, ProcSet, RunError, fmt_num, group_cpu_seconds, group_pids, loadgen,  # noqa: E402
+                 log, run_setup)
 
 NODES = 3
 PHASES = [("declare", 1), ("bind", 1), ("delete", 1), ("declare", 3), ("bind", 3), ("delete", 3)]
@@ -240,6 +242,20 @@ def run_children(specs: list[dict], timeout: float) -> list[dict]:
 # the clusters
 
 
+def group_writes(pgid: int | None) -> int:
+    """write(2)-family system calls (write, writev, pwrite: sockets and files alike; not send
+    or sendmsg) made so far by the live processes of a process group (/proc/PID/io)."""
+    total = 0
+    for pid in group_pids(pgid):
+        try:
+            with open(f"/proc/{pid}/io") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("syscw:"))
+        except (OSError, StopIteration, ValueError):
+            continue
+    return total
+
+
+
 class WarrenCluster:
     name = "warren"
 
@@ -321,6 +337,9 @@ class WarrenCluster:
     def node_cpu(self) -> list[float]:
         return [group_cpu_seconds(p.pid) for p in self.nodes]
 
+    def node_writes(self) -> list[int]:
+        return [group_writes(p.pid) for p in self.nodes]
+
     def node_pids(self) -> list[int]:
         return [p.pid for p in self.nodes]
 
@@ -371,6 +390,9 @@ class RabbitCluster:
 
     def node_cpu(self) -> list[float]:
         return [group_cpu_seconds(n.pid) for n in self.cluster.nodes]
+
+    def node_writes(self) -> list[int]:
+        return [group_writes(n.pid) for n in self.cluster.nodes]
 
     def node_pids(self) -> list[int]:
         return []
@@ -494,11 +516,11 @@ def queue_run(cluster, args, queue: str, home: int, pub_node: int, cons_node: in
         popts = ["--routing-key", queue, "--size", 1024, "--persistent", "--confirm",
                  "--window", args.window, "--confirm-timeout", 120]
         popts += ["--seconds", args.seconds] if args.seconds else ["--count", args.messages]
-        cpu0, nodes0 = cluster.cpu(), cluster.node_cpu()
+        cpu0, nodes0, writes0 = cluster.cpu(), cluster.node_cpu(), cluster.node_writes()
         pub, _ = ps.finish(ps.start("pub", ports[pub_node], "publish", *popts), est * 3 + 60,
                            f"{cluster.name}: publisher")
         con, _ = ps.finish(cons, est * 3 + 90, f"{cluster.name}: consumer")
-        cpu1, nodes1 = cluster.cpu(), cluster.node_cpu()
+        cpu1, nodes1, writes1 = cluster.cpu(), cluster.node_cpu(), cluster.node_writes()
         for p in profilers:  # py-spy writes its file on SIGINT
             os.killpg(p.pid, signal.SIGINT)
         for p in profilers:
@@ -523,6 +545,9 @@ def queue_run(cluster, args, queue: str, home: int, pub_node: int, cons_node: in
             "cpu_us": (cpu1["broker"] - cpu0["broker"]) / n * 1e6}
         for i in range(NODES):
             m[f"cpu_node{i + 1}_us"] = (nodes1[i] - nodes0[i]) / n * 1e6
+        m["writes"] = (sum(writes1) - sum(writes0)) / n
+        for i in range(NODES):
+            m[f"writes_node{i + 1}"] = (writes1[i] - writes0[i]) / n
         if "etcd" in cpu0:
             m["etcd_cpu_us"] = (cpu1["etcd"] - cpu0["etcd"]) / n * 1e6
         return m, {"publish": pub, "consume": con}
@@ -564,7 +589,9 @@ for _pl, _who in (("across", "declared on node 1, publisher on node 2, consumer 
              (f"q_{_pl}_delivery_p99_ms", f"{_q}: publish to delivery p99 ms", False),
              (f"q_{_pl}_cpu_us", f"{_q}: broker CPU µs per message (all nodes)", False)]
     ROWS += [(f"q_{_pl}_cpu_node{_i}_us", f"{_q}: of which node {_i}", False) for _i in range(1, NODES + 1)]
-    ROWS += [(f"q_{_pl}_etcd_cpu_us", f"{_q}: etcd CPU µs per message", False)]
+    ROWS += [(f"q_{_pl}_etcd_cpu_us", f"{_q}: etcd CPU µs per message", False),
+             (f"q_{_pl}_writes", f"{_q}: write(2)-family system calls per message (all nodes)", False)]
+    ROWS += [(f"q_{_pl}_writes_node{_i}", f"{_q}: of which node {_i}", False) for _i in range(1, NODES + 1)]
 ROWS += [("prop_p50_ms", "propagation node 1 -> node 3, polled after declare-ok: p50 ms", False),
          ("prop_p99_ms", "propagation node 1 -> node 3, polled after declare-ok: p99 ms", False),
          ("prop_first_poll", "propagation: share visible at the first poll", True),
