@@ -672,7 +672,8 @@ def main() -> int:
         if args.py_spy_bin is None:
             ap.error("--py-spy: no py-spy on PATH nor next to this Python")
     targets = ["warren", "rabbitmq"] if args.target == "both" else [args.target]
-    clusters = {"warren": WarrenCluster(args), "rabbitmq": RabbitCluster(args)}
+    kinds = {"warren": WarrenCluster, "rabbitmq": RabbitCluster}
+    clusters = {t: kinds[t](args) for t in targets}  # (each makes its directory at once)
     results: dict[str, list[dict]] = {t: [] for t in targets}
     fsync: tuple[float, int] | None = None
     try:
