@@ -17,7 +17,7 @@ import os
 import platform
 import time
 from enum import Enum
-from typing import Any
+from typing import Any, Callable
 
 from .. import __version__
 from ..broker.node_config import NodeConfig
@@ -49,6 +49,7 @@ class Membership:
         self.registered = asyncio.Event()   # set while this node's records are in etcd
         self.synced = asyncio.Event()       # set once the view was read
         self.error: str | None = None       # why etcd cannot be used, while it cannot
+        self.on_stopped: list[Callable[[str], None]] = []  # told of a node that stopped running
         self._leases: list[int] = []
         self._task: asyncio.Task | None = None
 
@@ -147,7 +148,9 @@ class Membership:
             if key.startswith(prefix):
                 node = key[len(prefix):].decode(errors="replace")
                 if deleted:
-                    table.pop(node, None)
+                    if table.pop(node, None) is not None and table is self.running:
+                        for listener in self.on_stopped:
+                            listener(node)
                     return
                 try:
                     record = json.loads(value)

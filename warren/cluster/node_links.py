@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..amqp.message import Message
 from ..broker.errors import AMQPError, not_found
+from ..broker.metadata.commands import DeleteQueue
 from .etcd import EtcdError, absent, put_op
 from .node_link import Link, Meta
 from .queue_home import HomeSession
@@ -260,6 +261,7 @@ class Peer:
                 return None, 0
             route, header, body = blobs
             qm = RemoteMessage(meta["did"], _message(route, header, body), meta["redelivered"], generation)
+            queue.delivered(qm, no_ack, True)  # (handed out: its stats here, as ops.get's)
             return qm, int(meta["messages"])
         self.request({"op": "get", "vhost": queue.vhost.name, "queue": queue.name, "no_ack": no_ack}, done,
                      lambda meta: None, got)
@@ -346,6 +348,7 @@ class NodeLinks:
         self.sessions: set[HomeSession] = set()
         self._server: asyncio.base_events.Server | None = None
         self._task: asyncio.Task | None = None
+        membership.on_stopped.append(self._stopped)
 
     def peer(self, node: str) -> Peer:
         peer = self.peers.get(node)
@@ -402,6 +405,19 @@ class NodeLinks:
                 except Exception:  # (the links go on)
                     log.exception("node links: reading other nodes' queue counts failed")
             await asyncio.sleep(RETRY)
+
+    def _stopped(self, node: str) -> None:
+        """A member stopped running: its transient and exclusive queues go (RabbitMQ deletes
+        them when it sees their node go down); its durable ones stay, down until it is back.
+        One running member makes the change: the first of them by name."""
+        me = self.config.node_name
+        if node == me or min([*self.membership.running, me]) != me:
+            return
+        for vhost in self.broker.vhosts.values():
+            for queue in list(vhost.queues.values()):
+                if isinstance(queue, RemoteQueue) and queue.home == node and (queue.exclusive or not queue.durable):
+                    log.info("%s goes with its node %s", queue.describe(), node)
+                    self.broker.metadata.submit(DeleteQueue(vhost.name, queue.name))
 
     def _refresh_stats(self) -> None:
         by_home: dict[str, list[RemoteQueue]] = {}
