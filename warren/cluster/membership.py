@@ -23,6 +23,7 @@ from .. import __version__
 from ..broker.node_config import NodeConfig
 from .config import ClusterConfig
 from .etcd import Etcd, EtcdError, absent, delete_op, put_op
+from .tasks import cancelled
 
 log = logging.getLogger("warren.cluster")
 
@@ -57,12 +58,7 @@ class Membership:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancelled(self._task)
         for lease in self._leases:  # a clean stop: not running at once, not after the lease
             try:
                 await self.etcd.revoke(lease)

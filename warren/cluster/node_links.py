@@ -24,6 +24,7 @@ from ..broker.metadata.commands import DeleteQueue
 from .etcd import EtcdError, absent, put_op
 from .node_link import Link, Meta
 from .queue_home import HomeSession
+from .tasks import cancelled
 from .remote_queue import RemoteMessage, RemoteQueue
 
 if TYPE_CHECKING:
@@ -105,12 +106,7 @@ class Peer:
             self._task = asyncio.get_running_loop().create_task(self._dial_forever())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancelled(self._task)
         if self.link is not None:
             self.link.close()
 
@@ -437,8 +433,7 @@ class NodeLinks:
                              lambda result, error: None, answer)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        await cancelled(self._task)
         if self._server is not None:
             self._server.close()
         for peer in list(self.peers.values()):
