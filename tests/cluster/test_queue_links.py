@@ -4,6 +4,8 @@ published to through a second and consumed through a third, with confirms and ac
 from __future__ import annotations
 
 import signal
+import threading
+import time
 
 import pika
 import pytest
@@ -106,3 +108,43 @@ def test_a_dead_nodes_transient_and_exclusive_queues_go_with_it(make_node):
 
 def names(node) -> set[str]:
     return {q["name"] for q in api(node, "GET", "/queues").json()}
+
+
+def rss_mib(node) -> float:
+    with open(f"/proc/{node.proc.pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+
+def test_a_publisher_into_a_stalled_home_is_held_not_buffered(make_node):
+    """The home stops reading (SIGSTOP): the link to it fills, and the publisher on the other
+    node is held back (its connection in flow) instead of that node buffering what it sends."""
+    a = make_node("warren-a@localhost")
+    b = make_node("warren-b@localhost")
+    connect(a).queue_declare("q", durable=True)  # (a transient one goes once a's lease runs out)
+    before = rss_mib(b)
+    sent = 0
+    stop = threading.Event()
+
+    def publish() -> None:
+        nonlocal sent
+        cb = connect(b)
+        body = b"x" * 65536
+        while not stop.is_set():
+            cb.basic_publish("", "q", body)  # (blocks while b reads nothing from it)
+            sent += 1
+        cb.connection.close()
+    publisher = threading.Thread(target=publish, daemon=True)
+    a.proc.send_signal(signal.SIGSTOP)
+    try:
+        publisher.start()
+        time.sleep(4)
+        states = [c["state"] for c in api(b, "GET", "/connections").json()]
+        assert states == ["flow"], states
+        assert rss_mib(b) - before < 120, (rss_mib(b) - before, sent)
+    finally:
+        stop.set()
+        a.proc.send_signal(signal.SIGCONT)
+    publisher.join(30)
+    assert not publisher.is_alive()
+    wait_for(lambda: connect(b).queue_declare("q", passive=True).method.message_count == sent, timeout=30,
+             what="every message in the queue once its home runs again")

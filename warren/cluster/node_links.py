@@ -29,6 +29,7 @@ from .remote_queue import RemoteMessage, RemoteQueue
 
 if TYPE_CHECKING:
     from ..broker.broker import Broker
+    from ..broker.queue_flow import QueueCredit
     from ..broker.consumer import Consumer
     from ..store.settlement import SyncWaiter
     from .config import ClusterConfig
@@ -94,12 +95,22 @@ class Peer:
         self.settlements: dict[int, RemoteSettlement] = {}
         self.consumers: dict[int, RemoteConsumer] = {}
         self.by_consumer: dict[Consumer, RemoteConsumer] = {}
+        self.held: set[QueueCredit] = set()  # stand-ins' publishers held until the link drains
         self._ids = itertools.count(1)
         self._task: asyncio.Task | None = None
 
     @property
     def up(self) -> bool:
         return self.link is not None
+
+    @property
+    def busy(self) -> bool:
+        return self.link is not None and not self.link.delivering
+
+    def _drained(self) -> None:
+        held, self.held = self.held, set()
+        for credit in held:
+            credit.release()
 
     def start(self) -> None:
         if self._task is None:
@@ -137,12 +148,14 @@ class Peer:
         self.generation += 1
         self.link = link
         link.on_frame = self._handle
+        link.on_drained = self._drained
         log.info("node link to %s up", self.node)
 
     def _lost(self) -> None:
         """The home cannot be reached: fail what waits for it, as a dead queue does."""
         log.warning("node link to %s lost", self.node)
         self.link = None
+        self._drained()
         requests, self.requests = self.requests, {}
         for done, _ in requests.values():
             done(None, not_found(f"home node '{self.node}' is down or inaccessible"))
