@@ -19,13 +19,13 @@ import socket
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..amqp.message import Message
-from ..broker.errors import AMQPError, not_found
+from ..broker.errors import AMQPError
 from ..broker.metadata.commands import DeleteQueue
 from .etcd import EtcdError, absent, put_op
 from .node_link import Link, Meta
 from .queue_home import HomeSession
 from .tasks import cancelled
-from .remote_queue import RemoteMessage, RemoteQueue
+from .remote_queue import RemoteMessage, RemoteQueue, home_down
 
 if TYPE_CHECKING:
     from ..broker.broker import Broker
@@ -91,7 +91,7 @@ class Peer:
         self.node = node
         self.link: Link | None = None
         self.generation = 0
-        self.requests: dict[int, tuple[Done, Callable[[Meta, list[bytes]], Any]]] = {}
+        self.requests: dict[int, tuple[Done, Callable[[Meta, list[bytes]], Any], Meta]] = {}
         self.settlements: dict[int, RemoteSettlement] = {}
         self.consumers: dict[int, RemoteConsumer] = {}
         self.by_consumer: dict[Consumer, RemoteConsumer] = {}
@@ -157,8 +157,8 @@ class Peer:
         self.link = None
         self._drained()
         requests, self.requests = self.requests, {}
-        for done, _ in requests.values():
-            done(None, not_found(f"home node '{self.node}' is down or inaccessible"))
+        for done, _, meta in requests.values():
+            done(None, self._down(meta))
         settlements, self.settlements = self.settlements, {}
         for settlement in settlements.values():
             settlement.decide(False)
@@ -175,12 +175,15 @@ class Peer:
     def request(self, meta: Meta, done: Done, answer: Callable[[Meta], Any],
                 blobs_answer: Callable[[Meta, list[bytes]], Any] | None = None) -> None:
         link = self.link
-        if link is None:
-            done(None, not_found(f"home node '{self.node}' is down or inaccessible"))
+        if link is None:  # (answered later, as a reply would be: a waiting channel is not re-entered)
+            asyncio.get_running_loop().call_soon(done, None, self._down(meta))
             return
         rid = next(self._ids)
-        self.requests[rid] = (done, blobs_answer or (lambda meta, blobs: answer(meta)))
+        self.requests[rid] = (done, blobs_answer or (lambda meta, blobs: answer(meta)), meta)
         link.send({**meta, "rid": rid})
+
+    def _down(self, meta: Meta) -> AMQPError:
+        return home_down(self.node, str(meta.get("queue")), str(meta.get("vhost")))
 
     def publish(self, queue: RemoteQueue, message: Message) -> RemoteSettlement:
         settlement = RemoteSettlement()
@@ -299,7 +302,7 @@ class Peer:
         entry = self.requests.pop(meta["rid"], None)
         if entry is None:
             return
-        done, answer = entry
+        done, answer, _ = entry
         error = meta.get("error")
         if error is not None:
             done(None, AMQPError(int(error[0]), str(error[1])))

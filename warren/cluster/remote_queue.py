@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
-from ..broker.errors import internal_error, not_found
+from ..broker.errors import AMQPError, internal_error, not_found
 from ..broker.queue_flow import QueueCredit
 from ..broker.queues.classic import ClassicQueue
 from ..store.queued_message import QueuedMessage
@@ -59,6 +59,11 @@ class RemoteMessage(QueuedMessage):
     def __init__(self, did: int, message: Message, redelivered: bool, link: int):
         super().__init__(did, message, redelivered)
         self.link = link
+
+
+def home_down(home: str, queue: str, vhost: str) -> AMQPError:
+    """RabbitMQ's error for every use of a queue whose home node is down."""
+    return not_found(f"home node '{home}' of durable queue '{queue}' in vhost '{vhost}' is down or inaccessible")
 
 
 class LinkCredit(QueueCredit):
@@ -111,13 +116,7 @@ class RemoteQueue(ClassicQueue):
         return links is not None and cast("NodeLinks", links).peer(self.home).up
 
     def down(self) -> Exception:
-        """RabbitMQ's error for a queue whose home node is down (the same for every use)."""
-        return not_found(f"home node '{self.home}' of durable queue '{self.name}' in vhost '{self.vhost.name}' "
-                         "is down or inaccessible")
-
-    def check_reachable(self) -> None:
-        if not self.reachable:
-            raise self.down()
+        return home_down(self.home, self.name, self.vhost.name)
 
     # what the home does -----------------------------------------------------------
     def publish(self, message: Message, ticket: Ticket | None = None) -> Settlement:
