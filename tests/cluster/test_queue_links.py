@@ -148,3 +148,21 @@ def test_a_publisher_into_a_stalled_home_is_held_not_buffered(make_node):
     assert not publisher.is_alive()
     wait_for(lambda: connect(b).queue_declare("q", passive=True).method.message_count == sent, timeout=30,
              what="every message in the queue once its home runs again")
+
+
+def test_a_message_for_two_queues_of_one_home_reaches_both(make_node):
+    """Routed through b to two queues that live on a (sent to a once, for both)."""
+    a = make_node("warren-a@localhost")
+    b = make_node("warren-b@localhost")
+    ca = connect(a)
+    for name in ("q1", "q2"):
+        ca.queue_declare(name, durable=True)
+        ca.queue_bind(name, "amq.fanout")
+    cb = connect(b)
+    cb.confirm_delivery()
+    for i in range(10):
+        cb.basic_publish("amq.fanout", "", f"m{i}".encode(), pika.BasicProperties(delivery_mode=2))
+    for name in ("q1", "q2"):
+        bodies = [ca.basic_get(name, auto_ack=True)[2] for _ in range(10)]
+        assert bodies == [f"m{i}".encode() for i in range(10)], name
+        assert ca.queue_declare(name, passive=True).method.message_count == 0

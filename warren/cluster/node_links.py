@@ -96,6 +96,7 @@ class Peer:
         self.consumers: dict[int, RemoteConsumer] = {}
         self.by_consumer: dict[Consumer, RemoteConsumer] = {}
         self.held: set[QueueCredit] = set()  # stand-ins' publishers held until the link drains
+        self._last_publish: tuple[Message, Meta, RemoteSettlement] | None = None
         self._ids = itertools.count(1)
         self._task: asyncio.Task | None = None
 
@@ -186,8 +187,12 @@ class Peer:
         return home_down(self.node, str(meta.get("queue")), str(meta.get("vhost")))
 
     def publish(self, queue: RemoteQueue, message: Message) -> RemoteSettlement:
-        settlement = RemoteSettlement()
         link = self.link
+        last = self._last_publish
+        if link is not None and last is not None and last[0] is message and link.pending(last[1]):
+            last[1]["queues"].append(queue.name)  # (one frame, one body, for its queues on this home)
+            return last[2]
+        settlement = RemoteSettlement()
         if link is None:
             settlement.safe = False
             return settlement
@@ -201,6 +206,7 @@ class Peer:
             meta["cc"] = list(message.cc_keys)
         body = message.body
         link.send(meta, message.route, message.header, body if isinstance(body, bytes) else bytes(body))
+        self._last_publish = (message, meta, settlement)
         return settlement
 
     def consume(self, queue: RemoteQueue, consumer: Consumer, done: Done) -> None:
