@@ -134,17 +134,24 @@ def test_published_through_two_nodes_consumed_through_a_third(members):
         connection.close()
 
 
-def test_declare_ok_counts_through_any_node_are_the_homes(members):
-    a, b, c = members
-    on_a = a.connect()
-    on_a.channel().queue_declare("q", durable=True)
-    publish_confirmed(a, "q", [b"m%d" % i for i in range(7)])
-    on_c = c.connect()
-    consumer = on_c.channel()
+def two_unacked(home: Member, other: Member, count: int):
+    """`count` confirmed messages in a durable queue "q" declared through `home`, and a
+    consumer through `other` (prefetch 2) holding two of them unacked: the two connections."""
+    on_home = home.connect()
+    on_home.channel().queue_declare("q", durable=True)
+    publish_confirmed(home, "q", [b"m%d" % i for i in range(count)])
+    on_other = other.connect()
+    consumer = on_other.channel()
     consumer.basic_qos(prefetch_count=2)
     got: list = []
     consumer.basic_consume("q", lambda ch, method, props, body: got.append(body))
-    deliveries(on_c, got, 2)
+    deliveries(on_other, got, 2)
+    return on_home, on_other
+
+
+def test_declare_ok_counts_through_any_node_are_the_homes(members):
+    a, b, c = members
+    on_a, on_c = two_unacked(a, c, 7)
     for member in (a, b, c):
         assert counts(member) == (5, 1), member.name
         connection = member.connect()
@@ -359,15 +366,7 @@ def test_a_consumer_is_cancelled_when_the_queues_home_dies(members):
 
 def test_the_http_api_of_every_node_shows_the_queue_on_its_home(members):
     a, b, c = members
-    on_a = a.connect()
-    on_a.channel().queue_declare("q", durable=True)
-    publish_confirmed(a, "q", [b"m%d" % i for i in range(5)])
-    on_c = c.connect()
-    consumer = on_c.channel()
-    consumer.basic_qos(prefetch_count=2)
-    got: list = []
-    consumer.basic_consume("q", lambda ch, method, props, body: got.append(body))
-    deliveries(on_c, got, 2)
+    on_a, on_c = two_unacked(a, c, 5)
     wanted = {"name": "q", "vhost": "/", "node": a.name, "type": "classic", "state": "running", "durable": True,
               "messages": 5, "messages_ready": 3, "messages_unacknowledged": 2, "consumers": 1}
 

@@ -3,7 +3,15 @@ published to through a second and consumed through a third, with confirms and ac
 
 from __future__ import annotations
 
+import signal
+import threading
+import time
+
 import pika
+import pytest
+import requests
+
+from .test_membership import wait_for
 
 AUTH = pika.PlainCredentials("guest", "guest")
 
@@ -51,3 +59,110 @@ def test_publish_through_one_node_consume_through_another(make_node):
         except pika.exceptions.ChannelClosedByBroker as err:
             assert err.reply_code == 404
 
+
+
+def api(node, method: str, path: str, **kwargs) -> requests.Response:
+    return requests.request(method, f"http://127.0.0.1:{node.mgmt_port}/api{path}", auth=("guest", "guest"),
+                            timeout=10, **kwargs)
+
+
+def test_the_api_of_another_node_gets_purges_and_deletes_the_queue(make_node):
+    a = make_node("warren-a@localhost")
+    b = make_node("warren-b@localhost")
+    ca = connect(a)
+    ca.queue_declare("q", durable=True)
+    ca.confirm_delivery()
+    for i in range(3):
+        ca.basic_publish("", "q", f"m{i}".encode(), pika.BasicProperties(delivery_mode=2))
+    got = api(b, "POST", "/queues/%2F/q/get", json={"count": 1, "ackmode": "ack_requeue_false", "encoding": "auto"})
+    assert got.status_code == 200, got.text
+    assert [(m["payload"], m["message_count"]) for m in got.json()] == [("m0", 2)]
+    requeued = api(b, "POST", "/queues/%2F/q/get", json={"count": 5, "ackmode": "ack_requeue_true", "encoding": "auto"})
+    assert [m["payload"] for m in requeued.json()] == ["m1", "m2"]
+    assert ca.queue_declare("q", passive=True).method.message_count == 2  # (requeued)
+    wait_for(lambda: api(b, "GET", "/overview").json()["queue_totals"]["messages"] == 2,
+             what="b's totals to count a's queue")
+    assert api(b, "DELETE", "/queues/%2F/q/contents").status_code == 204
+    assert ca.queue_declare("q", passive=True).method.message_count == 0
+    assert api(b, "DELETE", "/queues/%2F/q").status_code == 204
+    assert api(b, "GET", "/queues/%2F/q").status_code == 404  # (b has applied the deletion)
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+        ca.queue_declare("q", passive=True)
+    assert closed.value.reply_code == 404
+
+
+def test_a_dead_nodes_transient_and_exclusive_queues_go_with_it(make_node):
+    a = make_node("warren-a@localhost")
+    b = make_node("warren-b@localhost")
+    ca = connect(a)
+    ca.queue_declare("durable", durable=True)
+    ca.queue_declare("transient")
+    ca.queue_declare("exclusive", exclusive=True)
+    assert names(b) == {"durable", "exclusive", "transient"}
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait()
+    wait_for(lambda: names(b) == {"durable"}, timeout=20, what="the transient and exclusive queues to go")
+    [shown] = [q for q in api(b, "GET", "/queues").json() if q["name"] == "durable"]
+    assert shown["state"] == "down"
+
+
+def names(node) -> set[str]:
+    return {q["name"] for q in api(node, "GET", "/queues").json()}
+
+
+def rss_mib(node) -> float:
+    with open(f"/proc/{node.proc.pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+
+def test_a_publisher_into_a_stalled_home_is_held_not_buffered(make_node):
+    """The home stops reading (SIGSTOP): the link to it fills, and the publisher on the other
+    node is held back (its connection in flow) instead of that node buffering what it sends."""
+    a = make_node("warren-a@localhost")
+    b = make_node("warren-b@localhost")
+    connect(a).queue_declare("q", durable=True)  # (a transient one goes once a's lease runs out)
+    before = rss_mib(b)
+    sent = 0
+    stop = threading.Event()
+
+    def publish() -> None:
+        nonlocal sent
+        cb = connect(b)
+        body = b"x" * 65536
+        while not stop.is_set():
+            cb.basic_publish("", "q", body)  # (blocks while b reads nothing from it)
+            sent += 1
+        cb.connection.close()
+    publisher = threading.Thread(target=publish, daemon=True)
+    a.proc.send_signal(signal.SIGSTOP)
+    try:
+        publisher.start()
+        time.sleep(4)
+        states = [c["state"] for c in api(b, "GET", "/connections").json()]
+        assert states == ["flow"], states
+        assert rss_mib(b) - before < 120, (rss_mib(b) - before, sent)
+    finally:
+        stop.set()
+        a.proc.send_signal(signal.SIGCONT)
+    publisher.join(30)
+    assert not publisher.is_alive()
+    wait_for(lambda: connect(b).queue_declare("q", passive=True).method.message_count == sent, timeout=30,
+             what="every message in the queue once its home runs again")
+
+
+def test_a_message_for_two_queues_of_one_home_reaches_both(make_node):
+    """Routed through b to two queues that live on a (sent to a once, for both)."""
+    a = make_node("warren-a@localhost")
+    b = make_node("warren-b@localhost")
+    ca = connect(a)
+    for name in ("q1", "q2"):
+        ca.queue_declare(name, durable=True)
+        ca.queue_bind(name, "amq.fanout")
+    cb = connect(b)
+    cb.confirm_delivery()
+    for i in range(10):
+        cb.basic_publish("amq.fanout", "", f"m{i}".encode(), pika.BasicProperties(delivery_mode=2))
+    for name in ("q1", "q2"):
+        bodies = [ca.basic_get(name, auto_ack=True)[2] for _ in range(10)]
+        assert bodies == [f"m{i}".encode() for i in range(10)], name
+        assert ca.queue_declare(name, passive=True).method.message_count == 0

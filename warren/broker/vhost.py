@@ -176,7 +176,7 @@ class VHost:
         queue.stop_timers()
         if queue.durable or self._member:
             self._definitions_changed("queue", (self.name, queue.name))
-        if getattr(queue, "remote", False):
+        if queue.remote:
             self.remote_queues -= 1
         count = queue.delete_ok_count
         queue.store.destroy()

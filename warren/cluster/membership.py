@@ -17,12 +17,13 @@ import os
 import platform
 import time
 from enum import Enum
-from typing import Any
+from typing import Any, Callable
 
 from .. import __version__
 from ..broker.node_config import NodeConfig
 from .config import ClusterConfig
 from .etcd import Etcd, EtcdError, absent, delete_op, put_op
+from .tasks import cancelled
 
 log = logging.getLogger("warren.cluster")
 
@@ -49,6 +50,7 @@ class Membership:
         self.registered = asyncio.Event()   # set while this node's records are in etcd
         self.synced = asyncio.Event()       # set once the view was read
         self.error: str | None = None       # why etcd cannot be used, while it cannot
+        self.on_stopped: list[Callable[[str], None]] = []  # told of a node that stopped running
         self._leases: list[int] = []
         self._task: asyncio.Task | None = None
 
@@ -56,12 +58,7 @@ class Membership:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancelled(self._task)
         for lease in self._leases:  # a clean stop: not running at once, not after the lease
             try:
                 await self.etcd.revoke(lease)
@@ -147,7 +144,9 @@ class Membership:
             if key.startswith(prefix):
                 node = key[len(prefix):].decode(errors="replace")
                 if deleted:
-                    table.pop(node, None)
+                    if table.pop(node, None) is not None and table is self.running:
+                        for listener in self.on_stopped:
+                            listener(node)
                     return
                 try:
                     record = json.loads(value)

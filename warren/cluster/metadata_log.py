@@ -35,6 +35,7 @@ from ..broker.metadata.store import MetadataStore
 from . import command_codec
 from .config import ClusterConfig
 from .etcd import Compacted, Etcd, EtcdError, mod_revision_is, put_op
+from .tasks import cancelled
 
 log = logging.getLogger("warren.cluster")
 
@@ -95,13 +96,7 @@ class MetadataLog:
             await self._advanced.wait()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancelled(*self._tasks, *self._waits)
         self._tasks = []
         await self.etcd.close()  # (the last of the node's services to use it)
 

@@ -82,6 +82,7 @@ class Link(asyncio.Protocol):
         self.delivering = True  # False while its write buffer is full (a consumers' Gate)
         self._buffer = bytearray()
         self._nonce = ""
+        self._pending: list[tuple[Meta, tuple[bytes | memoryview, ...]]] = []
 
     # asyncio.Protocol ------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -131,11 +132,29 @@ class Link(asyncio.Protocol):
 
     # sending -----------------------------------------------------------------------
     def send(self, meta: Meta, *blobs: bytes | memoryview) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.writelines(frame(meta, *blobs))
+        """Queue a frame: what one loop tick sends goes out in one write, after it (so a
+        frame's meta may still change until then: see pending)."""
+        if self.transport is None or self.closed:
+            return
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._pending.append((meta, blobs))
+
+    def pending(self, meta: Meta) -> bool:
+        """Whether `meta` is the last frame queued and not written yet."""
+        return bool(self._pending) and self._pending[-1][0] is meta
+
+    def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if pending and self.transport is not None and not self.closed:
+            chunks: list[bytes | memoryview] = []
+            for meta, blobs in pending:
+                chunks += frame(meta, *blobs)
+            self.transport.writelines(chunks)
 
     def close(self) -> None:
         if self.transport is not None:
+            self.flush()
             self.transport.close()
 
     def abort(self, why: str) -> None:

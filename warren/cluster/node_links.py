@@ -19,14 +19,17 @@ import socket
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..amqp.message import Message
-from ..broker.errors import AMQPError, not_found
+from ..broker.errors import AMQPError
+from ..broker.metadata.commands import DeleteQueue
 from .etcd import EtcdError, absent, put_op
 from .node_link import Link, Meta
 from .queue_home import HomeSession
-from .remote_queue import RemoteMessage, RemoteQueue
+from .tasks import cancelled
+from .remote_queue import RemoteMessage, RemoteQueue, home_down
 
 if TYPE_CHECKING:
     from ..broker.broker import Broker
+    from ..broker.queue_flow import QueueCredit
     from ..broker.consumer import Consumer
     from ..store.settlement import SyncWaiter
     from .config import ClusterConfig
@@ -88,10 +91,12 @@ class Peer:
         self.node = node
         self.link: Link | None = None
         self.generation = 0
-        self.requests: dict[int, tuple[Done, Callable[[Meta, list[bytes]], Any]]] = {}
+        self.requests: dict[int, tuple[Done, Callable[[Meta, list[bytes]], Any], Meta]] = {}
         self.settlements: dict[int, RemoteSettlement] = {}
         self.consumers: dict[int, RemoteConsumer] = {}
         self.by_consumer: dict[Consumer, RemoteConsumer] = {}
+        self.held: set[QueueCredit] = set()  # stand-ins' publishers held until the link drains
+        self._last_publish: tuple[Message, Meta, RemoteSettlement] | None = None
         self._ids = itertools.count(1)
         self._task: asyncio.Task | None = None
 
@@ -99,17 +104,21 @@ class Peer:
     def up(self) -> bool:
         return self.link is not None
 
+    @property
+    def busy(self) -> bool:
+        return self.link is not None and not self.link.delivering
+
+    def _drained(self) -> None:
+        held, self.held = self.held, set()
+        for credit in held:
+            credit.release()
+
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._dial_forever())
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancelled(self._task)
         if self.link is not None:
             self.link.close()
 
@@ -140,15 +149,17 @@ class Peer:
         self.generation += 1
         self.link = link
         link.on_frame = self._handle
+        link.on_drained = self._drained
         log.info("node link to %s up", self.node)
 
     def _lost(self) -> None:
         """The home cannot be reached: fail what waits for it, as a dead queue does."""
         log.warning("node link to %s lost", self.node)
         self.link = None
+        self._drained()
         requests, self.requests = self.requests, {}
-        for done, _ in requests.values():
-            done(None, not_found(f"home node '{self.node}' is down or inaccessible"))
+        for done, _, meta in requests.values():
+            done(None, self._down(meta))
         settlements, self.settlements = self.settlements, {}
         for settlement in settlements.values():
             settlement.decide(False)
@@ -165,16 +176,23 @@ class Peer:
     def request(self, meta: Meta, done: Done, answer: Callable[[Meta], Any],
                 blobs_answer: Callable[[Meta, list[bytes]], Any] | None = None) -> None:
         link = self.link
-        if link is None:
-            done(None, not_found(f"home node '{self.node}' is down or inaccessible"))
+        if link is None:  # (answered later, as a reply would be: a waiting channel is not re-entered)
+            asyncio.get_running_loop().call_soon(done, None, self._down(meta))
             return
         rid = next(self._ids)
-        self.requests[rid] = (done, blobs_answer or (lambda meta, blobs: answer(meta)))
+        self.requests[rid] = (done, blobs_answer or (lambda meta, blobs: answer(meta)), meta)
         link.send({**meta, "rid": rid})
 
+    def _down(self, meta: Meta) -> AMQPError:
+        return home_down(self.node, str(meta.get("queue")), str(meta.get("vhost")))
+
     def publish(self, queue: RemoteQueue, message: Message) -> RemoteSettlement:
-        settlement = RemoteSettlement()
         link = self.link
+        last = self._last_publish
+        if link is not None and last is not None and last[0] is message and link.pending(last[1]):
+            last[1]["queues"].append(queue.name)  # (one frame, one body, for its queues on this home)
+            return last[2]
+        settlement = RemoteSettlement()
         if link is None:
             settlement.safe = False
             return settlement
@@ -188,6 +206,7 @@ class Peer:
             meta["cc"] = list(message.cc_keys)
         body = message.body
         link.send(meta, message.route, message.header, body if isinstance(body, bytes) else bytes(body))
+        self._last_publish = (message, meta, settlement)
         return settlement
 
     def consume(self, queue: RemoteQueue, consumer: Consumer, done: Done) -> None:
@@ -260,6 +279,7 @@ class Peer:
                 return None, 0
             route, header, body = blobs
             qm = RemoteMessage(meta["did"], _message(route, header, body), meta["redelivered"], generation)
+            queue.delivered(qm, no_ack, True)  # (handed out: its stats here, as ops.get's)
             return qm, int(meta["messages"])
         self.request({"op": "get", "vhost": queue.vhost.name, "queue": queue.name, "no_ack": no_ack}, done,
                      lambda meta: None, got)
@@ -288,7 +308,7 @@ class Peer:
         entry = self.requests.pop(meta["rid"], None)
         if entry is None:
             return
-        done, answer = entry
+        done, answer, _ = entry
         error = meta.get("error")
         if error is not None:
             done(None, AMQPError(int(error[0]), str(error[1])))
@@ -346,6 +366,7 @@ class NodeLinks:
         self.sessions: set[HomeSession] = set()
         self._server: asyncio.base_events.Server | None = None
         self._task: asyncio.Task | None = None
+        membership.on_stopped.append(self._stopped)
 
     def peer(self, node: str) -> Peer:
         peer = self.peers.get(node)
@@ -403,6 +424,19 @@ class NodeLinks:
                     log.exception("node links: reading other nodes' queue counts failed")
             await asyncio.sleep(RETRY)
 
+    def _stopped(self, node: str) -> None:
+        """A member stopped running: its transient and exclusive queues go (RabbitMQ deletes
+        them when it sees their node go down); its durable ones stay, down until it is back.
+        One running member makes the change: the first of them by name."""
+        me = self.config.node_name
+        if node == me or min([*self.membership.running, me]) != me:
+            return
+        for vhost in self.broker.vhosts.values():
+            for queue in list(vhost.queues.values()):
+                if isinstance(queue, RemoteQueue) and queue.home == node and (queue.exclusive or not queue.durable):
+                    log.info("%s goes with its node %s", queue.describe(), node)
+                    self.broker.metadata.submit(DeleteQueue(vhost.name, queue.name))
+
     def _refresh_stats(self) -> None:
         by_home: dict[str, list[RemoteQueue]] = {}
         for vhost in self.broker.vhosts.values():
@@ -421,8 +455,7 @@ class NodeLinks:
                              lambda result, error: None, answer)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        await cancelled(self._task)
         if self._server is not None:
             self._server.close()
         for peer in list(self.peers.values()):

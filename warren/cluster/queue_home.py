@@ -62,6 +62,7 @@ class HomeSession:
         self.publishes: deque[tuple[int, Settlement]] = deque()  # (seq, settlement) not answered yet
         self.waiting = False
         self._kicked: set[Queue] = set()
+        self.paused = False  # reading the link waits for the store or an alarm
         link.on_frame = self.handle
         link.on_lost = self.lost
         link.on_drained = self._drained
@@ -113,6 +114,35 @@ class HomeSession:
         settlement = enqueue(message, queues, True, None) if queues else SETTLED
         self.publishes.append((meta["seq"], settlement))
         self.store_synced()
+        self._check_flow()
+
+    def _check_flow(self) -> None:
+        """Publishes from the other node are read no faster than this node's store writes them,
+        and not at all during a resource alarm (as a connection's: its publishers are then held
+        by the other node, whose link to here stops draining)."""
+        persister = self.broker.persister
+        if self.paused or not (self.broker.alarms or persister is not None and persister.over):
+            return
+        self.paused = True
+        assert self.link.transport is not None
+        self.link.transport.pause_reading()
+        if persister is not None:
+            persister.subscribe_flow(self._flow_changed)
+        self.broker.alarms.subscribe(self._flow_changed)
+
+    def _flow_changed(self, over: bool = False) -> None:
+        persister = self.broker.persister
+        if not self.paused or self.broker.alarms or persister is not None and persister.over:
+            return
+        self._stop_waiting()
+        if self.link.transport is not None and not self.link.closed:
+            self.link.transport.resume_reading()
+
+    def _stop_waiting(self) -> None:
+        self.paused = False
+        if self.broker.persister is not None:
+            self.broker.persister.unsubscribe_flow(self._flow_changed)
+        self.broker.alarms.unsubscribe(self._flow_changed)
 
     def store_synced(self) -> None:
         """Answer the publishes that are decided, in order (confirms are per message there)."""
@@ -273,6 +303,8 @@ class HomeSession:
             kicked.add(consumer.queue)
         self.consumers.clear()
         self.publishes.clear()
+        if self.paused:
+            self._stop_waiting()
         for queue in kicked:
             queue.deliver_ready()
         self.broker.durability.flush()

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
-from ..broker.errors import internal_error, not_found
+from ..broker.errors import AMQPError, internal_error, not_found
+from ..broker.queue_flow import QueueCredit
 from ..broker.queues.classic import ClassicQueue
 from ..store.queued_message import QueuedMessage
 
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from ..amqp.message import Message
     from ..broker.metadata.commands import DeclareQueue
     from ..broker.node import Node
+    from ..broker.ports import Scheduler
+    from ..broker.queue_flow import HeldPublisher
     from ..broker.consumer import Consumer
     from ..store.settlement import Settlement, Ticket
 
@@ -31,6 +34,8 @@ class Peer(Protocol):
     """This node's link to a queue's home, as its stand-ins use it (warren.cluster.node_links.Peer)."""
 
     up: bool
+    busy: bool                   # its write buffer is full
+    held: set[QueueCredit]       # stand-ins' credits holding publishers until it drains
 
     def publish(self, queue: RemoteQueue, message: Message) -> Settlement: ...
     def request(self, meta: dict, done: Done, answer: Callable[[dict], Any]) -> None: ...
@@ -54,6 +59,27 @@ class RemoteMessage(QueuedMessage):
     def __init__(self, did: int, message: Message, redelivered: bool, link: int):
         super().__init__(did, message, redelivered)
         self.link = link
+
+
+def home_down(home: str, queue: str, vhost: str) -> AMQPError:
+    """RabbitMQ's error for every use of a queue whose home node is down."""
+    return not_found(f"home node '{home}' of durable queue '{queue}' in vhost '{vhost}' is down or inaccessible")
+
+
+class LinkCredit(QueueCredit):
+    """A stand-in's publishers held back while the link to its home has more to write than it
+    buffers (warren.cluster.node_link.WRITE_HIGH): let go when it drains or ends. The home's
+    own credit flow then holds the link (its socket is read no faster than its store writes)."""
+
+    __slots__ = ()
+
+    def hold(self, publisher: HeldPublisher, scheduler: Scheduler | None) -> bool:
+        peer = cast(RemoteQueue, self.queue).peer
+        if not peer.busy:
+            return False
+        self.held[publisher] = None
+        peer.held.add(self)
+        return True
 
 
 class RemoteQueue(ClassicQueue):
@@ -90,18 +116,21 @@ class RemoteQueue(ClassicQueue):
         return links is not None and cast("NodeLinks", links).peer(self.home).up
 
     def down(self) -> Exception:
-        """RabbitMQ's error for a queue whose home node is down (the same for every use)."""
-        return not_found(f"home node '{self.home}' of durable queue '{self.name}' in vhost '{self.vhost.name}' "
-                         "is down or inaccessible")
-
-    def check_reachable(self) -> None:
-        if not self.reachable:
-            raise self.down()
+        return home_down(self.home, self.name, self.vhost.name)
 
     # what the home does -----------------------------------------------------------
     def publish(self, message: Message, ticket: Ticket | None = None) -> Settlement:
         self.stats["publish"] += 1
-        return self.peer.publish(self, message)
+        peer = self.peer
+        settlement = peer.publish(self, message)
+        if peer.busy:  # the link to its home buffers more than it may: hold the publisher back
+            self.vhost.pressed(self)
+        return settlement
+
+    def hold_publisher(self, publisher) -> bool:
+        if self.credit is None:
+            self.credit = LinkCredit(self)
+        return self.credit.hold(publisher, None)
 
     def stats_from_home(self, ready: int, unacked: int, ready_bytes: int, consumers: int) -> None:
         """What the home last said of it (warren.cluster.node_links refreshes it for the API)."""

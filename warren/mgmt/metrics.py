@@ -245,7 +245,8 @@ class Reading:
 def read(server, per_object: bool) -> Reading:
     broker = server.broker
     channels = list(open_channels(broker))
-    queues = [queue for vhost in list(broker.vhosts.values()) for queue in vhost.queues.values()]
+    # This node's queues (a cluster's other members report theirs, as RabbitMQ's nodes do).
+    queues = [queue for vhost in list(broker.vhosts.values()) for queue in vhost.queues.values() if not queue.remote]
     conns = list(broker.connections)
     no_label = NO_LABELS
     node: list[tuple[str, str, float | None]] = [

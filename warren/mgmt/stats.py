@@ -56,7 +56,7 @@ import operator
 import os
 import time
 import weakref
-from typing import Any
+from typing import Any, Iterable
 
 from ..broker.records import ChannelCounters, ChannelHandle, ConnectionHandle, ConnectionInfo
 from ..broker.stats import (
@@ -152,8 +152,7 @@ class Sampler:
         queue_fields = QUEUE_COUNTERS + QUEUE_DEPTHS
         for vhost in list(broker.vhosts.values()):
             for q in vhost.queues.values():
-                ready = len(q.store)
-                unacked = q.unacked_count
+                ready, unacked, _ = q.message_counts()
                 ready_total += ready
                 unacked_total += unacked
                 keep(q, queue_fields,
@@ -356,12 +355,18 @@ def overview_message_stats(broker) -> dict:
     return _with_deliver_get(out, rates)
 
 
-def queue_totals(broker) -> dict:
+def message_totals(queues: Iterable) -> tuple[int, int]:
+    """(ready, unacknowledged) over `queues` (another node's: as its home last said)."""
     ready = unacked = 0
-    for vhost in broker.vhosts.values():
-        for q in vhost.queues.values():
-            ready += len(q.store)
-            unacked += q.unacked_count
+    for q in queues:
+        r, u, _ = q.message_counts()
+        ready += r
+        unacked += u
+    return ready, unacked
+
+
+def queue_totals(broker) -> dict:
+    ready, unacked = message_totals(q for vhost in broker.vhosts.values() for q in vhost.queues.values())
     out: dict[str, Any] = {"messages": ready + unacked, "messages_ready": ready,
                            "messages_unacknowledged": unacked}
     sampler = sampler_for(broker)

@@ -440,7 +440,7 @@ class Channel:
         if q.remote:
             self._await(m, q.purge_async, lambda count: self._reply(m, spec.QueuePurgeOk(message_count=count)))
         else:
-            self._reply(m, spec.QueuePurgeOk(message_count=ops.purge_queue(self.actor, q.name)))
+            self._reply(m, spec.QueuePurgeOk(message_count=q.purge()))
 
     def _queue_delete(self, m):
         # RabbitMQ answers delete-ok before it cancels this channel's own consumers of the
@@ -531,8 +531,6 @@ class Channel:
         self._got(m, q, qm, q.message_count if qm is not None else 0)
 
     def _got(self, m, q, qm, message_count: int) -> None:
-        if qm is not None and q.remote:
-            q.delivered(qm, m.no_ack, True)
         if qm is None:
             self.stats["get_empty"] += 1
             self.send(spec.BasicGetEmpty(cluster_id=""))

@@ -213,18 +213,14 @@ class MetadataStore:
 
     def _declare_queue(self, cmd: c.DeclareQueue):
         """(queue, created). A queue of another node (on a cluster) gets its stand-in here."""
-        if cmd.node is not None and cmd.node != self.broker.config.node_name:
-            vhost = self.vhost(cmd.vhost)
-            existing = vhost.queues.get(cmd.name)
-            if existing is not None:
-                return vhost.declare_queue(cmd.name, cmd.durable, cmd.owner, cmd.auto_delete, cmd.arguments)
+        vhost = self.vhost(cmd.vhost)
+        if cmd.node not in (None, self.broker.config.node_name) and cmd.name not in vhost.queues:
             if self.stand_in is None:
                 raise internal_error(f"queue '{cmd.name}' lives on node '{cmd.node}': this node is not in a cluster")
             q = self.stand_in(vhost, cmd)
             vhost.add_queue(q)
             return q, True
-        return self.vhost(cmd.vhost).declare_queue(cmd.name, cmd.durable, cmd.owner, cmd.auto_delete,
-                                                   cmd.arguments)
+        return vhost.declare_queue(cmd.name, cmd.durable, cmd.owner, cmd.auto_delete, cmd.arguments)
 
     def _delete_queue(self, cmd: c.DeleteQueue) -> int:
         """The ready count the queue had (0: there was none)."""

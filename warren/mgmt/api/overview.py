@@ -132,8 +132,7 @@ def _own_totals(request, user) -> dict:
     broker = request.app["broker"]
     vhosts = [broker.vhosts[name] for name in visible_vhosts(request, user)]
     queues = [q for v in vhosts for q in v.queues.values()]
-    ready = sum(len(q.store) for q in queues)
-    unacked = sum(q.unacked_count for q in queues)
+    ready, unacked = stats.message_totals(queues)
     conns = [info for info in (c.info() for c in open_connections(broker)) if info.user == user.name]
     return {
         "queue_totals": {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked},

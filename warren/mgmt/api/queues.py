@@ -83,7 +83,10 @@ async def delete_queue(request):
     try:
         check_vhost_access(request, vhost)
         who, if_unused, if_empty = actor(request, vhost), query_bool(request, "if-unused"), query_bool(request, "if-empty")
-        await changes.perform(request, lambda: ops.delete_queue.change(who, q.name, if_unused, if_empty))
+        if q.remote and ops.queue_to_delete(who, q.name) is not None:  # (its home checks and deletes it)
+            await changes.answer(lambda done: q.delete_async(if_unused, if_empty, done))
+        else:
+            await changes.perform(request, lambda: ops.delete_queue.change(who, q.name, if_unused, if_empty))
     except AMQPError as err:
         raise direct_error(err) from None
     flush(request)
@@ -96,7 +99,11 @@ async def purge_queue(request):
     vhost, q = _queue_or_404(request)
     try:
         check_vhost_access(request, vhost)
-        ops.purge_queue(actor(request, vhost), q.name)
+        q = ops.readable_queue(actor(request, vhost), q.name)
+        if q.remote:
+            await changes.answer(q.purge_async)
+        else:
+            q.purge()
     except AMQPError as err:
         raise direct_error(err) from None
     flush(request)
@@ -167,11 +174,15 @@ async def get_messages(request):
     taken = []
     result = []
     for _ in range(max(0, count)):
-        q, qm = ops.get(who, name, no_ack=False)
+        if q.remote:  # (its home hands it out)
+            qm, remaining = await changes.answer(lambda done: q.get_async(False, done))
+        else:
+            q, qm = ops.get(who, name, no_ack=False)
+            remaining = q.message_count
         if qm is None:
             break
         taken.append(qm)
-        result.append(_message_json(qm, q.message_count, encoding, truncate))
+        result.append(_message_json(qm, remaining, encoding, truncate))
     ack, requeue = ackmode
     for qm in taken:
         ops.settle(qm, q, None, ack and not requeue, requeue)

@@ -10,7 +10,7 @@ from ...broker import missing_exchange
 from ..access import ADMIN, ANY, VISIBLE_VHOSTS, access
 from ..app import bad_request, json_response, not_found, trusted
 from ..resources import flush, list_response, read_body
-from ..stats import node_name
+from ..stats import message_totals, node_name
 from .connections import close_connections
 
 routes = web.RouteTableDef()
@@ -44,8 +44,7 @@ def _missing_exchange(body: dict):
 
 
 def vhost_json(broker, vhost) -> dict:
-    ready = sum(len(q.store) for q in vhost.queues.values())
-    unacked = sum(q.unacked_count for q in vhost.queues.values())
+    ready, unacked = message_totals(vhost.queues.values())
     metadata = {"description": vhost.description, "tags": list(vhost.tags)}
     if vhost.default_queue_type is not None:  # set by an import, as RabbitMQ shows it
         metadata["default_queue_type"] = vhost.default_queue_type
