@@ -97,6 +97,7 @@ class Peer:
         self.by_consumer: dict[Consumer, RemoteConsumer] = {}
         self.held: set[QueueCredit] = set()  # stand-ins' publishers held until the link drains
         self._last_publish: tuple[Message, Meta, RemoteSettlement] | None = None
+        self._last_settle: Meta | None = None
         self._ids = itertools.count(1)
         self._task: asyncio.Task | None = None
 
@@ -267,9 +268,15 @@ class Peer:
             state.reserved = 0
 
     def settle(self, qm: RemoteMessage, ack: bool, requeue: bool) -> None:
-        if self.link is not None and qm.link == self.generation:
-            self.link.send({"op": "settle", "dids": [qm.seq], "ack": ack, "requeue": requeue})
-        # (else the link it came on ended: its home has given it back already)
+        link = self.link
+        if link is None or qm.link != self.generation:
+            return  # (the link it came on ended: its home has given it back already)
+        last = self._last_settle
+        if last is not None and link.pending(last) and (last["ack"], last["requeue"]) == (ack, requeue):
+            last["dids"].append(qm.seq)  # (a multiple ack, or acks of one tick: one frame)
+            return
+        self._last_settle = {"op": "settle", "dids": [qm.seq], "ack": ack, "requeue": requeue}
+        link.send(self._last_settle)
 
     def get(self, queue: RemoteQueue, no_ack: bool, done: Done) -> None:
         generation = self.generation
@@ -291,9 +298,11 @@ class Peer:
             if op == "deliver":
                 self._deliver(meta, blobs)
             elif op == "settled":
-                settlement = self.settlements.pop(meta["seq"], None)
-                if settlement is not None:
-                    settlement.decide(bool(meta["ok"]))
+                settlements = self.settlements
+                for seq, ok in zip(meta["seqs"], meta["oks"]):
+                    settlement = settlements.pop(seq, None)
+                    if settlement is not None:
+                        settlement.decide(ok)
             elif op == "reply":
                 self._reply(meta, blobs)
             elif op == "cancelled":

@@ -64,6 +64,7 @@ class HomeSession:
         self._kicked: set[Queue] = set()
         self.paused = False  # reading the link waits for the store or an alarm
         link.on_frame = self.handle
+        link.on_read = self.read_done
         link.on_lost = self.lost
         link.on_drained = self._drained
 
@@ -87,11 +88,19 @@ class HomeSession:
         else:
             if rid is not None and answer is not None:
                 self.link.send({"op": "reply", "rid": rid, **answer[0]}, *answer[1])
+
+    def read_done(self) -> None:
+        """After the frames of one read: what they freed is delivered, what they published and
+        delivered is written (one write and fsync for the read, as for a connection's), and
+        the publishes already safe are answered."""
         if self._kicked:
             kicked, self._kicked = self._kicked, set()
             for queue in kicked:
                 queue.deliver_ready()
-        self.broker.durability.flush()  # (deliveries' marks and published records: written, fsync started)
+        self.broker.durability.flush()
+        if self.publishes and not self.waiting:
+            self.store_synced()
+        self._check_flow()
 
     def _queue(self, meta: Meta) -> Queue:
         vhost = self.broker.metadata.vhosts.get(meta["vhost"])
@@ -113,8 +122,6 @@ class HomeSession:
             message.cc_keys = tuple(meta["cc"])
         settlement = enqueue(message, queues, True, None) if queues else SETTLED
         self.publishes.append((meta["seq"], settlement))
-        self.store_synced()
-        self._check_flow()
 
     def _check_flow(self) -> None:
         """Publishes from the other node are read no faster than this node's store writes them,
@@ -148,16 +155,19 @@ class HomeSession:
         """Answer the publishes that are decided, in order (confirms are per message there)."""
         self.waiting = False
         publishes = self.publishes
+        seqs, oks = [], []
         while publishes:
             seq, settlement = publishes[0]
             status = settlement.status()
             if status is None:
-                if not self.waiting:
-                    self.waiting = True
-                    settlement.notify(self)
-                return
+                self.waiting = True
+                settlement.notify(self)
+                break
             publishes.popleft()
-            self.link.send({"op": "settled", "seq": seq, "ok": status})
+            seqs.append(seq)
+            oks.append(status)
+        if seqs:  # (one frame for all of them)
+            self.link.send({"op": "settled", "seqs": seqs, "oks": oks})
 
     # consumers ------------------------------------------------------------------------------
     def _consume(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
