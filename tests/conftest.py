@@ -23,6 +23,9 @@ import uuid
 import pytest
 
 EXTERNAL = os.environ.get("WARREN_TEST_BROKER")
+# WARREN_TEST_BROKER is a three-node Warren cluster (tools/warren_cluster.py): the tests marked
+# not_on_warren_cluster("why") skip, and only there.
+WARREN_CLUSTER = bool(EXTERNAL) and os.environ.get("WARREN_TEST_WARREN_CLUSTER") == "1"
 # Unique per run, the same in every pytest-xdist worker: names built from it at import time
 # end up in test ids, which the workers' collections must agree on.
 RUN_ID = (os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex)[:8]
@@ -95,6 +98,12 @@ def scratch_dir(prefix: str) -> str:
     directory = tempfile.mkdtemp(prefix=prefix)
     _scratch_dirs.append(directory)
     return directory
+
+
+def pytest_runtest_setup(item):
+    marker = item.get_closest_marker("not_on_warren_cluster")
+    if marker is not None and WARREN_CLUSTER:
+        pytest.skip(f"not on a Warren cluster: {marker.args[0] if marker.args else marker.kwargs['reason']}")
 
 
 def pytest_sessionfinish(session, exitstatus):
