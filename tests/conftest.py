@@ -103,10 +103,14 @@ def scratch_dir(prefix: str) -> str:
     return directory
 
 
-def pytest_runtest_setup(item):
-    marker = item.get_closest_marker("not_on_warren_cluster")
-    if marker is not None and WARREN_CLUSTER:
-        pytest.skip(f"not on a Warren cluster: {marker.args[0] if marker.args else marker.kwargs['reason']}")
+def pytest_collection_modifyitems(config, items):
+    if not WARREN_CLUSTER:
+        return
+    for item in items:
+        marker = item.get_closest_marker("not_on_warren_cluster")
+        if marker is not None:
+            why = marker.args[0] if marker.args else marker.kwargs["reason"]
+            item.add_marker(pytest.mark.skip(reason=f"not on a Warren cluster: {why}"))
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -226,7 +226,11 @@ class RoundRobinProxy:
         except OSError:
             client_writer.close()
             return
-        await asyncio.gather(_pipe(client_reader, node_writer), _pipe(node_reader, client_writer))
+        try:
+            await asyncio.gather(_pipe(client_reader, node_writer), _pipe(node_reader, client_writer))
+        finally:
+            node_writer.close()
+            client_writer.close()
 
     def stop(self) -> None:
         if self._thread.is_alive():
