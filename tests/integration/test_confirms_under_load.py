@@ -153,6 +153,8 @@ class ConfirmingPublisher:
         self.raw.close()
 
 
+@pytest.mark.not_on_warren_cluster("declares 15,000 queues and 10,000 bindings first, each a change through etcd: "
+                                   "more than its time limit on a cluster (docs/clustering.md#speed)")
 def test_a_full_confirm_window_is_confirmed_within_a_bound_on_a_busy_machine(broker, uid):
     busy = BusyCore()
     setup = rawamqp.connect(broker, timeout=60)

@@ -14,7 +14,7 @@ from pamqp import frame as pframe
 from pamqp import header as pheader
 from pamqp.body import ContentBody
 
-from conftest import EXTERNAL
+from conftest import RABBITMQ
 from rawamqp import FRAME_BODY, FRAME_HEADER, FRAME_METHOD, connect
 
 
@@ -130,15 +130,15 @@ CASES = {
     # Warren says why (docs/compatibility.md, "Deliberate departures from RabbitMQ 3.10.8";
     # tests/integration/test_malformed.py).
     "unknown class id": (lambda c: c.send_frame(FRAME_METHOD, 1, method(99, 10)),
-                         "eof" if EXTERNAL else (540, "NOT_IMPLEMENTED - unknown method 99.10", 99, 10), True),
+                         "eof" if RABBITMQ else (540, "NOT_IMPLEMENTED - unknown method 99.10", 99, 10), True),
     "unknown method id": (lambda c: c.send_frame(FRAME_METHOD, 1, method(50, 99)),
-                          "eof" if EXTERNAL else (540, "NOT_IMPLEMENTED - unknown method 50.99", 50, 99), True),
+                          "eof" if RABBITMQ else (540, "NOT_IMPLEMENTED - unknown method 50.99", 50, 99), True),
     "unknown method id on channel 0": (lambda c: c.send_frame(FRAME_METHOD, 0, method(10, 99)),
-                                       "eof" if EXTERNAL else (540, "NOT_IMPLEMENTED - unknown method 10.99", 10, 99),
+                                       "eof" if RABBITMQ else (540, "NOT_IMPLEMENTED - unknown method 10.99", 10, 99),
                                        True),
     "field table with an unknown field type": (
         lambda c: c.send_frame(FRAME_METHOD, 1, method(50, 10, b"\x00\x00\x00\x00\x00\x00\x00\x05\x01aZ\x00\x00")),
-        "eof" if EXTERNAL else (501, "FRAME_ERROR - cannot decode the field table of queue.declare: unknown field "
+        "eof" if RABBITMQ else (501, "FRAME_ERROR - cannot decode the field table of queue.declare: unknown field "
                                      "type 'Z'", 50, 10), True),
 }
 
@@ -187,7 +187,7 @@ def test_body_longer_than_the_content_header_said(broker, witness):
         client.send_content(1, b"", body_size=3)
         client.send_frame(FRAME_BODY, 1, b"abcdef")
         client.send_method(1, commands.Basic.Qos(prefetch_count=1))
-        text = ("UNEXPECTED_FRAME - expected content body, got non content body frame instead" if EXTERNAL else
+        text = ("UNEXPECTED_FRAME - expected content body, got non content body frame instead" if RABBITMQ else
                 "UNEXPECTED_FRAME - content body of 6 bytes exceeds the 3 bytes left of the size in the "
                 "content header")
         client.expect_connection_close(505, text, 60, 40)

@@ -19,7 +19,7 @@ import pytest
 import requests
 from pamqp import commands
 
-from conftest import EXTERNAL
+from conftest import EXTERNAL, WARREN_CLUSTER
 from rawamqp import connect, dial
 
 MGMT = os.environ.get("WARREN_TEST_MGMT")
@@ -143,6 +143,7 @@ def eventually(fn, timeout=10.0):
 
 
 # ----------------------------------------------------------------------- vhost limits
+@pytest.mark.xfail(WARREN_CLUSTER, reason="Warren cluster bug: max-connections counts one node's, not the cluster's")
 def test_vhost_max_connections(broker, admin):
     vhost = admin.vhost()
     other = admin.user(vhost)
@@ -218,6 +219,7 @@ def test_vhost_max_queues_zero(broker, admin):
         c.close()
 
 
+@pytest.mark.not_on_warren_cluster("imports definitions, which a Warren cluster refuses for now (400)")
 def test_max_queues_over_http(broker, admin):
     if admin.api is None:
         pytest.skip("needs the management API")
@@ -268,6 +270,7 @@ def test_vhost_limit_before_user_limit(broker, admin):
                               "is reached", user, PASSWORD, "/")
 
 
+@pytest.mark.xfail(WARREN_CLUSTER, reason="Warren cluster bug: max-channels counts one node's, not the cluster's")
 def test_user_max_channels(broker, admin):
     user = admin.user("/")
     admin.user_limits(user, {"max-channels": 2})
@@ -404,6 +407,7 @@ def test_user_limits_api(api):
     assert api.http("GET", f"/users/{u}").json()["limits"] == {}
 
 
+@pytest.mark.not_on_warren_cluster("imports definitions, which a Warren cluster refuses for now (400)")
 def test_limits_in_definitions(api):
     vhost = api.vhost()
     user = api.user()

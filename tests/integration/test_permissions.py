@@ -16,7 +16,7 @@ import pika
 import pytest
 from pamqp import commands
 
-from conftest import EXTERNAL, DefinitionsBroker, password_hash
+from conftest import RABBITMQ, DefinitionsBroker, password_hash
 from rawamqp import connect
 
 VHOST = "warren-perm-vh"
@@ -42,7 +42,7 @@ DEFAULT_EXCHANGE = "ACCESS_REFUSED - operation not permitted on the default exch
 
 
 def refused(what: str, kind: str, name: str) -> str:
-    if EXTERNAL:  # RabbitMQ 3.10's wording
+    if RABBITMQ:  # RabbitMQ 3.10's wording
         return f"ACCESS_REFUSED - access to {kind} '{name}' in vhost '{VHOST}' refused for user '{USER}'"
     return f"ACCESS_REFUSED - {what} access to {kind} '{name}' in vhost '{VHOST}' refused for user '{USER}'"
 

@@ -172,6 +172,8 @@ CTL = os.environ.get("WARREN_TEST_RABBITMQCTL")
 
 
 @pytest.mark.skipif(bool(EXTERNAL) and not CTL, reason="closes the connection with rabbitmqctl on RabbitMQ")
+@pytest.mark.not_on_warren_cluster(
+    "closes its connection through one node's API by the name it has there, which names the proxy's port")
 def test_a_connection_closed_mid_publish(broker, channel, names):
     """Closed by Warren's management API, or by rabbitmqctl close_connection."""
     q = names("swp-mgmt")

@@ -26,6 +26,8 @@ from conftest import EXTERNAL, channel_error, connection_error, pump
 from rawamqp import FRAME_BODY, FRAME_HEADER, connect
 from .dlx_helpers import _content_header_table, get_one, is_long, policies, wait_until
 
+pytestmark = pytest.mark.not_on_warren_cluster("streams are refused on a Warren cluster for now (540)")
+
 STREAM = {"x-queue-type": "stream"}
 MGMT = os.environ.get("WARREN_TEST_MGMT")
 INTERNAL_ERROR = (541, "INTERNAL_ERROR")

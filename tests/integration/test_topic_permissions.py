@@ -21,7 +21,7 @@ import pika
 import pytest
 import requests
 
-from conftest import EXTERNAL, RUN_ID, DefinitionsBroker, channel_error, password_hash
+from conftest import EXTERNAL, RABBITMQ, RUN_ID, DefinitionsBroker, channel_error, password_hash
 
 MGMT = os.environ.get("WARREN_TEST_MGMT")
 SUFFIX = RUN_ID[:6]
@@ -60,7 +60,7 @@ def _definitions() -> dict:
 
 
 def refused(what: str, routing_key: str, exchange: str) -> str:
-    if EXTERNAL:  # RabbitMQ 3.10's wording
+    if RABBITMQ:  # RabbitMQ 3.10's wording
         return (f"ACCESS_REFUSED - access to topic '{routing_key}' in exchange '{exchange}' in vhost '{VHOST}' "
                 f"refused for user '{USER}'")
     return (f"ACCESS_REFUSED - {what} access to topic '{routing_key}' in exchange '{exchange}' in vhost "

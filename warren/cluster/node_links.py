@@ -516,8 +516,8 @@ def advertised_host(listen_host: str | None, node_name: str) -> str:
 def _message(route: bytes, header: bytes, body: bytes) -> Message:
     """A message as a delivery carries it: its exchange and routing key are in `route`."""
     n = route[0]
-    exchange = route[1:1 + n].decode()
-    key = route[2 + n:2 + n + route[1 + n]].decode()
+    exchange = route[1:1 + n].decode("utf-8", "surrogateescape")  # (as the AMQP codec reads names)
+    key = route[2 + n:2 + n + route[1 + n]].decode("utf-8", "surrogateescape")
     return Message(exchange, key, route, header, body)
 
 

@@ -121,7 +121,8 @@ async def put_user(request):
     except LimitError as err:
         raise bad_request(str(err)) from None
     await changes.apply(request, PutUser(user))
-    await changes.perform(request, lambda: update_user_limits.change(broker, user, limits))
+    # (the stored user: a cluster node's command applied a copy of `user`, with the limits it kept)
+    await changes.perform(request, lambda: update_user_limits.change(broker, broker.users.get(name, user), limits))
     flush(request)
     return web.Response(status=204 if existing is not None else 201)
 
