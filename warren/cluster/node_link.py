@@ -21,6 +21,8 @@ import os
 import struct
 from typing import Any, Callable
 
+from ..amqp.message import Message
+
 log = logging.getLogger("warren.cluster.link")
 
 _LEN = struct.Struct(">I")
@@ -123,6 +125,15 @@ def parse(payload: bytes | memoryview) -> tuple[Meta, list[bytes]]:
         blobs.append(bytes(payload[pos + 4:pos + 4 + n]))
         pos += 4 + n
     return meta, blobs
+
+
+def message_from(route: bytes, header: bytes, body: bytes) -> Message:
+    """A message as a publish or a delivery carries it: its exchange and routing key are the
+    shortstrs of `route` (names as the AMQP codec reads them: bytes that are not UTF-8 kept)."""
+    n = route[0]
+    exchange = route[1:1 + n].decode("utf-8", "surrogateescape")
+    key = route[2 + n:2 + n + route[1 + n]].decode("utf-8", "surrogateescape")
+    return Message(exchange, key, route, header, body)
 
 
 def proof(secret: bytes, nonce: str, node: str) -> str:

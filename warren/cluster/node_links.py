@@ -19,10 +19,10 @@ import socket
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..amqp.message import Message
-from ..broker.errors import AMQPError
+from ..broker.errors import AMQPError, internal_error
 from ..broker.metadata.commands import DeleteQueue
 from .etcd import EtcdError, absent, put_op
-from .node_link import Link, Meta
+from .node_link import Link, Meta, message_from
 from .queue_home import HomeSession
 from .tasks import cancelled
 from .remote_queue import RemoteMessage, RemoteQueue, home_down
@@ -199,8 +199,7 @@ class Peer:
             return settlement
         seq = next(self._ids)
         self.settlements[seq] = settlement
-        meta: Meta = {"op": "publish", "seq": seq, "vhost": queue.vhost.name, "queues": [queue.name],
-                      "exchange": message.exchange, "key": message.routing_key}
+        meta: Meta = {"op": "publish", "seq": seq, "vhost": queue.vhost.name, "queues": [queue.name]}
         if message.ttl is not None:
             meta["ttl"] = message.ttl
         if message.cc_keys is not None:
@@ -285,7 +284,7 @@ class Peer:
             if meta.get("empty"):
                 return None, 0
             route, header, body = blobs
-            qm = RemoteMessage(meta["did"], _message(route, header, body), meta["redelivered"], generation)
+            qm = RemoteMessage(meta["did"], message_from(route, header, body), meta["redelivered"], generation)
             queue.delivered(qm, no_ack, True)  # (handed out: its stats here, as ops.get's)
             return qm, int(meta["messages"])
         self.request({"op": "get", "vhost": queue.vhost.name, "queue": queue.name, "no_ack": no_ack}, done,
@@ -324,8 +323,9 @@ class Peer:
             return
         try:
             result = answer(meta, blobs)
-        except Exception as err:
-            done(None, err)
+        except Exception as err:  # (its waiter gets an answer all the same: a 541)
+            log.exception("node link to %s: an answer could not be read", self.node)
+            done(None, internal_error(f"the answer of node '{self.node}' could not be read: {err!r}"))
         else:
             done(result, None)
 
@@ -341,7 +341,7 @@ class Peer:
             state.reserved -= 1
             consumer.credit.used -= 1  # (counted again as the channel delivers it)
         route, header, body = blobs
-        qm = RemoteMessage(meta["did"], _message(route, header, body), meta["redelivered"], self.generation)
+        qm = RemoteMessage(meta["did"], message_from(route, header, body), meta["redelivered"], self.generation)
         consumer.channel.deliver(consumer, qm)
         if consumer.no_ack:
             self.grant(consumer)
@@ -511,14 +511,6 @@ def advertised_host(listen_host: str | None, node_name: str) -> str:
         return listen_host
     host = node_name.partition("@")[2] or socket.gethostname()
     return host
-
-
-def _message(route: bytes, header: bytes, body: bytes) -> Message:
-    """A message as a delivery carries it: its exchange and routing key are in `route`."""
-    n = route[0]
-    exchange = route[1:1 + n].decode("utf-8", "surrogateescape")  # (as the AMQP codec reads names)
-    key = route[2 + n:2 + n + route[1 + n]].decode("utf-8", "surrogateescape")
-    return Message(exchange, key, route, header, body)
 
 
 def _jsonable(value: Any) -> Any:

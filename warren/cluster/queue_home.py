@@ -14,7 +14,6 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from ..amqp.message import Message
 from ..broker import ops
 from ..broker.auth import User
 from ..broker.consumer import Consumer, check_consume_arguments
@@ -23,7 +22,7 @@ from ..broker.enqueue import enqueue
 from ..broker.errors import AMQPError, access_refused, internal_error, not_found
 from ..broker.queues import CONSUMER_ARGUMENTS
 from ..store.settlement import SETTLED, Settlement
-from .node_link import Link, Meta
+from .node_link import Link, Meta, message_from
 
 if TYPE_CHECKING:
     from ..broker.broker import Broker
@@ -116,7 +115,7 @@ class HomeSession:
         queues = [] if vhost is None else [q for name in meta["queues"]
                                            if (q := vhost.queues.get(name)) is not None
                                            and not q.remote]
-        message = Message(meta["exchange"], meta["key"], route, header, body)
+        message = message_from(route, header, body)
         message.ttl = meta.get("ttl")
         if meta.get("cc") is not None:
             message.cc_keys = tuple(meta["cc"])
