@@ -665,8 +665,10 @@ def main() -> int:
     phases = {p.strip() for p in args.phases.split(",") if p.strip()}
     if not phases or phases - {"metadata", "queues"}:
         ap.error(f"--phases: metadata and/or queues, not {args.phases!r}")
-    if "queues" in phases and not os.access(LOADGEN, os.X_OK):
-        ap.error(f"{LOADGEN} missing; run make -C bench")
+    if "queues" in phases:  # (built as run.py builds it: a stale binary lacks what this reads)
+        subprocess.run(["make", "-s", "-C", os.path.dirname(LOADGEN), "loadgen"], stdin=subprocess.DEVNULL)
+        if not os.access(LOADGEN, os.X_OK):
+            ap.error(f"{LOADGEN} missing; run make -C bench")
     if args.py_spy:  # (on PATH, or in the venv running this)
         args.py_spy_bin = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
         if args.py_spy_bin is None:

@@ -29,6 +29,7 @@ _LEN = struct.Struct(">I")
 MAX_FRAME = 1 << 31        # a message body may be as large as AMQP allows (frames are not split here)
 WRITE_HIGH = 4 << 20       # above this many buffered octets the link says it is busy (credit waits)
 HANDSHAKE_TIMEOUT = 5.0
+SLICE = 64                 # frames handled in one turn of the loop (see Link._handle_frames)
 
 Meta = dict[str, Any]
 
@@ -164,6 +165,7 @@ class Link(asyncio.Protocol):
         self._buffer = bytearray()
         self._nonce = ""
         self._pending: list[tuple[Meta, tuple[bytes | memoryview, ...]]] = []
+        self._holds: set[str] = set()  # why the socket is not read now
 
     # asyncio.Protocol ------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -177,9 +179,27 @@ class Link(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._buffer:  # (the start of a frame was left by the last read)
             data = bytes(self._buffer + data)
+        self._handle_frames(data)
+
+    def _handle_frames(self, data: bytes) -> None:
+        """Handle the whole frames of `data`, SLICE at a time: past that the rest waits for
+        the loop's next turn (and the socket is not read meanwhile), so that a link bringing
+        hundreds of publishes in one read does not hold back another link's credit or acks
+        for the milliseconds they take (what a consumer on another node gets per round trip
+        is its prefetch)."""
         view = memoryview(data)  # (of immutable octets: frames are parsed in place)
         pos, end = 0, len(data)
+        handled = 0
         while end - pos >= 4 and not self.closed:
+            if handled == SLICE:
+                self.hold_reading("slice")
+                rest = bytes(view[pos:])
+                asyncio.get_running_loop().call_soon(self._next_slice, rest)
+                self._buffer = bytearray()
+                if self.peer is not None:
+                    self.on_read()
+                return
+            handled += 1
             (size,) = _LEN.unpack_from(view, pos)
             if size > MAX_FRAME:
                 self.abort(f"frame of {size} octets")
@@ -197,8 +217,26 @@ class Link(asyncio.Protocol):
             else:
                 self.on_frame(meta, blobs)
         self._buffer = bytearray(view[pos:])
+        self.release_reading("slice")
         if self.peer is not None and not self.closed:
             self.on_read()
+
+    def _next_slice(self, data: bytes) -> None:
+        if not self.closed:
+            self._handle_frames(data)
+
+    def hold_reading(self, reason: str) -> None:
+        """Read nothing more from the socket until release_reading(reason) (and every other
+        reason's release)."""
+        if not self._holds and self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+        self._holds.add(reason)
+
+    def release_reading(self, reason: str) -> None:
+        if reason in self._holds:
+            self._holds.discard(reason)
+            if not self._holds and self.transport is not None and not self.closed:
+                self.transport.resume_reading()
 
     def connection_lost(self, exc) -> None:
         was_ready = self.peer is not None and not self.closed

@@ -130,8 +130,7 @@ class HomeSession:
         if self.paused or not (self.broker.alarms or persister is not None and persister.over):
             return
         self.paused = True
-        assert self.link.transport is not None
-        self.link.transport.pause_reading()
+        self.link.hold_reading("flow")
         if persister is not None:
             persister.subscribe_flow(self._flow_changed)
         self.broker.alarms.subscribe(self._flow_changed)
@@ -141,8 +140,7 @@ class HomeSession:
         if not self.paused or self.broker.alarms or persister is not None and persister.over:
             return
         self._stop_waiting()
-        if self.link.transport is not None and not self.link.closed:
-            self.link.transport.resume_reading()
+        self.link.release_reading("flow")
 
     def _stop_waiting(self) -> None:
         self.paused = False
