@@ -166,3 +166,19 @@ def test_a_message_for_two_queues_of_one_home_reaches_both(make_node):
         bodies = [ca.basic_get(name, auto_ack=True)[2] for _ in range(10)]
         assert bodies == [f"m{i}".encode() for i in range(10)], name
         assert ca.queue_declare(name, passive=True).method.message_count == 0
+
+
+def test_an_exclusive_queue_is_gone_everywhere_once_its_connection_is_closed(make_node):
+    """close-ok waits for its exclusive queues' deletion through the cluster's log: a client
+    that goes on through another node finds them gone (404), never still locked (405)."""
+    a = make_node("warren-a@localhost")
+    b = make_node("warren-b@localhost")
+    cb = connect(b)
+    for i in range(5):
+        ca = connect(a)
+        ca.queue_declare(f"excl-{i}", exclusive=True)
+        ca.connection.close()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+            cb.queue_declare(f"excl-{i}", passive=True)
+        assert closed.value.reply_code == 404, closed.value
+        cb = connect(b)

@@ -9,7 +9,7 @@ needs to know what else a node holds, and a node elsewhere is one more implement
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from .alarms import Alarms
@@ -37,8 +37,9 @@ class Metadata(Protocol):
     def run(self, operation: Change[T]) -> T:
         """Carry out an operation's change (warren.broker.metadata.change) at once."""
 
-    def submit(self, command: Command) -> None:
-        """A change the node makes on its own: at once, or through the cluster's log."""
+    def submit(self, command: Command, then: Callable[[], None] | None = None) -> None:
+        """A change the node makes on its own: at once, or through the cluster's log;
+        `then()` once this node has applied it."""
 
     @property
     def log(self) -> ClusterLog | None:

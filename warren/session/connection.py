@@ -30,6 +30,7 @@ from ..broker import auth_mechanisms, x509
 from ..broker.consumer import RECORD_BATCH
 from ..broker.limits import check_channel, check_connection
 from ..broker.links import ExclusiveOwner
+from ..broker.metadata.commands import DeleteQueue
 from . import connection_log, frame_errors, records
 from .channel import Channel, HoldInput
 from .closed_transport import ClosedTransport
@@ -189,6 +190,8 @@ class Connection:
         self.link: ConnectionLink | None = None  # how records name it, once asked (warren.session.records)
         self.owner: ExclusiveOwner | None = None  # how its exclusive queues name it
         self.holds = 0  # waits of its channels for the cluster (the log, a queue of another node)
+        self.deleting = 0  # its exclusive queues being deleted (through the cluster's log)
+        self.close_ok_due = False
         # Traffic counters (warren.mgmt.stats): bytes and reads in, bytes and writes out.
         self.recv_oct = self.recv_cnt = self.send_oct = self.send_cnt = 0
 
@@ -506,7 +509,9 @@ class Connection:
             self.flush()  # what the frames before the close asked for goes out first
             self.transport.close_later(CLOSING_TIMEOUT)
             scheduler = self.broker.scheduler
-            if had_channels and scheduler is not None:
+            if self.deleting:
+                self.close_ok_due = True  # (sent once its exclusive queues are gone)
+            elif had_channels and scheduler is not None:
                 self.close_ok_timer = scheduler.call_later(CLOSE_OK_DELAY, self._send_close_ok)
             else:
                 self._send_close_ok()
@@ -896,6 +901,12 @@ class Connection:
         self.flush()
         self.transport.close()
 
+    def _exclusive_queue_gone(self) -> None:
+        self.deleting -= 1
+        if not self.deleting and self.close_ok_due:
+            self.close_ok_due = False
+            self._send_close_ok()
+
     def _send_close_ok(self) -> None:
         """The answer to the client's connection.close, the last frame of the connection."""
         self.close_ok_timer = None
@@ -931,10 +942,13 @@ class Connection:
         for channel in list(self.channels.values()):
             channel.release()
         self.channels.clear()
-        for queue in self.exclusive_queues:
-            if not queue.deleted:
-                queue.vhost.delete_queue(queue)
+        # Its exclusive queues go (on a cluster through the log: close-ok waits for them, so a
+        # client that reconnects elsewhere finds them gone, as on RabbitMQ).
+        going = [queue for queue in self.exclusive_queues if not queue.deleted]
         self.exclusive_queues.clear()
+        self.deleting += len(going)
+        for queue in going:
+            self.broker.metadata.submit(DeleteQueue(queue.vhost.name, queue.name), self._exclusive_queue_gone)
         broker = self.broker
         if self in broker.connections:  # it was open: the node's totals keep its traffic
             broker.connections.discard(self)

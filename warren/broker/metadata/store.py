@@ -102,13 +102,21 @@ class MetadataStore:
         """An operation's change (warren.broker.metadata.change), carried out at once."""
         return change.run(self, operation)
 
-    def submit(self, command: c.Command) -> None:
+    def submit(self, command: c.Command, then: Callable[[], None] | None = None) -> None:
         """A change the node makes on its own (an exclusive queue's owner gone, an auto-delete,
-        x-expires): applied at once alone, sent to the cluster's log on a member."""
+        x-expires): applied at once alone, sent to the cluster's log on a member; `then()`
+        once this node has applied it (or it failed)."""
         if self.log is None:
             self.apply(command)
-        else:
-            self.log.submit(lambda: change.command(command), _log_failure)
+            if then is not None:
+                then()
+            return
+
+        def done(result: Any, error: BaseException | None) -> None:
+            _log_failure(result, error)
+            if then is not None:
+                then()
+        self.log.submit(lambda: change.command(command), done)
 
     def vhost(self, name: str) -> VHost:
         vhost = self.vhosts.get(name)
