@@ -11,6 +11,7 @@ import pika
 import pytest
 import requests
 
+from .test_ctl_cluster import ctl
 from .test_membership import wait_for
 
 AUTH = pika.PlainCredentials("guest", "guest")
@@ -104,6 +105,12 @@ def test_a_dead_nodes_transient_and_exclusive_queues_go_with_it(make_node):
     wait_for(lambda: names(b) == {"durable"}, timeout=20, what="the transient and exclusive queues to go")
     [shown] = [q for q in api(b, "GET", "/queues").json() if q["name"] == "durable"]
     assert shown["state"] == "down"
+    # rabbitmqctl's listing: the down queue's type is its module, --offline/--online split them.
+    connect(b).queue_declare("up", durable=True)
+    listed = ctl(b, "-q", "list_queues", "name", "type", "state", "--offline").stdout
+    assert listed.splitlines()[1:] == ["durable\trabbit_classic_queue\tdown"], listed
+    listed = ctl(b, "-q", "list_queues", "name", "type", "state", "--online").stdout
+    assert listed.splitlines()[1:] == ["up\tclassic\trunning"], listed
 
 
 def names(node) -> set[str]:

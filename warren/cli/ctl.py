@@ -340,7 +340,9 @@ QUEUE_ITEMS = _items(
     exclusive_consumer_pid=_get("exclusive_consumer_details", "channel_details", "name", default=""),
     consumer_capacity=lambda o: o.get("consumer_capacity", o.get("consumer_utilisation")),
     exclusive=lambda o: o.get("exclusive", bool(o.get("owner_pid_details"))),
-    type=_get("type", default="classic"),
+    # A queue whose node is down: rabbitmqctl names its type by its module.
+    type=lambda o: ("rabbit_classic_queue" if o.get("state") == "down" and o.get("type", "classic") == "classic"
+                    else o.get("type", "classic")),
     pid=_get("node", default=""),
 )
 EXCHANGE_ITEMS = _items(["arguments", "auto_delete", "durable", "internal", "name", "policy", "type"])
@@ -441,13 +443,18 @@ def get_vhost_list(ctx, path, vhost):
         raise
 
 
-@verb("list_queues", "list_queues [--vhost <vhost>] [--no-table-headers] [<column> ...]", (0, None),
-      columns=QUEUE_ITEMS, help="Lists queues and their properties.")
+@verb("list_queues", "list_queues [--vhost <vhost>] [--online] [--offline] [--no-table-headers] [<column> ...]",
+      (0, None), options=("online", "offline"), columns=QUEUE_ITEMS,
+      help="Lists queues and their properties (--online: those whose node runs; --offline: the others).")
 def list_queues(ctx, args):
     columns = select_columns(args, QUEUE_ITEMS, ["name", "messages"])
     ctx.out.info(f"Timeout: {ctx.timeout:.1f} seconds ...")
     ctx.out.info(f"Listing queues for vhost {ctx.vhost} ...")
-    list_objects(ctx, get_vhost_list(ctx, f"/queues/{q(ctx.vhost)}", ctx.vhost), columns, QUEUE_ITEMS)
+    queues = get_vhost_list(ctx, f"/queues/{q(ctx.vhost)}", ctx.vhost)
+    online, offline = "online" in ctx.options, "offline" in ctx.options
+    if online != offline:  # (both, or neither: all of them)
+        queues = [o for o in queues if (o.get("state") == "down") == offline]
+    list_objects(ctx, queues, columns, QUEUE_ITEMS)
 
 
 @verb("list_exchanges", "list_exchanges [--vhost <vhost>] [--no-table-headers] [<column> ...]", (0, None),
@@ -1750,7 +1757,7 @@ GLOBAL_FLAGS = {"quiet", "silent", "no-table-headers", "help"}
 SHORT = {"p": "vhost", "q": "quiet", "s": "silent", "t": "timeout", "?": "help", "h": "help"}
 VERB_SHORT = {"e": "if-empty", "u": "if-unused"}
 VERB_VALUE_OPTIONS = {"priority", "apply-to", "missing-exchange"}
-VERB_FLAGS = {"if-empty", "if-unused", "global"}
+VERB_FLAGS = {"if-empty", "if-unused", "global", "online", "offline"}
 FORMATTERS = ("table", "json")
 
 GLOBAL_HELP = f"""\
