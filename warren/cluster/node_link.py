@@ -29,7 +29,8 @@ _LEN = struct.Struct(">I")
 MAX_FRAME = 1 << 31        # a message body may be as large as AMQP allows (frames are not split here)
 WRITE_HIGH = 4 << 20       # above this many buffered octets the link says it is busy (credit waits)
 HANDSHAKE_TIMEOUT = 5.0
-SLICE = 16                 # frames handled in one turn of the loop (see Link._handle_frames)
+SLICE = 16                 # frames handled in one turn of the loop (see Link._handle_frames; 64: a
+#                            consumer on another node fell behind, bench/RESULTS.md)
 
 Meta = dict[str, Any]
 
