@@ -189,3 +189,48 @@ def test_an_exclusive_queue_is_gone_everywhere_once_its_connection_is_closed(mak
             cb.queue_declare(f"excl-{i}", passive=True)
         assert closed.value.reply_code == 404, closed.value
         cb = connect(b)
+
+
+def flood(node, queue: str, stop: threading.Event, sent: list) -> threading.Thread:
+    """A thread publishing 64 KiB messages into `queue` through `node` until `stop` (counted in
+    sent[0]); each publish blocks while the node reads nothing from the publisher."""
+    def publish() -> None:
+        channel = connect(node)
+        body = b"x" * 65536
+        while not stop.is_set():
+            channel.basic_publish("", queue, body)
+            sent[0] += 1
+        channel.connection.close()
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    return thread
+
+
+def home_count(node) -> int:
+    """The ready count of "q" as its home node (`node`) has it now."""
+    return api(node, "GET", "/queues/%2F/q").json()["messages_ready"]
+
+
+def test_an_alarm_on_the_home_holds_a_publisher_on_another_node(make_node):
+    """The home reads no publishes from a link during a resource alarm: the publisher on the
+    other node is held back (flow) until the alarm clears, and loses nothing."""
+    a = make_node("warren-a@localhost")
+    b = make_node("warren-b@localhost")
+    connect(a).queue_declare("q", durable=True)
+    ctl(a, "set_vm_memory_high_watermark", "0.0")
+    stop, sent = threading.Event(), [0]
+    publisher = flood(b, "q", stop, sent)
+    try:
+        wait_for(lambda: [c["state"] for c in api(b, "GET", "/connections").json()] == ["flow"], timeout=15,
+                 what="the publisher on b held back")
+        # a reads nothing from the link meanwhile: its queue does not grow
+        held = home_count(a)
+        time.sleep(1.5)
+        assert home_count(a) == held
+    finally:
+        stop.set()
+        ctl(a, "set_vm_memory_high_watermark", "0.4")
+    publisher.join(30)
+    assert not publisher.is_alive()
+    wait_for(lambda: connect(b).queue_declare("q", passive=True).method.message_count == sent[0], timeout=30,
+             what="every message in the queue once the alarm has cleared")
