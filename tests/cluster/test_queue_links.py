@@ -129,21 +129,10 @@ def test_a_publisher_into_a_stalled_home_is_held_not_buffered(make_node):
     b = make_node("warren-b@localhost")
     connect(a).queue_declare("q", durable=True)  # (a transient one goes once a's lease runs out)
     before = rss_mib(b)
-    sent = 0
-    stop = threading.Event()
-
-    def publish() -> None:
-        nonlocal sent
-        cb = connect(b)
-        body = b"x" * 65536
-        while not stop.is_set():
-            cb.basic_publish("", "q", body)  # (blocks while b reads nothing from it)
-            sent += 1
-        cb.connection.close()
-    publisher = threading.Thread(target=publish, daemon=True)
+    stop, sent = threading.Event(), [0]
     a.proc.send_signal(signal.SIGSTOP)
     try:
-        publisher.start()
+        publisher = flood(b, "q", stop, sent)
         time.sleep(4)
         states = [c["state"] for c in api(b, "GET", "/connections").json()]
         assert states == ["flow"], states
@@ -153,7 +142,7 @@ def test_a_publisher_into_a_stalled_home_is_held_not_buffered(make_node):
         a.proc.send_signal(signal.SIGCONT)
     publisher.join(30)
     assert not publisher.is_alive()
-    wait_for(lambda: connect(b).queue_declare("q", passive=True).method.message_count == sent, timeout=30,
+    wait_for(lambda: connect(b).queue_declare("q", passive=True).method.message_count == sent[0], timeout=30,
              what="every message in the queue once its home runs again")
 
 
