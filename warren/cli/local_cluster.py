@@ -154,11 +154,16 @@ def _plan(args: argparse.Namespace, directory: str) -> list[Node]:
                  for n in nodes if n.management_port])
     taken = set(wanted)
     for node in nodes:  # 0: ports the kernel gives, none twice
+        # The node links' port: RabbitMQ's default (the AMQP port + 20000) with --base-port,
+        # checked free as the others; one the kernel gives with free ports.
+        given = node.amqp_port + 20000 if node.amqp_port and node.amqp_port + 20000 < 65536 else 0
+        if given and given not in taken:
+            _check_free([(given, f"the node links' port of {node.name} (--base-port + 20000)")])
+            node.dist_port = given
+            taken.add(given)
         node.amqp_port = node.amqp_port or _fresh_port(taken)
         node.management_port = node.management_port or _fresh_port(taken)
-        default = node.amqp_port + 20000
-        node.dist_port = default if default < 65536 and default not in taken else _fresh_port(taken)
-        taken.add(node.dist_port)
+        node.dist_port = node.dist_port or _fresh_port(taken)
     try:
         for node in nodes:
             os.makedirs(node.directory, exist_ok=True)

@@ -150,7 +150,7 @@ class Link(asyncio.Protocol):
     """The frames of one connection, either end. `on_frame(meta, blobs)` handles each frame once
     the handshake is done; `on_lost()` runs once when the connection ends."""
 
-    def __init__(self, secret: bytes, node_name: str, dialled: bool):
+    def __init__(self, secret: bytes | None, node_name: str, dialled: bool):
         self.secret = secret
         self.node_name = node_name
         self.dialled = dialled
@@ -167,6 +167,7 @@ class Link(asyncio.Protocol):
         self._nonce = ""
         self._pending: list[tuple[Meta, tuple[bytes | memoryview, ...]]] = []
         self._holds: set[str] = set()  # why the socket is not read now
+        self._slicing = False          # the rest of a read waits for the loop's next turn
 
     # asyncio.Protocol ------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -178,6 +179,9 @@ class Link(asyncio.Protocol):
             asyncio.get_running_loop().call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
 
     def data_received(self, data: bytes) -> None:
+        if self._slicing:  # (read before the pause took effect: behind what waits)
+            self._buffer += data
+            return
         if self._buffer:  # (the start of a frame was left by the last read)
             data = bytes(self._buffer + data)
         self._handle_frames(data)
@@ -194,9 +198,9 @@ class Link(asyncio.Protocol):
         while end - pos >= 4 and not self.closed:
             if handled == SLICE:
                 self.hold_reading("slice")
-                rest = bytes(view[pos:])
-                asyncio.get_running_loop().call_soon(self._next_slice, rest)
-                self._buffer = bytearray()
+                self._slicing = True
+                self._buffer = bytearray(view[pos:])
+                asyncio.get_running_loop().call_soon(self._next_slice)
                 if self.peer is not None:
                     self.on_read()
                 return
@@ -222,7 +226,9 @@ class Link(asyncio.Protocol):
         if self.peer is not None and not self.closed:
             self.on_read()
 
-    def _next_slice(self, data: bytes) -> None:
+    def _next_slice(self) -> None:
+        self._slicing = False
+        data, self._buffer = bytes(self._buffer), bytearray()
         if not self.closed:
             self._handle_frames(data)
 
@@ -290,22 +296,29 @@ class Link(asyncio.Protocol):
     def _handshake(self, meta: Meta) -> None:
         op = meta.get("op")
         if self.dialled and op == "hello":  # we dialled: prove we know the secret
-            peer = str(meta.get("node"))
+            assert self.secret is not None
             self.send({"op": "proof", "node": self.node_name, "mac": proof(self.secret, str(meta.get("nonce")),
                                                                           self.node_name)})
-            self.peer = peer
-            if not self.ready.done():
-                self.ready.set_result(peer)
+        elif self.dialled and op == "welcome":  # the other node accepted the proof: the link is up
+            self._up(str(meta.get("node")))
         elif not self.dialled and op == "proof":
             node = str(meta.get("node"))
+            if self.secret is None:  # (this node has not read the cluster's secret yet)
+                log.info("node link from %s refused: this node is still starting", node)
+                self.close()
+                return
             if not hmac.compare_digest(str(meta.get("mac")), proof(self.secret, self._nonce, node)):
                 self.abort(f"node {node!r} did not prove it knows the cluster's secret")
                 return
-            self.peer = node
-            if not self.ready.done():
-                self.ready.set_result(node)
+            self.send({"op": "welcome", "node": self.node_name})
+            self._up(node)
         else:
             self.abort(f"unexpected {op!r} before the handshake ended")
+
+    def _up(self, peer: str) -> None:
+        self.peer = peer
+        if not self.ready.done():
+            self.ready.set_result(peer)
 
     def _handshake_timeout(self) -> None:
         if self.peer is None and not self.closed:

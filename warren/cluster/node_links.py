@@ -127,10 +127,13 @@ class Peer:
         while True:
             address = self.links.address(self.node)
             if address is not None:
+                link = None
                 try:
                     link = await self.links.dial(*address)
                     peer = await asyncio.wait_for(asyncio.shield(link.ready), 5)
-                    if peer != self.node:
+                    if link.closed:
+                        pass  # (ended as soon as it was up: dialled again)
+                    elif peer != self.node:
                         link.abort(f"dialled {self.node} at {address}, {peer} answered")
                     else:
                         self._linked(link)
@@ -144,6 +147,8 @@ class Peer:
                         await closed
                 except (OSError, asyncio.TimeoutError, ConnectionError) as err:
                     log.debug("node link to %s at %s: %s", self.node, address, err)
+                    if link is not None and not link.closed:
+                        link.abort(f"no handshake: {err!r}")
             await asyncio.sleep(RETRY)
 
     def _linked(self, link: Link) -> None:
@@ -473,8 +478,8 @@ class NodeLinks:
             session.link.close()
 
     def _accepted(self) -> Link:
-        # (Before the secret is known no proof matches: such a link is refused.)
-        link = Link(self.secret or os.urandom(32), self.config.node_name, False)
+        # (Before the secret is known no link is accepted: the other node dials again.)
+        link = Link(self.secret or None, self.config.node_name, False)
 
         def ready(future: asyncio.Future) -> None:
             if future.cancelled() or future.exception() is not None:
