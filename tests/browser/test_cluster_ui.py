@@ -7,10 +7,10 @@ import signal
 
 import pytest
 
-from conftest import start_broker
+from conftest import free_port, start_broker
 
 from cluster.etcd_cluster import EtcdCluster
-from cluster.conftest import cluster_conf
+from cluster.conftest import cluster_conf, dist_lines
 from warren.cluster.config import LIVENESS_TTL
 
 from .test_web_ui import by_css, log_in, visible, wait
@@ -19,10 +19,10 @@ from .test_web_ui import by_css, log_in, visible, wait
 @pytest.fixture(scope="module")
 def nodes():
     etcd = EtcdCluster(1)
-    conf = cluster_conf(etcd.endpoints, "ui")
     started = []
     try:
         for name in ("warren-a@localhost", "warren-b@localhost"):
+            conf = cluster_conf(etcd.endpoints, "ui", *dist_lines(free_port()))  # (AMQP + 20000 may be taken)
             started.append(start_broker("--node-name", name, "--config", conf, "--prometheus-port", "0"))
         yield started
     finally:

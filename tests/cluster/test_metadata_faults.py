@@ -20,10 +20,10 @@ import pika.exceptions
 import pytest
 import requests
 
-from conftest import start_broker
+from conftest import free_port, start_broker
 from crash.links import Netns, netns_unavailable
 
-from .conftest import cluster_conf
+from .conftest import cluster_conf, dist_lines
 from .test_membership import wait_for
 
 AUTH = ("guest", "guest")
@@ -117,7 +117,7 @@ def test_acknowledged_changes_survive_kills_stops_and_a_partition(make_node, mak
     b = make_node("warren-b@localhost", on=etcd)
     # The third node reaches etcd over the veth pair, and is reached there.
     conf = cluster_conf([f"{netns.root_addr}:{m.client_port}" for m in etcd.members], make_node.prefix,
-                        "loopback_users = none", f"management.tcp.ip = {netns.ns_addr}")
+                        "loopback_users = none", f"management.tcp.ip = {netns.ns_addr}", *dist_lines(free_port()))
     c = start_in(netns, "warren-c@localhost", conf)
     try:
         where = {"a": ("127.0.0.1", a.port, a.mgmt_port), "b": ("127.0.0.1", b.port, b.mgmt_port),
