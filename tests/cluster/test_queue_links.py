@@ -47,7 +47,11 @@ def test_publish_through_one_node_consume_through_another(make_node):
     method, _, body = cc.basic_get("q")
     assert body == b"x" and method.message_count == 0
     cc.basic_nack(method.delivery_tag, requeue=True)
-    method, _, body = cb.basic_get("q", auto_ack=True)
+    # (the nack goes to a over c's link, the get over b's: the get may reach a first)
+    got_back = []
+    wait_for(lambda: got_back.append(cb.basic_get("q", auto_ack=True)) or got_back[-1][2] is not None,
+             timeout=5, what="the nacked message back in the queue")
+    method, _, body = got_back[-1]
     assert body == b"x" and method.redelivered
     cb.basic_publish("", "q", b"y")
     assert cc.queue_purge("q").method.message_count == 1
