@@ -50,6 +50,9 @@ class Gate(Protocol):
 class Consumer:
     __slots__ = ("tag", "channel", "queue", "no_ack", "exclusive", "arguments", "priority", "prefetch",
                  "unacked", "credit", "prefix", "gate")
+    # A consumer of another cluster member, served here for it (warren.cluster.queue_home):
+    # that node shows it, as a consumer of its channel.
+    remote = False
 
     def __init__(self, tag: str, channel: DeliverySink[Consumer], queue, no_ack: bool, exclusive: bool,
                  arguments: dict | None, prefetch: int, credit: Credit, prefix: bytes, gate: Gate):

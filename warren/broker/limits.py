@@ -8,13 +8,16 @@ else that parameter's value (a dict, maybe empty: RabbitMQ keeps the parameter, 
 A negative value means no limit and 0 that nothing is allowed.
 
 The counts are taken only when a limit applies, by walking the open connections: opening a
-connection or a channel under a limit costs O(connections), and nothing otherwise.
+connection or a channel under a limit costs O(connections), and nothing otherwise. On a
+cluster member they are counted over every running member, as RabbitMQ counts them: the
+node asks the others for their counts (Usage) and checks the sum (`elsewhere`); nothing is
+asked while no limit applies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..amqp.erlang import erl_json, erl_list
 from .errors import AMQPError, not_allowed, precondition_failed
@@ -150,27 +153,69 @@ def _connections(broker: Node) -> Iterable[ConnectionHandle]:
     return broker.connections
 
 
-def check_connection(broker: Node, vhost_name: str, user: User) -> None:
+class Usage(NamedTuple):
+    """What the limits count of one node's open connections (a vhost's and a user's)."""
+
+    vhost_connections: int = 0
+    user_connections: int = 0
+    user_channels: int = 0
+
+    def plus(self, other: Usage) -> Usage:
+        return Usage(*(a + b for a, b in zip(self, other)))
+
+
+NONE = Usage()
+
+
+def usage(broker: Node, vhost_name: str | None, user_name: str) -> Usage:
+    """This node's count of the vhost's connections, the user's connections and their
+    channels (what another member asks before it opens one under a limit)."""
+    vhost_connections = user_connections = user_channels = 0
+    for c in _connections(broker):
+        vhost = c.vhost
+        if vhost is not None and vhost.name == vhost_name:
+            vhost_connections += 1
+        if c.user is not None and c.user.name == user_name:
+            user_connections += 1
+            user_channels += len(c.channels)
+    return Usage(vhost_connections, user_connections, user_channels)
+
+
+def connection_limited(broker: Node, vhost_name: str, user: User) -> bool:
+    """Whether a connection.open into the vhost as the user is under a limit that counts
+    connections (else no counts are needed)."""
+    vhost = broker.vhosts.get(vhost_name)
+    return (vhost is not None and limit(vhost.limits, MAX_CONNECTIONS) is not None
+            or limit(user.limits, MAX_CONNECTIONS) is not None)
+
+
+def channel_limited(broker: Node, user: User | None) -> bool:
+    """Whether a channel.open of the user's is under a max-channels limit."""
+    return user is not None and limit(broker.users.get(user.name, user).limits, MAX_CHANNELS) is not None
+
+
+def check_connection(broker: Node, vhost_name: str, user: User, elsewhere: Usage = NONE) -> None:
     """At connection.open, before the vhost access check (RabbitMQ's order): the vhost's
-    max-connections, then the user's. 530, as rabbit_reader refuses."""
+    max-connections, then the user's, over this node's connections and `elsewhere` (the
+    other members'). 530, as rabbit_reader refuses."""
     vhost = broker.vhosts.get(vhost_name)
     if vhost is None:
         return  # "vhost ... not found" comes first (the caller's)
     allowed = limit(vhost.limits, MAX_CONNECTIONS)
-    if allowed is not None and (allowed == 0 or sum(
+    if allowed is not None and (allowed == 0 or elsewhere.vhost_connections + sum(
             1 for c in _connections(broker) if c.vhost is vhost) >= allowed):
         raise AMQPError(530, f"access to vhost '{vhost_name}' refused for user '{user.name}': "
                              f"connection limit ({allowed}) is reached", (10, 40))
     allowed = limit(user.limits, MAX_CONNECTIONS)
-    if allowed is not None and (allowed == 0 or sum(
+    if allowed is not None and (allowed == 0 or elsewhere.user_connections + sum(
             1 for c in _connections(broker) if c.user is not None and c.user.name == user.name) >= allowed):
         raise AMQPError(530, f"connection refused for user '{user.name}': user connection limit ({allowed}) "
                              "is reached", (10, 40))
 
 
-def check_channel(broker: Node, user: User | None) -> None:
-    """At channel.open: the user's max-channels over all its connections (a connection
-    error, 530, as rabbit_reader's)."""
+def check_channel(broker: Node, user: User | None, elsewhere: Usage = NONE) -> None:
+    """At channel.open: the user's max-channels over all its connections, on this node and
+    `elsewhere` (a connection error, 530, as rabbit_reader's)."""
     if user is None:
         return
     # The user as it is now: a password or tags change (or an import) replaces the User
@@ -179,8 +224,8 @@ def check_channel(broker: Node, user: User | None) -> None:
     allowed = limit(user.limits, MAX_CHANNELS)
     if allowed is None:
         return
-    if allowed == 0 or sum(len(c.channels) for c in _connections(broker)
-                           if c.user is not None and c.user.name == user.name) >= allowed:
+    if allowed == 0 or elsewhere.user_channels + sum(len(c.channels) for c in _connections(broker)
+                                                     if c.user is not None and c.user.name == user.name) >= allowed:
         raise not_allowed(f"number of channels opened for user '{user.name}' has reached the maximum "
                           f"allowed user limit of ({allowed})", (0, 0))
 

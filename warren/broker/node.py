@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .alarms import Alarms
     from .auth import Permission, TopicPermission, User
     from .durability import Durability
+    from .limits import Usage
     from .metadata.change import Change, ClusterLog
     from .metadata.commands import Command
     from .node_config import NodeConfig
@@ -48,7 +49,14 @@ class Metadata(Protocol):
 
 class NodeLinks(Protocol):
     """A cluster member's links to the other members, as the layer above this one makes them
-    (warren.cluster.node_links.NodeLinks: only its stand-ins of other nodes' queues use it)."""
+    (warren.cluster.node_links.NodeLinks: its stand-ins of other nodes' queues use it, and
+    the limits through usage_elsewhere)."""
+
+    def usage_elsewhere(self, vhost: str | None, user: str, done: Callable[[Usage], None]) -> bool:
+        """Ask the other running members what they count of the vhost's connections and the
+        user's connections and channels; `done(their sum)` later, once all have answered or
+        the wait is over (a member that did not answer in time is left out). False, and no
+        call of done, when there is no other member to ask."""
 
 
 class Node(Protocol):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import os
 import socket
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..amqp.message import Message
 from ..broker.errors import AMQPError, internal_error
+from ..broker.limits import NONE as NO_USAGE, Usage
 from ..broker.metadata.commands import DeleteQueue
 from .etcd import EtcdError, absent, put_op
 from .node_link import Link, Meta, message_from
@@ -43,6 +45,13 @@ RETRY = 0.5     # seconds between two dials of a member
 WINDOW = 256    # deliveries a consumer without a prefetch limit may have on their way
 STATS_INTERVAL = 1.0  # seconds between two reads of other nodes' queues' counts
 STARTUP_WAIT = 3.0  # seconds a starting node waits for its links to the running members
+ASK_TIMEOUT = 1.0   # seconds a question to every member waits for their answers: a member
+#                     that has not answered by then is left out (as RabbitMQ's API leaves out
+#                     a node it cannot reach)
+
+# What the management API shows of a node's own connections, channels and consumers, as
+# JSON-ready records: (kind, filter) -> records (registered by warren.mgmt.peers).
+RecordsSource = Callable[[str, "dict[str, Any]"], "list[Any]"]
 
 
 class RemoteSettlement:
@@ -380,6 +389,7 @@ class NodeLinks:
         self.sessions: set[HomeSession] = set()
         self._server: asyncio.base_events.Server | None = None
         self._task: asyncio.Task | None = None
+        self.records_source: RecordsSource | None = None  # (the management API's, when it runs)
         membership.on_stopped.append(self._stopped)
 
     def peer(self, node: str) -> Peer:
@@ -437,6 +447,74 @@ class NodeLinks:
                 except Exception:  # (the links go on)
                     log.exception("node links: reading other nodes' queue counts failed")
             await asyncio.sleep(RETRY)
+
+    # questions to every other running member ----------------------------------------------
+    def ask_members(self, meta: Meta, answer: Callable[[Meta, list[bytes]], Any],
+                    done: Callable[[dict[str, Any]], None], timeout: float = ASK_TIMEOUT) -> bool:
+        """Send `meta` to every other running member linked now; `done({node: answer(reply)})`
+        once each has answered or after `timeout` (then without those that have not). False,
+        and no call of done, when there is none to ask."""
+        me = self.config.node_name
+        peers = [peer for node in self.membership.running if node != me
+                 for peer in (self.peers.get(node),) if peer is not None and peer.up]
+        if not peers:
+            return False
+        results: dict[str, Any] = {}
+        waiting = {peer.node for peer in peers}
+        finished = False
+
+        def finish() -> None:
+            nonlocal finished
+            if not finished:
+                finished = True
+                timer.cancel()
+                done(results)
+
+        timer = asyncio.get_running_loop().call_later(timeout, finish)
+        for peer in peers:
+            def replied(result: Any, error: BaseException | None, node: str = peer.node) -> None:
+                if finished:
+                    return
+                waiting.discard(node)
+                if error is None:
+                    results[node] = result
+                else:
+                    log.warning("node %s could not answer %r: %s", node, meta.get("op"), error)
+                if not waiting:
+                    finish()
+            peer.request(meta, replied, lambda meta: None, answer)
+        return True
+
+    async def ask(self, meta: Meta, answer: Callable[[Meta, list[bytes]], Any],
+                  timeout: float = ASK_TIMEOUT) -> dict[str, Any]:
+        """ask_members, awaited: every answer by node ({} with no member to ask)."""
+        answers: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        if not self.ask_members(meta, answer, answers.set_result, timeout):
+            return {}
+        return await answers
+
+    def usage_elsewhere(self, vhost: str | None, user: str, done: Callable[[Usage], None]) -> bool:
+        """(warren.broker.node.NodeLinks: what the limits count on the other members.)"""
+        def summed(answers: dict[str, Usage]) -> None:
+            total = NO_USAGE
+            for usage in answers.values():
+                total = total.plus(usage)
+            done(total)
+        return self.ask_members({"op": "usage", "vhost": vhost, "user": user},
+                                lambda meta, blobs: Usage(*(int(n) for n in meta["usage"])), summed)
+
+    async def records(self, kind: str, where: dict[str, Any]) -> list[Any]:
+        """The other members' records of a kind (warren.mgmt.peers), those that answer in time."""
+        answers = await self.ask({"op": "records", "kind": kind, "where": where},
+                                 lambda meta, blobs: json.loads(blobs[0]) if blobs else [])
+        return [record for node in sorted(answers) for record in answers[node]]
+
+    async def close_connections(self, where: dict[str, Any], reason: str) -> int:
+        """Close the other members' connections whose records match `where` (field: value),
+        as an administrator closes them; how many were closed."""
+        answers = await self.ask({"op": "close", "where": where, "reason": reason},
+                                 lambda meta, blobs: int(meta["closed"]))
+        return sum(answers.values())
 
     def _stopped(self, node: str) -> None:
         """A member stopped running: its transient and exclusive queues go (RabbitMQ deletes

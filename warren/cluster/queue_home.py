@@ -10,6 +10,7 @@ does when it closes."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from ..broker.consumer import Consumer, check_consume_arguments
 from ..broker.credit import Credit
 from ..broker.enqueue import enqueue
 from ..broker.errors import AMQPError, access_refused, internal_error, not_found
+from ..broker.limits import usage
 from ..broker.queues import CONSUMER_ARGUMENTS
 from ..store.settlement import SETTLED, Settlement
 from .node_link import Link, Meta, message_from
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.cluster.link")
 
+# What a close of connections asked by another node may match (ConnectionInfo's fields).
+CLOSE_FIELDS = frozenset(("name", "user", "vhost"))
+
 # Who acts here for another node (its checks were made there, against the cluster's metadata).
 NODE_USER = User("node-link", "", ("administrator",))
 
@@ -39,6 +44,7 @@ class LinkConsumer(Consumer):
     """A consumer of another node: served while its node's credit lasts."""
 
     __slots__ = ("granted", "cid")
+    remote = True  # (its node lists it, as one of its channel's)
     granted: int  # deliveries its node let it have, not sent yet
     cid: int      # its id on the link
 
@@ -297,6 +303,38 @@ class HomeSession:
         log_.submit(lambda: ops.delete_queue.change(actor, meta["queue"], meta["if_unused"], meta["if_empty"]), done)
         return None
 
+    # what the other node asks of this node's connections ------------------------------------
+    def _usage(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
+        """This node's counts for the limits of a connection or channel opening there."""
+        vhost = meta["vhost"]
+        return {"usage": list(usage(self.broker, None if vhost is None else str(vhost), str(meta["user"])))}, ()
+
+    def _records(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
+        """The management API's records of this node's connections, channels or consumers
+        (none while the API does not run here), as one JSON blob."""
+        source = getattr(self.broker.node_links, "records_source", None)
+        kind, where = str(meta["kind"]), dict(meta["where"])
+        try:
+            blob = json.dumps([] if source is None else source(kind, where), default=str).encode()
+        except Exception as err:  # (the asking node's API answers without this node's)
+            log.exception("node link: the records asked for could not be made")
+            raise internal_error(f"records of node '{self.broker.config.node_name}': {err!r}") from None
+        return {}, (blob,)
+
+    def _close(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
+        """Close this node's connections whose records match (an administrator's close, a
+        deleted user's or vhost's connections)."""
+        where = dict(meta["where"])
+        if not set(where) <= CLOSE_FIELDS:
+            raise ValueError(f"connections are closed by {sorted(CLOSE_FIELDS)}, not {sorted(where)}")
+        closed = 0
+        for conn in list(self.broker.connections):
+            info = conn.info()
+            if all(getattr(info, field) == value for field, value in where.items()):
+                conn.force_close(str(meta["reason"]))
+                closed += 1
+        return {"closed": closed}, ()
+
     # the link's end -------------------------------------------------------------------------
     def lost(self) -> None:
         """The other node is gone (or cut off): its consumers go, what they held comes back."""
@@ -330,4 +368,6 @@ _HANDLERS = {
     "cancel": HomeSession._cancel, "settle": HomeSession._settle, "give_back": HomeSession._give_back,
     "get": HomeSession._get, "counts": HomeSession._counts, "purge": HomeSession._purge,
     "delete": HomeSession._delete, "stats": HomeSession._stats,
+    # (the management API's listings and closes, and the limits' counts)
+    "usage": HomeSession._usage, "records": HomeSession._records, "close": HomeSession._close,
 }

@@ -125,17 +125,29 @@ NOT_CONTROL_SOCKET = "Only warrenctl on the node's control socket may do this"
 CONTROL_SOCKET = Rule("warrenctl on the control socket", NOT_CONTROL_SOCKET, lambda request, user: False)
 
 
+def _owner_allows(request: web.Request, user: User, lookup: Callable[[], str | None]) -> bool:
+    privileged = is_admin(user) if request.method == "DELETE" else is_monitor(user)
+    if privileged:
+        return True
+    name = lookup()
+    return name is None or name == user.name
+
+
 def owner(lookup: Callable[[web.Request], str | None]) -> Rule:
     """For an object that belongs to a user (a connection, a channel): `lookup` gives its
-    user's name, or None if there is no such object (the handler then answers 404; RabbitMQ
-    answers a non-monitoring user 500 there)."""
-    def allows(request: web.Request, user: User) -> bool:
-        privileged = is_admin(user) if request.method == "DELETE" else is_monitor(user)
-        if privileged:
-            return True
-        name = lookup(request)
-        return name is None or name == user.name
-    return Rule("own object", NOT_OBJECT, allows)
+    user's name, or None if there is no such object on this node (the handler then answers
+    404, RabbitMQ answers a non-monitoring user 500 there; or finds it on another cluster
+    member and asks check_owner)."""
+    return Rule("own object", NOT_OBJECT, lambda request, user: _owner_allows(request, user, lambda: lookup(request)))
+
+
+def check_owner(request: web.Request, name: str | None) -> None:
+    """The owner rule for an object found on another cluster member, whose user is `name`:
+    a 401 as the rule's unless the request's user may see (or close) it."""
+    from .app import ApiError  # (app imports this module)
+    user = request.get("user")
+    if user is not None and not _owner_allows(request, user, lambda: name):
+        raise ApiError(401, "not_authorised", NOT_OBJECT)
 
 
 # ------------------------------------------------------------------ list filters

@@ -112,7 +112,8 @@ def queue_json(broker: Broker, q: Queue, unacked_bytes: int | None = None, detai
     if q.owner is not None:
         d["owner_pid_details"] = link_json(q.owner.link)
     if details:
-        d["consumer_details"] = [consumer_json(broker, c) for c in q.consumers]
+        # (this node's: another member's consumers of it are that member's to show)
+        d["consumer_details"] = [consumer_json(broker, c) for c in q.consumers if not c.remote]
         d["incoming"] = []
         d["deliveries"] = []
     return d

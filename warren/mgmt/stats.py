@@ -30,7 +30,7 @@ dicts to merge into an object's JSON):
 - `connection_stats(broker, conn, info) -> dict`   recv_oct, recv_cnt, send_oct, send_cnt,
     send_pend and recv_oct_details / send_oct_details
 - `overview_message_stats(broker) -> dict`, `queue_totals(broker) -> dict`,
-  `object_totals(broker) -> dict`: the /api/overview parts (totals survive closed channels:
+  `object_totals(broker, own) -> dict`: the /api/overview parts (totals survive closed channels:
   a closing channel adds its counters to broker.stats.message_totals).
 - `node_name(broker) -> str`: the node name every object's "node" field shows
   (broker.config.node_name).
@@ -376,18 +376,12 @@ def queue_totals(broker) -> dict:
     return out
 
 
-def object_totals(broker) -> dict:
-    conns = [c for c in broker.connections]
-    queues = exchanges = consumers = 0
+def object_totals(broker, own: dict[str, int]) -> dict:
+    """The overview's counts: the queues and exchanges, and `own`: the connections, channels
+    and consumers (warren.mgmt.peers: every cluster member's)."""
+    queues = exchanges = 0
     for vhost in broker.vhosts.values():
         queues += len(vhost.queues)
         exchanges += len(vhost.exchanges)
-        for q in vhost.queues.values():
-            consumers += len(q.consumers)
-    return {
-        "channels": sum(len(c.channels) for c in conns),
-        "connections": len(conns),
-        "consumers": consumers,
-        "exchanges": exchanges,
-        "queues": queues,
-    }
+    totals = {**own, "exchanges": exchanges, "queues": queues}
+    return {key: totals[key] for key in sorted(totals)}

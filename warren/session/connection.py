@@ -28,7 +28,9 @@ from ..broker.errors import (
 )
 from ..broker import auth_mechanisms, x509
 from ..broker.consumer import RECORD_BATCH
-from ..broker.limits import check_channel, check_connection
+from ..broker.limits import (
+    NONE as NO_USAGE, Usage, channel_limited, check_channel, check_connection, connection_limited,
+)
 from ..broker.links import ExclusiveOwner
 from ..broker.metadata.commands import DeleteQueue
 from . import connection_log, frame_errors, records
@@ -461,7 +463,17 @@ class Connection:
             return
         if not isinstance(method, spec.ChannelOpen):
             raise channel_error("expected 'channel.open'", (method.CLASS_ID, method.METHOD_ID))
-        check_channel(self.broker, self.user)  # the user's max-channels over all its connections
+        links, user = self.broker.node_links, self.user
+        if links is not None and channel_limited(self.broker, user) and user is not None and links.usage_elsewhere(
+                None, user.name, lambda elsewhere: self._counted(lambda: self._open_channel(ch, elsewhere))):
+            # The user's channels on the other members count too: nothing more is read
+            # until they have answered (the frames after it keep their order).
+            self.hold_for_metadata()
+            raise HoldInput
+        self._open_channel(ch)
+
+    def _open_channel(self, ch: int, elsewhere: Usage = NO_USAGE) -> None:
+        check_channel(self.broker, self.user, elsewhere)  # the user's max-channels over all its connections
         # Any channel number is accepted, as RabbitMQ 3.10 accepts it (clients rely on that):
         # channel_max bounds how many are open, which is what protects memory.
         channel = Channel(self, ch)
@@ -601,7 +613,27 @@ class Connection:
         name = method.virtual_host
         user = self.user
         assert user is not None, "connection.open is accepted only after start-ok logged in"
-        check_connection(self.broker, name, user)  # vhost and user max-connections, before access (RabbitMQ)
+        links = self.broker.node_links
+        if links is not None and connection_limited(self.broker, name, user) and links.usage_elsewhere(
+                name, user.name, lambda elsewhere: self._counted(lambda: self._open_vhost(name, user, elsewhere))):
+            self.hold_for_metadata()  # (the other members' connections count too: see _counted)
+            raise HoldInput
+        self._open_vhost(name, user)
+
+    def _counted(self, then) -> None:
+        """The other members answered (or the time to wait for them ran out): go on with the
+        connection.open or channel.open that waited for their counts, then with the input
+        that waited behind it."""
+        try:
+            if self.state in (AWAIT_OPEN, OPEN):
+                then()
+        except AMQPError as err:
+            self.connection_error(err, *(err.method_ids or (0, 0)))
+        finally:
+            self.release_for_metadata()
+
+    def _open_vhost(self, name: str, user: User, elsewhere: Usage = NO_USAGE) -> None:
+        check_connection(self.broker, name, user, elsewhere)  # vhost and user max-connections, before access (RabbitMQ)
         vhost = self.broker.vhosts.get(name)
         if vhost is None:
             err = not_allowed(f"vhost {name} not found")

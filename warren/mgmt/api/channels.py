@@ -1,10 +1,12 @@
 """/api/channels: AMQP channels, as RabbitMQ's management API shows them
-(named "<connection name> (<channel number>)")."""
+(named "<connection name> (<channel number>)"), every running cluster member's
+(warren.mgmt.peers)."""
 
 from aiohttp import web
 
 from ...broker.records import ChannelHandle
-from ..access import ANY, VHOST, access, own, owner
+from .. import peers
+from ..access import ANY, VHOST, access, check_owner, own, owner
 from ..resources import item_response, list_response
 from ..app import not_found
 from ..shapes import channel_json
@@ -33,24 +35,26 @@ def channel_owner(request) -> str | None:
 @routes.get("/api/channels")
 @access(ANY, lists=own())
 async def list_channels(request):
-    broker = request.app["broker"]
-    return list_response(request, [channel_json(broker, ch) for ch in _channels(broker)])
+    return list_response(request, await peers.listing(request, peers.CHANNELS))
 
 
 @routes.get("/api/vhosts/{vhost}/channels")
 @access(VHOST, lists=own())
 async def list_vhost_channels(request):
-    broker = request.app["broker"]
-    vhost = vhost_or_404(broker, request.match_info["vhost"])
-    return list_response(request, [channel_json(broker, ch, ch=info) for ch in _channels(broker)
-                                   for info in (ch.info(),) if info.vhost == vhost.name])
+    vhost = vhost_or_404(request.app["broker"], request.match_info["vhost"])
+    return list_response(request, await peers.listing(request, peers.CHANNELS, {"vhost": vhost.name}))
 
 
 @routes.get("/api/channels/{name}")
 @access(owner(channel_owner))
 async def get_channel(request):
     broker = request.app["broker"]
-    ch = _lookup(broker, request.match_info["name"])
-    if ch is None:
+    name = request.match_info["name"]
+    ch = _lookup(broker, name)
+    if ch is not None:  # (the route's rule checked its owner)
+        return item_response(request, channel_json(broker, ch, details=True))
+    found = await peers.listing(request, peers.CHANNELS, {"name": name, "details": True}, here=False)
+    if not found:
         raise not_found()
-    return item_response(request, channel_json(broker, ch, details=True))
+    check_owner(request, found[0].get("user"))
+    return item_response(request, found[0])

@@ -8,7 +8,8 @@ connections are the broker's handles of them (warren.broker.records).
 from aiohttp import web
 
 from ...broker.records import ConnectionHandle
-from ..access import ANY, VHOST, access, own, owner
+from .. import peers
+from ..access import ANY, VHOST, access, check_owner, own, owner
 from ..resources import item_response, list_response
 from ..shapes import channel_json, connection_json
 from ..app import not_found
@@ -51,51 +52,72 @@ def vhost_or_404(broker, name: str):
     return vhost
 
 
-def close_connections(broker, match, reason: str) -> None:
-    """Close, with 320 CONNECTION_FORCED and `reason`, every connection whose record `match`es
-    (a deleted user's or vhost's)."""
-    for conn in open_connections(broker):
-        if match(conn.info()):
+async def close_connections(request, field: str, value: str, reason: str) -> None:
+    """Close, with 320 CONNECTION_FORCED and `reason`, every connection of the cluster whose
+    record's `field` ("user" or "vhost") is `value` (a deleted user's or vhost's)."""
+    for conn in open_connections(request.app["broker"]):
+        if getattr(conn.info(), field) == value:
             conn.force_close(reason)
+    await peers.close_elsewhere(request, {field: value}, reason)
+
+
+async def connection_record(request) -> dict:
+    """The JSON of the connection named in the path, on this node or another member (404 if
+    none has it); its user's or a privileged one's only (access.owner: 401 otherwise)."""
+    broker = request.app["broker"]
+    name = request.match_info["name"]
+    conn = lookup_connection(broker, name)
+    if conn is not None:  # (the route's rule checked its owner)
+        return connection_json(broker, conn)
+    found = await peers.listing(request, peers.CONNECTIONS, {"name": name}, here=False)
+    if not found:
+        raise not_found()
+    check_owner(request, found[0].get("user"))
+    return found[0]
 
 
 # ------------------------------------------------------------------ handlers
 @routes.get("/api/connections")
 @access(ANY, lists=own())
 async def list_connections(request):
-    broker = request.app["broker"]
-    return list_response(request, [connection_json(broker, c) for c in open_connections(broker)])
+    return list_response(request, await peers.listing(request, peers.CONNECTIONS))
 
 
 @routes.get("/api/vhosts/{vhost}/connections")
 @access(VHOST, lists=own())
 async def list_vhost_connections(request):
-    broker = request.app["broker"]
-    vhost = vhost_or_404(broker, request.match_info["vhost"])
-    return list_response(request, [connection_json(broker, c, info) for c in open_connections(broker)
-                                   for info in (c.info(),) if info.vhost == vhost.name])
+    vhost = vhost_or_404(request.app["broker"], request.match_info["vhost"])
+    return list_response(request, await peers.listing(request, peers.CONNECTIONS, {"vhost": vhost.name}))
 
 
 @routes.get("/api/connections/{name}")
 @access(owner(connection_owner))
 async def get_connection(request):
-    broker = request.app["broker"]
-    conn = find_connection(broker, request.match_info["name"])
-    return item_response(request, connection_json(broker, conn))
+    return item_response(request, await connection_record(request))
 
 
 @routes.delete("/api/connections/{name}")
 @access(owner(connection_owner))
 async def delete_connection(request):
-    """Close the connection with 320 CONNECTION_FORCED and the X-Reason header's text, as RabbitMQ."""
-    conn = find_connection(request.app["broker"], request.match_info["name"])
-    conn.force_close(request.headers.get("X-Reason") or DEFAULT_REASON)
+    """Close the connection with 320 CONNECTION_FORCED and the X-Reason header's text, as
+    RabbitMQ; one of another member through it."""
+    reason = request.headers.get("X-Reason") or DEFAULT_REASON
+    conn = lookup_connection(request.app["broker"], request.match_info["name"])
+    if conn is not None:
+        conn.force_close(reason)
+    else:
+        record = await connection_record(request)
+        await peers.close_elsewhere(request, {"name": record["name"]}, reason)
     return web.Response(status=204)
 
 
 @routes.get("/api/connections/{name}/channels")
 @access(owner(connection_owner), lists=own())
 async def connection_channels(request):
+    record = await connection_record(request)
     broker = request.app["broker"]
-    conn = find_connection(broker, request.match_info["name"])
-    return list_response(request, [channel_json(broker, ch) for ch in list(conn.channels.values())])
+    conn = lookup_connection(broker, record["name"])
+    if conn is not None:
+        return list_response(request, [channel_json(broker, ch) for ch in list(conn.channels.values())])
+    return list_response(request, await peers.listing(request, peers.CHANNELS, {"connection": record["name"]},
+                                                      here=False))

@@ -18,12 +18,11 @@ from ...broker.metadata.commands import CLUSTER_NAME, SetGlobalParameter
 from ... import __version__
 from ...broker.exchanges import TYPES
 from ..access import ADMIN, ANY, access, is_monitor, visible_vhosts
-from .. import changes
+from .. import changes, peers
 from .. import stats
 from ..resources import flush, item_response, read_body, require
 from ..app import bad_request, json_response
 from ..node_resources import resource_figures
-from .connections import open_connections
 
 routes = web.RouteTableDef()
 
@@ -125,18 +124,18 @@ def contexts(request) -> list:
              "port": str(_management_port(request)), "ssl_opts": []}]
 
 
-def _own_totals(request, user) -> dict:
+async def _own_totals(request, user) -> dict:
     """What a user without the monitoring tag sees of the totals, as RabbitMQ: queues and
-    exchanges of the vhosts they have permissions in, their own connections and channels,
-    no consumer count."""
+    exchanges of the vhosts they have permissions in, their own connections and channels
+    (on every cluster member), no consumer count."""
     broker = request.app["broker"]
     vhosts = [broker.vhosts[name] for name in visible_vhosts(request, user)]
     queues = [q for v in vhosts for q in v.queues.values()]
     ready, unacked = stats.message_totals(queues)
-    conns = [info for info in (c.info() for c in open_connections(broker)) if info.user == user.name]
+    conns = await peers.listing(request, peers.CONNECTIONS, {"user": user.name})
     return {
         "queue_totals": {"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked},
-        "object_totals": {"channels": sum(c.channel_count for c in conns), "connections": len(conns),
+        "object_totals": {"channels": sum(c["channels"] for c in conns), "connections": len(conns),
                           "exchanges": sum(len(v.exchanges) for v in vhosts), "queues": len(queues)},
     }
 
@@ -157,7 +156,7 @@ async def overview(request):
         "management_version": RABBITMQ_VERSION,
         "message_stats": stats.overview_message_stats(broker),
         "node": stats.node_name(broker),
-        "object_totals": stats.object_totals(broker),
+        "object_totals": stats.object_totals(broker, await peers.cluster_totals(request)),
         "product_name": "Warren",
         "product_version": __version__,
         "queue_totals": stats.queue_totals(broker),
@@ -177,7 +176,7 @@ async def overview(request):
     else:
         for key in ("contexts", "listeners", "node"):
             del data[key]
-        data.update(_own_totals(request, user))
+        data.update(await _own_totals(request, user))
     return item_response(request, data)
 
 

@@ -4,7 +4,7 @@ import base64
 
 from aiohttp import web
 
-from .. import changes
+from .. import changes, peers
 from ...broker import ops
 from ...broker.errors import AMQPError
 from ..access import IN_LOGIN_VHOSTS, VHOST, access
@@ -51,8 +51,12 @@ async def list_vhost(request):
 @routes.get("/api/queues/{vhost}/{name}")
 @access(VHOST)
 async def get_queue(request):
-    _, q = _queue_or_404(request)
-    return json_response(queue_json(request.app["broker"], q, details=True))
+    vhost, q = _queue_or_404(request)
+    d = queue_json(request.app["broker"], q, details=True)
+    # Its consumers on the other cluster members, as they show them.
+    d["consumer_details"] += await peers.listing(request, peers.CONSUMERS, {"vhost": vhost.name, "queue": q.name},
+                                                 here=False)
+    return json_response(d)
 
 
 @routes.put("/api/queues/{vhost}/{name}")

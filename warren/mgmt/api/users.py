@@ -130,7 +130,7 @@ async def put_user(request):
 async def _delete(request, broker, name: str) -> bool:
     if await changes.apply(request, DeleteUser(name)) is None:
         return False
-    close_connections(broker, lambda c: c.user == name, f"user '{name}' is deleted")
+    await close_connections(request, "user", name, f"user '{name}' is deleted")
     return True
 
 

@@ -104,7 +104,7 @@ async def delete_vhost(request):
     vhost = broker.vhosts.get(request.match_info["name"])
     if vhost is None:
         raise not_found()
-    close_connections(broker, lambda c: c.vhost == vhost.name, f"vhost '{vhost.name}' is deleted")
+    await close_connections(request, "vhost", vhost.name, f"vhost '{vhost.name}' is deleted")
     await changes.apply(request, DeleteVHost(vhost.name))
     flush(request)
     return web.Response(status=204)
