@@ -109,8 +109,6 @@ def _confirmed_flood(broker: BrokerProcess, exchange: str, seconds: float, body_
     return {tag - 1 for tag in acked}
 
 
-@pytest.mark.not_on_warren_cluster("reads its publisher's state from one node's connections; on a cluster the "
-                                    "connection may be on another node")
 def test_a_flood_into_the_store_is_in_flow_and_every_confirmed_message_arrives(flow_broker, uid):
     """Persistent messages fanned out to 20 durable queues: the store has 20 times the
     bytes to write and fsync, more than the disk takes, so the publisher is in `flow`."""

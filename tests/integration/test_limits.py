@@ -19,7 +19,7 @@ import pytest
 import requests
 from pamqp import commands
 
-from conftest import EXTERNAL, WARREN_CLUSTER
+from conftest import EXTERNAL
 from rawamqp import connect, dial
 
 MGMT = os.environ.get("WARREN_TEST_MGMT")
@@ -143,7 +143,6 @@ def eventually(fn, timeout=10.0):
 
 
 # ----------------------------------------------------------------------- vhost limits
-@pytest.mark.xfail(WARREN_CLUSTER, reason="Warren cluster bug: max-connections counts one node's, not the cluster's")
 def test_vhost_max_connections(broker, admin):
     vhost = admin.vhost()
     other = admin.user(vhost)
@@ -270,7 +269,6 @@ def test_vhost_limit_before_user_limit(broker, admin):
                               "is reached", user, PASSWORD, "/")
 
 
-@pytest.mark.xfail(WARREN_CLUSTER, reason="Warren cluster bug: max-channels counts one node's, not the cluster's")
 def test_user_max_channels(broker, admin):
     user = admin.user("/")
     admin.user_limits(user, {"max-channels": 2})
