@@ -19,6 +19,9 @@ import pika
 import pika.exceptions
 import pytest
 import requests
+from pamqp import commands
+
+import rawamqp
 
 from .members import AUTH, RABBITMQ, Member, wait_for
 
@@ -229,6 +232,28 @@ def test_channel_limit_counts_every_node(members, temporary, tag):
     on_a.channel()  # room again
     for connection in (on_a, on_b):
         connection.close()
+
+
+def test_channel_opens_that_wait_for_the_counts_keep_the_frames_order(members, temporary, tag):
+    """Under a max-channels limit a channel.open waits for the other nodes' counts: the frames
+    sent after it in the same write are answered after its open-ok, in order."""
+    a, b, c = members
+    make_user, _ = temporary
+    user = make_user(f"{tag}-u")
+    assert api(a, "PUT", f"/user-limits/{user}/max-channels", json={"value": 3}).ok
+    on_b = b.connect(credentials=pika.PlainCredentials(user, PASSWORD))
+    on_b.channel()
+    time.sleep(1)  # (RabbitMQ counts channels asynchronously)
+    raw = rawamqp.RawClient(a.host, a.port, timeout=10)
+    raw.handshake(user, PASSWORD)
+    raw.send(b"".join(rawamqp.frame(1, ch, rawamqp.method_payload(method)) for ch, method in (
+        (1, commands.Channel.Open()), (1, commands.Queue.Declare(queue="", exclusive=True)),
+        (2, commands.Channel.Open()), (2, commands.Basic.Qos(prefetch_count=5)),
+        (3, commands.Channel.Open()))))
+    answers = [(f.channel, type(f.value).__name__) for f in (raw.read_frame() for _ in range(5))]
+    assert answers == [(1, "OpenOk"), (1, "DeclareOk"), (2, "OpenOk"), (2, "QosOk"), (0, "Close")]
+    raw.close()
+    on_b.close()
 
 
 def test_a_user_sees_its_own_connections_on_every_node(members, temporary, tag):

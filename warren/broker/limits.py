@@ -17,12 +17,13 @@ asked while no limit applies.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from ..amqp.erlang import erl_json, erl_list
 from .errors import AMQPError, not_allowed, precondition_failed
 from .metadata.change import Change, Operation
 from .metadata.commands import SetUserLimits, SetVHostLimits
+from .records import Usage
 
 if TYPE_CHECKING:
     from .auth import User
@@ -151,17 +152,6 @@ def limit(limits: dict[str, int] | None, name: str) -> int | None:
 
 def _connections(broker: Node) -> Iterable[ConnectionHandle]:
     return broker.connections
-
-
-class Usage(NamedTuple):
-    """What the limits count of one node's open connections (a vhost's and a user's)."""
-
-    vhost_connections: int = 0
-    user_connections: int = 0
-    user_channels: int = 0
-
-    def plus(self, other: Usage) -> Usage:
-        return Usage(*(a + b for a, b in zip(self, other)))
 
 
 NONE = Usage()

@@ -15,12 +15,11 @@ if TYPE_CHECKING:
     from .alarms import Alarms
     from .auth import Permission, TopicPermission, User
     from .durability import Durability
-    from .limits import Usage
     from .metadata.change import Change, ClusterLog
     from .metadata.commands import Command
     from .node_config import NodeConfig
     from .ports import Scheduler
-    from .records import ConnectionHandle
+    from .records import ConnectionHandle, Usage
     from .shovel_links import ShovelLinks
     from .stats import NodeStats
     from .vhost import VHost

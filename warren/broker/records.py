@@ -124,6 +124,18 @@ class ChannelInfo(NamedTuple):
     received_confirm: int      # publishes in confirm mode (RECEIVED_CONFIRM)
 
 
+class Usage(NamedTuple):
+    """What the limits count of one node's open connections: a vhost's, a user's and that
+    user's channels (warren.broker.limits; a cluster member sums every member's)."""
+
+    vhost_connections: int = 0
+    user_connections: int = 0
+    user_channels: int = 0
+
+    def plus(self, other: Usage) -> Usage:
+        return Usage(*(a + b for a, b in zip(self, other)))
+
+
 # ------------------------------------------------------------------------- handles
 class VHostView(Protocol):
     """A connection's vhost as its handle shows it (warren.broker.vhost.VHost, above the

@@ -348,6 +348,9 @@ def main(argv=None) -> int:
                                           socket_path, https=https,
                                           max_body_size=config.get("management_max_body_size", MAX_BODY_SIZE),
                                           membership=membership))
+        if cluster is not None:  # the other members' listings of this node's connections, channels, consumers
+            from ..mgmt import peers
+            cluster[1].records_source = peers.source(broker)
     prometheus_port = args.prometheus_port if args.prometheus_port is not None else config.get("prometheus_port")
     if prometheus_port != 0:
         from ..mgmt.prometheus import DEFAULT_PORT, PrometheusService

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..amqp.message import Message
 from ..broker.errors import AMQPError, internal_error
-from ..broker.limits import NONE as NO_USAGE, Usage
+from ..broker.limits import NONE as NO_USAGE
+from ..broker.records import Usage
 from ..broker.metadata.commands import DeleteQueue
 from .etcd import EtcdError, absent, put_op
 from .node_link import Link, Meta, message_from
@@ -50,7 +51,7 @@ ASK_TIMEOUT = 1.0   # seconds a question to every member waits for their answers
 #                     a node it cannot reach)
 
 # What the management API shows of a node's own connections, channels and consumers, as
-# JSON-ready records: (kind, filter) -> records (registered by warren.mgmt.peers).
+# JSON-ready records: (kind, filter) -> records (warren.mgmt.peers.source, when the API runs).
 RecordsSource = Callable[[str, "dict[str, Any]"], "list[Any]"]
 
 
@@ -389,7 +390,7 @@ class NodeLinks:
         self.sessions: set[HomeSession] = set()
         self._server: asyncio.base_events.Server | None = None
         self._task: asyncio.Task | None = None
-        self.records_source: RecordsSource | None = None  # (the management API's, when it runs)
+        self.records_source: RecordsSource | None = None  # (none while the API does not run here)
         membership.on_stopped.append(self._stopped)
 
     def peer(self, node: str) -> Peer:

@@ -141,13 +141,11 @@ def owner(lookup: Callable[[web.Request], str | None]) -> Rule:
     return Rule("own object", NOT_OBJECT, lambda request, user: _owner_allows(request, user, lambda: lookup(request)))
 
 
-def check_owner(request: web.Request, name: str | None) -> None:
+def owner_refusal(request: web.Request, name: str | None) -> str | None:
     """The owner rule for an object found on another cluster member, whose user is `name`:
-    a 401 as the rule's unless the request's user may see (or close) it."""
-    from .app import ApiError  # (app imports this module)
+    None if the request's user may see (or close) it, else the reason of the 401."""
     user = request.get("user")
-    if user is not None and not _owner_allows(request, user, lambda: name):
-        raise ApiError(401, "not_authorised", NOT_OBJECT)
+    return None if user is None or _owner_allows(request, user, lambda: name) else NOT_OBJECT
 
 
 # ------------------------------------------------------------------ list filters

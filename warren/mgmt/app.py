@@ -207,10 +207,6 @@ def make_app(broker, server=None, service: "ManagementService | None" = None,
     from . import stats
     app.on_startup.append(stats.start_sampler)
     app.on_cleanup.append(stats.stop_sampler)
-    # A cluster member answers the others' listings of its connections, channels, consumers.
-    from . import peers
-    app.on_startup.append(peers.serve)
-    app.on_cleanup.append(peers.stop_serving)
     # Every module under warren/mgmt/api/ is a resource with a `routes` RouteTableDef.
     for info in sorted(pkgutil.iter_modules(api.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{api.__name__}.{info.name}")

@@ -3,7 +3,7 @@ every running node's, each record naming its `node`, through whichever node is a
 
 Each node makes the JSON of its own objects (their rates are its own sampler's): `local` here,
 and over the node links for the others (warren.cluster.node_links.NodeLinks.records, answered
-by `local` on their side, which this module registers when the API starts). `listing` merges
+by `local` on their side: `source`, which the server gives its node links when the API runs). `listing` merges
 this node's with every other running member's that answers within a second (a member that does
 not is left out, as RabbitMQ's API leaves out a node it cannot reach); the handlers then filter
 (who sees what), sort and page the merged list as on one node.
@@ -21,7 +21,7 @@ member's to show, as its channel's: it is not listed here.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from ..broker import shovel
 from .shapes import channel_json, connection_json, consumer_json
@@ -112,16 +112,7 @@ async def close_elsewhere(request: web.Request, where: dict[str, Any], reason: s
     return 0 if links is None else await links.close_connections(where, reason)
 
 
-# ------------------------------------------------------------------ the API's hooks
-async def serve(app: web.Application) -> None:
-    """Answer the other members' questions for records with this node's (on_startup)."""
-    broker = app["broker"]
-    links = _links(broker)
-    if links is not None:
-        links.records_source = lambda kind, where: local(broker, kind, where)
-
-
-async def stop_serving(app: web.Application) -> None:
-    links = _links(app["broker"])
-    if links is not None:
-        links.records_source = None
+def source(broker: Broker) -> Callable[[str, dict[str, Any]], list[dict[str, Any]]]:
+    """What answers the other members' questions for records (NodeLinks.records_source): this
+    node's, as `local` makes them."""
+    return lambda kind, where: local(broker, kind, where)

@@ -28,9 +28,7 @@ from ..broker.errors import (
 )
 from ..broker import auth_mechanisms, x509
 from ..broker.consumer import RECORD_BATCH
-from ..broker.limits import (
-    NONE as NO_USAGE, Usage, channel_limited, check_channel, check_connection, connection_limited,
-)
+from ..broker.limits import NONE as NO_USAGE, channel_limited, check_channel, check_connection, connection_limited
 from ..broker.links import ExclusiveOwner
 from ..broker.metadata.commands import DeleteQueue
 from . import connection_log, frame_errors, records
@@ -44,7 +42,7 @@ if TYPE_CHECKING:
     from ..broker.broker import Broker
     from ..broker.ports import Timer, Transport
     from ..broker.queue_flow import QueueCredit
-    from ..broker.records import ConnectionCounters, ConnectionInfo, ConnectionLink
+    from ..broker.records import ConnectionCounters, ConnectionInfo, ConnectionLink, Usage
     from ..broker.vhost import VHost
 
 _FRAME_HEAD = struct.Struct(">BHI")

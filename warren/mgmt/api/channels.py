@@ -6,11 +6,11 @@ from aiohttp import web
 
 from ...broker.records import ChannelHandle
 from .. import peers
-from ..access import ANY, VHOST, access, check_owner, own, owner
+from ..access import ANY, VHOST, access, own, owner
 from ..resources import item_response, list_response
 from ..app import not_found
 from ..shapes import channel_json
-from .connections import open_connections, vhost_or_404
+from .connections import check_owner, open_connections, vhost_or_404
 
 routes = web.RouteTableDef()
 

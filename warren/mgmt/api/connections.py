@@ -9,10 +9,10 @@ from aiohttp import web
 
 from ...broker.records import ConnectionHandle
 from .. import peers
-from ..access import ANY, VHOST, access, check_owner, own, owner
+from ..access import ANY, VHOST, access, own, owner, owner_refusal
 from ..resources import item_response, list_response
 from ..shapes import channel_json, connection_json
-from ..app import not_found
+from ..app import ApiError, not_found
 
 routes = web.RouteTableDef()
 
@@ -59,6 +59,14 @@ async def close_connections(request, field: str, value: str, reason: str) -> Non
         if getattr(conn.info(), field) == value:
             conn.force_close(reason)
     await peers.close_elsewhere(request, {field: value}, reason)
+
+
+def check_owner(request, name: str | None) -> None:
+    """A 401 unless the request's user may see (or close) an object of user `name` found on
+    another cluster member (the route's owner rule saw only this node's)."""
+    reason = owner_refusal(request, name)
+    if reason is not None:
+        raise ApiError(401, "not_authorised", reason)
 
 
 async def connection_record(request) -> dict:
