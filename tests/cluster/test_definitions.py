@@ -6,6 +6,7 @@ queues are refused on a cluster, for now, with a clear error."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
@@ -70,6 +71,83 @@ def test_made_on_one_node_seen_on_all(three):
     # alice logs in on a node she was not made on, with what was made on another.
     connection = pika.BlockingConnection(c.pika_params(user="alice", password="secret", vhost="shared"))
     connection.close()
+
+
+class SlowWatch:
+    """A TCP proxy to an etcd member that holds what etcd sends back DELAY seconds: a node
+    behind it learns every change of the metadata log that much later than the others."""
+
+    DELAY = 0.2
+
+    def __init__(self, endpoint: str):
+        host, _, port = endpoint.rpartition("//")[2].partition(":")
+        self.target = (host, int(port))
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self.thread.start()
+        ready.wait(10)
+        self.endpoints = [f"127.0.0.1:{self.port}"]
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        server = self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+        self.port = server.sockets[0].getsockname()[1]
+        ready.set()
+        self.loop.run_forever()
+        server.close()
+        tasks = asyncio.all_tasks(self.loop)
+        for task in tasks:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        self.loop.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+
+        async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter, delay: float) -> None:
+            while data := await source.read(65536):
+                if delay:
+                    self.loop.call_later(delay, sink.write, data)  # (in order: later reads, later times)
+                else:
+                    sink.write(data)
+            self.loop.call_later(delay, sink.close)
+        await asyncio.gather(pump(reader, up_writer, 0), pump(up_reader, writer, self.DELAY),
+                             return_exceptions=True)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def test_a_change_answered_through_one_node_is_on_every_node(make_node, etcd):
+    """Read-your-writes across nodes, as in RabbitMQ (whose metadata transactions commit on
+    every node): once declare-ok is back from a, b and c have the exchange, even c, which hears
+    of every change from etcd 0.2 s after the others."""
+    slow = SlowWatch(etcd.endpoints[0])
+    try:
+        a, b = make_node("warren-a@localhost"), make_node("warren-b@localhost")
+        c = make_node("warren-c@localhost", on=slow)
+        for node in (a, b, c):
+            wait_for(lambda: nodes(node) == {n.name: True for n in (a, b, c)}, what="three running")
+        wait_for(lambda: all(requests.get(n.api + "/overview", auth=AUTH, timeout=30).ok for n in (a, b, c)),
+                 what="three serving")
+        writer = pika.BlockingConnection(a.pika_params())
+        readers = [pika.BlockingConnection(node.pika_params()) for node in (b, c)]
+        try:
+            out = writer.channel()
+            ins = [reader.channel() for reader in readers]
+            for n in range(5):
+                out.exchange_declare(f"ryw-{n}", "fanout")
+                for channel in ins:
+                    channel.exchange_declare(f"ryw-{n}", passive=True)  # (a 404 closes it: the test fails)
+                out.exchange_delete(f"ryw-{n}")
+                assert requests.get(f"{c.api}/exchanges/%2F/ryw-{n}", auth=AUTH, timeout=30).status_code == 404
+        finally:
+            for connection in (writer, *readers):
+                connection.close()
+    finally:
+        slow.stop()
 
 
 def test_exchanges_and_bindings_over_amqp(three):

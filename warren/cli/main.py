@@ -212,7 +212,9 @@ def _cluster(broker: Broker, cluster: dict | None, listen: list[Listen], seed: l
     etcd = Etcd(list(config.endpoints))
     membership = Membership(config, etcd, identity, broker.config)
     links = broker.node_links = NodeLinks(config, etcd, membership, broker, dist_host, dist_port)
-    return membership, links, MetadataLog(config, etcd, broker.metadata, seed)
+    metadata_log = MetadataLog(config, etcd, broker.metadata, seed)
+    metadata_log.replicated = links.replicated
+    return membership, links, metadata_log
 
 
 def _raise_open_files_limit() -> None:

@@ -8,7 +8,9 @@ the last change it applied, and writes the command it yields in a transaction gu
 revision: when another change got in first, the transaction fails, the node applies what it
 missed and runs the operation again, so every command was checked against the metadata it
 changes (etcd's revisions are the fencing tokens). The node that wrote a change answers its
-client once it has applied the change from the log, like every other node. A node cut from
+client once it has applied the change from the log, like every other node, and the other
+running members linked to it say they have too (at most a second: NodeLinks.replicated), so
+what a client changed through one node is there when it goes on through another. A node cut from
 etcd's majority writes nothing: its operations fail after TIMEOUT with a clear error.
 
 The revision a node's metadata includes is saved with its definitions (MetadataStore.revision),
@@ -74,6 +76,10 @@ class MetadataLog:
         self._ids = itertools.count(1)
         self._tasks: list[asyncio.Task] = []
         self._waits: set[asyncio.Task] = set()
+        # The other running members' confirmation that they applied a revision (NodeLinks):
+        # a change is answered once they have it too, so what a client changed through one
+        # node is there through every node (as RabbitMQ's metadata transactions are).
+        self.replicated: Callable[[int, Callable[[], None]], None] | None = None
 
     @property
     def revision(self) -> int:
@@ -258,14 +264,15 @@ class MetadataLog:
                 store.from_log = False
         store.applied(revision)
         if proposal is not None and proposal.change is not None:
-            self._resume(proposal, result, error)
+            self._resume(proposal, revision, result, error)
         elif error is not None:
             log.debug("cluster %s: log entry %d refused here too: %s", self.config.cluster_name, revision, error)
         advanced, self._advanced = self._advanced, asyncio.Event()
         advanced.set()
 
-    def _resume(self, proposal: _Proposal, result: Any, error: BaseException | None) -> None:
-        """The operation that wrote the change: what follows its command, then its answer."""
+    def _resume(self, proposal: _Proposal, revision: int, result: Any, error: BaseException | None) -> None:
+        """The operation that wrote the change: what follows its command, then its answer
+        (once the other running members have applied it too)."""
         assert proposal.change is not None
         try:
             if error is not None:
@@ -279,7 +286,10 @@ class MetadataLog:
         except Exception as err:
             result, error = None, err
         proposal.applied.set()
-        _finish(proposal, result, error)
+        if self.replicated is None:
+            _finish(proposal, result, error)
+        else:
+            self.replicated(revision, functools.partial(_finish, proposal, result, error))
 
 
 def _not_yet(store: MetadataStore, command: Command) -> str | None:

@@ -297,6 +297,15 @@ class HomeSession:
         log_.submit(lambda: ops.delete_queue.change(actor, meta["queue"], meta["if_unused"], meta["if_empty"]), done)
         return None
 
+    def _applied(self, meta: Meta, blobs: list[bytes]) -> None:
+        """Answered once this node has applied the metadata log up to the revision (the other
+        node answers its client's change then: NodeLinks.replicated)."""
+        rid, link, revision = meta["rid"], self.link, int(meta["revision"])
+        log_ = self.broker.metadata.log
+        if log_ is None:
+            raise internal_error("this node is not a cluster member")
+        log_.when_applied(revision, lambda: link.send({"op": "reply", "rid": rid}))
+
     # the link's end -------------------------------------------------------------------------
     def lost(self) -> None:
         """The other node is gone (or cut off): its consumers go, what they held comes back."""
@@ -329,5 +338,5 @@ _HANDLERS = {
     "publish": HomeSession._publish, "consume": HomeSession._consume, "credit": HomeSession._credit,
     "cancel": HomeSession._cancel, "settle": HomeSession._settle, "give_back": HomeSession._give_back,
     "get": HomeSession._get, "counts": HomeSession._counts, "purge": HomeSession._purge,
-    "delete": HomeSession._delete, "stats": HomeSession._stats,
+    "delete": HomeSession._delete, "stats": HomeSession._stats, "applied": HomeSession._applied,
 }
