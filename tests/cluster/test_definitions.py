@@ -213,6 +213,35 @@ def test_a_node_that_was_down_gets_what_changed_meanwhile(three, make_node):
     assert exchanges(back) == {"made-meanwhile": "direct"}
 
 
+def test_a_restarted_node_keeps_the_clusters_transient_exchanges_and_bindings(three, make_node):
+    """A member's own copy of the tables holds what other nodes' clients made, transient or
+    not: a restarted node routes through a transient exchange and to another node's transient
+    queue as the others do (RabbitMQ's nodes keep them while any node runs)."""
+    a, b, c = three
+    connection = pika.BlockingConnection(a.pika_params())
+    channel = connection.channel()
+    channel.exchange_declare("passing", "fanout", durable=False)
+    channel.queue_declare("passing-q", durable=False)
+    channel.queue_bind("passing-q", "passing")
+    channel.queue_bind("passing-q", "amq.direct", routing_key="k")
+    wait_for(lambda: "passing" in exchanges(c), timeout=2, what="the exchange on c")
+    c.stop(signal.SIGTERM)
+    back = make_node(c.name, data_dir=c.data_dir, port=c.port, dist_port=c.dist_port)
+    wait_for(lambda: nodes(back) == {n.name: True for n in (a, b, back)}, what="c back")
+    assert exchanges(back).get("passing") == "fanout"
+    publisher = pika.BlockingConnection(back.pika_params())
+    try:
+        out = publisher.channel()
+        out.confirm_delivery()
+        out.basic_publish("passing", "", b"one", mandatory=True)
+        out.basic_publish("amq.direct", "k", b"two", mandatory=True)  # (unroutable: a return, an exception)
+    finally:
+        publisher.close()
+    wait_for(lambda: channel.queue_declare("passing-q", passive=True).method.message_count == 2, timeout=5,
+             what="both messages in the queue")
+    connection.close()
+
+
 def test_cut_from_etcds_majority_a_node_changes_nothing(make_node, make_etcd):
     own = make_etcd(3)
     a = make_node("warren-a@localhost", on=own)

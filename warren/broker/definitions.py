@@ -377,17 +377,19 @@ def topic_permission_json(key, p) -> dict:
     return {"user": key[0], "vhost": key[1], "exchange": key[2], "write": p.write, "read": p.read}
 
 
-def _is_kept_exchange(x, durable_only: bool) -> bool:
-    return not x.is_default and not x.name.startswith("amq.") and (x.durable or not durable_only)
+def _is_kept_exchange(x, durable_only: bool, member: bool = False) -> bool:
+    """A cluster member's journal keeps transient exchanges too (a restarted member goes on
+    from its tables: RabbitMQ's nodes keep them while any node runs)."""
+    return not x.is_default and not x.name.startswith("amq.") and (x.durable or not durable_only or member)
 
 
 def _is_kept_binding(vhost, x, b, durable_only: bool, member: bool = False) -> bool:
-    if x.is_default or (durable_only and not x.durable):
+    if x.is_default or (durable_only and not x.durable and not member):
         return False
     dest = b.destination
     if dest.kind == "queue":
         return _is_kept_queue(dest, durable_only, member) and vhost.queues.get(dest.name) is dest
-    return not durable_only or dest.durable
+    return not durable_only or dest.durable or member
 
 
 def export(broker, durable_only: bool = True) -> dict:
@@ -407,13 +409,13 @@ def export(broker, durable_only: bool = True) -> dict:
         parameters.extend(runtime_parameters.listed(broker, vhost=vhost))
         vhosts.append(_vhost_json(vhost))
         for x in vhost.exchanges.values():
-            if _is_kept_exchange(x, durable_only):
+            if _is_kept_exchange(x, durable_only, member):
                 exchanges.append(_exchange_json(vhost, x))
         for q in vhost.queues.values():
             if _is_kept_queue(q, durable_only, member):
                 queues.append(_queue_json(vhost, q, member))
         for x in vhost.exchanges.values():
-            if x.is_default or (durable_only and not x.durable):
+            if x.is_default or (durable_only and not x.durable and not member):
                 continue
             for b in x.bindings.values():
                 if _is_kept_binding(vhost, x, b, durable_only, member):
@@ -498,7 +500,7 @@ def changes(broker, marks: dict) -> list:
         elif kind == "exchange":
             v = vhosts.get(key[0])
             x = None if v is None else v.exchanges.get(key[1])
-            out.append(("put", "exchanges", _exchange_json(v, x)) if x is not None and _is_kept_exchange(x, True)
+            out.append(("put", "exchanges", _exchange_json(v, x)) if x is not None and _is_kept_exchange(x, True, member)
                        else ("delete", "exchanges", {"vhost": key[0], "name": key[1]}))
         elif kind == "queue":
             v = vhosts.get(key[0])
