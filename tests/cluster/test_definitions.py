@@ -150,6 +150,27 @@ def test_a_change_answered_through_one_node_is_on_every_node(make_node, etcd):
         slow.stop()
 
 
+def test_a_stopped_member_holds_a_change_a_second_at_most(three):
+    """A member that does not answer (SIGSTOP) holds a change's answer for at most a second,
+    and not at all once its lease has run out (it is then not running)."""
+    a, b, c = three
+    connection = pika.BlockingConnection(a.pika_params())
+    channel = connection.channel()
+    try:
+        c.proc.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        channel.exchange_declare("while-c-sleeps", "fanout")
+        assert 0.9 < time.monotonic() - started < 3
+        wait_for(lambda: nodes(a)[c.name] is False, timeout=15, what="c's lease to run out")
+        started = time.monotonic()
+        channel.exchange_declare("after-its-lease", "fanout")
+        assert time.monotonic() - started < 0.5
+    finally:
+        c.proc.send_signal(signal.SIGCONT)
+        connection.close()
+    wait_for(lambda: {"while-c-sleeps", "after-its-lease"} <= set(exchanges(c)), timeout=10, what="c catching up")
+
+
 def test_exchanges_and_bindings_over_amqp(three):
     a, b, c = three
     connection = pika.BlockingConnection(b.pika_params())

@@ -455,8 +455,10 @@ class NodeLinks:
     def replicated(self, revision: int, then: Callable[[], None]) -> None:
         """Call `then` once every member linked to this node has applied the metadata log up
         to `revision` (MetadataLog.replicated), or after APPLIED_WAIT: a member that does not
-        answer (stopped, cut off) does not hold this node's clients longer."""
-        peers = [peer for peer in self.peers.values() if peer.up]
+        answer (stopped, cut off) does not hold this node's clients longer, and once its lease
+        ran out (it is not running) it is not waited for at all."""
+        running = self.membership.running
+        peers = [peer for node, peer in self.peers.items() if peer.up and node in running]
         if not peers:
             then()
             return
