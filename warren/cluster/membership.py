@@ -168,14 +168,14 @@ class Membership:
         self.members.clear()
         self.running.clear()
         for kv in kvs:
-            self._apply(kv.key, kv.value, False, alarms=False)
+            self._apply(kv.key, kv.value, False, follow_alarms=False)
         self._follow_alarms()  # once the whole view is read (a node not read yet is no node cleared)
         self.synced.set()
         async for revision, events in self.etcd.watch(self.config.keys.root, revision + 1, prefix=True):
             for event in events:
                 self._apply(event.kv.key, event.kv.value, event.deleted)
 
-    def _apply(self, key: bytes, value: bytes, deleted: bool, alarms: bool = True) -> None:
+    def _apply(self, key: bytes, value: bytes, deleted: bool, follow_alarms: bool = True) -> None:
         keys = self.config.keys
         for prefix, table in ((keys.members, self.members), (keys.running, self.running)):
             if key.startswith(prefix):
@@ -184,7 +184,7 @@ class Membership:
                     if table.pop(node, None) is not None and table is self.running:
                         for listener in self.on_stopped:
                             listener(node)
-                        if alarms:
+                        if follow_alarms:
                             self._follow_alarms()
                     return
                 try:
@@ -196,7 +196,7 @@ class Membership:
                     table[node] = record
                 if table is self.members:
                     self._name_the_cluster()
-                elif alarms:
+                elif follow_alarms:
                     self._follow_alarms()
                 return
 
