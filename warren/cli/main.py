@@ -210,7 +210,7 @@ def _cluster(broker: Broker, cluster: dict | None, listen: list[Listen], seed: l
                 "amqp": [[entry.host, entry.port] for entry in listen if entry.tls is None],
                 "dist": [advertised_host(dist_host, broker.config.node_name), dist_port]}
     etcd = Etcd(list(config.endpoints))
-    membership = Membership(config, etcd, identity, broker.config)
+    membership = Membership(config, etcd, identity, broker.config, broker.alarms)
     links = broker.node_links = NodeLinks(config, etcd, membership, broker, dist_host, dist_port)
     metadata_log = MetadataLog(config, etcd, broker.metadata, seed)
     metadata_log.replicated = links.replicated
