@@ -10,15 +10,16 @@ import os
 import signal
 import threading
 import time
+import uuid
 
 import pika
 import pika.exceptions
 import pytest
 import requests
 
-from conftest import scratch_dir, start_broker
+from conftest import free_port, scratch_dir, start_broker
 
-from .conftest import cluster_conf
+from .conftest import cluster_conf, dist_lines
 from .test_membership import nodes, wait_for
 
 AUTH = ("guest", "guest")
@@ -214,16 +215,32 @@ def test_the_aliveness_test_passes_through_every_node(three):
         assert answer.json() == {"status": "ok"}, node.name
 
 
-def test_a_member_does_not_start_with_a_definitions_file(etcd):
-    """Its definitions are the cluster's (an import on a cluster is not supported yet)."""
+def test_members_started_with_a_definitions_file_import_it_through_the_log(etcd):
+    """As RabbitMQ's load_definitions: each member started with the file imports it (through
+    the cluster's log, before it serves); what exists is kept, so the queue lives on the first
+    member that imported it. A file that cannot be imported stops the member, as a node alone."""
     directory = scratch_dir("warren-cluster-start-")
     path = os.path.join(directory, "definitions.json")
     with open(path, "w") as f:
-        f.write('{"vhosts": [{"name": "v"}]}')
-    conf = cluster_conf(etcd.endpoints, "t-definitions")
-    with pytest.raises(RuntimeError, match="--definitions on a cluster member is not supported yet"):
-        start_broker("--node-name", "warren-a@localhost", "--config", conf, "--definitions", path,
-                     "--prometheus-port", "0")
+        f.write('{"vhosts": [{"name": "v"}], "queues": [{"name": "bootq", "vhost": "v", "durable": true}]}')
+    prefix = "t-definitions-" + uuid.uuid4().hex[:8]
+    started = []
+
+    def start(name: str):
+        conf = cluster_conf(etcd.endpoints, prefix, *dist_lines(free_port()))
+        return start_broker("--node-name", name, "--config", conf, "--definitions", path, "--prometheus-port", "0")
+    try:
+        for name in ("warren-a@localhost", "warren-b@localhost"):
+            started.append(start(name))
+        for node in started:
+            assert [(q["name"], q["node"]) for q in get(node, "/queues/v")] == [("bootq", "warren-a@localhost")]
+        with open(path, "w") as f:
+            f.write('{"queues": [{"name": "q", "vhost": "nowhere"}]}')
+        with pytest.raises(RuntimeError, match="cannot load definitions .*: unknown vhost 'nowhere'"):
+            started.append(start("warren-c@localhost"))
+    finally:
+        for node in started:
+            node.stop(signal.SIGKILL)
 
 
 def test_frames_pipelined_after_a_change_wait_for_it(three):
