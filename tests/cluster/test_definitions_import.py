@@ -188,12 +188,12 @@ def test_a_vhost_import_through_one_node(three):
         assert [(q["name"], q["node"]) for q in get(node, "/queues/scoped")] == [("sq", c.name)]
 
 
-def _log_revision(etcd_endpoint: str, prefix: str) -> int:
-    """The revision of the cluster's metadata log's last entry."""
+def _log_entries(etcd_endpoint: str, prefix: str) -> int:
+    """How many entries the cluster's metadata log has had (the version of its key)."""
     key = f"/warren/{prefix}/clusters/default/metadata/log".encode()
     body = json.dumps({"key": base64.b64encode(key).decode()}).encode()
     with urllib.request.urlopen(f"http://{etcd_endpoint}/v3/kv/range", body, timeout=5) as response:
-        return int(json.load(response)["kvs"][0]["mod_revision"])
+        return int(json.load(response)["kvs"][0]["version"])
 
 
 def test_a_big_import_takes_a_few_log_entries_and_a_node_down_meanwhile_gets_it(three, make_node, etcd):
@@ -205,12 +205,13 @@ def test_a_big_import_takes_a_few_log_entries_and_a_node_down_meanwhile_gets_it(
            "queues": [{"name": f"q{n}", "vhost": "/", "durable": True, "arguments": {}} for n in range(1000)],
            "bindings": [{"source": f"x{n}", "vhost": "/", "destination": f"q{n}", "destination_type": "queue",
                          "routing_key": str(n)} for n in range(1000)]}
-    before = _log_revision(etcd.endpoints[0], make_node.prefix)
+    before = _log_entries(etcd.endpoints[0], make_node.prefix)
     assert post(a, big).status_code == 204
-    assert _log_revision(etcd.endpoints[0], make_node.prefix) - before <= 6
+    assert _log_entries(etcd.endpoints[0], make_node.prefix) - before == 3  # exchanges, queues, bindings
     back = make_node(c.name, data_dir=c.data_dir, port=c.port, dist_port=c.dist_port)
     expected = shown(a)
     assert len(expected["bindings"]) == 1000
+    # (The node that was down gets the three entries in one message of etcd's watch.)
     for node in (b, back):
         wait_for(lambda: shown(node) == expected, timeout=10, what=f"the import on {node.name}")
     # q999 lives on a: published through the node that was down, read through b.
@@ -222,3 +223,22 @@ def test_a_big_import_takes_a_few_log_entries_and_a_node_down_meanwhile_gets_it(
     connection = pika.BlockingConnection(b.pika_params())
     assert connection.channel().basic_get("q999", auto_ack=True)[2] == b"late"
     connection.close()
+
+
+def test_warrenctl_imports_through_a_node(three, tmp_path):
+    """rabbitmqctl's import_definitions, on a node's machine (its control socket): the same
+    import; a refused file gives rabbitmqctl's exit code and the reason."""
+    from .test_ctl_cluster import ctl
+    a, b, c = three
+    path = tmp_path / "definitions.json"
+    path.write_text(json.dumps({"vhosts": [{"name": "by-ctl"}], "queues": [{"name": "cq", "vhost": "by-ctl"}]}))
+    result = ctl(c, "import_definitions", str(path))
+    assert result.returncode == 0, result.stderr
+    assert "Successfully imported definitions." in result.stdout
+    for node in three:
+        wait_for(lambda: [(q["name"], q["node"]) for q in get(node, "/queues/by-ctl")] == [("cq", c.name)],
+                 timeout=2, what=f"the queue on {node.name}")
+    path.write_text(json.dumps({"queues": [{"name": "sq", "vhost": "by-ctl", "arguments": {"x-queue-type": "stream"}}]}))
+    result = ctl(a, "import_definitions", str(path))
+    assert result.returncode != 0
+    assert "not supported on a Warren cluster yet, stream queues: 'sq' in vhost 'by-ctl'" in result.stderr
