@@ -108,9 +108,9 @@ def _item_error(sink, kind: str, apply, item) -> str | None:
     return None
 
 
-def _refusal(err: Exception) -> str | None:
-    """What a definition's failure says (RabbitMQ's texts), or None for a failure that is no
-    definition's fault (raised again by the caller)."""
+def _refusal(err: Exception) -> str:
+    """What a definition's failure says (RabbitMQ's texts); a failure that is no definition's
+    fault is raised again."""
     if isinstance(err, KeyError):
         return f"definition is missing the field {err}"
     if isinstance(err, AMQPError):
@@ -182,7 +182,7 @@ class _Plan(_Now):
         self.vhosts: set[str] = set()
         self.exchanges: set[tuple[str, str]] = set()
         self.queues: set[tuple[str, str]] = set()
-        self.limits: dict[str, dict] = {}  # user -> limits, as the batch leaves them
+        self.limits_after: dict[str, dict] = {}  # user -> limits, as the batch leaves them
 
     def apply(self, command: commands.Command):
         result = None
@@ -191,10 +191,10 @@ class _Plan(_Now):
             self.vhosts.add(command.name)
         elif isinstance(command, commands.PutUser):  # (a user replaced keeps its limits)
             name = command.user.name
-            old = self.user_limits(name) if name in self.limits or name in self.broker.users else {}
-            self.limits[name] = dict(command.user.limits) or old
+            old = self.user_limits(name) if name in self.limits_after or name in self.broker.users else {}
+            self.limits_after[name] = dict(command.user.limits) or old
         elif isinstance(command, commands.SetUserLimits):
-            self.limits[command.user] = dict(command.limits)
+            self.limits_after[command.user] = dict(command.limits)
         elif isinstance(command, commands.DeclareExchange):
             self.exchanges.add((command.vhost, command.name))
         elif isinstance(command, commands.DeclareQueue):
@@ -215,7 +215,7 @@ class _Plan(_Now):
         return (vhost.name, name) in self.queues or name in vhost.queues
 
     def user_limits(self, name: str) -> dict:
-        return self.limits[name] if name in self.limits else self.broker.users[name].limits
+        return self.limits_after[name] if name in self.limits_after else self.broker.users[name].limits
 
     def home(self, q: dict) -> str | None:
         return self.broker.config.node_name
@@ -388,7 +388,7 @@ def _load_permission(sink, p):
     if not sink.has_vhost(p["vhost"]):
         raise DefinitionsError(f"permission for unknown vhost '{p['vhost']}'")
     sink.apply(commands.SetPermissions(p["user"], p["vhost"], p.get("configure", ""), p.get("write", ""),
-                                                  p.get("read", "")))
+                                       p.get("read", "")))
 
 
 def _load_topic_permission(sink, p):
