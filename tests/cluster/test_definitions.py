@@ -11,15 +11,16 @@ import os
 import signal
 import threading
 import time
+import uuid
 
 import pika
 import pika.exceptions
 import pytest
 import requests
 
-from conftest import scratch_dir, start_broker
+from conftest import free_port, scratch_dir, start_broker
 
-from .conftest import cluster_conf
+from .conftest import cluster_conf, dist_lines
 from .test_membership import nodes, wait_for
 
 AUTH = ("guest", "guest")
@@ -302,7 +303,7 @@ def test_limits_and_parameters_on_every_node(three):
                  what="the operator policy")
 
 
-def test_shovels_federation_and_imports_are_refused_on_a_cluster(three):
+def test_shovels_and_federation_are_refused_on_a_cluster(three):
     a = three[0]
     shovel = {"value": {"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "dest-queue": "b"}}
     answer = requests.put(a.api + "/parameters/shovel/%2F/s", json=shovel, auth=AUTH, timeout=30)
@@ -316,9 +317,6 @@ def test_shovels_federation_and_imports_are_refused_on_a_cluster(three):
         "federation-upstream-set": "all"}}, auth=AUTH, timeout=30)
     assert (answer.status_code, answer.json()["reason"]) == (
         400, "not supported on a Warren cluster yet, federation: policy 'fed' was not set")
-    answer = requests.post(a.api + "/definitions", json={"vhosts": [{"name": "imported"}]}, auth=AUTH, timeout=30)
-    assert answer.status_code == 400 and "not supported yet" in answer.json()["reason"]
-    assert not any(v["name"] == "imported" for v in get(a, "/vhosts"))
 
 
 def test_a_new_member_takes_the_clusters_definitions_not_its_own_defaults(make_node):
@@ -345,16 +343,32 @@ def test_the_aliveness_test_passes_through_every_node(three):
         assert answer.json() == {"status": "ok"}, node.name
 
 
-def test_a_member_does_not_start_with_a_definitions_file(etcd):
-    """Its definitions are the cluster's (an import on a cluster is not supported yet)."""
+def test_members_started_with_a_definitions_file_import_it_through_the_log(etcd):
+    """As RabbitMQ's load_definitions: each member started with the file imports it (through
+    the cluster's log, before it serves); what exists is kept, so the queue lives on the first
+    member that imported it. A file that cannot be imported stops the member, as a node alone."""
     directory = scratch_dir("warren-cluster-start-")
     path = os.path.join(directory, "definitions.json")
     with open(path, "w") as f:
-        f.write('{"vhosts": [{"name": "v"}]}')
-    conf = cluster_conf(etcd.endpoints, "t-definitions")
-    with pytest.raises(RuntimeError, match="--definitions on a cluster member is not supported yet"):
-        start_broker("--node-name", "warren-a@localhost", "--config", conf, "--definitions", path,
-                     "--prometheus-port", "0")
+        f.write('{"vhosts": [{"name": "v"}], "queues": [{"name": "bootq", "vhost": "v", "durable": true}]}')
+    prefix = "t-definitions-" + uuid.uuid4().hex[:8]
+    started = []
+
+    def start(name: str):
+        conf = cluster_conf(etcd.endpoints, prefix, *dist_lines(free_port()))
+        return start_broker("--node-name", name, "--config", conf, "--definitions", path, "--prometheus-port", "0")
+    try:
+        for name in ("warren-a@localhost", "warren-b@localhost"):
+            started.append(start(name))
+        for node in started:
+            assert [(q["name"], q["node"]) for q in get(node, "/queues/v")] == [("bootq", "warren-a@localhost")]
+        with open(path, "w") as f:
+            f.write('{"queues": [{"name": "q", "vhost": "nowhere"}]}')
+        with pytest.raises(RuntimeError, match="cannot load definitions .*: unknown vhost 'nowhere'"):
+            started.append(start("warren-c@localhost"))
+    finally:
+        for node in started:
+            node.stop(signal.SIGKILL)
 
 
 def test_frames_pipelined_after_a_change_wait_for_it(three):

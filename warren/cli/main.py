@@ -284,18 +284,17 @@ def main(argv=None) -> int:
     except TLSError as err:
         print(f"warren: {err}", file=sys.stderr)
         return 2
-    if args.definitions and "cluster" in config:
-        print("warren: --definitions on a cluster member is not supported yet: its definitions are the cluster's",
-              file=sys.stderr)
-        return 2
+    boot_definitions = None  # (a cluster member's: imported through the cluster's log once it runs)
     if args.definitions:
         try:
             with open(args.definitions) as f:
-                counts = definitions.load(broker, json.load(f))
+                boot_definitions = json.load(f)
+            if "cluster" not in config:
+                counts = definitions.load(broker, boot_definitions)
+                log.info("imported definitions from %s: %s", args.definitions, _describe_counts(counts))
         except (OSError, ValueError) as err:
             print(f"warren: cannot load definitions {args.definitions}: {err}", file=sys.stderr)
             return 2
-        log.info("imported definitions from %s: %s", args.definitions, _describe_counts(counts))
     # The permanent id (Prometheus's rabbitmq_cluster_permanent_id), saved with the definitions;
     # a cluster's first member writes it to the cluster's log with the defaults.
     if "cluster" not in config:
@@ -337,6 +336,9 @@ def main(argv=None) -> int:
     if cluster is not None:
         membership = cluster[0]
         services.extend(cluster)
+        if args.definitions:
+            from ..cluster.boot_definitions import BootDefinitions
+            services.append(BootDefinitions(broker, args.definitions, boot_definitions))
     # The API over TCP (unless its port is 0) and, with a data dir, on warrenctl's control
     # socket there (even with the TCP port off: rabbitmqctl needs no management plugin).
     socket_path = control_socket(args.data_dir) if args.data_dir else None

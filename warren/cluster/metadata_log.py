@@ -29,8 +29,8 @@ from typing import Any, Callable
 
 from ..broker.errors import internal_error, not_implemented
 from ..broker.federation_upstreams import UPSTREAM, UPSTREAM_SET
-from ..broker.metadata.commands import (Command, DeclareQueue, DeleteQueue, SetFederationParameter, SetPolicy,
-                                        SetShovel)
+from ..broker.metadata.commands import (Batch, Command, DeclareQueue, DeleteQueue, SetFederationParameter,
+                                        SetPolicy, SetShovel)
 from ..broker.metadata import change
 from ..broker.metadata.change import Change, Done
 from ..broker.metadata.store import MetadataStore
@@ -295,8 +295,10 @@ class MetadataLog:
 def _not_yet(store: MetadataStore, command: Command) -> str | None:
     """What a cluster cannot do yet (and says so, rather than do it on each node alone):
     quorum queues and streams, until they are replicated; shovels and federation, whose links
-    would run on every node."""
+    would run on every node. A batch is refused whole for the first of its commands refused."""
     what = None
+    if isinstance(command, Batch):
+        return next(filter(None, (_not_yet(store, each) for each in command.commands)), None)
     if isinstance(command, DeclareQueue) and command.name not in store.vhost(command.vhost).queues:
         queue_type = (command.arguments or {}).get("x-queue-type", "classic")
         if queue_type in ("quorum", "stream"):  # (another type is refused with the declare's 406)

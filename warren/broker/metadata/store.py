@@ -331,6 +331,17 @@ class MetadataStore:
         self.record("global_parameter", cmd.name)
         return True
 
+    def _batch(self, cmd: c.Batch) -> list:
+        """Each command in order, each as apply() carries it out (federation's links
+        reconciled after each); the first failure stops the batch, what it did stays."""
+        results = []
+        for index, command in enumerate(cmd.commands):
+            try:
+                results.append(self.apply(command))
+            except Exception as err:
+                raise c.BatchStopped(index, err) from err
+        return results
+
     # ------------------------------------------------------------------ the journal
     def record(self, kind: str | None = None, key=None, binding=None) -> None:
         """A command changed something that survives a restart (no I/O here): the object `key`
@@ -418,6 +429,7 @@ _HANDLERS: dict[type, Callable[[MetadataStore, Any], Any]] = {
     c.SetFederationParameter: MetadataStore._set_federation,
     c.ClearFederationParameter: MetadataStore._clear_federation,
     c.SetGlobalParameter: MetadataStore._set_global, c.ClearGlobalParameter: MetadataStore._clear_global,
+    c.Batch: MetadataStore._batch,
 }
 # The commands that may start, stop or change federation links (or their bindings).
 _FEDERATION_INPUTS = frozenset({c.SetPolicy, c.ClearPolicy, c.DeclareExchange, c.DeleteExchange, c.DeclareQueue,
