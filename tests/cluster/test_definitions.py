@@ -172,6 +172,19 @@ def test_a_stopped_member_holds_a_change_a_second_at_most(three):
     wait_for(lambda: {"while-c-sleeps", "after-its-lease"} <= set(exchanges(c)), timeout=10, what="c catching up")
 
 
+def test_a_queue_refused_for_its_arguments_is_on_no_node(three):
+    """The declaring node refuses a queue's arguments (406): the other nodes made nothing
+    either (they check the arguments as its home does)."""
+    a, b, c = three
+    connection = pika.BlockingConnection(a.pika_params())
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        connection.channel().queue_declare("bad-args", arguments={"x-max-length": "many"})
+    assert refused.value.reply_code == 406
+    connection.close()
+    for node in (a, b, c):
+        assert requests.get(f"{node.api}/queues/%2F/bad-args", auth=AUTH, timeout=30).status_code == 404, node.name
+
+
 def test_exchanges_and_bindings_over_amqp(three):
     a, b, c = three
     connection = pika.BlockingConnection(b.pika_params())

@@ -216,6 +216,10 @@ class MetadataLog:
             except EtcdError as err:
                 log.warning("cluster %s: following the metadata log: %s", self.config.cluster_name, err)
                 await asyncio.sleep(RETRY)
+            except Exception:  # (never stop following: a node that stops applies nothing more)
+                log.exception("cluster %s: following the metadata log failed; following again",
+                              self.config.cluster_name)
+                await asyncio.sleep(RETRY)
 
     def _caught_up(self, head: int) -> None:
         if not self.caught_up.is_set():

@@ -22,6 +22,7 @@ from ..auth import Permission, TopicPermission, User
 from ..definitions import changes, export
 from ..errors import internal_error, not_found
 from ..policy import apply_all
+from ..queues import checked_type
 from ..vhost import VHost
 from .. import federation, shovel
 from . import change, commands as c
@@ -225,6 +226,8 @@ class MetadataStore:
         if cmd.node not in (None, self.broker.config.node_name) and cmd.name not in vhost.queues:
             if self.stand_in is None:
                 raise internal_error(f"queue '{cmd.name}' lives on node '{cmd.node}': this node is not in a cluster")
+            # (Checked as its home checks it: a queue its home refuses is made nowhere.)
+            checked_type(vhost.name, cmd.name, cmd.durable, cmd.owner is not None, cmd.auto_delete, cmd.arguments)
             q = self.stand_in(vhost, cmd)
             vhost.add_queue(q)
             return q, True
