@@ -273,9 +273,11 @@ class WarrenCluster:
         etcd = shutil.which("etcd")
         if etcd is None:
             raise RuntimeError("needs etcd (Debian's etcd-server)")
-        ports = free_ports(4 * NODES)
+        ports = free_ports(5 * NODES)
         clients, peers, self.ports = ports[:NODES], ports[NODES:2 * NODES], ports[2 * NODES:3 * NODES]
-        dist = ports[3 * NODES:]  # the node links' ports (the default, AMQP + 20000, may not be one)
+        dist = ports[3 * NODES:4 * NODES]  # the node links' ports (the default, AMQP + 20000, may not be one)
+        # The management API only when asked for (bench/cluster_import.py): off, it costs nothing.
+        self.mgmt = ports[4 * NODES:] if getattr(self.args, "mgmt", False) else [0] * NODES
         self.etcd_client = clients
         initial = ",".join(f"e{i}=http://127.0.0.1:{peers[i]}" for i in range(NODES))
         for i in range(NODES):
@@ -311,7 +313,7 @@ class WarrenCluster:
                         f"distribution.listener.port_range.max = {dist[i]}\n")
             argv = [sys.executable, "-m", "warren", "server", "--node-name", f"warren-{i + 1}@localhost",
                     "--config", conf, "--data-dir", os.path.join(d, "data"), "--port", str(self.ports[i]),
-                    "--management-port", "0", "--prometheus-port", "0"]
+                    "--management-port", str(self.mgmt[i]), "--prometheus-port", "0"]
             with open(os.path.join(d, "warren.log"), "ab") as lf:
                 self.nodes.append(spawn(argv, env=env, cwd=d, stdout=lf, stderr=lf))
         deadline = time.monotonic() + 60
@@ -378,7 +380,8 @@ class RabbitCluster:
     name = "rabbitmq"
 
     def __init__(self, args):
-        self.cluster = RabbitMQCluster(NODES, name_prefix="bench", keep_tmp=args.keep_tmp, log=log)
+        self.cluster = RabbitMQCluster(NODES, name_prefix="bench", keep_tmp=args.keep_tmp, log=log,
+                                       plugins=["rabbitmq_management"] if getattr(args, "mgmt", False) else [])
         self.ports: list[int] = []
 
     def start(self) -> None:

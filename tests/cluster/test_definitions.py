@@ -6,19 +6,21 @@ queues are refused on a cluster, for now, with a clear error."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
 import time
+import uuid
 
 import pika
 import pika.exceptions
 import pytest
 import requests
 
-from conftest import scratch_dir, start_broker
+from conftest import free_port, scratch_dir, start_broker
 
-from .conftest import cluster_conf
+from .conftest import cluster_conf, dist_lines
 from .test_membership import nodes, wait_for
 
 AUTH = ("guest", "guest")
@@ -70,6 +72,117 @@ def test_made_on_one_node_seen_on_all(three):
     # alice logs in on a node she was not made on, with what was made on another.
     connection = pika.BlockingConnection(c.pika_params(user="alice", password="secret", vhost="shared"))
     connection.close()
+
+
+class SlowWatch:
+    """A TCP proxy to an etcd member that holds what etcd sends back DELAY seconds: a node
+    behind it learns every change of the metadata log that much later than the others."""
+
+    DELAY = 0.2
+
+    def __init__(self, endpoint: str):
+        host, _, port = endpoint.rpartition("//")[2].partition(":")
+        self.target = (host, int(port))
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self.thread.start()
+        ready.wait(10)
+        self.endpoints = [f"127.0.0.1:{self.port}"]
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self.loop)
+        server = self.loop.run_until_complete(asyncio.start_server(self._serve, "127.0.0.1", 0))
+        self.port = server.sockets[0].getsockname()[1]
+        ready.set()
+        self.loop.run_forever()
+        server.close()
+        tasks = asyncio.all_tasks(self.loop)
+        for task in tasks:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        self.loop.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(*self.target)
+
+        async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter, delay: float) -> None:
+            while data := await source.read(65536):
+                if delay:
+                    self.loop.call_later(delay, sink.write, data)  # (in order: later reads, later times)
+                else:
+                    sink.write(data)
+            self.loop.call_later(delay, sink.close)
+        await asyncio.gather(pump(reader, up_writer, 0), pump(up_reader, writer, self.DELAY),
+                             return_exceptions=True)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def test_a_change_answered_through_one_node_is_on_every_node(make_node, etcd):
+    """Read-your-writes across nodes, as in RabbitMQ (whose metadata transactions commit on
+    every node): once declare-ok is back from a, b and c have the exchange, even c, which hears
+    of every change from etcd 0.2 s after the others."""
+    slow = SlowWatch(etcd.endpoints[0])
+    try:
+        a, b = make_node("warren-a@localhost"), make_node("warren-b@localhost")
+        c = make_node("warren-c@localhost", on=slow)
+        for node in (a, b, c):
+            wait_for(lambda: nodes(node) == {n.name: True for n in (a, b, c)}, what="three running")
+        wait_for(lambda: all(requests.get(n.api + "/overview", auth=AUTH, timeout=30).ok for n in (a, b, c)),
+                 what="three serving")
+        writer = pika.BlockingConnection(a.pika_params())
+        readers = [pika.BlockingConnection(node.pika_params()) for node in (b, c)]
+        try:
+            out = writer.channel()
+            ins = [reader.channel() for reader in readers]
+            for n in range(5):
+                out.exchange_declare(f"ryw-{n}", "fanout")
+                for channel in ins:
+                    channel.exchange_declare(f"ryw-{n}", passive=True)  # (a 404 closes it: the test fails)
+                out.exchange_delete(f"ryw-{n}")
+                assert requests.get(f"{c.api}/exchanges/%2F/ryw-{n}", auth=AUTH, timeout=30).status_code == 404
+        finally:
+            for connection in (writer, *readers):
+                connection.close()
+    finally:
+        slow.stop()
+
+
+def test_a_stopped_member_holds_a_change_a_second_at_most(three):
+    """A member that does not answer (SIGSTOP) holds a change's answer for at most a second,
+    and not at all once its lease has run out (it is then not running)."""
+    a, b, c = three
+    connection = pika.BlockingConnection(a.pika_params())
+    channel = connection.channel()
+    try:
+        c.proc.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        channel.exchange_declare("while-c-sleeps", "fanout")
+        assert 0.9 < time.monotonic() - started < 3
+        wait_for(lambda: nodes(a)[c.name] is False, timeout=15, what="c's lease to run out")
+        started = time.monotonic()
+        channel.exchange_declare("after-its-lease", "fanout")
+        assert time.monotonic() - started < 0.5
+    finally:
+        c.proc.send_signal(signal.SIGCONT)
+        connection.close()
+    wait_for(lambda: {"while-c-sleeps", "after-its-lease"} <= set(exchanges(c)), timeout=10, what="c catching up")
+
+
+def test_a_queue_refused_for_its_arguments_is_on_no_node(three):
+    """The declaring node refuses a queue's arguments (406): the other nodes made nothing
+    either (they check the arguments as its home does)."""
+    a, b, c = three
+    connection = pika.BlockingConnection(a.pika_params())
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        connection.channel().queue_declare("bad-args", arguments={"x-max-length": "many"})
+    assert refused.value.reply_code == 406
+    connection.close()
+    for node in (a, b, c):
+        assert requests.get(f"{node.api}/queues/%2F/bad-args", auth=AUTH, timeout=30).status_code == 404, node.name
 
 
 def test_exchanges_and_bindings_over_amqp(three):
@@ -135,6 +248,35 @@ def test_a_node_that_was_down_gets_what_changed_meanwhile(three, make_node):
     assert exchanges(back) == {"made-meanwhile": "direct"}
 
 
+def test_a_restarted_node_keeps_the_clusters_transient_exchanges_and_bindings(three, make_node):
+    """A member's own copy of the tables holds what other nodes' clients made, transient or
+    not: a restarted node routes through a transient exchange and to another node's transient
+    queue as the others do (RabbitMQ's nodes keep them while any node runs)."""
+    a, b, c = three
+    connection = pika.BlockingConnection(a.pika_params())
+    channel = connection.channel()
+    channel.exchange_declare("passing", "fanout", durable=False)
+    channel.queue_declare("passing-q", durable=False)
+    channel.queue_bind("passing-q", "passing")
+    channel.queue_bind("passing-q", "amq.direct", routing_key="k")
+    wait_for(lambda: "passing" in exchanges(c), timeout=2, what="the exchange on c")
+    c.stop(signal.SIGTERM)
+    back = make_node(c.name, data_dir=c.data_dir, port=c.port, dist_port=c.dist_port)
+    wait_for(lambda: nodes(back) == {n.name: True for n in (a, b, back)}, what="c back")
+    assert exchanges(back).get("passing") == "fanout"
+    publisher = pika.BlockingConnection(back.pika_params())
+    try:
+        out = publisher.channel()
+        out.confirm_delivery()
+        out.basic_publish("passing", "", b"one", mandatory=True)
+        out.basic_publish("amq.direct", "k", b"two", mandatory=True)  # (unroutable: a return, an exception)
+    finally:
+        publisher.close()
+    wait_for(lambda: channel.queue_declare("passing-q", passive=True).method.message_count == 2, timeout=5,
+             what="both messages in the queue")
+    connection.close()
+
+
 def test_cut_from_etcds_majority_a_node_changes_nothing(make_node, make_etcd):
     own = make_etcd(3)
     a = make_node("warren-a@localhost", on=own)
@@ -174,7 +316,7 @@ def test_limits_and_parameters_on_every_node(three):
                  what="the operator policy")
 
 
-def test_shovels_federation_and_imports_are_refused_on_a_cluster(three):
+def test_shovels_and_federation_are_refused_on_a_cluster(three):
     a = three[0]
     shovel = {"value": {"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "dest-queue": "b"}}
     answer = requests.put(a.api + "/parameters/shovel/%2F/s", json=shovel, auth=AUTH, timeout=30)
@@ -188,9 +330,6 @@ def test_shovels_federation_and_imports_are_refused_on_a_cluster(three):
         "federation-upstream-set": "all"}}, auth=AUTH, timeout=30)
     assert (answer.status_code, answer.json()["reason"]) == (
         400, "not supported on a Warren cluster yet, federation: policy 'fed' was not set")
-    answer = requests.post(a.api + "/definitions", json={"vhosts": [{"name": "imported"}]}, auth=AUTH, timeout=30)
-    assert answer.status_code == 400 and "not supported yet" in answer.json()["reason"]
-    assert not any(v["name"] == "imported" for v in get(a, "/vhosts"))
 
 
 def test_a_new_member_takes_the_clusters_definitions_not_its_own_defaults(make_node):
@@ -217,16 +356,32 @@ def test_the_aliveness_test_passes_through_every_node(three):
         assert answer.json() == {"status": "ok"}, node.name
 
 
-def test_a_member_does_not_start_with_a_definitions_file(etcd):
-    """Its definitions are the cluster's (an import on a cluster is not supported yet)."""
+def test_members_started_with_a_definitions_file_import_it_through_the_log(etcd):
+    """As RabbitMQ's load_definitions: each member started with the file imports it (through
+    the cluster's log, before it serves); what exists is kept, so the queue lives on the first
+    member that imported it. A file that cannot be imported stops the member, as a node alone."""
     directory = scratch_dir("warren-cluster-start-")
     path = os.path.join(directory, "definitions.json")
     with open(path, "w") as f:
-        f.write('{"vhosts": [{"name": "v"}]}')
-    conf = cluster_conf(etcd.endpoints, "t-definitions")
-    with pytest.raises(RuntimeError, match="--definitions on a cluster member is not supported yet"):
-        start_broker("--node-name", "warren-a@localhost", "--config", conf, "--definitions", path,
-                     "--prometheus-port", "0")
+        f.write('{"vhosts": [{"name": "v"}], "queues": [{"name": "bootq", "vhost": "v", "durable": true}]}')
+    prefix = "t-definitions-" + uuid.uuid4().hex[:8]
+    started = []
+
+    def start(name: str):
+        conf = cluster_conf(etcd.endpoints, prefix, *dist_lines(free_port()))
+        return start_broker("--node-name", name, "--config", conf, "--definitions", path, "--prometheus-port", "0")
+    try:
+        for name in ("warren-a@localhost", "warren-b@localhost"):
+            started.append(start(name))
+        for node in started:
+            assert [(q["name"], q["node"]) for q in get(node, "/queues/v")] == [("bootq", "warren-a@localhost")]
+        with open(path, "w") as f:
+            f.write('{"queues": [{"name": "q", "vhost": "nowhere"}]}')
+        with pytest.raises(RuntimeError, match="cannot load definitions .*: unknown vhost 'nowhere'"):
+            started.append(start("warren-c@localhost"))
+    finally:
+        for node in started:
+            node.stop(signal.SIGKILL)
 
 
 def test_frames_pipelined_after_a_change_wait_for_it(three):

@@ -213,8 +213,9 @@ def home_count(node) -> int:
 
 
 def test_an_alarm_on_the_home_holds_a_publisher_on_another_node(make_node):
-    """The home reads no publishes from a link during a resource alarm: the publisher on the
-    other node is held back (flow) until the alarm clears, and loses nothing."""
+    """A resource alarm on the home blocks the publisher on the other node (as every node's
+    publishers, test_alarms.py) and the home reads nothing from the link meanwhile; once the
+    alarm clears the publisher goes on and loses nothing."""
     a = make_node("warren-a@localhost")
     b = make_node("warren-b@localhost")
     connect(a).queue_declare("q", durable=True)
@@ -222,7 +223,7 @@ def test_an_alarm_on_the_home_holds_a_publisher_on_another_node(make_node):
     stop, sent = threading.Event(), [0]
     publisher = flood(b, "q", stop, sent)
     try:
-        wait_for(lambda: [c["state"] for c in api(b, "GET", "/connections").json()] == ["flow"], timeout=15,
+        wait_for(lambda: [c["state"] for c in api(b, "GET", "/connections").json()] == ["blocked"], timeout=15,
                  what="the publisher on b held back")
         # a reads nothing from the link meanwhile: its queue does not grow
         held = home_count(a)

@@ -331,7 +331,6 @@ class Run:
     # ------------------------------------------------------------------ consumer
     def consumer(self, seed: int) -> None:
         rng = random.Random(seed)
-        ledger = self.ledger
 
         def connect():
             conn = self._pika()

@@ -7,7 +7,7 @@ import pika
 import pytest
 from pamqp import commands as c
 
-from conftest import WARREN_CLUSTER, channel_error, publish_numbered, pump
+from conftest import channel_error, publish_numbered, pump
 from rawamqp import connect
 
 CANCEL_NOTIFY = {"consumer_cancel_notify": True}
@@ -78,8 +78,6 @@ def test_exclusive_consumer_released_by_cancel(connection, channel, uid):
     connection.channel().basic_consume(q, lambda *a: None)
 
 
-@pytest.mark.xfail(WARREN_CLUSTER, strict=False, reason="on a Warren cluster another node sees the "
-                   "exclusive queue gone a few ms after close-ok, not at once")
 def test_reusing_a_consumer_tag_is_a_connection_error(broker, uid):
     q = f"retag-{uid}"
     conn = pika.BlockingConnection(broker.pika_params())

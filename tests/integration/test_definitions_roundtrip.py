@@ -291,7 +291,7 @@ def _of_vhost(doc: dict, v: str) -> dict:
 
 
 @needs_api
-@pytest.mark.not_on_warren_cluster("imports definitions, which a Warren cluster refuses for now (400)")
+@pytest.mark.not_on_warren_cluster("imports a quorum queue and a stream, which a Warren cluster refuses for now (400)")
 def test_limits_and_queue_types_round_trip_as_rabbitmq_exports_them(any_api):
     """Imported, then exported over the API (the whole document, one vhost's) and as
     rabbitmqctl does: on a RabbitMQ node (with rabbitmqctl's own export beside warrenctl's), as
@@ -323,7 +323,6 @@ def test_limits_and_queue_types_round_trip_as_rabbitmq_exports_them(any_api):
 
 
 @needs_api
-@pytest.mark.not_on_warren_cluster("imports definitions, which a Warren cluster refuses for now (400)")
 def test_import_grants_the_importing_user_full_permissions_on_new_vhosts(any_api):
     suffix = uuid.uuid4().hex[:6]
     admin, password = f"imp-admin-{suffix}", "imp-pw"
@@ -353,7 +352,6 @@ def test_import_grants_the_importing_user_full_permissions_on_new_vhosts(any_api
 
 
 @needs_api
-@pytest.mark.not_on_warren_cluster("imports definitions, which a Warren cluster refuses for now (400)")
 def test_import_replaces_vhost_metadata(any_api):
     """As RabbitMQ's put_vhost: description and tags from the top-level keys, else from
     "metadata", else empty; for existing vhosts too."""

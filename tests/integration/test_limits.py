@@ -218,7 +218,6 @@ def test_vhost_max_queues_zero(broker, admin):
         c.close()
 
 
-@pytest.mark.not_on_warren_cluster("imports definitions, which a Warren cluster refuses for now (400)")
 def test_max_queues_over_http(broker, admin):
     if admin.api is None:
         pytest.skip("needs the management API")
@@ -405,7 +404,6 @@ def test_user_limits_api(api):
     assert api.http("GET", f"/users/{u}").json()["limits"] == {}
 
 
-@pytest.mark.not_on_warren_cluster("imports definitions, which a Warren cluster refuses for now (400)")
 def test_limits_in_definitions(api):
     vhost = api.vhost()
     user = api.user()

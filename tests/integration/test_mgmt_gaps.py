@@ -123,7 +123,6 @@ def test_put_cluster_name_administrators_only(target, users, cluster_name):
     assert target.call("GET", "/cluster-name").json() == {"name": cluster_name}
 
 
-@pytest.mark.not_on_warren_cluster("imports definitions, which a Warren cluster refuses for now (400)")
 def test_cluster_name_in_definitions(target, cluster_name):
     """A global parameter: exported, and set by an import (as RabbitMQ's import does)."""
     name = f"imported-{SUFFIX}"

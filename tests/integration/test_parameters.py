@@ -58,7 +58,6 @@ def api(broker):
 @pytest.mark.parametrize("component,value", [
     ("no-such-component", {"a": 1}),
 ])
-@pytest.mark.not_on_warren_cluster("imports definitions, which a Warren cluster refuses for now (400)")
 def test_unknown_components_are_refused(api, component, value):
     vhost = api.vhost()
     v = q(vhost)
@@ -206,7 +205,6 @@ def test_cluster_name_is_a_global_parameter(api):
         api.ok("PUT", "/cluster-name", {"name": original})
 
 
-@pytest.mark.not_on_warren_cluster("imports definitions, which a Warren cluster refuses for now (400)")
 def test_global_parameters_in_definitions(api):
     name = f"g-{uuid.uuid4().hex[:8]}"
     api.globals.append(name)

@@ -204,7 +204,6 @@ def test_values_at_the_edges_are_taken(api, uid, definition):
     assert api.ok("GET", f"/policies/%2F/pv-{uid}").json()["definition"] == definition
 
 
-@pytest.mark.not_on_warren_cluster("imports definitions, which a Warren cluster refuses for now (400)")
 def test_import_refuses_a_bad_policy_with_where_it_is(broker, api, uid, tmp_path):
     """As the API's PUT, with " (vhost/name)" added and the whole text HTML-escaped; an operator
     policy, a runtime parameter, with " (vhost/component/name)". warrenctl's import_definitions

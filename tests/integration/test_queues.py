@@ -6,7 +6,7 @@ import pika
 import pytest
 from pamqp import commands as c
 
-from conftest import WARREN_CLUSTER, channel_error
+from conftest import channel_error
 from rawamqp import connect
 
 
@@ -250,8 +250,6 @@ def test_redeclare_exclusive_flag_mismatch_on_owner_is_405(connection, channel, 
         connection.channel().queue_delete(q)
 
 
-@pytest.mark.xfail(WARREN_CLUSTER, strict=False, reason="on a Warren cluster another node sees the "
-                   "exclusive queue gone a few ms after close-ok, not at once")
 def test_exclusive_queue_deleted_when_connection_closes(broker, channel, uid):
     q = f"excl3-{uid}"
     conn = pika.BlockingConnection(broker.pika_params())

@@ -122,6 +122,9 @@ def for_hint(hint) -> st.SearchStrategy:
         return st.lists(names, max_size=3).map(tuple)
     if origin is tuple and args == (Method, Ellipsis):
         return st.just(())  # (a static shovel's declarations: node-local, never in a command)
+    if origin is tuple and args == (c.Command, Ellipsis):  # a Batch's: any commands, a batch among them
+        commands = st.deferred(lambda: st.one_of([of_dataclass(cls) for cls in typing.get_args(c.Command)]))
+        return st.lists(commands, max_size=3).map(tuple)
     simple = {str: names, bool: st.booleans(), int: st.integers(), dict: tables, User: users, Policy: policies,
               ExclusiveOwner: owners, ShovelConfig: shovel_configs}
     if hint in simple:
@@ -157,6 +160,20 @@ def test_the_codec_knows_every_command():
 def test_every_command_round_trips(cls, data):
     command = data.draw(of_dataclass(cls))
     round_trip(command)
+
+
+def test_a_batch_holds_its_commands_as_entries():
+    """A batch (an import's definitions, a batch at a time) holds each command as an entry."""
+    batch = c.Batch((c.PutVHost("v", "d", ["t"]), c.DeclareQueue("v", "q", True, None, False, {}, "n@h"),
+                     c.Bind("v", "amq.direct", "queue", "q", "k")))
+    entry = json.loads(encode(batch))
+    assert entry["command"] == "Batch"
+    assert entry["fields"]["commands"]["$tuple"][1] == {"$command": json.loads(encode(batch.commands[1]))}
+    assert round_trip(batch) == batch
+    with pytest.raises(TypeError, match="Batch.commands"):
+        encode(c.Batch(("not a command",)))  # type: ignore[arg-type]
+    with pytest.raises(CommandError, match="unknown command"):
+        decode(b'{"command":"Batch","fields":{"commands":{"$tuple":[{"$command":{"command":"Nope","fields":{}}}]}}}')
 
 
 def test_the_json_names_the_command_and_its_fields():

@@ -233,3 +233,27 @@ def test_closing_a_blocked_connection_reads_again_and_forgets_the_alarms():
     c.conn.close()
     assert not c.transport.reading_paused
     assert c.conn._alarms_changed not in alarms._listeners
+
+
+def test_another_nodes_alarm_blocks_publishers_here_and_the_reason_names_every_nodes():
+    """On a cluster member: the other running members' alarms (broker.alarms.set_others, as
+    warren.cluster.membership gives them) hold this node's publishers as its own do; the reason
+    is over every node's resources (RabbitMQ: memory on one node, disk on another → "low on
+    disk & memory"); this node's own alarms (iterating, `in`) stay its own."""
+    broker = Broker.with_defaults()
+    c, d = publisher(broker), publisher(broker)
+    broker.alarms.set_others({"rabbit-a@host": ["memory"]})
+    assert c.conn.throttle_state == "blocking" and list(broker.alarms) == [] and not broker.alarms
+    c.publish(1, "", "q", b"m")
+    assert c.receive() == [BLOCKED_MEMORY]
+    broker.alarms.set("disk", True)
+    d.publish(1, "", "q", b"m")
+    assert d.receive() == [(0, "Connection.Blocked", "low on disk & memory")]
+    assert broker.alarms.by_node("here@host") == [("here@host", "disk"), ("rabbit-a@host", "memory")]
+    broker.alarms.set("disk", False)
+    assert c.tick() == [] and d.tick() == []  # a's memory alarm still holds both
+    broker.alarms.set_others({"rabbit-a@host": ["memory", "fd"], "rabbit-b@host": []})  # unknown: left out
+    assert broker.alarms.others == {"rabbit-a@host": frozenset({"memory"})}
+    broker.alarms.set_others({})  # a stopped running
+    assert c.tick() == [UNBLOCKED] and d.tick() == [UNBLOCKED]
+    assert c.ready_count(1, "q") == 2

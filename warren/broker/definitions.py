@@ -5,10 +5,15 @@ The export here has every field either of RabbitMQ's exporters writes (vhost met
 type, the exchanges' "internal"), so that the data dir keeps everything; the management API
 shapes it into RabbitMQ 3.10.8's GET /api/definitions (warren.mgmt.api.definitions)."""
 
+from __future__ import annotations
+
 import datetime
 import decimal
+import functools
 import gc
 import html
+import json
+from typing import TYPE_CHECKING
 
 from .. import __version__
 from ..amqp.codec import typed_float, typed_int
@@ -17,8 +22,14 @@ from .errors import AMQPError
 from .links import ConnectionLink, ExclusiveOwner
 from .exchanges import TYPES
 from .policy import Policy, PolicyError
-from .metadata import commands
-from . import limits, missing_exchange, parameters as runtime_parameters, queues
+from .federation_upstreams import UPSTREAM, UPSTREAM_SET
+from .metadata import change, commands
+from . import federation_upstreams, limits, missing_exchange, parameters as runtime_parameters, queues, shovel
+
+if TYPE_CHECKING:
+    from .node import Node
+
+_FEDERATION_KEYS = {UPSTREAM, UPSTREAM_SET}  # (the policy keys that start federation links)
 
 
 class DefinitionsError(ValueError):
@@ -47,7 +58,9 @@ def load(broker, data: dict, on_error=None, acting_user: str | None = None) -> d
     Without on_error the first bad definition raises DefinitionsError. With it, each bad
     definition is reported as on_error(kind, item, message) and skipped (recovery from the
     data dir: one bad entry must not keep the rest from coming back). Returns how many of
-    each kind were applied."""
+    each kind were applied.
+
+    A cluster member imports through its cluster's log instead (ClusterImport)."""
     if not isinstance(data, dict):
         raise DefinitionsError("definitions must be a JSON object")
     if on_error is None:  # an import (recovery restores what was there, over any limit)
@@ -66,42 +79,50 @@ def load(broker, data: dict, on_error=None, acting_user: str | None = None) -> d
 
 def _load(broker, data: dict, on_error, acting_user: str | None) -> dict:
     counts = {}
-    created: list[str] = []  # the vhosts this load creates
-
-    def load_vhost(broker, v):
-        if _load_vhost(broker, v):
-            created.append(v["name"])
-
-    for kind, apply in (("vhosts", load_vhost), ("users", _load_user), ("permissions", _load_permission),
-                        ("topic_permissions", _load_topic_permission), ("policies", _load_policy),
-                        ("parameters", _load_parameter),
-                        ("global_parameters", _load_global_parameter),
-                        ("exchanges", _load_exchange), ("queues", _load_queue), ("bindings", _load_binding)):
+    now = _Now(broker)
+    for kind, apply in _KINDS:
         items = data.get(kind) or []
         if not isinstance(items, list):
             _fail(on_error, kind, items, f"'{kind}' must be a list")
             items = []
         counts[kind] = 0
         for item in items:
-            try:
-                if not isinstance(item, dict):
-                    raise DefinitionsError(f"each of '{kind}' must be a JSON object")
-                apply(broker, item)
+            message = _item_error(now, kind, apply, item)
+            if message is None:
                 counts[kind] += 1
-            except KeyError as err:
-                _fail(on_error, kind, item, f"definition is missing the field {err}")
-            except AMQPError as err:
-                _fail(on_error, kind, item, err.text)
-            except PolicyError as err:
-                _fail(on_error, kind, item, " ".join(err.errors))
-            except (DefinitionsError, TypeError, ValueError) as err:
-                _fail(on_error, kind, item, str(err))
+            else:
+                _fail(on_error, kind, item, message)
         if kind == "permissions":
-            _grant_creator(broker, acting_user, created)
+            _grant_creator(now, broker, acting_user, now.created)
     return counts
 
 
-def _grant_creator(broker, acting_user: str | None, created: list) -> None:
+def _item_error(sink, kind: str, apply, item) -> str | None:
+    """Load one definition through `sink`: None, or why it is refused."""
+    try:
+        if not isinstance(item, dict):
+            raise DefinitionsError(f"each of '{kind}' must be a JSON object")
+        apply(sink, item)
+    except Exception as err:
+        return _refusal(err)
+    return None
+
+
+def _refusal(err: Exception) -> str:
+    """What a definition's failure says (RabbitMQ's texts); a failure that is no definition's
+    fault is raised again."""
+    if isinstance(err, KeyError):
+        return f"definition is missing the field {err}"
+    if isinstance(err, AMQPError):
+        return err.text
+    if isinstance(err, PolicyError):
+        return " ".join(err.errors)
+    if isinstance(err, (DefinitionsError, TypeError, ValueError)):
+        return str(err)
+    raise err
+
+
+def _grant_creator(sink, broker, acting_user: str | None, created: list) -> None:
     """RabbitMQ's put_vhost gives the acting user full permissions on a vhost it creates,
     before the import's own permissions apply: the same end state as granting them now where
     the import set none (and the export keeps the import's order)."""
@@ -109,7 +130,7 @@ def _grant_creator(broker, acting_user: str | None, created: list) -> None:
         return
     for name in created:
         if name in broker.vhosts and (acting_user, name) not in broker.permissions:
-            broker.metadata.apply(commands.SetPermissions(acting_user, name, ".*", ".*", ".*"))
+            sink.apply(commands.SetPermissions(acting_user, name, ".*", ".*", ".*"))
 
 
 def _fail(on_error, kind, item, message):
@@ -118,12 +139,211 @@ def _fail(on_error, kind, item, message):
     on_error(kind, item, message)
 
 
-def _load_vhost(broker, v) -> bool:
+class _Now:
+    """Where a load's commands go on a node alone (and in recovery): applied at once, so each
+    definition is checked against what the ones before it made."""
+
+    def __init__(self, broker: Node) -> None:
+        self.broker = broker
+        self.created: list[str] = []  # the vhosts this load created
+
+    def apply(self, command: commands.Command):
+        return self.broker.metadata.apply(command)
+
+    def run(self, operation):
+        return change.run(self, operation)
+
+    def has_vhost(self, name: str) -> bool:
+        return name in self.broker.vhosts
+
+    def has_exchange(self, vhost, name: str) -> bool:
+        return name in vhost.exchanges
+
+    def has_queue(self, vhost, name: str) -> bool:
+        return name in vhost.queues
+
+    def user_limits(self, name: str) -> dict:
+        return self.broker.users[name].limits
+
+    def home(self, q: dict) -> str | None:
+        return q.get("node")  # (a cluster member's journal: see _queue_json)
+
+
+class _Plan(_Now):
+    """Where a cluster member's import puts its commands: into one batch for the cluster's log
+    (ClusterImport), checked as _Now checks them, against the metadata as it is and what the
+    batch's commands before them will make (an import's definitions of one kind depend on
+    each other only through what they name: vhosts, users, exchanges, queues). Classic queues
+    get this node as their home, as RabbitMQ's import declares them on the importing node."""
+
+    def __init__(self, broker: Node) -> None:
+        super().__init__(broker)
+        self.commands: list[commands.Command] = []
+        self.vhosts: set[str] = set()
+        self.exchanges: set[tuple[str, str]] = set()
+        self.queues: set[tuple[str, str]] = set()
+        self.limits_after: dict[str, dict] = {}  # user -> limits, as the batch leaves them
+
+    def apply(self, command: commands.Command):
+        result = None
+        if isinstance(command, commands.PutVHost):
+            result = not self.has_vhost(command.name)
+            self.vhosts.add(command.name)
+        elif isinstance(command, commands.PutUser):  # (a user replaced keeps its limits)
+            name = command.user.name
+            old = self.user_limits(name) if name in self.limits_after or name in self.broker.users else {}
+            self.limits_after[name] = dict(command.user.limits) or old
+        elif isinstance(command, commands.SetUserLimits):
+            self.limits_after[command.user] = dict(command.limits)
+        elif isinstance(command, commands.DeclareExchange):
+            self.exchanges.add((command.vhost, command.name))
+        elif isinstance(command, commands.DeclareQueue):
+            # Checked here as the home checks it: the other nodes make a stand-in unchecked.
+            queues.checked_type(command.vhost, command.name, command.durable, False, command.auto_delete,
+                                command.arguments)
+            self.queues.add((command.vhost, command.name))
+        self.commands.append(command)
+        return result
+
+    def has_vhost(self, name: str) -> bool:
+        return name in self.vhosts or name in self.broker.vhosts
+
+    def has_exchange(self, vhost, name: str) -> bool:
+        return (vhost.name, name) in self.exchanges or name in vhost.exchanges
+
+    def has_queue(self, vhost, name: str) -> bool:
+        return (vhost.name, name) in self.queues or name in vhost.queues
+
+    def user_limits(self, name: str) -> dict:
+        return self.limits_after[name] if name in self.limits_after else self.broker.users[name].limits
+
+    def home(self, q: dict) -> str | None:
+        return self.broker.config.node_name
+
+
+# What a batch of an import holds at most: well within etcd's request limit (1.5 MiB).
+BATCH_ITEMS = 1000
+BATCH_BYTES = 256 * 1024
+
+
+class ClusterImport:
+    """An import into a cluster (through its member `broker`): what load does on a node alone,
+    with the same checks, errors and order, put in the cluster's log a batch at a time, each
+    batch one entry every node applies (commands.Batch). Like a node alone's import (and
+    RabbitMQ's), it is not atomic: what was imported before the first bad definition stays.
+
+    What a cluster cannot do yet (quorum queues, streams, shovels, federation) refuses the
+    whole import before anything is imported.
+
+        for step in ClusterImport(broker, data, user).steps():
+            await (the cluster's log carries out step())
+
+    A step is an operation (warren.broker.metadata.change): it plans its batch against the
+    metadata as it is when the log runs it, again if another change got in first."""
+
+    def __init__(self, broker: Node, data: dict, acting_user: str | None = None) -> None:
+        if not isinstance(data, dict):
+            raise DefinitionsError("definitions must be a JSON object")
+        refused = cluster_refusals(data)
+        if refused is not None:
+            raise DefinitionsError(refused)
+        _check_queue_limits(broker, data)
+        self.broker = broker
+        self.data = data
+        self.acting_user = acting_user
+        self.counts: dict[str, int] = {}
+        self.created: list[str] = []  # the vhosts the import created
+        self._done = 0  # of the current kind's items, those imported
+
+    def steps(self):
+        """The operations that import the definitions, one after the other; each is to be
+        carried out before the next is asked for."""
+        for kind, apply in _KINDS:
+            items = self.data.get(kind) or []
+            if not isinstance(items, list):
+                raise DefinitionsError(f"'{kind}' must be a list")
+            self.counts[kind] = self._done = 0
+            while self._done < len(items):
+                yield functools.partial(self._batch, kind, apply, items)
+            if kind == "permissions" and self.acting_user is not None:
+                yield self._grant
+
+    def _batch(self, kind: str, apply, items: list) -> change.Change[None]:
+        plan = _Plan(self.broker)
+        end, size, refused = self._done, 0, None
+        while end < len(items) and len(plan.commands) < BATCH_ITEMS and size < BATCH_BYTES:
+            item = items[end]
+            refused = _item_error(plan, kind, apply, item)
+            if refused is not None:
+                break
+            size += len(json.dumps(item, default=str))
+            end += 1
+        if plan.commands:
+            try:
+                yield commands.Batch(tuple(plan.commands))
+            except commands.BatchStopped as stopped:
+                raise DefinitionsError(_refusal(stopped.error)) from None
+        if refused is not None:
+            raise DefinitionsError(refused)
+        self.counts[kind] += end - self._done
+        self._done = end
+        self.created.extend(plan.created)
+
+    def _grant(self) -> change.Change[None]:
+        plan = _Plan(self.broker)
+        _grant_creator(plan, self.broker, self.acting_user, self.created)
+        if plan.commands:
+            yield commands.Batch(tuple(plan.commands))
+
+
+def cluster_refusals(data: dict) -> str | None:
+    """Why a cluster cannot import these definitions yet (every definition it cannot: quorum
+    queues and streams are not replicated yet, shovels and federation links would run on
+    every node), or None. The texts are the cluster's (warren.cluster.metadata_log)."""
+    found: dict[str, list[str]] = {}
+
+    def listed(kind: str) -> list:
+        items = data.get(kind)
+        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+    for q in listed("queues"):
+        arguments = q.get("arguments")
+        queue_type = arguments.get("x-queue-type") if isinstance(arguments, dict) else None
+        if queue_type in ("quorum", "stream"):
+            found.setdefault(f"{queue_type} queues", []).append(_named(q))
+    for p in listed("parameters"):
+        component = p.get("component")
+        if component == shovel.COMPONENT:
+            found.setdefault("shovels", []).append(_named(p))
+        elif component in federation_upstreams.COMPONENTS:
+            found.setdefault("federation", []).append(_named(p))
+        elif component == runtime_parameters.OPERATOR_POLICY and _federates(p.get("value"), "definition"):
+            found.setdefault("federation", []).append("operator policy " + _named(p))
+    for p in listed("policies"):
+        if _federates(p, "definition"):
+            found.setdefault("federation", []).append("policy " + _named(p))
+    if not found:
+        return None
+    return ("not supported on a Warren cluster yet, " + "; ".join(f"{what}: {', '.join(names)}"
+                                                               for what, names in found.items())
+            + ": nothing was imported")
+
+
+def _named(item: dict) -> str:
+    return f"'{item.get('name')}' in vhost '{item.get('vhost', '/')}'"
+
+
+def _federates(item, key: str) -> bool:
+    definition = item.get(key) if isinstance(item, dict) else None
+    return isinstance(definition, dict) and bool(_FEDERATION_KEYS & definition.keys())
+
+
+def _load_vhost(sink, v) -> None:
     """RabbitMQ's put_vhost: description and tags from the top-level keys, else from
     "metadata", else empty (an existing vhost listed without them loses its own);
     default_queue_type (in "metadata") only when the vhost is created. Warren's
     missing_exchange likewise (warren.broker.missing_exchange), but an existing vhost listed
-    without it keeps its own. Whether the vhost was created."""
+    without it keeps its own. The sink notes the vhosts created."""
     name = v["name"]
     if not isinstance(name, str):
         raise DefinitionsError("a vhost's name must be a string")
@@ -143,14 +363,14 @@ def _load_vhost(broker, v) -> bool:
             capture = missing_exchange.validate(capture)
         except missing_exchange.SettingError as err:
             raise DefinitionsError(f"{err} (vhost '{name}')") from None
-    if name not in broker.vhosts and default_queue_type is not None and default_queue_type not in queues.TYPES:
+    if not sink.has_vhost(name) and default_queue_type is not None and default_queue_type not in queues.TYPES:
         # (rabbit_queue_type:discover)
         raise DefinitionsError(f"invalid_queue_type '{default_queue_type}' for vhost '{name}'")
-    return broker.metadata.apply(commands.PutVHost(name, description, tags, capture,
-                                                   default_queue_type))
+    if sink.apply(commands.PutVHost(name, description, tags, capture, default_queue_type)):
+        sink.created.append(name)
 
 
-def _load_user(broker, u):
+def _load_user(sink, u):
     algorithm = u.get("hashing_algorithm", SHA256)
     if algorithm not in (SHA256, SHA512, MD5):
         raise DefinitionsError(f"unsupported hashing algorithm '{algorithm}' for user '{u['name']}'")
@@ -158,27 +378,27 @@ def _load_user(broker, u):
         user = User(u["name"], u["password_hash"], _tags(u.get("tags")), algorithm)
     else:
         user = User.with_password(u["name"], u.get("password", ""), _tags(u.get("tags")))
-    given = u.get("limits") or {}
-    limits.validate_user_limits(given)  # before the user changes: a bad import changes nothing
-    broker.metadata.apply(commands.PutUser(user))
-    limits.update_user_limits(broker, user, given)  # merged with the user's own, as RabbitMQ
+    given = limits.validate_user_limits(u.get("limits") or {})  # before the user changes
+    sink.apply(commands.PutUser(user))
+    if given:  # merged with the user's own, as RabbitMQ (limits.update_user_limits)
+        sink.apply(commands.SetUserLimits(user.name, {**sink.user_limits(user.name), **given}))
 
 
-def _load_permission(broker, p):
-    if p["vhost"] not in broker.vhosts:
+def _load_permission(sink, p):
+    if not sink.has_vhost(p["vhost"]):
         raise DefinitionsError(f"permission for unknown vhost '{p['vhost']}'")
-    broker.metadata.apply(commands.SetPermissions(p["user"], p["vhost"], p.get("configure", ""), p.get("write", ""),
-                                                  p.get("read", "")))
+    sink.apply(commands.SetPermissions(p["user"], p["vhost"], p.get("configure", ""), p.get("write", ""),
+                                       p.get("read", "")))
 
 
-def _load_topic_permission(broker, p):
+def _load_topic_permission(sink, p):
     user, vhost, exchange, write, read = p["user"], p["vhost"], p["exchange"], p["write"], p["read"]
-    if user not in broker.users:
+    if user not in sink.broker.users:
         raise DefinitionsError(f"topic permission for unknown user '{user}'")
-    if vhost not in broker.vhosts:
+    if not sink.has_vhost(vhost):
         raise DefinitionsError(f"topic permission for unknown vhost '{vhost}'")
     check_topic_permission(exchange, write, read)
-    broker.metadata.apply(commands.SetTopicPermissions(user, vhost, exchange, write, read))
+    sink.apply(commands.SetTopicPermissions(user, vhost, exchange, write, read))
 
 
 def check_topic_permission(exchange, write, read) -> None:
@@ -192,36 +412,36 @@ def check_topic_permission(exchange, write, read) -> None:
             raise DefinitionsError(f"invalid_regexp {pattern!r}: {problem}")
 
 
-def _load_policy(broker, p, operator=False):
+def _load_policy(sink, p, operator=False):
     """A policy, validated as the API's PUT validates it; refused with RabbitMQ's import text
     (its validation text, " (vhost/name)" added, HTML-escaped)."""
-    vhost = _vhost(broker, p)
+    vhost = _vhost(sink.broker, p)
     try:
         policy = Policy.validated(vhost.name, p["name"], p["pattern"], p["definition"], p.get("priority", 0),
                                   p.get("apply-to", "all"), operator)
     except PolicyError as err:
         raise DefinitionsError(html.escape(f"{err} ({vhost.name}/{p['name']})", quote=False)) from None
-    broker.metadata.apply(commands.SetPolicy(policy, operator))
+    sink.apply(commands.SetPolicy(policy, operator))
 
 
-def _load_parameter(broker, p):
+def _load_parameter(sink, p):
     """A runtime parameter, validated as the API's PUT validates it (a shovel's URIs without
     a user's permissions, as RabbitMQ's import): a component Warren does not have
     (federation-upstream: a plugin) fails the import, as in a RabbitMQ without that plugin,
     with its text (HTML-escaped, " (vhost/component/name)" added)."""
-    vhost = _vhost(broker, p)
+    vhost = _vhost(sink.broker, p)
     component, name = p["component"], p["name"]
     try:
-        runtime_parameters.set_parameter(broker, vhost, component, name, p["value"])
+        sink.run(runtime_parameters.set_parameter.change(sink.broker, vhost, component, name, p["value"]))
     except runtime_parameters.ParameterError as err:
         text = f"{err} ({vhost.name}/{component}/{name})"
         raise DefinitionsError(html.escape(text, quote=False)) from None
 
 
-def _load_global_parameter(broker, p):
+def _load_global_parameter(sink, p):
     """A global runtime parameter: any name and value (cluster_name names the broker)."""
     try:
-        runtime_parameters.set_global(broker, p["name"], p["value"])
+        sink.run(runtime_parameters.set_global.change(sink.broker, p["name"], p["value"]))
     except runtime_parameters.ParameterError as err:
         raise DefinitionsError(str(err)) from None
 
@@ -242,33 +462,40 @@ def _check_queue_limits(broker, data: dict) -> None:
         raise DefinitionsError(str(err)) from None
 
 
-def _load_exchange(broker, x):
+def _load_exchange(sink, x):
     # Like RabbitMQ's import, an exchange or queue that exists already is kept as it is.
-    vhost = _vhost(broker, x)
-    if x["name"] in vhost.exchanges:
+    vhost = _vhost(sink.broker, x)
+    if sink.has_exchange(vhost, x["name"]):
         return
     if x.get("type", "direct") not in TYPES:
         raise DefinitionsError(f"unknown exchange type '{x.get('type')}' for exchange '{x['name']}'")
-    broker.metadata.apply(commands.DeclareExchange(
+    sink.apply(commands.DeclareExchange(
         vhost.name, x["name"], x.get("type", "direct"), x.get("durable", True), x.get("auto_delete", False),
         x.get("internal", False), _arguments(x)))
 
 
-def _load_queue(broker, q):
-    vhost = _vhost(broker, q)
-    if q["name"] in vhost.queues:
+def _load_queue(sink, q):
+    vhost = _vhost(sink.broker, q)
+    if sink.has_queue(vhost, q["name"]):
         return
     owner = q.get("owner")  # (a cluster member's journal: see _queue_json)
     if isinstance(owner, list) and len(owner) == 5:
         owner = ExclusiveOwner(owner[0], owner[1], ConnectionLink(*owner[2:]))
-    broker.metadata.apply(commands.DeclareQueue(vhost.name, q["name"], q.get("durable", True), owner or None,
-                                                q.get("auto_delete", False), _arguments(q), q.get("node")))
+    sink.apply(commands.DeclareQueue(vhost.name, q["name"], q.get("durable", True), owner or None,
+                                     q.get("auto_delete", False), _arguments(q), sink.home(q)))
 
 
-def _load_binding(broker, b):
-    vhost = _vhost(broker, b)
-    broker.metadata.apply(commands.Bind(vhost.name, b["source"], b.get("destination_type", "queue"), b["destination"],
+def _load_binding(sink, b):
+    vhost = _vhost(sink.broker, b)
+    sink.apply(commands.Bind(vhost.name, b["source"], b.get("destination_type", "queue"), b["destination"],
                                         b.get("routing_key", ""), _arguments(b)))
+
+
+# The kinds of definitions, in the order a load applies them.
+_KINDS = (("vhosts", _load_vhost), ("users", _load_user), ("permissions", _load_permission),
+          ("topic_permissions", _load_topic_permission), ("policies", _load_policy),
+          ("parameters", _load_parameter), ("global_parameters", _load_global_parameter),
+          ("exchanges", _load_exchange), ("queues", _load_queue), ("bindings", _load_binding))
 
 
 def _arguments(item: dict) -> dict:
@@ -377,17 +604,19 @@ def topic_permission_json(key, p) -> dict:
     return {"user": key[0], "vhost": key[1], "exchange": key[2], "write": p.write, "read": p.read}
 
 
-def _is_kept_exchange(x, durable_only: bool) -> bool:
-    return not x.is_default and not x.name.startswith("amq.") and (x.durable or not durable_only)
+def _is_kept_exchange(x, durable_only: bool, member: bool = False) -> bool:
+    """A cluster member's journal keeps transient exchanges too (a restarted member goes on
+    from its tables: RabbitMQ's nodes keep them while any node runs)."""
+    return not x.is_default and not x.name.startswith("amq.") and (x.durable or not durable_only or member)
 
 
 def _is_kept_binding(vhost, x, b, durable_only: bool, member: bool = False) -> bool:
-    if x.is_default or (durable_only and not x.durable):
+    if x.is_default or (durable_only and not x.durable and not member):
         return False
     dest = b.destination
     if dest.kind == "queue":
         return _is_kept_queue(dest, durable_only, member) and vhost.queues.get(dest.name) is dest
-    return not durable_only or dest.durable
+    return not durable_only or dest.durable or member
 
 
 def export(broker, durable_only: bool = True) -> dict:
@@ -407,13 +636,13 @@ def export(broker, durable_only: bool = True) -> dict:
         parameters.extend(runtime_parameters.listed(broker, vhost=vhost))
         vhosts.append(_vhost_json(vhost))
         for x in vhost.exchanges.values():
-            if _is_kept_exchange(x, durable_only):
+            if _is_kept_exchange(x, durable_only, member):
                 exchanges.append(_exchange_json(vhost, x))
         for q in vhost.queues.values():
             if _is_kept_queue(q, durable_only, member):
                 queues.append(_queue_json(vhost, q, member))
         for x in vhost.exchanges.values():
-            if x.is_default or (durable_only and not x.durable):
+            if x.is_default or (durable_only and not x.durable and not member):
                 continue
             for b in x.bindings.values():
                 if _is_kept_binding(vhost, x, b, durable_only, member):
@@ -498,7 +727,7 @@ def changes(broker, marks: dict) -> list:
         elif kind == "exchange":
             v = vhosts.get(key[0])
             x = None if v is None else v.exchanges.get(key[1])
-            out.append(("put", "exchanges", _exchange_json(v, x)) if x is not None and _is_kept_exchange(x, True)
+            out.append(("put", "exchanges", _exchange_json(v, x)) if x is not None and _is_kept_exchange(x, True, member)
                        else ("delete", "exchanges", {"vhost": key[0], "name": key[1]}))
         elif kind == "queue":
             v = vhosts.get(key[0])

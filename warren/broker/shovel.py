@@ -802,7 +802,7 @@ class Shovel:
 
     def _tick(self) -> None:
         self._tick_timer = None
-        if self.pending and self.dest_end is None and self.broker.alarms:
+        if self.pending and self.dest_end is None and self.broker.alarms.blocking:
             # A resource alarm blocks publishers: this one too, until it clears.
             self.delivering = False
             if not self._waiting_alarm:
@@ -1002,7 +1002,7 @@ class Shovel:
         scheduler.call_later(NACK_BACKOFF, resume)
 
     def _alarms_changed(self) -> None:
-        if self.broker.alarms:
+        if self.broker.alarms.blocking:
             return
         self.broker.alarms.unsubscribe(self._alarms_changed)
         self._waiting_alarm = False

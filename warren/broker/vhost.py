@@ -95,7 +95,7 @@ class VHost:
         self.exchanges[name] = x
         if self.policies:
             apply_to_exchange(self, x)
-        if durable:
+        if durable or self._member:
             self._definitions_changed("exchange", (self.name, name))
         return x, True
 
@@ -108,11 +108,11 @@ class VHost:
         del self.exchanges[name]
         if self.broker is not None:
             self.broker.stats.retired.exchange_deleted(x)
-        if x.durable:
+        if x.durable or self._member:
             self._definitions_changed("exchange", (self.name, name))
         for binding in x.clear_bindings():
             self._forget(binding)
-            if x.durable and binding.destination.durable:
+            if x.durable and binding.destination.durable or self._member:
                 self._definitions_changed("binding", (self.name, name, binding.key), binding)
         # bindings where it is the destination
         for binding in self.bindings_to(x):
@@ -140,7 +140,8 @@ class VHost:
 
     @property
     def _member(self) -> bool:
-        """On a cluster member every queue is in the journal (warren.broker.definitions)."""
+        """On a cluster member every queue, exchange and binding is in the journal (its tables are
+        the cluster log's: warren.broker.definitions)."""
         return self.broker is not None and self.broker.metadata.log is not None
 
     def add_queue(self, q: "Queue") -> None:
@@ -224,7 +225,7 @@ class VHost:
             held[binding] = None
         else:
             self._bindings_to[destination] = {held: None, binding: None}
-        if source.durable and destination.durable:
+        if source.durable and destination.durable or self._member:
             self._definitions_changed("binding", (self.name, source.name, binding.key), binding)
 
     def unbind(self, source, destination, routing_key: str, arguments: dict) -> None:
@@ -236,7 +237,7 @@ class VHost:
         binding = source.remove_binding(key)
         if binding is not None:
             self._forget(binding)
-            if source.durable and binding.destination.durable:
+            if source.durable and binding.destination.durable or self._member:
                 self._definitions_changed("binding", (self.name, source.name, key), binding)
         if source.auto_delete and not source.bindings and self.exchanges.get(source.name) is source:
             self.delete_exchange(source.name)

@@ -1556,7 +1556,7 @@ def status(ctx, args):
     vhosts = ctx.api.get("/vhosts") or []
     name = node.get("name") or overview.get("node", "")
     totals = overview.get("object_totals", {})
-    alarms = [a for a, on in (("memory", node.get("mem_alarm")), ("disk", node.get("disk_free_alarm"))) if on]
+    alarms = _node_alarms(node)  # this node's own, as rabbitmqctl's
     watermark = _node_setting(ctx, name, "vm-memory-high-watermark") if name else None
     listeners = overview.get("listeners") or []
     uptime = int((node.get("uptime") or 0) / 1000)
@@ -1675,7 +1675,9 @@ def cluster_status(ctx, args):
     disk = sorted(n["name"] for n in nodes)
     running = sorted(n["name"] for n in nodes if n.get("running", True))
     versions = {n["name"]: _version(overview, n, n is here) for n in nodes if n["name"] in running}
-    alarms = [{"node": name, "resource": a, "type": "resource_limit"} for a in _node_alarms(here)]
+    # As rabbitmqctl asks each running node for its own alarms (status shows this node's only).
+    by_name = {n["name"]: n for n in nodes}
+    alarms = [{"node": n, "resource": a, "type": "resource_limit"} for n in running for a in _node_alarms(by_name[n])]
     listeners: dict[str, list[dict]] = {}
     for lst in overview.get("listeners") or []:
         node = lst.get("node", name)

@@ -210,9 +210,11 @@ def _cluster(broker: Broker, cluster: dict | None, listen: list[Listen], seed: l
                 "amqp": [[entry.host, entry.port] for entry in listen if entry.tls is None],
                 "dist": [advertised_host(dist_host, broker.config.node_name), dist_port]}
     etcd = Etcd(list(config.endpoints))
-    membership = Membership(config, etcd, identity, broker.config)
+    membership = Membership(config, etcd, identity, broker.config, broker.alarms)
     links = broker.node_links = NodeLinks(config, etcd, membership, broker, dist_host, dist_port)
-    return membership, links, MetadataLog(config, etcd, broker.metadata, seed)
+    metadata_log = MetadataLog(config, etcd, broker.metadata, seed)
+    metadata_log.replicated = links.replicated
+    return membership, links, metadata_log
 
 
 def _raise_open_files_limit() -> None:
@@ -282,18 +284,17 @@ def main(argv=None) -> int:
     except TLSError as err:
         print(f"warren: {err}", file=sys.stderr)
         return 2
-    if args.definitions and "cluster" in config:
-        print("warren: --definitions on a cluster member is not supported yet: its definitions are the cluster's",
-              file=sys.stderr)
-        return 2
+    boot_definitions = None  # (a cluster member's: imported through the cluster's log once it runs)
     if args.definitions:
         try:
             with open(args.definitions) as f:
-                counts = definitions.load(broker, json.load(f))
+                boot_definitions = json.load(f)
+            if "cluster" not in config:
+                counts = definitions.load(broker, boot_definitions)
+                log.info("imported definitions from %s: %s", args.definitions, _describe_counts(counts))
         except (OSError, ValueError) as err:
             print(f"warren: cannot load definitions {args.definitions}: {err}", file=sys.stderr)
             return 2
-        log.info("imported definitions from %s: %s", args.definitions, _describe_counts(counts))
     # The permanent id (Prometheus's rabbitmq_cluster_permanent_id), saved with the definitions;
     # a cluster's first member writes it to the cluster's log with the defaults.
     if "cluster" not in config:
@@ -335,6 +336,9 @@ def main(argv=None) -> int:
     if cluster is not None:
         membership = cluster[0]
         services.extend(cluster)
+        if args.definitions:
+            from ..cluster.boot_definitions import BootDefinitions
+            services.append(BootDefinitions(broker, args.definitions, boot_definitions))
     # The API over TCP (unless its port is 0) and, with a data dir, on warrenctl's control
     # socket there (even with the TCP port off: rabbitmqctl needs no management plugin).
     socket_path = control_socket(args.data_dir) if args.data_dir else None

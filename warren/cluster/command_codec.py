@@ -21,6 +21,7 @@ with "$", holding what defines it:
   {"$tuple": [...]}       a tuple (a list stays a list)
   {"$dict": {...}}        a dict that would read as a tag (one key, starting with "$")
   {"$keep": null}         commands.KEEP
+  {"$command": {...}}     a command inside another (a Batch's), as an entry is
   {"$user": ...}, {"$policy": ...}, {"$shovel": ...}, {"$owner": ...}, {"$link": ...}
                           a User, Policy, shovel Config, ExclusiveOwner or ConnectionLink by
                           the fields that define it, built again by its constructor (a policy
@@ -90,28 +91,36 @@ def encode(command: Command) -> bytes:
     name = cls.__name__
     if COMMANDS.get(name) is not cls:
         raise TypeError(f"not a metadata command: {command!r}")
-    entry = {"command": name, "fields": _fields_of(command, _COMMAND_FIELDS[cls][0], name)}
-    text = json.dumps(entry, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    text = json.dumps(_entry(command), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     return text.encode("utf-8", "surrogatepass")
+
+
+def _entry(command: Any) -> dict:
+    name = type(command).__name__
+    return {"command": name, "fields": _fields_of(command, _COMMAND_FIELDS[type(command)][0], name)}
 
 
 def decode(data: bytes) -> Command:
     """The command `data` encodes; CommandError (a ValueError) if it is not one."""
     try:
         entry = json.loads(bytes(data).decode("utf-8", "surrogatepass"), parse_constant=_no_constant)
-        if type(entry) is not dict or entry.keys() != {"command", "fields"}:
-            raise CommandError('a command is an object of "command" and "fields"')
-        name = entry["command"]
-        cls = COMMANDS.get(name) if type(name) is str else None
-        if cls is None:
-            raise CommandError(f"unknown command {name!r}")
-        return cls(**_fields_from(entry["fields"], *_COMMAND_FIELDS[cls], name))
+        return _command(entry)
     except RecursionError:
         raise CommandError("values nested too deep") from None
     except CommandError:
         raise
     except ValueError as err:  # malformed JSON or UTF-8
         raise CommandError(f"not a command: {err}") from None
+
+
+def _command(entry: Any) -> Any:
+    if type(entry) is not dict or entry.keys() != {"command", "fields"}:
+        raise CommandError('a command is an object of "command" and "fields"')
+    name = entry["command"]
+    cls = COMMANDS.get(name) if type(name) is str else None
+    if cls is None:
+        raise CommandError(f"unknown command {name!r}")
+    return cls(**_fields_from(entry["fields"], *_COMMAND_FIELDS[cls], name))
 
 
 def _no_constant(name: str):
@@ -290,6 +299,8 @@ def _encode(value: Any) -> Any:
         return {"$datetime": _iso(value)}
     if cls in _KINDS:
         return _encode_object(value)
+    if COMMANDS.get(cls.__name__) is cls:
+        return {"$command": _entry(value)}
     raise TypeError(f"a metadata command cannot hold {_shown(value)}")
 
 
@@ -410,5 +421,6 @@ _TAGS: dict[str, Callable[[Any], Any]] = {
     "$tuple": lambda p: tuple(_decode(v) for v in _container("$tuple", list, p)),
     "$dict": lambda p: {k: _decode(v) for k, v in _container("$dict", dict, p).items()},
     "$keep": _keep,
+    "$command": _command,
     **{kind.tag: _object_decoder(kind) for kind in _KINDS.values()},
 }

@@ -197,7 +197,7 @@ class Etcd:
             self._current = (n + 1) % len(self.endpoints)
             async with response:
                 try:
-                    async for line in response.content:
+                    async for line in _lines(response.content):
                         if not line.strip():
                             continue
                         message = json.loads(line)
@@ -215,3 +215,20 @@ class Etcd:
                     raise EtcdError(f"{url}: watch broke: {err.__class__.__name__} {err}") from err
             raise EtcdError(f"{url}: watch stream closed")
         raise Unavailable("no etcd endpoint answered: " + "; ".join(errors))
+
+
+async def _lines(content: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """A stream's lines, however long: a watch's message holds every event since its start
+    revision (a node catching up gets megabytes at once), past what aiohttp's own line
+    reading takes (512 KiB)."""
+    pending = bytearray()
+    async for chunk in content.iter_any():
+        searched = len(pending)
+        pending += chunk
+        end = pending.find(b"\n", searched)
+        while end >= 0:
+            yield bytes(pending[:end])
+            del pending[:end + 1]
+            end = pending.find(b"\n")
+    if pending:
+        yield bytes(pending)

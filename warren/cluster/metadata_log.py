@@ -8,7 +8,9 @@ the last change it applied, and writes the command it yields in a transaction gu
 revision: when another change got in first, the transaction fails, the node applies what it
 missed and runs the operation again, so every command was checked against the metadata it
 changes (etcd's revisions are the fencing tokens). The node that wrote a change answers its
-client once it has applied the change from the log, like every other node. A node cut from
+client once it has applied the change from the log, like every other node, and the other
+running members linked to it say they have too (at most a second: NodeLinks.replicated), so
+what a client changed through one node is there when it goes on through another. A node cut from
 etcd's majority writes nothing: its operations fail after TIMEOUT with a clear error.
 
 The revision a node's metadata includes is saved with its definitions (MetadataStore.revision),
@@ -27,8 +29,8 @@ from typing import Any, Callable
 
 from ..broker.errors import internal_error, not_implemented
 from ..broker.federation_upstreams import UPSTREAM, UPSTREAM_SET
-from ..broker.metadata.commands import (Command, DeclareQueue, DeleteQueue, SetFederationParameter, SetPolicy,
-                                        SetShovel)
+from ..broker.metadata.commands import (Batch, Command, DeclareQueue, DeleteQueue, SetFederationParameter,
+                                        SetPolicy, SetShovel)
 from ..broker.metadata import change
 from ..broker.metadata.change import Change, Done
 from ..broker.metadata.store import MetadataStore
@@ -74,6 +76,10 @@ class MetadataLog:
         self._ids = itertools.count(1)
         self._tasks: list[asyncio.Task] = []
         self._waits: set[asyncio.Task] = set()
+        # The other running members' confirmation that they applied a revision (NodeLinks):
+        # a change is answered once they have it too, so what a client changed through one
+        # node is there through every node (as RabbitMQ's metadata transactions are).
+        self.replicated: Callable[[int, Callable[[], None]], None] | None = None
 
     @property
     def revision(self) -> int:
@@ -210,6 +216,10 @@ class MetadataLog:
             except EtcdError as err:
                 log.warning("cluster %s: following the metadata log: %s", self.config.cluster_name, err)
                 await asyncio.sleep(RETRY)
+            except Exception:  # (never stop following: a node that stops applies nothing more)
+                log.exception("cluster %s: following the metadata log failed; following again",
+                              self.config.cluster_name)
+                await asyncio.sleep(RETRY)
 
     def _caught_up(self, head: int) -> None:
         if not self.caught_up.is_set():
@@ -258,14 +268,15 @@ class MetadataLog:
                 store.from_log = False
         store.applied(revision)
         if proposal is not None and proposal.change is not None:
-            self._resume(proposal, result, error)
+            self._resume(proposal, revision, result, error)
         elif error is not None:
             log.debug("cluster %s: log entry %d refused here too: %s", self.config.cluster_name, revision, error)
         advanced, self._advanced = self._advanced, asyncio.Event()
         advanced.set()
 
-    def _resume(self, proposal: _Proposal, result: Any, error: BaseException | None) -> None:
-        """The operation that wrote the change: what follows its command, then its answer."""
+    def _resume(self, proposal: _Proposal, revision: int, result: Any, error: BaseException | None) -> None:
+        """The operation that wrote the change: what follows its command, then its answer
+        (once the other running members have applied it too)."""
         assert proposal.change is not None
         try:
             if error is not None:
@@ -279,14 +290,19 @@ class MetadataLog:
         except Exception as err:
             result, error = None, err
         proposal.applied.set()
-        _finish(proposal, result, error)
+        if self.replicated is None:
+            _finish(proposal, result, error)
+        else:
+            self.replicated(revision, functools.partial(_finish, proposal, result, error))
 
 
 def _not_yet(store: MetadataStore, command: Command) -> str | None:
     """What a cluster cannot do yet (and says so, rather than do it on each node alone):
     quorum queues and streams, until they are replicated; shovels and federation, whose links
-    would run on every node."""
+    would run on every node. A batch is refused whole for the first of its commands refused."""
     what = None
+    if isinstance(command, Batch):
+        return next(filter(None, (_not_yet(store, each) for each in command.commands)), None)
     if isinstance(command, DeclareQueue) and command.name not in store.vhost(command.vhost).queues:
         queue_type = (command.arguments or {}).get("x-queue-type", "classic")
         if queue_type in ("quorum", "stream"):  # (another type is refused with the declare's 406)

@@ -46,6 +46,7 @@ RETRY = 0.5     # seconds between two dials of a member
 WINDOW = 256    # deliveries a consumer without a prefetch limit may have on their way
 STATS_INTERVAL = 1.0  # seconds between two reads of other nodes' queues' counts
 STARTUP_WAIT = 3.0  # seconds a starting node waits for its links to the running members
+APPLIED_WAIT = 1.0  # seconds a change's answer waits for the other members to apply it
 ASK_TIMEOUT = 1.0   # seconds a question to every member waits for their answers: a member
 #                     that has not answered by then is left out (as RabbitMQ's API leaves out
 #                     a node it cannot reach)
@@ -529,6 +530,35 @@ class NodeLinks:
                 if isinstance(queue, RemoteQueue) and queue.home == node and (queue.exclusive or not queue.durable):
                     log.info("%s goes with its node %s", queue.describe(), node)
                     self.broker.metadata.submit(DeleteQueue(vhost.name, queue.name))
+
+    def replicated(self, revision: int, then: Callable[[], None]) -> None:
+        """Call `then` once every member linked to this node has applied the metadata log up
+        to `revision` (MetadataLog.replicated), or after APPLIED_WAIT: a member that does not
+        answer (stopped, cut off) does not hold this node's clients longer, and once its lease
+        ran out (it is not running) it is not waited for at all."""
+        running = self.membership.running
+        peers = [peer for node, peer in self.peers.items() if peer.up and node in running]
+        if not peers:
+            then()
+            return
+        waiting = len(peers)
+        loop = asyncio.get_running_loop()
+
+        def answered(result: Any = None, error: BaseException | None = None) -> None:
+            nonlocal waiting
+            waiting -= 1
+            if waiting == 0:
+                timer.cancel()
+                then()
+
+        def late() -> None:
+            nonlocal waiting
+            if waiting > 0:
+                waiting = -1  # (answers after this are ignored)
+                then()
+        timer = loop.call_later(APPLIED_WAIT, late)
+        for peer in peers:
+            peer.request({"op": "applied", "revision": revision}, answered, lambda meta: None)
 
     def _refresh_stats(self) -> None:
         by_home: dict[str, list[RemoteQueue]] = {}

@@ -303,6 +303,15 @@ class HomeSession:
         log_.submit(lambda: ops.delete_queue.change(actor, meta["queue"], meta["if_unused"], meta["if_empty"]), done)
         return None
 
+    def _applied(self, meta: Meta, blobs: list[bytes]) -> None:
+        """Answered once this node has applied the metadata log up to the revision (the other
+        node answers its client's change then: NodeLinks.replicated)."""
+        rid, link, revision = meta["rid"], self.link, int(meta["revision"])
+        log_ = self.broker.metadata.log
+        if log_ is None:
+            raise internal_error("this node is not a cluster member")
+        log_.when_applied(revision, lambda: link.send({"op": "reply", "rid": rid}))
+
     # what the other node asks of this node's connections ------------------------------------
     def _usage(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
         """This node's counts for the limits of a connection or channel opening there."""
@@ -367,7 +376,7 @@ _HANDLERS = {
     "publish": HomeSession._publish, "consume": HomeSession._consume, "credit": HomeSession._credit,
     "cancel": HomeSession._cancel, "settle": HomeSession._settle, "give_back": HomeSession._give_back,
     "get": HomeSession._get, "counts": HomeSession._counts, "purge": HomeSession._purge,
-    "delete": HomeSession._delete, "stats": HomeSession._stats,
+    "delete": HomeSession._delete, "stats": HomeSession._stats, "applied": HomeSession._applied,
     # (the management API's listings and closes, and the limits' counts)
     "usage": HomeSession._usage, "records": HomeSession._records, "close": HomeSession._close,
 }

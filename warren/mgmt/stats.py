@@ -34,8 +34,10 @@ dicts to merge into an object's JSON):
   a closing channel adds its counters to broker.stats.message_totals).
 - `node_name(broker) -> str`: the node name every object's "node" field shows
   (broker.config.node_name).
-- `alarms(broker) -> list[str]`: the resource alarms in effect ("memory", "disk"), from
-  broker.alarms (raised and cleared by the server's memory and disk monitors).
+- `alarms(broker) -> list[str]`: the node's own resource alarms in effect ("memory", "disk"),
+  from broker.alarms (raised and cleared by the server's memory and disk monitors).
+- `cluster_alarms(broker) -> list[(node, resource)]`: every running node's, this one's included
+  (another cluster member's come from its running record: warren.cluster.membership).
 
 Connections and channels are read through the broker's handles of them (Broker.connections,
 warren.broker.records): their counters() for the sampling, info() records for the rest; the
@@ -76,6 +78,10 @@ def node_name(broker) -> str:
 
 def alarms(broker) -> list:
     return sorted(broker.alarms)
+
+
+def cluster_alarms(broker) -> list[tuple[str, str]]:
+    return broker.alarms.by_node(node_name(broker))
 
 
 def interval() -> float:

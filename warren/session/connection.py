@@ -154,7 +154,7 @@ class Connection:
         self.flush_scheduled = False
         self.throttle = Throttle(transport, self._resume_delivering)
         # The resource alarms (warren.broker.alarms), as RabbitMQ's reader sees them: while any
-        # is on the connection is `blocking`; once it publishes it is `blocked` (input stops
+        # is on, on any node of the cluster, the connection is `blocking`; once it publishes it is `blocked` (input stops
         # where the publish is, Reason.BLOCKED) until every alarm has cleared. `alarmed` is the
         # one attribute the publish path tests.
         self.alarmed = False
@@ -649,7 +649,7 @@ class Connection:
         self.broker.stats.node_counters["connections_opened"] += 1
         alarms = self.broker.alarms
         alarms.subscribe(self._alarms_changed)
-        self.alarmed = bool(alarms)
+        self.alarmed = alarms.blocking
         persister = self.broker.persister
         if persister is not None:
             persister.subscribe_flow(self._store_flow_changed)
@@ -677,7 +677,7 @@ class Connection:
     # ------------------------------------------------------- resource alarms
     def _alarms_changed(self) -> None:
         """The broker's alarms changed (called by Alarms.set, for open connections)."""
-        self.alarmed = bool(self.broker.alarms)
+        self.alarmed = self.broker.alarms.blocking
         # A second alarm, or one of two clearing, changes nothing for a blocked connection
         # (no second connection.blocked); the last one clearing lets it go, from the loop.
         if self.blocked and not self.alarmed:

@@ -252,7 +252,27 @@ class ClearGlobalParameter:
     name: str
 
 
+# ---------------------------------------------------------------- several at once
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Several commands carried out in order as one change (on a cluster, one entry of its
+    log: a definitions import's items, a batch at a time). The first that fails stops the
+    batch with BatchStopped; those before it stay done, on every node alike. Returns the
+    list of what each returned."""
+
+    commands: tuple[Command, ...]
+
+
+class BatchStopped(Exception):
+    """A batch's command `index` failed with `error` (the commands before it were done)."""
+
+    def __init__(self, index: int, error: Exception):
+        super().__init__(f"command {index} of the batch failed: {error}")
+        self.index = index
+        self.error = error
+
+
 Command = (PutVHost | DeleteVHost | PutUser | DeleteUser | SetUserLimits | SetPermissions | ClearPermissions
            | SetTopicPermissions | ClearTopicPermissions | DeclareExchange | DeleteExchange | DeclareQueue
            | DeleteQueue | Bind | Unbind | SetPolicy | ClearPolicy | SetVHostLimits | SetShovel | ClearShovel
-           | SetFederationParameter | ClearFederationParameter | SetGlobalParameter | ClearGlobalParameter)
+           | SetFederationParameter | ClearFederationParameter | SetGlobalParameter | ClearGlobalParameter | Batch)

@@ -22,6 +22,7 @@ from ..auth import Permission, TopicPermission, User
 from ..definitions import changes, export
 from ..errors import internal_error, not_found
 from ..policy import apply_all
+from ..queues import checked_type
 from ..vhost import VHost
 from .. import federation, shovel
 from . import change, commands as c
@@ -225,6 +226,8 @@ class MetadataStore:
         if cmd.node not in (None, self.broker.config.node_name) and cmd.name not in vhost.queues:
             if self.stand_in is None:
                 raise internal_error(f"queue '{cmd.name}' lives on node '{cmd.node}': this node is not in a cluster")
+            # (Checked as its home checks it: a queue its home refuses is made nowhere.)
+            checked_type(vhost.name, cmd.name, cmd.durable, cmd.owner is not None, cmd.auto_delete, cmd.arguments)
             q = self.stand_in(vhost, cmd)
             vhost.add_queue(q)
             return q, True
@@ -331,6 +334,17 @@ class MetadataStore:
         self.record("global_parameter", cmd.name)
         return True
 
+    def _batch(self, cmd: c.Batch) -> list:
+        """Each command in order, each as apply() carries it out (federation's links
+        reconciled after each); the first failure stops the batch, what it did stays."""
+        results = []
+        for index, command in enumerate(cmd.commands):
+            try:
+                results.append(self.apply(command))
+            except Exception as err:
+                raise c.BatchStopped(index, err) from err
+        return results
+
     # ------------------------------------------------------------------ the journal
     def record(self, kind: str | None = None, key=None, binding=None) -> None:
         """A command changed something that survives a restart (no I/O here): the object `key`
@@ -418,6 +432,7 @@ _HANDLERS: dict[type, Callable[[MetadataStore, Any], Any]] = {
     c.SetFederationParameter: MetadataStore._set_federation,
     c.ClearFederationParameter: MetadataStore._clear_federation,
     c.SetGlobalParameter: MetadataStore._set_global, c.ClearGlobalParameter: MetadataStore._clear_global,
+    c.Batch: MetadataStore._batch,
 }
 # The commands that may start, stop or change federation links (or their bindings).
 _FEDERATION_INPUTS = frozenset({c.SetPolicy, c.ClearPolicy, c.DeclareExchange, c.DeleteExchange, c.DeclareQueue,

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from ... import __version__
 from ...broker import definitions, missing_exchange
-from .. import body
+from .. import body, changes
 from ..access import ADMIN, access
 from ..app import ApiError, bad_request, json_response, trusted
 from ..resources import check_nesting, flush, parse_json
@@ -116,16 +116,17 @@ async def _read_definitions(request) -> dict:
     return data
 
 
-def _import(request, data: dict) -> None:
+async def _import(request, data: dict) -> None:
     broker = request.app["broker"]
-    if broker.metadata.log is not None:
-        raise ApiError(400, "bad_request", "importing definitions into a Warren cluster is not supported yet: "
-                                           "make them through the API or AMQP, one change at a time")
     # As RabbitMQ, a vhost the import creates gives the importing user full permissions on it
     # (not the control socket: rabbitmqctl's import grants nothing).
     acting_user = None if trusted(request) else request["user"].name
     try:
-        definitions.load(broker, data, acting_user=acting_user)
+        if broker.metadata.log is None:
+            definitions.load(broker, data, acting_user=acting_user)
+        else:  # through the cluster's log, a batch of definitions at a time
+            for step in definitions.ClusterImport(broker, data, acting_user).steps():
+                await changes.perform(request, step)
     except definitions.DefinitionsError as err:
         raise ApiError(400, "bad_request", str(err)) from None
     finally:
@@ -135,7 +136,7 @@ def _import(request, data: dict) -> None:
 @routes.post("/api/definitions")
 @access(ADMIN)
 async def post_definitions(request):
-    _import(request, await _read_definitions(request))
+    await _import(request, await _read_definitions(request))
     return web.Response(status=204)
 
 
@@ -154,5 +155,5 @@ async def post_vhost_definitions(request):
             scoped[kind] = [{**item, "vhost": name} if isinstance(item, dict) else item for item in items]
         else:
             scoped[kind] = items
-    _import(request, scoped)
+    await _import(request, scoped)
     return web.Response(status=204)

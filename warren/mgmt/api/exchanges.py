@@ -185,16 +185,16 @@ def publish(request, vhost, name: str, routing_key: str, properties: dict, body:
 
 
 async def _alarms_cleared(broker) -> None:
-    """Return once no resource alarm is on. An HTTP publish is held during an alarm as a
+    """Return once no resource alarm is on (on any node of the cluster). An HTTP publish is held during an alarm as a
     blocked AMQP publisher's is (RabbitMQ 3.10's API publishes through it; Warren's alarms
     bound memory and disk for every way in)."""
     alarms = broker.alarms
-    if not alarms:
+    if not alarms.blocking:
         return
     cleared = asyncio.get_running_loop().create_future()
 
     def changed() -> None:
-        if not alarms and not cleared.done():
+        if not alarms.blocking and not cleared.done():
             cleared.set_result(None)
 
     alarms.subscribe(changed)

@@ -36,32 +36,40 @@ def _failed(data: dict) -> web.Response:
     return json_response(dict({"status": "failed"}, **data), status=503)
 
 
-def _alarms_check(request, where: str) -> web.Response:
-    broker = request.app["broker"]
-    in_alarm = stats.alarms(broker)
+# The resources as rabbit_alarm:format_as_map names them in the health checks.
+_RESOURCE_NAMES = {"memory": "memory", "disk": "disk space"}
+
+
+def _alarms_check(in_alarm: list[tuple[str, str]], where: str) -> web.Response:
     if not in_alarm:
         return json_response(OK)
-    node = stats.node_name(broker)
-    return _failed({"alarms": [{"node": node, "resource": r} for r in in_alarm],
+    return _failed({"alarms": [{"node": node, "resource": _RESOURCE_NAMES.get(r, r)} for node, r in in_alarm],
                     "reason": f"There are alarms in effect {where}"})
+
+
+def _cluster_check(request) -> web.Response:
+    """Every running node's alarms (the cluster's other members' from their running records)."""
+    return _alarms_check(stats.cluster_alarms(request.app["broker"]), "in the cluster")
 
 
 @routes.get("/api/health/checks/alarms")
 @access(ANY)
 async def alarms(request):
-    return _alarms_check(request, "in the cluster")
+    return _cluster_check(request)
 
 
 @routes.get("/api/healthchecks/alarms")
 @access(ANY)
 async def alarms_alias(request):
-    return _alarms_check(request, "in the cluster")
+    return _cluster_check(request)
 
 
 @routes.get("/api/health/checks/local-alarms")
 @access(ANY)
 async def local_alarms(request):
-    return _alarms_check(request, "on the node")
+    broker = request.app["broker"]
+    node = stats.node_name(broker)
+    return _alarms_check([(node, r) for r in stats.alarms(broker)], "on the node")
 
 
 def _node_check(request) -> web.Response:

@@ -70,11 +70,15 @@ def applications(warren: str | None, python: str | None) -> list[dict]:
 
 def member_info(name: str, running: dict | None) -> dict:
     """Another member of the cluster: RabbitMQ's four keys of a node that does not run, and
-    what its running record says while it runs (RabbitMQ shows a running node's statistics
-    once its first sample is in; another Warren node's are not here yet)."""
+    what its running record says while it runs, its own resource alarms among it (RabbitMQ
+    shows a running node's statistics once its first sample is in; another Warren node's
+    others are not here yet)."""
     info: dict = {"cluster_links": [], "name": name, "running": running is not None, "type": "disc"}
     if running is not None:
+        alarms = running.get("alarms")
+        alarms = alarms if isinstance(alarms, list) else []
         info.update({"applications": applications(running.get("warren_version"), running.get("python_version")),
+                     "disk_free_alarm": "disk" in alarms, "mem_alarm": "memory" in alarms,
                      "os_pid": running.get("os_pid"), "processors": running.get("processors"),
                      "uptime": max(0, int(time.time() * 1000) - int(running.get("started", 0)))})
     return info
