@@ -12,7 +12,7 @@ import platform
 import struct
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from .. import __version__
 from ..amqp import spec
@@ -618,7 +618,7 @@ class Connection:
             raise HoldInput
         self._open_vhost(name, user)
 
-    def _counted(self, then) -> None:
+    def _counted(self, then: Callable[[], None]) -> None:
         """The other members answered (or the time to wait for them ran out): go on with the
         connection.open or channel.open that waited for their counts, then with the input
         that waited behind it."""
