@@ -133,6 +133,8 @@ def test_a_change_answered_through_one_node_is_on_every_node(make_node, etcd):
             wait_for(lambda: nodes(node) == {n.name: True for n in (a, b, c)}, what="three running")
         wait_for(lambda: all(requests.get(n.api + "/overview", auth=AUTH, timeout=30).ok for n in (a, b, c)),
                  what="three serving")
+        linked(a, b)
+        linked(a, c)
         writer = pika.BlockingConnection(a.pika_params())
         readers = [pika.BlockingConnection(node.pika_params()) for node in (b, c)]
         try:
@@ -151,10 +153,30 @@ def test_a_change_answered_through_one_node_is_on_every_node(make_node, etcd):
         slow.stop()
 
 
+def linked(node, other) -> None:
+    """Wait until `node` has its node link to `other` up (a queue of other's answers through it)."""
+    connection = pika.BlockingConnection(other.pika_params())
+    connection.channel().queue_declare(f"probe-{other.name}", auto_delete=False)
+    connection.close()
+
+    def answers() -> bool:
+        probe = pika.BlockingConnection(node.pika_params())
+        try:
+            probe.channel().queue_declare(f"probe-{other.name}", passive=True)
+            return True
+        except pika.exceptions.ChannelClosedByBroker:
+            return False
+        finally:
+            if probe.is_open:
+                probe.close()
+    wait_for(answers, timeout=10, what=f"{node.name}'s link to {other.name}")
+
+
 def test_a_stopped_member_holds_a_change_a_second_at_most(three):
     """A member that does not answer (SIGSTOP) holds a change's answer for at most a second,
     and not at all once its lease has run out (it is then not running)."""
     a, b, c = three
+    linked(a, c)
     connection = pika.BlockingConnection(a.pika_params())
     channel = connection.channel()
     try:
