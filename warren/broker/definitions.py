@@ -22,14 +22,12 @@ from .errors import AMQPError
 from .links import ConnectionLink, ExclusiveOwner
 from .exchanges import TYPES
 from .policy import Policy, PolicyError
-from .federation_upstreams import UPSTREAM, UPSTREAM_SET
 from .metadata import change, commands
 from . import federation_upstreams, limits, missing_exchange, parameters as runtime_parameters, queues, shovel
 
 if TYPE_CHECKING:
     from .node import Node
 
-_FEDERATION_KEYS = {UPSTREAM, UPSTREAM_SET}  # (the policy keys that start federation links)
 
 
 class DefinitionsError(ValueError):
@@ -198,7 +196,7 @@ class _Plan(_Now):
         elif isinstance(command, commands.DeclareExchange):
             self.exchanges.add((command.vhost, command.name))
         elif isinstance(command, commands.DeclareQueue):
-            # Checked here as the home checks it: the other nodes make a stand-in unchecked.
+            # Checked before the batch is written (every node checks it again as it applies it).
             queues.checked_type(command.vhost, command.name, command.durable, False, command.auto_delete,
                                 command.arguments)
             self.queues.add((command.vhost, command.name))
@@ -335,7 +333,7 @@ def _named(item: dict) -> str:
 
 def _federates(item, key: str) -> bool:
     definition = item.get(key) if isinstance(item, dict) else None
-    return isinstance(definition, dict) and bool(_FEDERATION_KEYS & definition.keys())
+    return isinstance(definition, dict) and bool(federation_upstreams.POLICY_KEYS & definition.keys())
 
 
 def _load_vhost(sink, v) -> None:

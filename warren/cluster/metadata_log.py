@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..broker.errors import internal_error, not_implemented
-from ..broker.federation_upstreams import UPSTREAM, UPSTREAM_SET
+from ..broker.federation_upstreams import POLICY_KEYS as FEDERATION_KEYS
 from ..broker.metadata.commands import (Batch, Command, DeclareQueue, DeleteQueue, SetFederationParameter,
                                         SetPolicy, SetShovel)
 from ..broker.metadata import change
@@ -43,7 +43,6 @@ log = logging.getLogger("warren.cluster")
 
 TIMEOUT = 15.0   # seconds an operation may wait for etcd before it fails
 RETRY = 0.5      # seconds between two attempts to reach etcd
-FEDERATION_KEYS = {UPSTREAM, UPSTREAM_SET}  # (the policy keys that start federation links)
 
 
 @dataclass

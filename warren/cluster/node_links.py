@@ -536,29 +536,9 @@ class NodeLinks:
         to `revision` (MetadataLog.replicated), or after APPLIED_WAIT: a member that does not
         answer (stopped, cut off) does not hold this node's clients longer, and once its lease
         ran out (it is not running) it is not waited for at all."""
-        running = self.membership.running
-        peers = [peer for node, peer in self.peers.items() if peer.up and node in running]
-        if not peers:
+        if not self.ask_members({"op": "applied", "revision": revision}, lambda meta, blobs: None,
+                                lambda answers: then(), APPLIED_WAIT):
             then()
-            return
-        waiting = len(peers)
-        loop = asyncio.get_running_loop()
-
-        def answered(result: Any = None, error: BaseException | None = None) -> None:
-            nonlocal waiting
-            waiting -= 1
-            if waiting == 0:
-                timer.cancel()
-                then()
-
-        def late() -> None:
-            nonlocal waiting
-            if waiting > 0:
-                waiting = -1  # (answers after this are ignored)
-                then()
-        timer = loop.call_later(APPLIED_WAIT, late)
-        for peer in peers:
-            peer.request({"op": "applied", "revision": revision}, answered, lambda meta: None)
 
     def _refresh_stats(self) -> None:
         by_home: dict[str, list[RemoteQueue]] = {}
