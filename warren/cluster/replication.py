@@ -1,0 +1,289 @@
+"""A replicated log's bookkeeping (sans-IO): which offsets a replicated queue's leader may
+call committed, what a follower keeps, refuses and truncates. Quorum queues and streams on a
+cluster both replicate this way; the entries' content, their storage, the node links that
+carry them and the etcd transactions that change a queue's leader or in-sync set are the
+callers' (this module does no I/O and keeps no entries, only offsets and epochs).
+
+The rules (Kafka's replication with leader epochs, plus a majority as RabbitMQ's quorum
+queues need it; the issue's design):
+
+- A queue's record in etcd names its members, its leader, the leader's *epoch* and its
+  in-sync set (ISR). Only a transaction guarded by the record's revision changes it, so etcd
+  orders every change (the revision is the fencing token).
+- The leader writes each entry with its epoch at the next offset and ships it to the
+  followers over one ordered link each. An entry is *committed* when a majority of the members
+  (the leader counted) and every member of the ISR hold it on disk. A publish is confirmed once
+  its entry is committed.
+- The ISR only shrinks through a transaction by the leader (a follower that lagged too long),
+  and the leader stops waiting for that follower only once the transaction succeeded; it
+  grows (a follower caught up) with the leader waiting for the follower *before* the
+  transaction is sent. So the leader's ISR always holds etcd's, and every member etcd lists as
+  in sync holds every committed entry.
+- A new leader is chosen from the ISR (the record's transaction again), so it holds every
+  committed entry; it starts a new epoch at its log's end. A follower that knows a newer epoch
+  refuses an older leader's entries, and the new leader is in the old one's ISR: an old leader
+  (stopped, cut off) can commit nothing once its successor is elected.
+- A follower that (re)joins gets the leader's *epoch history* (where each epoch begins in its
+  log) and cuts its own log where the two first differ: one leader per epoch writes each
+  offset once, so two entries of one epoch at one offset are the same entry, and what the
+  leader does not have was never committed. (Comparing whole histories, not one epoch's end,
+  also finds a divergence under an older epoch: Kafka's KIP-279.)
+- A follower's progress counts for a leader only from its handshake with that leader: what it
+  acknowledged to an earlier leader is not trusted.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Iterable
+
+
+class ReplicationError(Exception):
+    """A message that breaks the protocol: the link it came on must be reset."""
+
+
+@dataclass
+class EpochHistory:
+    """Where each epoch begins in one replica's log, oldest first: [(epoch, first offset)]
+    (Kafka's leader-epoch cache). An epoch with no entry has no place here."""
+
+    starts: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def last_epoch(self) -> int:
+        return self.starts[-1][0] if self.starts else 0
+
+    def epoch_at(self, offset: int) -> int:
+        """The epoch of the entry at `offset` (which must be in the log)."""
+        i = bisect.bisect_right([start for _, start in self.starts], offset) - 1
+        if i < 0:
+            raise ValueError(f"offset {offset} is before the history")
+        return self.starts[i][0]
+
+    def appended(self, epoch: int, offset: int) -> None:
+        """Entries of `epoch` are written from `offset` on."""
+        if self.starts and self.starts[-1][0] == epoch:
+            return
+        if self.starts and (epoch < self.starts[-1][0] or offset < self.starts[-1][1]):
+            raise ReplicationError(f"epoch {epoch} at {offset} after {self.starts[-1]}")
+        self.starts.append((epoch, offset))
+
+    def truncate(self, offset: int) -> None:
+        """The log now ends at `offset`: epochs that began there or later are gone."""
+        while self.starts and self.starts[-1][1] >= offset:
+            self.starts.pop()
+
+
+def common_prefix(a: EpochHistory, a_end: int, b: EpochHistory, b_end: int) -> int:
+    """How many entries two logs have in common from their start: up to the first offset where
+    their epochs differ (or the shorter log's end)."""
+    limit = min(a_end, b_end)
+    points = sorted({start for _, start in a.starts} | {start for _, start in b.starts} | {0})
+    for point in points:
+        if point >= limit:
+            break
+        if a.epoch_at(point) != b.epoch_at(point):
+            return point
+    return limit
+
+
+@dataclass
+class Follower:
+    """A follower's side. `log_end` is where its next entry goes, `durable` how many entries
+    from the start are on its disk; `epoch` is the newest epoch it knows of (from a leader or
+    from the queue's record in etcd): a leader of an older one is refused."""
+
+    history: EpochHistory
+    log_end: int = 0
+    durable: int = 0
+    epoch: int = 0
+    leader_epoch: int | None = None  # the epoch of the leader it synchronised with, if any
+
+    def knows(self, epoch: int) -> None:
+        """etcd's record says `epoch` exists (a new leader): an older leader is refused from now."""
+        if epoch > self.epoch:
+            self.epoch = epoch
+            if self.leader_epoch is not None and self.leader_epoch < epoch:
+                self.leader_epoch = None
+
+    def synchronise(self, epoch: int, leader_starts: list[tuple[int, int]], leader_end: int) -> int | None:
+        """The leader of `epoch` sent its history and log end on linking: the offset where this
+        log is cut (the caller truncates its storage there, then tells the leader the cut and
+        `durable`). None: an older leader, refused."""
+        if epoch < self.epoch:
+            return None
+        cut = common_prefix(self.history, self.log_end, EpochHistory(list(leader_starts)), leader_end)
+        self.epoch = epoch
+        self.leader_epoch = epoch
+        self.log_end = cut
+        self.durable = min(self.durable, cut)
+        self.history.truncate(cut)
+        return cut
+
+    def accept(self, epoch: int, first: int, epochs: Iterable[int]) -> bool:
+        """Entries from the leader of `epoch` starting at offset `first`, of these epochs (an
+        entry keeps the epoch it was first written in). False: refused (a newer epoch is known
+        or this follower has not synchronised with that leader): the caller answers so and the
+        leader stops. Raises on a gap (the link lost something: resynchronise)."""
+        if epoch < self.epoch or self.leader_epoch != epoch:
+            return False
+        if first != self.log_end:
+            raise ReplicationError(f"entries from {first}, the log ends at {self.log_end}")
+        offset = first
+        for entry_epoch in epochs:
+            if entry_epoch > epoch:
+                raise ReplicationError(f"an entry of epoch {entry_epoch} from the leader of {epoch}")
+            self.history.appended(entry_epoch, offset)
+            offset += 1
+        self.log_end = offset
+        return True
+
+    def synced(self, durable: int) -> int:
+        """Its disk holds `durable` entries (a group commit finished): the acknowledgement."""
+        self.durable = max(self.durable, min(durable, self.log_end))
+        return self.durable
+
+    def lost_unsynced(self) -> None:
+        """It crashed: what was not on disk is gone, and so is its link to a leader."""
+        self.log_end = self.durable
+        self.history.truncate(self.durable)
+        self.leader_epoch = None
+
+
+@dataclass
+class Progress:
+    """A leader's view of one follower, since their handshake."""
+
+    durable: int = 0      # entries it acknowledged on disk
+    sent: int = 0         # entries shipped to it (the next one to send)
+    caught_up_at: float = 0.0  # the last time its acknowledgements reached the leader's log end
+
+
+class Leader:
+    """A leader's side for one queue: its members and ISR as etcd has them (see the module's
+    rules for when they change), its epoch, and each synchronised follower's progress."""
+
+    def __init__(self, node: str, members: Iterable[str], isr: Iterable[str], epoch: int,
+                 history: EpochHistory, log_end: int, durable: int, now: float = 0.0):
+        self.node = node
+        self.members = set(members)
+        self.isr = set(isr)  # always holds etcd's ISR (the module's rules)
+        if node not in self.members or node not in self.isr:
+            raise ValueError(f"{node} leads a queue whose members or ISR do not include it")
+        self.epoch = epoch
+        self.history = history
+        self.log_end = log_end
+        self.durable = durable
+        self.committed = 0
+        self.followers: dict[str, Progress] = {}
+        self.started = now  # (a follower never linked counts as caught up at the start)
+        # Nothing is known committed until this epoch's majority and ISR hold it: entries of
+        # earlier epochs are committed again under this one's rules.
+
+    # ------------------------------------------------------------------ followers
+    def welcome(self, node: str) -> tuple[int, list[tuple[int, int]], int]:
+        """A follower links: what it synchronises with (Follower.synchronise)."""
+        if node not in self.members or node == self.node:
+            raise ReplicationError(f"{node} is not a follower of this queue")
+        self.followers.pop(node, None)
+        return self.epoch, list(self.history.starts), self.log_end
+
+    def ready(self, node: str, cut: int, durable: int, now: float) -> bool:
+        """The follower cut its log at `cut` and holds `durable` entries on disk: entries are
+        shipped to it from the cut. True: the committed offset moved."""
+        if node not in self.members or node == self.node or cut > self.log_end or durable > cut:
+            raise ReplicationError(f"{node} is ready at {cut} ({durable} on disk), the log ends at {self.log_end}")
+        self.followers[node] = Progress(durable=durable, sent=cut, caught_up_at=now)
+        return self._advance()
+
+    def unlinked(self, node: str) -> None:
+        """Its link ended: its progress is forgotten until the next handshake."""
+        self.followers.pop(node, None)
+
+    def to_send(self, node: str) -> tuple[int, int] | None:
+        """The entries to ship to `node` now, [first, end), marked as shipped."""
+        progress = self.followers.get(node)
+        if progress is None or progress.sent >= self.log_end:
+            return None
+        first, progress.sent = progress.sent, self.log_end
+        return first, self.log_end
+
+    def acknowledged(self, node: str, durable: int, now: float) -> bool:
+        """`node` holds `durable` entries on disk. True: the committed offset moved."""
+        progress = self.followers.get(node)
+        if progress is None:
+            return False
+        if durable > progress.sent:
+            raise ReplicationError(f"{node} acknowledged {durable} entries, {progress.sent} were sent")
+        progress.durable = max(progress.durable, durable)
+        if progress.durable >= self.log_end:
+            progress.caught_up_at = now
+        return self._advance()
+
+    # ------------------------------------------------------------------ own log
+    def append(self, count: int = 1) -> int:
+        """`count` entries of this epoch are written at the log's end: their first offset."""
+        first = self.log_end
+        self.history.appended(self.epoch, first)
+        self.log_end += count
+        return first
+
+    def synced(self, durable: int) -> bool:
+        """The leader's own disk holds `durable` entries. True: the committed offset moved."""
+        self.durable = max(self.durable, min(durable, self.log_end))
+        return self._advance()
+
+    def _held(self, node: str) -> int:
+        if node == self.node:
+            return self.durable
+        progress = self.followers.get(node)
+        return 0 if progress is None else progress.durable
+
+    def _advance(self) -> bool:
+        held = sorted((self._held(node) for node in self.members), reverse=True)
+        by_majority = held[len(self.members) // 2]  # held by at least a majority of the members
+        by_isr = min(self._held(node) for node in self.isr)
+        committed = min(by_majority, by_isr)
+        if committed <= self.committed:
+            return False
+        if committed > self.log_end:
+            raise AssertionError("committed past the log's end")
+        self.committed = committed
+        return True
+
+    # ------------------------------------------------------------------ the ISR
+    def lagging(self, now: float, max_lag: float) -> set[str]:
+        """ISR members (not the leader) that have not caught up for `max_lag` seconds: the
+        leader may send the transaction that drops them (then call shrunk)."""
+        out = set()
+        for node in self.isr - {self.node}:
+            progress = self.followers.get(node)
+            if progress is not None and progress.durable >= self.log_end:
+                continue  # (holds everything: not behind, however long ago it last acknowledged)
+            last = progress.caught_up_at if progress is not None else self.started
+            if now - last > max_lag:
+                out.add(node)
+        return out
+
+    def shrunk(self, nodes: Iterable[str]) -> bool:
+        """etcd's ISR no longer has `nodes` (the leader's transaction succeeded)."""
+        self.isr -= set(nodes) - {self.node}
+        return self._advance()
+
+    def catching_up(self) -> set[str]:
+        """Members outside the ISR that hold every committed entry and are linked: the leader
+        may add them (grow, then the transaction)."""
+        return {node for node, progress in self.followers.items()
+                if node not in self.isr and progress.durable >= self.committed}
+
+    def grow(self, node: str) -> None:
+        """Before the transaction that adds `node` to etcd's ISR: wait for it from now on."""
+        if node not in self.members:
+            raise ValueError(f"{node} is not a member")
+        self.isr.add(node)
+
+    def grow_failed(self, node: str) -> bool:
+        """The transaction adding `node` failed: etcd's ISR is as it was."""
+        self.isr.discard(node)
+        return self._advance()
