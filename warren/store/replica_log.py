@@ -26,8 +26,8 @@ from collections import deque
 from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
 from ..amqp.body import Body
-from ..cluster.replication import EpochHistory
 from . import segments as sg
+from .epochs import EpochHistory
 from .segment_file import Segment
 
 if TYPE_CHECKING:

@@ -1,0 +1,118 @@
+"""A replicated queue's store (warren/store/replicated.py) on one replica: publishes confirmed
+once committed, every change an entry, and a replay of the log (a restart, or another replica
+taking over) that rebuilds the queue: order, delivery counts, what was handed out and not
+settled back ahead and redelivered, purges, returns."""
+
+from __future__ import annotations
+
+import time
+
+from warren.amqp.message import Message
+from warren.store.persister import Persister
+from warren.store.queued_message import QueuedMessage
+from warren.store.replica_log import ReplicaLog
+from warren.store.replicated import ReplicatedQueueStore
+
+
+class Waiter:
+    def __init__(self) -> None:
+        self.told = 0
+
+    def store_synced(self) -> None:
+        self.told += 1
+
+
+def message(n: int) -> Message:
+    route = b"\x00\x01q"
+    return Message("", "q", route, b"header", f"body-{n}".encode())
+
+
+def open_store(tmp_path) -> tuple[Persister, ReplicatedQueueStore]:
+    persister = Persister(str(tmp_path))
+    replica = ReplicaLog(persister, str(tmp_path / "q"))
+    store = ReplicatedQueueStore.recover(replica, epoch=1)
+    replica.on_durable = store.commit  # (one replica: committed once on its disk)
+    return persister, store
+
+
+def publish(store: ReplicatedQueueStore, seq: int) -> tuple[QueuedMessage, object]:
+    qm = QueuedMessage(seq, message(seq))
+    point = store.accept(qm)
+    store.push(qm)
+    return qm, point
+
+
+def bodies(store: ReplicatedQueueStore) -> list[bytes]:
+    return [bytes(qm.message.body) for qm in store.peek_all()]
+
+
+def test_a_publish_is_safe_once_its_entry_is_committed(tmp_path):
+    persister, store = open_store(tmp_path)
+    _, point = publish(store, 1)
+    waiter = Waiter()
+    point.notify(waiter)
+    assert point.status() is None and waiter.told == 0
+    persister.flush()
+    assert point.status() is True and waiter.told == 1
+
+
+def test_a_replica_that_stops_leading_fails_what_is_not_committed(tmp_path):
+    _, store = open_store(tmp_path)
+    _, point = publish(store, 1)
+    waiter = Waiter()
+    point.notify(waiter)
+    store.fail()
+    assert point.status() is False and waiter.told == 1
+
+
+def test_the_log_replays_to_the_same_queue(tmp_path):
+    persister, store = open_store(tmp_path)
+    qms = [publish(store, seq)[0] for seq in range(1, 7)]
+    taken = [store.pop() for _ in range(4)]  # 1..4 handed out
+    for qm in taken:
+        store.delivered(qm)
+    store.settle(taken[0])                    # 1 acked
+    taken[1].seq = 100                        # 2 returned ahead (a channel closed)
+    taken[1].deliveries = 1
+    store.requeue(taken[1])
+    again = QueuedMessage(101, taken[2].message, True)  # 3 requeued to the tail as a new entry
+    again.deliveries = 1
+    store.accept(again)
+    store.settle(taken[2])
+    store.push(again)
+    # 4 stays handed out: its consumer goes with this replica
+    assert bodies(store) == [b"body-2", b"body-5", b"body-6", b"body-3"]
+    persister.sync_now()
+    _, replayed = open_store(tmp_path)
+    assert bodies(replayed) == [b"body-2", b"body-4", b"body-5", b"body-6", b"body-3"]
+    counts = {bytes(qm.message.body): (qm.deliveries, qm.redelivered) for qm in replayed.peek_all()}
+    assert counts == {b"body-2": (1, True), b"body-4": (1, True), b"body-5": (0, False), b"body-6": (0, False),
+                      b"body-3": (1, True)}
+    assert replayed.max_seq > 101 and len(replayed) == 5
+    assert replayed.ready_bytes == sum(len(b) for b in bodies(replayed))
+    assert qms[0].off == 0 and set(replayed.by_id) == {qm.off for qm in replayed.peek_all()}
+
+
+def test_a_purge_replays_as_a_purge_and_keeps_what_was_handed_out(tmp_path):
+    persister, store = open_store(tmp_path)
+    for seq in range(1, 5):
+        publish(store, seq)
+    out = store.pop()
+    store.delivered(out)
+    assert store.purge() == 3
+    publish(store, 5)
+    persister.sync_now()
+    _, replayed = open_store(tmp_path)
+    assert bodies(replayed) == [b"body-1", b"body-5"]
+    assert replayed.peek().redelivered
+
+
+def test_a_ttl_deadline_survives_the_replay(tmp_path):
+    persister, store = open_store(tmp_path)
+    qm = QueuedMessage(1, message(1))
+    qm.expiry = time.monotonic() + 60
+    store.accept(qm)
+    store.push(qm)
+    persister.sync_now()
+    _, replayed = open_store(tmp_path)
+    assert abs(replayed.peek().expiry - qm.expiry) < 0.01

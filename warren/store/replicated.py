@@ -1,0 +1,259 @@
+"""A replicated queue's store (the QueueStore protocol over a ReplicaLog): every change of the
+queue's content is an entry of its log, so any replica that has the log can become the
+queue. What the queue holds in memory is what MemoryQueueStore holds (fresh messages, then the
+requeued ones by position); the log is its only durable form.
+
+Entries (kind, payload):
+
+- ENQUEUE: a message accepted (its seq, delivery count, expiry, route, header, body); the
+  entry's offset is the message's id on every replica;
+- SETTLE: ids gone for good (acked, rejected, expired, dead-lettered, dropped);
+- RETURN: an id back ahead of the ready messages with a new seq (rabbit_fifo's returns);
+  a requeue to the tail is an ENQUEUE of the copy and a SETTLE of the original;
+- DELIVERED: ids handed to consumers that must ack;
+- PURGE: every ready message at that point settled.
+
+A publish is confirmed once its ENQUEUE is *committed* (`commit`: on one node, on disk; on a
+cluster, warren.cluster.replication's rule), through the settlement handle accept() returns.
+Entries are committed in order, so a SETTLE never outlives the ENQUEUE it settles, and a
+requeue's copy is in the log before its original goes.
+
+Replaying the log (recover) rebuilds the store as the queue was after its last committed, or
+last written, entry: a message handed out and not settled comes back redelivered with its
+count one higher, ahead of the ready ones (rabbit_fifo returns a lost consumer's messages so)."""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Iterable
+
+from ..amqp.message import Message
+from .disk import _route_parts
+from .queued_message import QueuedMessage
+from .requeued import RequeuedMessages
+from .settlement import SyncWaiter
+
+if TYPE_CHECKING:
+    from .replica_log import ReplicaLog
+    from .settlement import Ticket
+
+ENQUEUE, SETTLE, RETURN, DELIVERED, PURGE = 1, 2, 3, 4, 5
+
+_ENQUEUE = struct.Struct(">QIqHI")  # seq, deliveries, expiry (wall ms, -1: none), route length, header length
+_IDS = struct.Struct(">Q")
+_RETURN = struct.Struct(">QQI")     # id, new seq, deliveries
+
+# qm.seg of a message in the log: it has a durable record (so the queue waits for a copy's
+# safety before settling it, as for a disk store's record).
+IN_LOG: Any = object()
+
+
+def _ids(qms: Iterable[QueuedMessage]) -> bytes:
+    return b"".join(_IDS.pack(qm.off) for qm in qms)
+
+
+class CommitPoint:
+    """A settlement handle: safe once the log is committed up to `end`, failed if this replica
+    stopped leading first (its fate is unknown: a nack). The appends of one tick share one."""
+
+    __slots__ = ("store", "end", "waiters")
+
+    def __init__(self, store: ReplicatedQueueStore, end: int):
+        self.store = store
+        self.end = end
+        self.waiters: list[SyncWaiter] = []
+
+    def status(self) -> bool | None:
+        if self.store.committed >= self.end:
+            return True
+        return False if self.store.failed else None
+
+    def notify(self, waiter: SyncWaiter) -> None:
+        if self.status() is not None:
+            waiter.store_synced()
+        else:
+            self.waiters.append(waiter)
+
+
+class ReplicatedQueueStore:
+    """The queue's messages in memory, their changes in its replica log."""
+
+    def __init__(self, log: ReplicaLog, epoch: int):
+        self.log = log
+        self.epoch = epoch
+        self._fresh: deque[QueuedMessage] = deque()
+        self._requeued = RequeuedMessages()
+        self.ready_bytes = 0
+        self.by_id: dict[int, QueuedMessage] = {}  # every message not settled, ready or not
+        self.committed = log.end  # (what a replica recovers from is its own: committed again by its leader)
+        self.failed = False
+        self._points: deque[CommitPoint] = deque()
+        self.max_seq = 0
+
+    # ------------------------------------------------------------------ commits
+    def commit(self, end: int) -> None:
+        """Entries below `end` are committed: their publishes are confirmed."""
+        if end <= self.committed:
+            return
+        self.committed = end
+        points = self._points
+        while points and points[0].end <= end:
+            for waiter in points.popleft().waiters:
+                waiter.store_synced()
+
+    def fail(self) -> None:
+        """This replica no longer leads: what was not committed is not confirmed (nacks)."""
+        self.failed = True
+        points, self._points = self._points, deque()
+        for point in points:
+            for waiter in point.waiters:
+                waiter.store_synced()
+
+    def _append(self, kind: int, head: bytes, body: Any = None) -> CommitPoint:
+        self.log.append(self.epoch, kind, head, body)
+        points = self._points
+        if points and not points[-1].waiters:
+            points[-1].end = self.log.end  # (no one waits on it yet: it covers this entry too)
+            return points[-1]
+        point = CommitPoint(self, self.log.end)
+        points.append(point)
+        return point
+
+    # ------------------------------------------------------------------ QueueStore
+    def __len__(self) -> int:
+        return len(self._fresh) + len(self._requeued)
+
+    def accept(self, qm: QueuedMessage, ticket: Ticket | None = None) -> CommitPoint:
+        message = qm.message
+        expiry = -1 if qm.expiry is None else int((qm.expiry - time.monotonic() + time.time()) * 1000)
+        head = _ENQUEUE.pack(qm.seq, qm.deliveries, expiry, len(message.route), len(message.header))
+        qm.off = self.log.end
+        qm.seg = IN_LOG
+        qm.durable = True
+        point = self._append(ENQUEUE, head + message.route + message.header, message.body)
+        self.by_id[qm.off] = qm
+        self.max_seq = max(self.max_seq, qm.seq)
+        return point
+
+    def write_held(self, qm: QueuedMessage) -> None:
+        pass  # (never holds a record back)
+
+    def push(self, qm: QueuedMessage) -> None:
+        self._fresh.append(qm)
+        self.ready_bytes += len(qm.message.body)
+
+    def pop(self) -> QueuedMessage | None:
+        if self._requeued:
+            qm = self._requeued.take()
+        elif self._fresh:
+            qm = self._fresh.popleft()
+        else:
+            return None
+        self.ready_bytes -= len(qm.message.body)
+        return qm
+
+    def peek(self) -> QueuedMessage | None:
+        if self._requeued:
+            return self._requeued.first()
+        return self._fresh[0] if self._fresh else None
+
+    def drop_head(self, n: int) -> list[QueuedMessage]:
+        taken: list[QueuedMessage] = []
+        while len(taken) < n and (qm := self.pop()) is not None:
+            taken.append(qm)
+        return taken
+
+    def requeue(self, qm: QueuedMessage) -> None:
+        self._append(RETURN, _RETURN.pack(qm.off, qm.seq, qm.deliveries))
+        self.max_seq = max(self.max_seq, qm.seq)
+        self._requeued.push(qm)
+        self.ready_bytes += len(qm.message.body)
+
+    def delivered(self, qm: QueuedMessage) -> None:
+        self._append(DELIVERED, _IDS.pack(qm.off))
+
+    def carry_deliveries(self, qm: QueuedMessage) -> None:
+        pass  # (its ENQUEUE carries the count)
+
+    def settle(self, qm: QueuedMessage) -> None:
+        if self.by_id.pop(qm.off, None) is not None:
+            self._append(SETTLE, _IDS.pack(qm.off))
+
+    def purge(self) -> int:
+        count = len(self)
+        for qm in self.peek_all():
+            self.by_id.pop(qm.off, None)
+        self._fresh.clear()
+        self._requeued.clear()
+        self.ready_bytes = 0
+        self._append(PURGE, b"")
+        return count
+
+    def peek_all(self) -> list[QueuedMessage]:
+        return self._requeued.in_order() + list(self._fresh)
+
+    def destroy(self) -> None:
+        self.fail()
+        self.log.destroy()
+
+    # ------------------------------------------------------------------ replay
+    @classmethod
+    def recover(cls, log: ReplicaLog, epoch: int) -> ReplicatedQueueStore:
+        """The store as the log leaves it (module docstring), to lead it in `epoch`."""
+        store = cls(log, epoch)
+        live: dict[int, QueuedMessage] = {}
+        ahead: set[int] = set()        # returned ahead of the ready ones
+        out: set[int] = set()          # handed out, not settled
+        now_wall, now = time.time(), time.monotonic()
+        for entry in log.entries(log.first):
+            kind, payload = entry.kind, entry.payload
+            if kind == ENQUEUE:
+                seq, deliveries, expiry, route_len, header_len = _ENQUEUE.unpack_from(payload)
+                at = _ENQUEUE.size
+                route = payload[at:at + route_len]
+                header = payload[at + route_len:at + route_len + header_len]
+                body = payload[at + route_len + header_len:]
+                qm = QueuedMessage(seq, Message(*_route_parts(route), route, header, body), deliveries > 0)
+                qm.deliveries = deliveries
+                qm.off, qm.seg, qm.durable = entry.offset, IN_LOG, True
+                if expiry >= 0:
+                    qm.expiry = now + (expiry / 1000 - now_wall)
+                live[entry.offset] = qm
+                store.max_seq = max(store.max_seq, seq)
+            elif kind == SETTLE:
+                for (ident,) in _IDS.iter_unpack(payload):
+                    live.pop(ident, None)
+                    ahead.discard(ident)
+                    out.discard(ident)
+            elif kind == RETURN:
+                ident, seq, deliveries = _RETURN.unpack(payload)
+                if ident in live:
+                    live[ident].seq, live[ident].deliveries, live[ident].redelivered = seq, deliveries, True
+                    ahead.add(ident)
+                    out.discard(ident)
+                    store.max_seq = max(store.max_seq, seq)
+            elif kind == DELIVERED:
+                for (ident,) in _IDS.iter_unpack(payload):
+                    if ident in live:
+                        out.add(ident)
+                        ahead.discard(ident)
+            elif kind == PURGE:
+                for ident in [i for i in live if i not in out]:
+                    del live[ident]
+                ahead.clear()
+        for ident, qm in live.items():  # (in offset order: the order they were enqueued)
+            store.by_id[ident] = qm
+            if ident in out:  # its consumer is gone with the old leader: back, counted, ahead
+                qm.deliveries += 1
+                qm.redelivered = True
+                store.max_seq += 1
+                qm.seq = store.max_seq
+                store._requeued.push(qm)
+            elif ident in ahead:
+                store._requeued.push(qm)
+            else:
+                store._fresh.append(qm)
+            store.ready_bytes += len(qm.message.body)
+        return store
