@@ -479,8 +479,10 @@ def _load_queue(sink, q):
     owner = q.get("owner")  # (a cluster member's journal: see _queue_json)
     if isinstance(owner, list) and len(owner) == 5:
         owner = ExclusiveOwner(owner[0], owner[1], ConnectionLink(*owner[2:]))
+    members = q.get("members")  # (a cluster member's journal: a replicated queue's)
     sink.apply(commands.DeclareQueue(vhost.name, q["name"], q.get("durable", True), owner or None,
-                                     q.get("auto_delete", False), _arguments(q), sink.home(q)))
+                                     q.get("auto_delete", False), _arguments(q), sink.home(q),
+                                     tuple(members) if isinstance(members, list) and members else None))
 
 
 def _load_binding(sink, b):
@@ -579,6 +581,8 @@ def _queue_json(vhost, q, member: bool = False) -> dict:
         if q.owner is not None:
             o = q.owner
             record["owner"] = [o.node, o.id, o.link.name, o.link.peer_host, o.link.peer_port]
+        if q.members:
+            record["members"] = list(q.members)
     return record
 
 

@@ -57,6 +57,11 @@ class NodeLinks(Protocol):
         the wait is over (a member that did not answer in time is left out). False, and no
         call of done, when there is no other member to ask."""
 
+    def placement(self, size: int) -> tuple[str, ...]:
+        """The members of a replicated queue declared here: this node (its first leader,
+        RabbitMQ's client-local) and size - 1 others, running ones first, those with the
+        fewest replicas first (rabbit_queue_location)."""
+
 
 class Node(Protocol):
     """One node: its configuration, counters, metadata (changed by commands, read through

@@ -206,9 +206,16 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
     owner = actor.owner if exclusive else None
     counters = actor.broker.stats.node_counters
     counters["queues_declared"] += 1  # as RabbitMQ: every non-passive declare allowed to configure
-    # On a cluster a queue lives on the node of the connection that declares it.
+    # On a cluster a queue lives on the node of the connection that declares it, and a
+    # replicated one (quorum) is led from there first, with its replicas on other members.
     home = actor.broker.config.node_name if actor.broker.metadata.log is not None else None
-    q, created = yield DeclareQueue(vhost.name, name, durable and not exclusive, owner, auto_delete, args, home)
+    members = None
+    links = actor.broker.node_links
+    if home is not None and links is not None and name not in vhost.queues and args.get("x-queue-type") == "quorum":
+        size = args.get("x-quorum-initial-group-size", 3)
+        members = links.placement(size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 3)
+    q, created = yield DeclareQueue(vhost.name, name, durable and not exclusive, owner, auto_delete, args, home,
+                                    members)
     if created:
         counters["queues_created"] += 1
     else:

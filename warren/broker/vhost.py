@@ -120,15 +120,18 @@ class VHost:
         return True
 
     # queues ------------------------------------------------------------------
-    def declare_queue(self, name, durable=False, exclusive_owner=None, auto_delete=False, arguments=None):
+    def declare_queue(self, name, durable=False, exclusive_owner=None, auto_delete=False, arguments=None,
+                      store=None):
+        """(queue, created); `store`: a new queue's, made elsewhere (a replicated queue's leader)."""
         existing = self.queues.get(name)
         if existing is not None:
             self.check_exclusive(existing, exclusive_owner, strict=True)
             existing.check_equivalent(durable, auto_delete, arguments)
             return existing, False
         queue_type = checked_type(self.name, name, durable, exclusive_owner is not None, auto_delete, arguments)
-        persister = self.broker.persister if self.broker is not None else None
-        store = queue_type.make_store(persister, self.name, name, durable, arguments or {})
+        if store is None:
+            persister = self.broker.persister if self.broker is not None else None
+            store = queue_type.make_store(persister, self.name, name, durable, arguments or {})
         q = queue_type(self, name, durable, exclusive_owner, auto_delete, arguments, store)
         self.queues[name] = q
         if self.policies or self.operator_policies:

@@ -197,6 +197,7 @@ def _cluster(broker: Broker, cluster: dict | None, listen: list[Listen], seed: l
     from ..cluster.membership import Membership
     from ..cluster.metadata_log import MetadataLog
     from ..cluster.node_links import NodeLinks, advertised_host
+    from ..cluster.replicas import Replicas
     config = ClusterConfig(broker.config.node_name, tuple(cluster["endpoints"]),
                            **{k: cluster[k] for k in ("key_prefix", "cluster_name", "node_ttl") if k in cluster})
     amqp = [entry for entry in listen if entry.tls is None] or listen
@@ -212,9 +213,12 @@ def _cluster(broker: Broker, cluster: dict | None, listen: list[Listen], seed: l
     etcd = Etcd(list(config.endpoints))
     membership = Membership(config, etcd, identity, broker.config, broker.alarms)
     links = broker.node_links = NodeLinks(config, etcd, membership, broker, dist_host, dist_port)
+    replicas = broker.metadata.replicas
+    assert isinstance(replicas, Replicas)  # (made before the definitions' recovery)
+    replicas.links = links
     metadata_log = MetadataLog(config, etcd, broker.metadata, seed)
     metadata_log.replicated = links.replicated
-    return membership, links, metadata_log
+    return membership, links, metadata_log, replicas
 
 
 def _raise_open_files_limit() -> None:
@@ -271,6 +275,8 @@ def main(argv=None) -> int:
     if "cluster" in config:  # (before recovery: a member's definitions hold other nodes' queues)
         from ..cluster.remote_queue import RemoteQueue
         broker.metadata.stand_in = functools.partial(RemoteQueue.stand_in, broker)
+        from ..cluster.replicas import Replicas
+        broker.metadata.replicas = Replicas(broker)
     seed = _recover_definitions(broker, store, config)
     if "loopback_users" in config:
         broker.config.loopback_users = config["loopback_users"]

@@ -304,7 +304,7 @@ def _not_yet(store: MetadataStore, command: Command) -> str | None:
         return next(filter(None, (_not_yet(store, each) for each in command.commands)), None)
     if isinstance(command, DeclareQueue) and command.name not in store.vhost(command.vhost).queues:
         queue_type = (command.arguments or {}).get("x-queue-type", "classic")
-        if queue_type in ("quorum", "stream"):  # (another type is refused with the declare's 406)
+        if queue_type == "stream":  # (another type is refused with the declare's 406)
             what = f"{queue_type} queues: '{command.name}' was not declared"
     elif isinstance(command, SetShovel):
         what = f"shovels: '{command.name}' was not set"

@@ -27,6 +27,7 @@ from ..broker.metadata.commands import DeleteQueue
 from .etcd import EtcdError, absent, put_op
 from .node_link import Link, Meta, message_from
 from .queue_home import HomeSession
+from .replicas import replicas_of
 from .tasks import cancelled
 from .remote_queue import RemoteMessage, RemoteQueue, home_down
 
@@ -174,6 +175,9 @@ class Peer:
         log.warning("node link to %s lost", self.node)
         self.link = None
         self._drained()
+        replicas = replicas_of(self.links.broker)
+        if replicas is not None:
+            replicas.peer_lost(self.node)
         requests, self.requests = self.requests, {}
         for done, _, meta in requests.values():
             done(None, self._down(meta))
@@ -322,6 +326,8 @@ class Peer:
                 self._reply(meta, blobs)
             elif op == "cancelled":
                 self._cancelled(meta["cid"])
+            elif op == "entries" and (replicas := replicas_of(self.links.broker)) is not None:
+                replicas.entries(self.node, meta, blobs)
             else:
                 raise ValueError(f"unknown operation {op!r}")
         except (KeyError, TypeError, ValueError) as err:
@@ -530,6 +536,19 @@ class NodeLinks:
                 if isinstance(queue, RemoteQueue) and queue.home == node and (queue.exclusive or not queue.durable):
                     log.info("%s goes with its node %s", queue.describe(), node)
                     self.broker.metadata.submit(DeleteQueue(vhost.name, queue.name))
+
+    def placement(self, size: int) -> tuple[str, ...]:
+        """The members of a replicated queue declared here (warren.broker.node.NodeLinks)."""
+        me = self.config.node_name
+        replicas: dict[str, int] = {}
+        for vhost in self.broker.vhosts.values():
+            for queue in vhost.queues.values():
+                for node in getattr(queue, "members", None) or ():
+                    replicas[node] = replicas.get(node, 0) + 1
+        running = self.membership.running
+        others = sorted((node for node in self.membership.members if node != me),
+                        key=lambda node: (node not in running, replicas.get(node, 0), node))
+        return (me, *others[:size - 1])
 
     def replicated(self, revision: int, then: Callable[[], None]) -> None:
         """Call `then` once every member linked to this node has applied the metadata log up

@@ -25,6 +25,7 @@ from ..broker.limits import usage
 from ..broker.queues import CONSUMER_ARGUMENTS
 from ..store.settlement import SETTLED, Settlement
 from .node_link import Link, Meta, message_from
+from .replicas import Replicas, replicas_of
 
 if TYPE_CHECKING:
     from ..broker.broker import Broker
@@ -344,6 +345,26 @@ class HomeSession:
                 closed += 1
         return {"closed": closed}, ()
 
+    # replicated queues (warren.cluster.replicas) -----------------------------------------
+    def _replicas(self) -> Replicas:
+        replicas = replicas_of(self.broker)
+        if replicas is None:
+            raise internal_error("this node keeps no replicated queues")
+        return replicas
+
+    def _follow(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
+        return self._replicas().follow(self._peer(), self.link, meta), ()
+
+    def _ready(self, meta: Meta, blobs: list[bytes]) -> None:
+        self._replicas().ready(self._peer(), meta)
+
+    def _replica_ack(self, meta: Meta, blobs: list[bytes]) -> None:
+        self._replicas().acknowledged(self._peer(), meta)
+
+    def _peer(self) -> str:
+        assert self.link.peer is not None  # (frames are handled once the link is up)
+        return self.link.peer
+
     # the link's end -------------------------------------------------------------------------
     def lost(self) -> None:
         """The other node is gone (or cut off): its consumers go, what they held comes back."""
@@ -357,6 +378,9 @@ class HomeSession:
             kicked.add(consumer.queue)
         self.consumers.clear()
         self.publishes.clear()
+        replicas = replicas_of(self.broker)
+        if replicas is not None and self.link.peer is not None:
+            replicas.session_lost(self.link.peer)
         if self.paused:
             self._stop_waiting()
         for queue in kicked:
@@ -379,4 +403,5 @@ _HANDLERS = {
     "delete": HomeSession._delete, "stats": HomeSession._stats, "applied": HomeSession._applied,
     # (the management API's listings and closes, and the limits' counts)
     "usage": HomeSession._usage, "records": HomeSession._records, "close": HomeSession._close,
+    "follow": HomeSession._follow, "ready": HomeSession._ready, "replica_ack": HomeSession._replica_ack,
 }

@@ -11,11 +11,12 @@ message routed to it goes nowhere (returned when mandatory), as a RabbitMQ clust
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Self, cast
 
-from ..broker.errors import AMQPError, internal_error, not_found
+from ..broker.errors import AMQPError, internal_error, not_found, not_implemented
 from ..broker.queue_flow import QueueCredit
 from ..broker.queues.classic import ClassicQueue
+from ..broker.queues.quorum import QuorumQueue
 from ..store.queued_message import QueuedMessage
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class RemoteQueue(ClassicQueue):
         self.remote_stats = (0, 0, 0, 0)  # (ready, unacked, ready bytes, consumers): the same
 
     @classmethod
-    def stand_in(cls, node: Node, vhost, cmd: DeclareQueue) -> RemoteQueue:
+    def stand_in(cls, node: Node, vhost, cmd: DeclareQueue) -> Self:
         """The stand-in of a queue the cluster's log declared on another node (MetadataStore.stand_in)."""
         assert cmd.node is not None
         return cls(vhost, cmd.name, cmd.durable, cmd.owner, cmd.auto_delete, cmd.arguments, cmd.node, node)
@@ -237,3 +238,23 @@ class RemoteQueue(ClassicQueue):
 
     def start_timers(self) -> None:
         pass
+
+
+class RemoteQuorumQueue(RemoteQueue):
+    """The stand-in of a quorum queue another node leads (warren.cluster.replicas): a quorum
+    queue's checks here (its arguments, equivalence, delete flags, no global qos), the rest at
+    its leader (its home)."""
+
+    CAPABILITIES = QuorumQueue.CAPABILITIES
+    check_delete = QuorumQueue.check_delete
+    adjust_settings = QuorumQueue.adjust_settings
+    _warn_once = QuorumQueue._warn_once
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._warned: set[str] = set()
+
+    def add_consumer(self, consumer) -> None:
+        if consumer.credit.limit:
+            raise not_implemented(f"{self.describe()} does not support global qos")
+        super().add_consumer(consumer)

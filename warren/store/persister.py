@@ -125,6 +125,11 @@ class Persister:
         digest = hashlib.sha1(f"{vhost}\0{queue}".encode()).hexdigest()[:24]
         return os.path.join(self.root, "queues", digest)
 
+    def replica_dir(self, vhost: str, queue: str) -> str:
+        """Where a replicated queue's log is kept on a cluster member, leader or follower."""
+        digest = hashlib.sha1(f"{vhost}\0{queue}".encode()).hexdigest()[:24]
+        return os.path.join(self.root, "replicas", digest)
+
     def queue_store(self, vhost: str, queue: str, durable: bool) -> DiskQueueStore:
         kwargs = {"window": self.window} if self.window else {}
         if durable:

@@ -76,6 +76,7 @@ class ReplicaLog:
         self._pending: deque[list] = deque()  # [persister batch, end offset] not fsynced yet
         self._waiting = False
         self.on_durable: Callable[[int], None] | None = None  # told when `durable` moves
+        self.on_append: Callable[[], None] | None = None      # told of each entry appended
         if os.path.isdir(directory):
             self._recover()
         else:
@@ -109,6 +110,8 @@ class ReplicaLog:
             if not self._waiting:
                 self._waiting = True
                 self.persister.wait_for(self)
+        if self.on_append is not None:
+            self.on_append()
         return offset
 
     def store_synced(self) -> None:

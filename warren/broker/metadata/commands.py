@@ -136,7 +136,8 @@ class DeleteExchange:
 class DeclareQueue:
     """Create a queue, or check that the one of that name is equivalent. owner: the
     connection an exclusive queue belongs to (None: not exclusive); node: on a cluster, the
-    member it lives on (its home: the declaring connection's node); None on a node alone."""
+    member it lives on (its home: the declaring connection's node); None on a node alone;
+    members: on a cluster, a replicated queue's replicas (`node` is its first leader)."""
 
     vhost: str
     name: str
@@ -145,6 +146,7 @@ class DeclareQueue:
     auto_delete: bool = False
     arguments: dict | None = None
     node: str | None = None
+    members: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

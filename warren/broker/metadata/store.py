@@ -16,7 +16,7 @@ here, on every node; a single node applies them at once."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypeVar
 
 from ..auth import Permission, TopicPermission, User
 from ..definitions import changes, export
@@ -34,6 +34,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("warren.definitions")
 T = TypeVar("T")
+
+
+class Replicas(Protocol):
+    """A cluster member's replicated queues, as the cluster's layer keeps them
+    (warren.cluster.replicas.Replicas)."""
+
+    def leader_store(self, vhost: VHost, cmd: c.DeclareQueue) -> Any:
+        """The store of a new replicated queue this node leads."""
+
+    def stand_in(self, vhost: VHost, cmd: c.DeclareQueue) -> Any:
+        """The stand-in of a new replicated queue another node leads (and, on one of its
+        members, its replica here)."""
+
+    def removed(self, vhost: str, name: str) -> None:
+        """A replicated queue was deleted: its replica here goes."""
 
 
 def _log_failure(result: Any, error: BaseException | None) -> None:
@@ -71,6 +86,9 @@ class MetadataStore:
         # On a cluster member, what makes the stand-in of a queue of another node (given by
         # the cluster's layer, above this one: warren.cluster.remote_queue).
         self.stand_in: Callable[[VHost, c.DeclareQueue], Any] | None = None
+        # A cluster member's replicated queues (warren.cluster.replicas): the store of one this
+        # node leads, the stand-in (and replica) of one another node leads.
+        self.replicas: Replicas | None = None
 
     @property
     def dirty(self) -> bool:
@@ -223,6 +241,17 @@ class MetadataStore:
     def _declare_queue(self, cmd: c.DeclareQueue):
         """(queue, created). A queue of another node (on a cluster) gets its stand-in here."""
         vhost = self.vhost(cmd.vhost)
+        if cmd.members and cmd.name not in vhost.queues:
+            if self.replicas is None:
+                raise internal_error(f"queue '{cmd.name}' is replicated: this node is not in a cluster")
+            if cmd.node != self.broker.config.node_name:
+                q = self.replicas.stand_in(vhost, cmd)
+                vhost.add_queue(q)
+                return q, True
+            q, created = vhost.declare_queue(cmd.name, cmd.durable, cmd.owner, cmd.auto_delete, cmd.arguments,
+                                             self.replicas.leader_store(vhost, cmd))
+            q.members = cmd.members
+            return q, created
         if cmd.node not in (None, self.broker.config.node_name) and cmd.name not in vhost.queues:
             if self.stand_in is None:
                 raise internal_error(f"queue '{cmd.name}' lives on node '{cmd.node}': this node is not in a cluster")
@@ -237,7 +266,12 @@ class MetadataStore:
         """The ready count the queue had (0: there was none)."""
         vhost = self.vhosts.get(cmd.vhost)
         queue = None if vhost is None else vhost.queues.get(cmd.name)
-        return 0 if queue is None else vhost.remove_queue(queue)  # type: ignore[union-attr]
+        if queue is None:
+            return 0
+        count = vhost.remove_queue(queue)  # type: ignore[union-attr]
+        if self.replicas is not None:
+            self.replicas.removed(cmd.vhost, cmd.name)
+        return count
 
     def _ends(self, cmd: c.Bind | c.Unbind):
         vhost = self.vhost(cmd.vhost)

@@ -99,6 +99,9 @@ class Queue:
         # The publishers held back until the consumers have taken more (queue_flow.py).
         self.credit: QueueCredit | None = None
 
+    # On a cluster, a replicated queue's members (its first leader first: warren.cluster.replicas).
+    members: tuple[str, ...] | None = None
+
     @classmethod
     def make_store(cls, persister: Persister | None, vhost: str, name: str, durable: bool,
                    arguments: dict[str, Any]) -> QueueStore | StreamLog | None:

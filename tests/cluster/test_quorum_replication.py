@@ -1,0 +1,73 @@
+"""Quorum queues replicated over the node links (warren/cluster/replicas.py): declared through
+one node (its leader, RabbitMQ's client-local), with replicas on the other members; a publish
+is confirmed once a majority of the replicas and every in-sync one hold it on disk; used
+through any node."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import threading
+
+import pika
+
+from .test_definitions import three  # noqa: F401  (the fixture)
+from .test_membership import wait_for
+
+QQ = {"x-queue-type": "quorum"}
+
+
+def replica_bytes(node) -> int:
+    return sum(os.path.getsize(p) for p in glob.glob(os.path.join(node.data_dir, "replicas", "*", "*.seg")))
+
+
+def test_a_quorum_queue_is_replicated_and_used_through_every_node(three):  # noqa: F811
+    a, b, c = three
+    declarer = pika.BlockingConnection(a.pika_params())
+    declarer.channel().queue_declare("qq", durable=True, arguments=QQ)
+    publisher = pika.BlockingConnection(b.pika_params())
+    out = publisher.channel()
+    out.confirm_delivery()
+    for n in range(100):
+        out.basic_publish("", "qq", str(n).encode(), pika.BasicProperties(delivery_mode=2))
+    wait_for(lambda: replica_bytes(b) > 1000 and replica_bytes(c) > 1000, timeout=5, what="the replicas written")
+    consumer = pika.BlockingConnection(c.pika_params())
+    got = []
+    for method, _, body in consumer.channel().consume("qq", auto_ack=True, inactivity_timeout=5):
+        if method is None:
+            break
+        got.append(int(body))
+        if len(got) == 100:
+            break
+    assert got == list(range(100))
+    for connection in (declarer, publisher, consumer):
+        connection.close()
+
+
+def test_a_publish_is_confirmed_only_once_a_follower_has_it(three):  # noqa: F811
+    a, b, c = three
+    connection = pika.BlockingConnection(a.pika_params())
+    channel = connection.channel()
+    channel.queue_declare("qq-held", durable=True, arguments=QQ)
+    channel.confirm_delivery()
+    channel.basic_publish("", "qq-held", b"before", pika.BasicProperties(delivery_mode=2))  # (links up)
+    for node in (b, c):
+        node.proc.send_signal(signal.SIGSTOP)
+    confirmed = threading.Event()
+    try:
+        def publish() -> None:
+            other = pika.BlockingConnection(a.pika_params())
+            ch = other.channel()
+            ch.confirm_delivery()
+            ch.basic_publish("", "qq-held", b"held", pika.BasicProperties(delivery_mode=2))
+            confirmed.set()
+            other.close()
+        thread = threading.Thread(target=publish, daemon=True)
+        thread.start()
+        assert not confirmed.wait(1.5), "confirmed with no follower awake"
+    finally:
+        for node in (b, c):
+            node.proc.send_signal(signal.SIGCONT)
+    assert confirmed.wait(10), "not confirmed once the followers were back"
+    connection.close()
