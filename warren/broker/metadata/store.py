@@ -244,6 +244,7 @@ class MetadataStore:
         if cmd.members and cmd.name not in vhost.queues:
             if self.replicas is None:
                 raise internal_error(f"queue '{cmd.name}' is replicated: this node is not in a cluster")
+            checked_type(vhost.name, cmd.name, cmd.durable, cmd.owner is not None, cmd.auto_delete, cmd.arguments)
             if cmd.node != self.broker.config.node_name:
                 q = self.replicas.stand_in(vhost, cmd)
                 vhost.add_queue(q)
