@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import os
 import signal
+import time
 import threading
 
 import pika
@@ -71,3 +72,46 @@ def test_a_publish_is_confirmed_only_once_a_follower_has_it(three):  # noqa: F81
             node.proc.send_signal(signal.SIGCONT)
     assert confirmed.wait(10), "not confirmed once the followers were back"
     connection.close()
+
+
+def publish_confirmed(node, queue: str, bodies, deadline: float) -> None:
+    """Publish each body with confirms through `node`, again until it is confirmed."""
+    pending = list(bodies)
+    while pending:
+        assert time.monotonic() < deadline, f"{len(pending)} publishes never confirmed"
+        try:
+            connection = pika.BlockingConnection(node.pika_params())
+            channel = connection.channel()
+            channel.confirm_delivery()
+            while pending:
+                channel.basic_publish("", queue, pending[0], pika.BasicProperties(delivery_mode=2), mandatory=True)
+                pending.pop(0)
+            connection.close()
+        except (pika.exceptions.AMQPError, pika.exceptions.NackError, pika.exceptions.UnroutableError):
+            time.sleep(0.2)
+
+
+def test_the_leaders_death_loses_no_confirmed_message(three):  # noqa: F811
+    a, b, c = three
+    connection = pika.BlockingConnection(a.pika_params())
+    connection.channel().queue_declare("qq-failover", durable=True, arguments=QQ)
+    connection.close()
+    deadline = time.monotonic() + 60
+    publish_confirmed(b, "qq-failover", [f"before-{n}".encode() for n in range(200)], deadline)
+    a.proc.send_signal(signal.SIGKILL)
+    started = time.monotonic()
+    publish_confirmed(b, "qq-failover", [f"after-{n}".encode() for n in range(200)], deadline)
+    assert time.monotonic() - started < 20
+    got = []
+    consumer = pika.BlockingConnection(c.pika_params())
+    channel = consumer.channel()
+    while True:
+        method, _, body = channel.basic_get("qq-failover", auto_ack=True)
+        if method is None:
+            break
+        got.append(body)
+    consumer.close()
+    expected = {f"before-{n}".encode() for n in range(200)} | {f"after-{n}".encode() for n in range(200)}
+    assert not expected - set(got), f"lost: {sorted(expected - set(got))[:10]}"
+    assert not set(got) - expected
+    assert sum("leader now (epoch 2)" in node.log() for node in (b, c)) == 1

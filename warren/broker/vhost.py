@@ -191,6 +191,27 @@ class VHost:
         queue.consumers.clear()
         return count
 
+    def replace_queue(self, old: "Queue", new: "Queue") -> None:
+        """On a cluster member, a replicated queue changes hands here (its leader moved to this
+        node or away from it): `new` takes `old`'s place and bindings; old's consumers are
+        cancelled (the metadata store's replace_queue)."""
+        for binding in list(self.bindings_to(old)):
+            source = binding.source
+            source.remove_binding(binding.key)
+            self._forget(binding)
+            self.bind(source, new, binding.routing_key, binding.arguments)
+        self.queues[new.name] = new
+        self.remote_queues += int(bool(new.remote)) - int(bool(old.remote))
+        old.deleted = True
+        old.stop_timers()
+        for consumer in list(old.consumers):
+            consumer.channel.consumer_cancelled(consumer)
+        old.consumers.clear()
+        if self.policies or self.operator_policies:
+            apply_to_queue(self, new)
+        new.apply_settings()
+        self._definitions_changed("queue", (self.name, new.name))
+
     # the queues' host (warren.broker.queues.host.QueueHost) ----------------------
     @property
     def scheduler(self) -> "Scheduler | None":

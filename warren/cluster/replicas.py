@@ -10,18 +10,31 @@ where they differ and says it is `ready`; the leader then ships `entries` back o
 (`replica_ack`, after its group commit). The leader's store is committed as the rules say,
 which confirms the publishes waiting for it. A link that ends is followed again when it is up.
 
-Not yet: the queue's record in etcd (its in-sync set and epoch changed by transactions), so
-no ISR shrink (a member that stays away holds confirms) and no election (a leader's death
-leaves the queue down until it is back): see docs/design-replicated-queues.md."""
+Each queue's leader, epoch and in-sync set (ISR) live in etcd, in the queue's record, changed
+only by transactions guarded by the record's revision (the rules' fencing): its first leader
+and epoch are the declare's and need no record. When a leader stops running, the first running
+ISR member by name elects itself (epoch + 1, the old leader out of the ISR); a leader drops a
+follower that lagged MAX_LAG seconds from the ISR, and takes it back once it holds everything
+committed. Every node watches the records: the new leader takes the queue's place in its tables
+(its store rebuilt from its log), the old one (if it runs) gives it up for a stand-in and
+follows, and the other nodes' stand-ins point at the new leader.
+
+Not yet: consumers in the log (a leader's death cancels its consumers everywhere: clients
+consume again), and the fault tests the design lists (docs/design-replicated-queues.md)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
+import urllib.parse
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from ..broker.errors import not_found
+from ..broker.queues import TYPES
+from .etcd import EtcdError, absent, mod_revision_is, put_op
 from ..store.replica_log import ReplicaLog
 from ..store.replicated import ReplicatedQueueStore
 from .remote_queue import RemoteQuorumQueue
@@ -40,8 +53,24 @@ log = logging.getLogger("warren.cluster.replicas")
 FIRST_EPOCH = 1
 RETRY = 0.5          # seconds between two looks at followers that are not linked
 FRAME_ENTRIES = 256  # entries shipped in one frame at most
+MAX_LAG = 10.0       # seconds a follower may stay behind before it leaves the ISR
 
 Key = tuple[str, str]  # (vhost, queue)
+
+
+@dataclass(frozen=True)
+class Record:
+    """A replicated queue's record in etcd; `revision` 0: none written yet (the declare's)."""
+
+    members: tuple[str, ...]
+    leader: str
+    epoch: int
+    isr: tuple[str, ...]
+    revision: int = 0
+
+    def value(self) -> bytes:
+        return json.dumps({"members": list(self.members), "leader": self.leader, "epoch": self.epoch,
+                           "isr": list(self.isr)}).encode()
 
 
 class Led:
@@ -75,10 +104,11 @@ class Replicas:
         self.node = broker.config.node_name
         self.led: dict[Key, Led] = {}
         self.followed: dict[Key, Followed] = {}
+        self.records: dict[Key, Record] = {}  # as etcd has them (or the declare's)
         self._to_ship: set[Led] = set()
         self._shipping = False
         self._flushing = False
-        self._task: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task] = []
 
     # ---------------------------------------------------------------- MetadataStore's hooks
     def _log(self, vhost: str, name: str) -> ReplicaLog:
@@ -94,24 +124,35 @@ class Replicas:
         store = ReplicatedQueueStore.recover(log_, FIRST_EPOCH)
         state = Leader(self.node, cmd.members, cmd.members, FIRST_EPOCH, log_.history, log_.end, log_.end,
                        time.monotonic())
+        self.records.setdefault(key, Record(cmd.members, self.node, FIRST_EPOCH, cmd.members))
+        self._lead(key, log_, store, state)
+        return store
+
+    def _lead(self, key: Key, log_: ReplicaLog, store: ReplicatedQueueStore, state: Leader) -> Led:
         led = Led(key, log_, store, state)
         log_.on_durable = lambda durable: self._committed(led, led.state.synced(durable))
         log_.on_append = lambda: self._appended(led)
         self.led[key] = led
-        return store
+        return led
 
     def stand_in(self, vhost: VHost, cmd: DeclareQueue) -> RemoteQuorumQueue:
         assert cmd.members is not None and cmd.node is not None
         queue = RemoteQuorumQueue.stand_in(self.broker, vhost, cmd)
         queue.members = cmd.members
+        key = (vhost.name, cmd.name)
+        self.records.setdefault(key, Record(cmd.members, cmd.node, FIRST_EPOCH, cmd.members))
         if self.node in cmd.members:
-            key = (vhost.name, cmd.name)
             log_ = self._log(*key)
-            state = Follower(log_.history, log_.end, log_.end, FIRST_EPOCH)
-            followed = Followed(key, cmd.node, log_, state)
-            log_.on_durable = lambda durable: self._acknowledge(followed, durable)
-            self.followed[key] = followed
+            self._follow_log(key, cmd.node, log_, FIRST_EPOCH)
         return queue
+
+    def _follow_log(self, key: Key, leader: str, log_: ReplicaLog, epoch: int) -> Followed:
+        state = Follower(log_.history, log_.end, log_.durable, epoch)
+        followed = Followed(key, leader, log_, state)
+        log_.on_durable = lambda durable: self._acknowledge(followed, durable)
+        log_.on_append = None
+        self.followed[key] = followed
+        return followed
 
     def removed(self, vhost: str, name: str) -> None:
         key = (vhost, name)
@@ -121,20 +162,161 @@ class Replicas:
         followed = self.followed.pop(key, None)
         if followed is not None:
             followed.log.destroy()
+        self.records.pop(key, None)
 
     # ---------------------------------------------------------------- service
     async def start(self, server=None) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._follow_forever())
+        """The records first (a node that led a queue before it stopped may lead it no more),
+        for a few seconds at most (etcd may be down: the watch applies them later)."""
+        loop = asyncio.get_running_loop()
+        self.links.membership.on_stopped.append(self._stopped)
+        read = loop.create_future()
+        self._tasks = [loop.create_task(self._follow_forever()), loop.create_task(self._watch_records(read))]
+        try:
+            await asyncio.wait_for(asyncio.shield(read), 5)
+        except asyncio.TimeoutError:
+            log.error("replicated queues: their records could not be read from etcd yet")
 
     async def stop(self) -> None:
-        await cancelled(self._task)
+        await cancelled(*self._tasks)
 
     async def _follow_forever(self) -> None:
         while True:
             for followed in list(self.followed.values()):
                 if followed.state.leader_epoch is None and not followed.asking:
                     self._follow(followed)
+            now = time.monotonic()
+            for led in list(self.led.values()):
+                lagging = led.state.lagging(now, MAX_LAG)
+                if lagging:
+                    await self._change_isr(led, tuple(n for n in led.state.isr if n not in lagging), lagging)
+                for node in led.state.catching_up():
+                    led.state.grow(node)
+                    await self._change_isr(led, tuple(sorted(led.state.isr)), set())
             await asyncio.sleep(RETRY)
+
+    # ---------------------------------------------------------------- records, elections
+    def _record_key(self, key: Key) -> bytes:
+        return self.links.config.keys.root + b"queues/" + "/".join(
+            urllib.parse.quote(part, safe="") for part in key).encode()
+
+    def _key_of(self, record_key: bytes) -> Key | None:
+        prefix = self.links.config.keys.root + b"queues/"
+        parts = record_key[len(prefix):].decode(errors="replace").split("/")
+        return (urllib.parse.unquote(parts[0]), urllib.parse.unquote(parts[1])) if len(parts) == 2 else None
+
+    async def _write(self, key: Key, record: Record) -> bool:
+        """The guarded transaction: True if `record` is now etcd's (the watch applies it)."""
+        before = self.records.get(key)
+        if before is None:
+            return False
+        etcd_key = self._record_key(key)
+        guard = absent(etcd_key) if before.revision == 0 else mod_revision_is(etcd_key, before.revision)
+        try:
+            result = await self.links.etcd.txn([guard], [put_op(etcd_key, record.value())])
+        except EtcdError as err:
+            log.warning("%s: the queue's record could not be written: %s", key, err)
+            return False
+        return result.succeeded
+
+    async def _change_isr(self, led: Led, isr: tuple[str, ...], dropped: set[str]) -> None:
+        record = self.records.get(led.key)
+        if record is None or record.leader != self.node or record.epoch != led.state.epoch:
+            return
+        if await self._write(led.key, replace(record, isr=isr)):
+            if dropped and led.state.shrunk(dropped):
+                self._committed(led, True)
+            if dropped:
+                log.warning("%s: %s left the in-sync replicas (behind for %.0f s)", led.key, sorted(dropped), MAX_LAG)
+        else:
+            for node in set(isr) - set(record.isr):
+                self._committed(led, led.state.grow_failed(node))
+
+    def _stopped(self, node: str) -> None:
+        """A member stopped running: the queues it led elect a new leader, the first running
+        in-sync member by name (this node, if so)."""
+        running = self.links.membership.running
+        for key, record in list(self.records.items()):
+            if record.leader != node:
+                continue
+            candidates = sorted(n for n in record.isr if n != node and (n in running or n == self.node))
+            if candidates and candidates[0] == self.node and key in self.followed:
+                elected = replace(record, leader=self.node, epoch=record.epoch + 1,
+                                  isr=tuple(n for n in record.isr if n != node))
+                asyncio.get_running_loop().create_task(self._write(key, elected))
+
+    async def _watch_records(self, read: asyncio.Future) -> None:
+        prefix = self.links.config.keys.root + b"queues/"
+        while True:
+            try:
+                revision, kvs = await self.links.etcd.get(prefix, prefix=True)
+                for kv in kvs:
+                    self._record_read(kv.key, kv.value, kv.mod_revision)
+                if not read.done():
+                    read.set_result(None)
+                async for _, events in self.links.etcd.watch(prefix, revision + 1, prefix=True):
+                    for event in events:
+                        if not event.deleted:
+                            self._record_read(event.kv.key, event.kv.value, event.kv.mod_revision)
+            except EtcdError as err:
+                log.warning("replicated queues: following their records: %s", err)
+                await asyncio.sleep(RETRY)
+
+    def _record_read(self, etcd_key: bytes, value: bytes, revision: int) -> None:
+        key = self._key_of(etcd_key)
+        if key is None or key not in self.records:
+            return  # (a queue this node does not have: deleted, or not declared here yet)
+        try:
+            data = json.loads(value)
+            record = Record(tuple(data["members"]), str(data["leader"]), int(data["epoch"]), tuple(data["isr"]),
+                            revision)
+        except (ValueError, KeyError, TypeError) as err:
+            log.error("%s: the queue's record cannot be read: %s", key, err)
+            return
+        before = self.records[key]
+        if record.revision <= before.revision:
+            return
+        self.records[key] = record
+        if record.leader != before.leader or record.epoch != before.epoch:
+            self._leader_changed(key, record)
+
+    def _leader_changed(self, key: Key, record: Record) -> None:
+        vhost_name, name = key
+        vhost = self.broker.vhosts.get(vhost_name)
+        queue = None if vhost is None else vhost.queues.get(name)
+        if vhost is None or queue is None:
+            return
+        led = self.led.get(key)
+        followed = self.followed.get(key)
+        if record.leader == self.node and followed is not None:  # elected: the queue is here now
+            del self.followed[key]
+            log_ = followed.log
+            store = ReplicatedQueueStore.recover(log_, record.epoch)
+            state = Leader(self.node, record.members, record.isr, record.epoch, log_.history, log_.end, log_.durable,
+                           time.monotonic())
+            self._lead(key, log_, store, state)
+            leader_queue = TYPES["quorum"](vhost, name, queue.durable, None, False, queue.arguments, store)
+            leader_queue.members = record.members
+            self.broker.metadata.replace_queue(vhost_name, name, leader_queue)
+            log.warning("%s: leader now (epoch %d)", key, record.epoch)
+            return
+        if led is not None:  # another node leads now: give the queue up, follow it
+            del self.led[key]
+            self._to_ship.discard(led)
+            led.store.fail()
+            stand_in = RemoteQuorumQueue(vhost, name, queue.durable, None, False, queue.arguments, record.leader,
+                                         self.broker)
+            stand_in.members = record.members
+            self.broker.metadata.replace_queue(vhost_name, name, stand_in)
+            self._follow_log(key, record.leader, led.log, record.epoch)
+            log.warning("%s: %s leads it now (epoch %d); following", key, record.leader, record.epoch)
+            return
+        if followed is not None:
+            followed.leader = record.leader
+            followed.state.knows(record.epoch)
+            followed.state.leader_epoch = None
+        if getattr(queue, "remote", False):
+            queue.home = record.leader
 
     # ---------------------------------------------------------------- a follower's side
     def _follow(self, followed: Followed) -> None:

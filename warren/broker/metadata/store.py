@@ -274,6 +274,14 @@ class MetadataStore:
             self.replicas.removed(cmd.vhost, cmd.name)
         return count
 
+    def replace_queue(self, vhost: str, name: str, queue: Any) -> None:
+        """A replicated queue's leader moved to or from this node (the cluster's record of it,
+        not a command: every node learns it from etcd): `queue` replaces what this node held."""
+        v = self.vhost(vhost)
+        old = v.queues.get(name)
+        if old is not None:
+            v.replace_queue(old, queue)
+
     def _ends(self, cmd: c.Bind | c.Unbind):
         vhost = self.vhost(cmd.vhost)
         source = vhost.exchange(cmd.source)  # a missing source is reported first
