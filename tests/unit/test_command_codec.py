@@ -181,7 +181,8 @@ def test_the_json_names_the_command_and_its_fields():
                                                                          "x-queue-type": "classic"})))
     assert entry == {"command": "DeclareQueue", "fields": {
         "vhost": "v", "name": "q", "durable": True, "owner": None, "auto_delete": False,
-        "arguments": {"x-max-length": {"$long": 10}, "x-queue-type": "classic"}, "node": None}}
+        "arguments": {"x-max-length": {"$long": 10}, "x-queue-type": "classic"}, "node": None, "members": None,
+        "incarnation": None}}
     assert json.loads(encode(c.PutVHost("v"))) == {"command": "PutVHost", "fields": {
         "name": "v", "description": {"$keep": None}, "tags": {"$keep": None}, "missing_exchange": {"$keep": None},
         "default_queue_type": None}}

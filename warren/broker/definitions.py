@@ -482,7 +482,8 @@ def _load_queue(sink, q):
     members = q.get("members")  # (a cluster member's journal: a replicated queue's)
     sink.apply(commands.DeclareQueue(vhost.name, q["name"], q.get("durable", True), owner or None,
                                      q.get("auto_delete", False), _arguments(q), sink.home(q),
-                                     tuple(members) if isinstance(members, list) and members else None))
+                                     tuple(members) if isinstance(members, list) and members else None,
+                                     q.get("incarnation")))
 
 
 def _load_binding(sink, b):
@@ -583,6 +584,7 @@ def _queue_json(vhost, q, member: bool = False) -> dict:
             record["owner"] = [o.node, o.id, o.link.name, o.link.peer_host, o.link.peer_port]
         if q.members:
             record["members"] = list(q.members)
+            record["incarnation"] = q.incarnation
     return record
 
 

@@ -12,6 +12,8 @@ or returns a result that the caller turns into its own reply (a method frame, an
 
 from __future__ import annotations
 
+import uuid
+
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Container
 
@@ -209,13 +211,14 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
     # On a cluster a queue lives on the node of the connection that declares it, and a
     # replicated one (quorum) is led from there first, with its replicas on other members.
     home = actor.broker.config.node_name if actor.broker.metadata.log is not None else None
-    members = None
+    members = incarnation = None
     links = actor.broker.node_links
     if home is not None and links is not None and name not in vhost.queues and args.get("x-queue-type") == "quorum":
         size = args.get("x-quorum-initial-group-size", 3)
         members = links.placement(size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 3)
+        incarnation = uuid.uuid4().hex
     q, created = yield DeclareQueue(vhost.name, name, durable and not exclusive, owner, auto_delete, args, home,
-                                    members)
+                                    members, incarnation)
     if created:
         counters["queues_created"] += 1
     else:

@@ -30,7 +30,7 @@ import logging
 import time
 import urllib.parse
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ..broker.errors import not_found
 from ..broker.queues import TYPES
@@ -45,8 +45,10 @@ if TYPE_CHECKING:
     from ..broker.broker import Broker
     from ..broker.metadata.commands import DeclareQueue
     from ..broker.vhost import VHost
+    from .config import ClusterConfig
+    from .etcd import Etcd
+    from .membership import Membership
     from .node_link import Link, Meta
-    from .node_links import NodeLinks
 
 log = logging.getLogger("warren.cluster.replicas")
 
@@ -95,16 +97,27 @@ class Followed:
         self.asking = False  # a follow request is on its way
 
 
+class Links(Protocol):
+    """What the replicated queues use of the node links (warren.cluster.node_links.NodeLinks)."""
+
+    config: ClusterConfig
+    etcd: Etcd
+    membership: Membership
+
+    def peer(self, node: str) -> Any: ...
+
+
 class Replicas:
     """The service (MetadataStore.replicas; started with the node's other cluster services)."""
 
     def __init__(self, broker: Broker):
         self.broker = broker
-        self.links: NodeLinks  # (set once the node links are made, before the services start)
+        self.links: Links  # (warren.cluster.node_links.NodeLinks, set before the services start)
         self.node = broker.config.node_name
         self.led: dict[Key, Led] = {}
         self.followed: dict[Key, Followed] = {}
         self.records: dict[Key, Record] = {}  # as etcd has them (or the declare's)
+        self.incarnations: dict[str, Key] = {}  # a record's name in etcd -> its queue
         self._to_ship: set[Led] = set()
         self._shipping = False
         self._flushing = False
@@ -124,9 +137,15 @@ class Replicas:
         store = ReplicatedQueueStore.recover(log_, FIRST_EPOCH)
         state = Leader(self.node, cmd.members, cmd.members, FIRST_EPOCH, log_.history, log_.end, log_.end,
                        time.monotonic())
-        self.records.setdefault(key, Record(cmd.members, self.node, FIRST_EPOCH, cmd.members))
+        self._declared(key, cmd)
         self._lead(key, log_, store, state)
         return store
+
+    def _declared(self, key: Key, cmd: DeclareQueue) -> None:
+        """The queue's record as its declare makes it (etcd's, read at start or watched, wins)."""
+        assert cmd.members is not None and cmd.node is not None
+        self.records[key] = Record(cmd.members, cmd.node, FIRST_EPOCH, cmd.members)
+        self.incarnations[cmd.incarnation or f"{key[0]}/{key[1]}"] = key
 
     def _lead(self, key: Key, log_: ReplicaLog, store: ReplicatedQueueStore, state: Leader) -> Led:
         led = Led(key, log_, store, state)
@@ -140,7 +159,8 @@ class Replicas:
         queue = RemoteQuorumQueue.stand_in(self.broker, vhost, cmd)
         queue.members = cmd.members
         key = (vhost.name, cmd.name)
-        self.records.setdefault(key, Record(cmd.members, cmd.node, FIRST_EPOCH, cmd.members))
+        queue.incarnation = cmd.incarnation
+        self._declared(key, cmd)
         if self.node in cmd.members:
             log_ = self._log(*key)
             self._follow_log(key, cmd.node, log_, FIRST_EPOCH)
@@ -163,6 +183,9 @@ class Replicas:
         if followed is not None:
             followed.log.destroy()
         self.records.pop(key, None)
+        for incarnation, known in list(self.incarnations.items()):
+            if known == key:
+                del self.incarnations[incarnation]
 
     # ---------------------------------------------------------------- service
     async def start(self, server=None) -> None:
@@ -197,13 +220,14 @@ class Replicas:
 
     # ---------------------------------------------------------------- records, elections
     def _record_key(self, key: Key) -> bytes:
-        return self.links.config.keys.root + b"queues/" + "/".join(
-            urllib.parse.quote(part, safe="") for part in key).encode()
+        """A record is named by its queue's incarnation: a queue deleted and declared again
+        never reads the record of the one before."""
+        incarnation = next((i for i, known in self.incarnations.items() if known == key), "")
+        return self.links.config.keys.root + b"queues/" + urllib.parse.quote(incarnation, safe="").encode()
 
     def _key_of(self, record_key: bytes) -> Key | None:
         prefix = self.links.config.keys.root + b"queues/"
-        parts = record_key[len(prefix):].decode(errors="replace").split("/")
-        return (urllib.parse.unquote(parts[0]), urllib.parse.unquote(parts[1])) if len(parts) == 2 else None
+        return self.incarnations.get(urllib.parse.unquote(record_key[len(prefix):].decode(errors="replace")))
 
     async def _write(self, key: Key, record: Record) -> bool:
         """The guarded transaction: True if `record` is now etcd's (the watch applies it)."""
@@ -288,6 +312,11 @@ class Replicas:
             return
         led = self.led.get(key)
         followed = self.followed.get(key)
+        if record.leader == self.node and led is not None:  # (restarted, leading still: in the record's epoch)
+            led.state = Leader(self.node, record.members, record.isr, record.epoch, led.log.history, led.log.end,
+                               led.log.durable, time.monotonic())
+            led.store.epoch = record.epoch
+            return
         if record.leader == self.node and followed is not None:  # elected: the queue is here now
             del self.followed[key]
             log_ = followed.log
@@ -296,7 +325,7 @@ class Replicas:
                            time.monotonic())
             self._lead(key, log_, store, state)
             leader_queue = TYPES["quorum"](vhost, name, queue.durable, None, False, queue.arguments, store)
-            leader_queue.members = record.members
+            leader_queue.members, leader_queue.incarnation = record.members, queue.incarnation
             self.broker.metadata.replace_queue(vhost_name, name, leader_queue)
             log.warning("%s: leader now (epoch %d)", key, record.epoch)
             return
@@ -306,7 +335,7 @@ class Replicas:
             led.store.fail()
             stand_in = RemoteQuorumQueue(vhost, name, queue.durable, None, False, queue.arguments, record.leader,
                                          self.broker)
-            stand_in.members = record.members
+            stand_in.members, stand_in.incarnation = record.members, queue.incarnation
             self.broker.metadata.replace_queue(vhost_name, name, stand_in)
             self._follow_log(key, record.leader, led.log, record.epoch)
             log.warning("%s: %s leads it now (epoch %d); following", key, record.leader, record.epoch)

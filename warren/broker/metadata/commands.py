@@ -137,7 +137,8 @@ class DeclareQueue:
     """Create a queue, or check that the one of that name is equivalent. owner: the
     connection an exclusive queue belongs to (None: not exclusive); node: on a cluster, the
     member it lives on (its home: the declaring connection's node); None on a node alone;
-    members: on a cluster, a replicated queue's replicas (`node` is its first leader)."""
+    members: on a cluster, a replicated queue's replicas (`node` is its first leader), and
+    incarnation: what tells this queue from an earlier one of its name (its record in etcd)."""
 
     vhost: str
     name: str
@@ -147,6 +148,7 @@ class DeclareQueue:
     arguments: dict | None = None
     node: str | None = None
     members: tuple[str, ...] | None = None
+    incarnation: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -251,7 +251,7 @@ class MetadataStore:
                 return q, True
             q, created = vhost.declare_queue(cmd.name, cmd.durable, cmd.owner, cmd.auto_delete, cmd.arguments,
                                              self.replicas.leader_store(vhost, cmd))
-            q.members = cmd.members
+            q.members, q.incarnation = cmd.members, cmd.incarnation
             return q, created
         if cmd.node not in (None, self.broker.config.node_name) and cmd.name not in vhost.queues:
             if self.stand_in is None:

@@ -99,8 +99,10 @@ class Queue:
         # The publishers held back until the consumers have taken more (queue_flow.py).
         self.credit: QueueCredit | None = None
 
-    # On a cluster, a replicated queue's members (its first leader first: warren.cluster.replicas).
+    # On a cluster, a replicated queue's members (its first leader first) and incarnation
+    # (warren.cluster.replicas).
     members: tuple[str, ...] | None = None
+    incarnation: str | None = None
 
     @classmethod
     def make_store(cls, persister: Persister | None, vhost: str, name: str, durable: bool,
