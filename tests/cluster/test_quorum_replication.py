@@ -12,6 +12,7 @@ import time
 import threading
 
 import pika
+import requests
 
 from .test_definitions import three  # noqa: F401  (the fixture)
 from .test_membership import wait_for
@@ -152,3 +153,18 @@ def test_restarted_members_follow_whoever_leads(three, make_node):  # noqa: F811
     expected = {f"{round_}-{n}".encode() for round_ in ("one", "two", "three", "four") for n in range(50)}
     assert not expected - set(got), f"lost: {sorted(expected - set(got))[:10]}"
     assert not set(got) - expected
+
+
+def test_the_api_shows_leader_members_and_online(three):  # noqa: F811
+    a, b, c = three
+    connection = pika.BlockingConnection(b.pika_params())
+    connection.channel().queue_declare("qq-api", durable=True, arguments=QQ)
+    connection.close()
+    for node in (a, b, c):
+        q = requests.get(f"{node.api}/queues/%2F/qq-api", auth=("guest", "guest"), timeout=30).json()
+        assert (q["type"], q["leader"], q["node"]) == ("quorum", b.name, b.name)
+        assert q["members"][0] == b.name and sorted(q["members"]) == sorted(n.name for n in (a, b, c))
+        assert sorted(q["online"]) == sorted(q["members"])
+    c.proc.send_signal(signal.SIGKILL)
+    wait_for(lambda: c.name not in requests.get(f"{a.api}/queues/%2F/qq-api", auth=("guest", "guest"),
+                                                timeout=30).json()["online"], timeout=15, what="c offline")

@@ -57,6 +57,9 @@ class NodeLinks(Protocol):
         the wait is over (a member that did not answer in time is left out). False, and no
         call of done, when there is no other member to ask."""
 
+    def online(self, nodes: list[str]) -> list[str]:
+        """Those of `nodes` that run now (a replicated queue's members that are online)."""
+
     def placement(self, size: int) -> tuple[str, ...]:
         """The members of a replicated queue declared here: this node (its first leader,
         RabbitMQ's client-local) and size - 1 others, running ones first, those with the

@@ -537,6 +537,10 @@ class NodeLinks:
                     log.info("%s goes with its node %s", queue.describe(), node)
                     self.broker.metadata.submit(DeleteQueue(vhost.name, queue.name))
 
+    def online(self, nodes: list[str]) -> list[str]:
+        """(warren.broker.node.NodeLinks)"""
+        return [node for node in nodes if node in self.membership.running]
+
     def placement(self, size: int) -> tuple[str, ...]:
         """The members of a replicated queue declared here (warren.broker.node.NodeLinks)."""
         me = self.config.node_name

@@ -99,9 +99,11 @@ def queue_json(broker: Broker, q: Queue, unacked_bytes: int | None = None, detai
          "single_active_consumer_tag": q.consumers.active.tag if q.consumers.active is not None else None})
     caps = q.CAPABILITIES
     if caps.members:  # one node: the only member (a stream's JSON has no leader)
-        d.update({"members": [d["node"]], "online": [d["node"]]})
+        members: list[str] = list(q.members) if q.members else [str(d["node"])]
+        links = broker.node_links if broker is not None else None
+        d.update({"members": members, "online": links.online(members) if q.members and links is not None else members})
         if caps.leader:
-            d["leader"] = d["node"]
+            d["leader"] = d["node"]  # (a replicated queue's node is its leader's, as RabbitMQ's)
     d.update(q.info())  # what the type adds (a stream's offsets)
     ready, unacked, ready_bytes = q.message_counts()
     d.update({"messages": ready + unacked, "messages_ready": ready, "messages_unacknowledged": unacked,
