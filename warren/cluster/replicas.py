@@ -134,8 +134,11 @@ class Replicas:
         assert cmd.members is not None
         key = (vhost.name, cmd.name)
         log_ = self._log(*key)
-        store = ReplicatedQueueStore.recover(log_, FIRST_EPOCH)
-        state = Leader(self.node, cmd.members, cmd.members, FIRST_EPOCH, log_.history, log_.end, log_.end,
+        # (A restarted node's log may hold later epochs than the declare's: the record, read at
+        # start, says which it leads in, if any.)
+        epoch = max(FIRST_EPOCH, log_.history.last_epoch)
+        store = ReplicatedQueueStore.recover(log_, epoch)
+        state = Leader(self.node, cmd.members, cmd.members, epoch, log_.history, log_.end, log_.end,
                        time.monotonic())
         self._declared(key, cmd)
         self._lead(key, log_, store, state)
@@ -167,7 +170,7 @@ class Replicas:
         return queue
 
     def _follow_log(self, key: Key, leader: str, log_: ReplicaLog, epoch: int) -> Followed:
-        state = Follower(log_.history, log_.end, log_.durable, epoch)
+        state = Follower(log_.history, log_.end, log_.durable, max(epoch, log_.history.last_epoch))
         followed = Followed(key, leader, log_, state)
         log_.on_durable = lambda durable: self._acknowledge(followed, durable)
         log_.on_append = None
@@ -366,6 +369,7 @@ class Replicas:
             if cut is None:
                 return
             followed.log.truncate(cut)
+            followed.state.log_end = followed.log.end  # (the log is the truth: a cut below its head keeps it)
             if peer.link is not None:
                 peer.link.send({"op": "ready", "vhost": vhost, "queue": name, "cut": cut,
                                 "durable": followed.log.durable})
@@ -378,8 +382,14 @@ class Replicas:
         if followed is None or followed.leader != node:
             return
         epochs, kinds = meta["epochs"], meta["kinds"]
+        if followed.log.end != followed.state.log_end:
+            log.error("replica of %s: the log ends at %d, the follower at %d; following again", followed.key,
+                      followed.log.end, followed.state.log_end)
+            followed.state = Follower(followed.log.history, followed.log.end, followed.log.durable,
+                                      followed.state.epoch)
+            return
         try:
-            accepted = followed.state.accept(int(meta["epoch"]), int(meta["first"]), epochs)
+            accepted = followed.state.check(int(meta["epoch"]), int(meta["first"]), [int(e) for e in epochs])
         except ReplicationError as err:
             log.warning("replica of %s: %s; following again", followed.key, err)
             followed.state.leader_epoch = None
@@ -387,7 +397,8 @@ class Replicas:
         if not accepted:
             return
         for epoch, kind, payload in zip(epochs, kinds, blobs):
-            followed.log.append(int(epoch), int(kind), payload)
+            followed.log.append(int(epoch), int(kind), payload)  # (the log keeps the history: see Follower.check)
+        followed.state.log_end = followed.log.end
         if not self._flushing:  # (one write and fsync for what this tick brought, every queue's)
             self._flushing = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -445,7 +456,7 @@ class Replicas:
             led.store.commit(led.state.committed)
 
     def _appended(self, led: Led) -> None:
-        led.state.append()  # (the log wrote it in this epoch: the leader's count follows)
+        led.state.log_end = led.log.end  # (the log wrote it and keeps the history: see Follower.check)
         self._ship_soon(led)
 
     def _ship_soon(self, led: Led) -> None:

@@ -76,22 +76,30 @@ class Follower:
         self.history.truncate(cut)
         return cut
 
-    def accept(self, epoch: int, first: int, epochs: Iterable[int]) -> bool:
+    def accept(self, epoch: int, first: int, epochs: list[int]) -> bool:
         """Entries from the leader of `epoch` starting at offset `first`, of these epochs (an
         entry keeps the epoch it was first written in). False: refused (a newer epoch is known
         or this follower has not synchronised with that leader): the caller answers so and the
         leader stops. Raises on a gap (the link lost something: resynchronise)."""
+        if not self.check(epoch, first, epochs):
+            return False
+        for offset, entry_epoch in enumerate(epochs, first):
+            self.history.appended(entry_epoch, offset)
+        self.log_end = first + len(epochs)
+        return True
+
+    def check(self, epoch: int, first: int, epochs: list[int]) -> bool:
+        """accept's checks alone, changing nothing (a caller whose log keeps the history appends
+        the entries itself, then sets log_end)."""
         if epoch < self.epoch or self.leader_epoch != epoch:
             return False
         if first != self.log_end:
             raise ReplicationError(f"entries from {first}, the log ends at {self.log_end}")
-        offset = first
+        last = self.history.last_epoch
         for entry_epoch in epochs:
-            if entry_epoch > epoch:
-                raise ReplicationError(f"an entry of epoch {entry_epoch} from the leader of {epoch}")
-            self.history.appended(entry_epoch, offset)
-            offset += 1
-        self.log_end = offset
+            if entry_epoch > epoch or entry_epoch < last:
+                raise ReplicationError(f"an entry of epoch {entry_epoch} from the leader of {epoch} after {last}")
+            last = entry_epoch
         return True
 
     def synced(self, durable: int) -> int:
@@ -112,7 +120,8 @@ class Progress:
 
     durable: int = 0      # entries it acknowledged on disk
     sent: int = 0         # entries shipped to it (the next one to send)
-    caught_up_at: float = 0.0  # the last time its acknowledgements reached the leader's log end
+    caught_up_at: float = 0.0  # the last time an acknowledgement covered `target`
+    target: int = 0       # the leader's log end at its previous acknowledgement
 
 
 class Leader:
@@ -149,7 +158,7 @@ class Leader:
         shipped to it from the cut. True: the committed offset moved."""
         if node not in self.members or node == self.node or cut > self.log_end or durable > cut:
             raise ReplicationError(f"{node} is ready at {cut} ({durable} on disk), the log ends at {self.log_end}")
-        self.followers[node] = Progress(durable=durable, sent=cut, caught_up_at=now)
+        self.followers[node] = Progress(durable=durable, sent=cut, caught_up_at=now, target=self.log_end)
         return self._advance()
 
     def unlinked(self, node: str) -> None:
@@ -172,8 +181,11 @@ class Leader:
         if durable > progress.sent:
             raise ReplicationError(f"{node} acknowledged {durable} entries, {progress.sent} were sent")
         progress.durable = max(progress.durable, durable)
-        if progress.durable >= self.log_end:
+        # (Kafka's rule: caught up when it holds what the leader had one acknowledgement ago;
+        # under steady publishing it never holds the very end.)
+        if progress.durable >= progress.target:
             progress.caught_up_at = now
+        progress.target = self.log_end
         return self._advance()
 
     # ------------------------------------------------------------------ own log

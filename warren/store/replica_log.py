@@ -91,6 +91,7 @@ class ReplicaLog:
         if seg is None or seg.size >= self.segment_size:
             seg = self._roll()
         offset = self.end
+        self.history.appended(epoch, offset)  # (first: an entry of an older epoch is refused unwritten)
         rest = _FIXED.pack(offset, epoch, kind) + head
         size = len(rest) + (len(body) if body is not None else 0)
         if body is None:
@@ -99,7 +100,6 @@ class ReplicaLog:
             check = sg.checksum(rest + bytes(body))  # (one copy; the write itself takes the body by reference)
         record = struct.pack(">II", size, check) + rest
         seg.positions.append(seg.append(record, body))
-        self.history.appended(epoch, offset)
         self.end = offset + 1
         batch = self.persister.durable_append(seg)
         pending = self._pending

@@ -112,6 +112,8 @@ class ReplicatedQueueStore:
                 waiter.store_synced()
 
     def _append(self, kind: int, head: bytes, body: Any = None) -> CommitPoint:
+        if self.failed:  # (no longer its leader: its log is a follower's now, written by the leader only)
+            return CommitPoint(self, self.log.end + 1)
         self.log.append(self.epoch, kind, head, body)
         points = self._points
         if points and not points[-1].waiters:

@@ -1,0 +1,118 @@
+"""A replicated quorum queue under its leader's kill -9, round after round, with a publisher
+confirming all the while (Jepsen's total-queue check, as in its RabbitMQ analysis): every
+confirmed message is read back (lost 0), nothing is read that was never published
+(unexpected 0), and a message read twice is one whose publish was not confirmed the first
+time (duplicates only of unconfirmed publishes)."""
+
+from __future__ import annotations
+
+import collections
+import signal
+import threading
+import time
+
+import pika
+import requests
+
+from .test_definitions import three  # noqa: F401  (the fixture)
+from .test_membership import wait_for
+
+QQ = {"x-queue-type": "quorum"}
+ROUNDS = 20
+AUTH = ("guest", "guest")
+
+
+class Publisher(threading.Thread):
+    """Publishes 0, 1, 2, ... with confirms through whichever node answers; a publish whose
+    fate is unknown (nack, connection lost) is sent again as a new attempt of the same id."""
+
+    def __init__(self, nodes: list, queue: str):
+        super().__init__(daemon=True)
+        self.nodes, self.queue = nodes, queue
+        self.confirmed: set[int] = set()
+        self.attempted: collections.Counter[int] = collections.Counter()
+        self.stop = threading.Event()
+        self.last_confirm = time.monotonic()
+
+    def run(self) -> None:
+        n, turn = 0, 0
+        while not self.stop.is_set():
+            node = self.nodes[turn % len(self.nodes)]
+            turn += 1
+            try:
+                connection = pika.BlockingConnection(node.pika_params(socket_timeout=5, blocked_connection_timeout=5))
+                channel = connection.channel()
+                channel.confirm_delivery()
+                while not self.stop.is_set():
+                    self.attempted[n] += 1
+                    channel.basic_publish("", self.queue, str(n).encode(), pika.BasicProperties(delivery_mode=2),
+                                          mandatory=True)
+                    self.confirmed.add(n)
+                    self.last_confirm = time.monotonic()
+                    n += 1
+                connection.close()
+            except Exception:  # (nack, unroutable, a node gone: the same id again, elsewhere)
+                time.sleep(0.1)
+
+
+def leader(node, queue: str) -> str | None:
+    try:
+        answer = requests.get(f"{node.api}/queues/%2F/{queue}", auth=AUTH, timeout=5)
+        return answer.json().get("leader") if answer.ok else None
+    except requests.RequestException:
+        return None
+
+
+def test_kill_9_of_the_leader_round_after_round_loses_nothing(three, make_node):  # noqa: F811
+    nodes = list(three)
+    connection = pika.BlockingConnection(nodes[0].pika_params())
+    connection.channel().queue_declare("qq-torture", durable=True, arguments=QQ)
+    connection.close()
+    publisher = Publisher(nodes, "qq-torture")
+    publisher.start()
+    stalls = []
+    try:
+        for _ in range(ROUNDS):
+            wait_for(lambda: len(publisher.confirmed) > 0 and time.monotonic() - publisher.last_confirm < 0.5,
+                     timeout=30, what="confirms flowing")
+            name = next(filter(None, (leader(node, "qq-torture") for node in nodes)))
+            victim = next(node for node in nodes if node.name == name)
+            victim.proc.send_signal(signal.SIGKILL)
+            victim.proc.wait()
+            killed = time.monotonic()
+            try:
+                wait_for(lambda: publisher.last_confirm > killed, timeout=30, what="a confirm after the kill")
+            except AssertionError:
+                for node in nodes:
+                    if node is not victim:
+                        print("=====", node.name, "\n", "\n".join(l for l in node.log().splitlines()
+                                                               if "replica" in l or "leader" in l or "error" in l)[-3000:])
+                raise
+            stalls.append(publisher.last_confirm - killed)
+            back = make_node(victim.name, data_dir=victim.data_dir, port=victim.port, dist_port=victim.dist_port)
+            nodes[nodes.index(victim)] = back
+            wait_for(lambda: all(sorted(requests.get(f"{node.api}/queues/%2F/qq-torture", auth=AUTH, timeout=5)
+                                        .json().get("online", [])) == sorted(n.name for n in nodes) for node in nodes),
+                     timeout=30, what="the killed node back online")
+    finally:
+        publisher.stop.set()
+        publisher.join(30)
+    got: collections.Counter[int] = collections.Counter()
+    reader = pika.BlockingConnection(nodes[0].pika_params())
+    channel = reader.channel()
+    while True:
+        method, _, body = channel.basic_get("qq-torture", auto_ack=True)
+        if method is None:
+            break
+        got[int(body)] += 1
+    reader.close()
+    lost = publisher.confirmed - set(got)
+    unexpected = set(got) - set(publisher.attempted)
+    duplicated = {n for n, count in got.items() if count > 1}
+    assert not lost, f"lost {len(lost)} confirmed: {sorted(lost)[:20]}"
+    assert not unexpected, f"unexpected: {sorted(unexpected)[:20]}"
+    assert all(publisher.attempted[n] > 1 for n in duplicated), (
+        f"duplicates of publishes confirmed the first time: {sorted(n for n in duplicated if publisher.attempted[n] == 1)}")
+    assert len(publisher.confirmed) > ROUNDS * 10
+    print(f"{len(publisher.confirmed)} confirmed, {len(duplicated)} duplicated, stalls: "
+          f"max {max(stalls):.1f} s, mean {sum(stalls) / len(stalls):.1f} s")
