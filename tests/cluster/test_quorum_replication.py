@@ -168,3 +168,42 @@ def test_the_api_shows_leader_members_and_online(three):  # noqa: F811
     c.proc.send_signal(signal.SIGKILL)
     wait_for(lambda: c.name not in requests.get(f"{a.api}/queues/%2F/qq-api", auth=("guest", "guest"),
                                                 timeout=30).json()["online"], timeout=15, what="c offline")
+
+
+def segments(node) -> int:
+    return len(glob.glob(os.path.join(node.data_dir, "replicas", "*", "*.seg")))
+
+
+def test_the_logs_release_what_no_live_message_needs(make_node, monkeypatch):
+    """Segments below the oldest live message go, on the leader and its followers; a follower
+    that was away meanwhile starts again where the leader's log starts, and takes over."""
+    monkeypatch.setenv("WARREN_REPLICA_SEGMENT_BYTES", "20000")  # (the nodes' environment)
+    a, b, c = (make_node(f"warren-{x}@localhost") for x in "abc")
+    wait_for(lambda: len(requests.get(f"{a.api}/nodes", auth=("guest", "guest"), timeout=30).json()) == 3
+             and all(n["running"] for n in requests.get(f"{a.api}/nodes", auth=("guest", "guest"), timeout=30).json()),
+             what="three running")
+    connection = pika.BlockingConnection(a.pika_params())
+    channel = connection.channel()
+    channel.queue_declare("qq-release", durable=True, arguments=QQ)
+    channel.confirm_delivery()
+    deadline = time.monotonic() + 60
+    publish_confirmed(a, "qq-release", [b"x" * 1000 for _ in range(200)], deadline)
+    wait_for(lambda: segments(b) > 5 and segments(c) > 5, timeout=10, what="segments on the followers")
+    c.stop(signal.SIGTERM)
+    assert len(drain(a, "qq-release")) == 200
+    publish_confirmed(a, "qq-release", [b"live"], deadline)
+    wait_for(lambda: segments(a) <= 2 and segments(b) <= 2, timeout=10, what="the released segments gone")
+    c = make_node(c.name, data_dir=c.data_dir, port=c.port, dist_port=c.dist_port)
+    wait_for(lambda: segments(c) <= 2, timeout=20, what="c starting again where the leader's log starts")
+    connection.close()
+    a.proc.send_signal(signal.SIGKILL)
+    got: list[bytes] = []
+
+    def taken_over() -> bool:
+        try:
+            got.extend(drain(b, "qq-release"))
+            return True
+        except pika.exceptions.ChannelClosedByBroker:  # (the home-down 404 until one is elected)
+            return False
+    wait_for(taken_over, timeout=20, what="a new leader")
+    assert got == [b"live"]

@@ -328,6 +328,8 @@ class Peer:
                 self._cancelled(meta["cid"])
             elif op == "entries" and (replicas := replicas_of(self.links.broker)) is not None:
                 replicas.entries(self.node, meta, blobs)
+            elif op == "release" and (replicas := replicas_of(self.links.broker)) is not None:
+                replicas.release(self.node, meta)
             else:
                 raise ValueError(f"unknown operation {op!r}")
         except (KeyError, TypeError, ValueError) as err:

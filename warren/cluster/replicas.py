@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 import urllib.parse
 from dataclasses import dataclass, replace
@@ -56,6 +57,8 @@ FIRST_EPOCH = 1
 RETRY = 0.5          # seconds between two looks at followers that are not linked
 FRAME_ENTRIES = 256  # entries shipped in one frame at most
 MAX_LAG = 10.0       # seconds a follower may stay behind before it leaves the ISR
+# A replica log's segment size (whole segments are released); smaller in tests.
+SEGMENT_SIZE = int(os.environ.get("WARREN_REPLICA_SEGMENT_BYTES", 64 << 20))
 
 Key = tuple[str, str]  # (vhost, queue)
 
@@ -84,6 +87,7 @@ class Led:
         self.store = store
         self.state = state
         self.links: dict[str, Link] = {}  # follower node -> the link its entries go on
+        self.released = 0  # the release cursor last applied
 
 
 class Followed:
@@ -128,7 +132,7 @@ class Replicas:
         persister = self.broker.persister
         if persister is None:
             raise not_found("a replicated queue needs a data directory")
-        return ReplicaLog(persister, persister.replica_dir(vhost, name))
+        return ReplicaLog(persister, persister.replica_dir(vhost, name), SEGMENT_SIZE)
 
     def leader_store(self, vhost: VHost, cmd: DeclareQueue) -> ReplicatedQueueStore:
         assert cmd.members is not None
@@ -213,6 +217,7 @@ class Replicas:
                     self._follow(followed)
             now = time.monotonic()
             for led in list(self.led.values()):
+                self._release(led)
                 lagging = led.state.lagging(now, MAX_LAG)
                 if lagging:
                     await self._change_isr(led, tuple(n for n in led.state.isr if n not in lagging), lagging)
@@ -220,6 +225,30 @@ class Replicas:
                     led.state.grow(node)
                     await self._change_isr(led, tuple(sorted(led.state.isr)), set())
             await asyncio.sleep(RETRY)
+
+    def _release(self, led: Led) -> None:
+        """Whole segments below the release cursor (and the committed offset) go, here and
+        at the followers."""
+        cursor = min(led.store.release_cursor(), led.state.committed)
+        if cursor <= led.released:
+            return
+        led.released = cursor
+        led.log.drop_before(cursor)
+        vhost, name = led.key
+        for node, link in list(led.links.items()):
+            progress = led.state.followers.get(node)
+            if progress is not None and progress.sent < led.log.first:
+                led.state.unlinked(node)  # (behind what is released: it follows again, from the first entry)
+            link.send({"op": "release", "vhost": vhost, "queue": name, "cursor": cursor})
+
+    def release(self, node: str, meta: Meta) -> None:
+        """The leader on `node` released its log below a cursor (Peer: a frame of its link)."""
+        followed = self.followed.get((meta["vhost"], meta["queue"]))
+        if followed is not None and followed.leader == node:
+            cursor = int(meta["cursor"])
+            if followed.log.end < cursor:  # (behind it: follow again, to start where the leader's log does)
+                followed.state.leader_epoch = None
+            followed.log.drop_before(min(cursor, followed.log.durable))
 
     # ---------------------------------------------------------------- records, elections
     def _record_key(self, key: Key) -> bytes:
@@ -364,17 +393,20 @@ class Replicas:
                 if error is not None:
                     log.debug("following %s on %s: %s", followed.key, followed.leader, error)
                 return
-            epoch, starts, end = result
+            epoch, starts, end, first = result
             cut = followed.state.synchronise(epoch, [tuple(s) for s in starts], end)
             if cut is None:
                 return
+            if cut < first:  # (behind what the leader released: start again where it starts)
+                followed.log.restart_at(first)
+                cut = first
             followed.log.truncate(cut)
             followed.state.log_end = followed.log.end  # (the log is the truth: a cut below its head keeps it)
             if peer.link is not None:
                 peer.link.send({"op": "ready", "vhost": vhost, "queue": name, "cut": cut,
                                 "durable": followed.log.durable})
         peer.request({"op": "follow", "vhost": vhost, "queue": name}, answered,
-                     lambda meta: (int(meta["epoch"]), meta["starts"], int(meta["end"])))
+                     lambda meta: (int(meta["epoch"]), meta["starts"], int(meta["end"]), int(meta["first"])))
 
     def entries(self, node: str, meta: Meta, blobs: list[bytes]) -> None:
         """Entries from the leader on `node` (Peer: a frame of the link to it)."""
@@ -432,11 +464,14 @@ class Replicas:
         led = self._led(meta)
         epoch, starts, end = led.state.welcome(node)
         led.links[node] = link
-        return {"epoch": epoch, "starts": [list(s) for s in starts], "end": end}
+        return {"epoch": epoch, "starts": [list(s) for s in starts], "end": end, "first": led.log.first}
 
     def ready(self, node: str, meta: Meta) -> None:
         led = self._led(meta)
         self._committed(led, led.state.ready(node, int(meta["cut"]), int(meta["durable"]), time.monotonic()))
+        link = led.links.get(node)
+        if led.released and link is not None:  # (what it may drop of what it kept while away)
+            link.send({"op": "release", "vhost": meta["vhost"], "queue": meta["queue"], "cursor": led.released})
         self._ship_soon(led)
 
     def acknowledged(self, node: str, meta: Meta) -> None:

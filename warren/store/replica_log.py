@@ -198,6 +198,17 @@ class ReplicaLog:
             self._firsts.pop(0)
             self.first = self.segments[0].first
 
+    def restart_at(self, offset: int) -> None:
+        """Drop the whole log and go on at `offset` (a follower behind its leader's first
+        entry: what it misses was released)."""
+        for seg in self.segments:
+            seg.remove()
+        self.segments.clear()
+        self._firsts.clear()
+        self._pending.clear()
+        self.history.starts.clear()
+        self.first = self.end = self.durable = offset
+
     def destroy(self) -> None:
         for seg in self.segments:
             seg.remove()

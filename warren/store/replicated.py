@@ -123,6 +123,11 @@ class ReplicatedQueueStore:
         points.append(point)
         return point
 
+    def release_cursor(self) -> int:
+        """Below this offset no entry is needed to rebuild the queue: its oldest live message's
+        (ids go into by_id in offset order), or the log's end when it holds none."""
+        return next(iter(self.by_id), self.log.end)
+
     # ------------------------------------------------------------------ QueueStore
     def __len__(self) -> int:
         return len(self._fresh) + len(self._requeued)
