@@ -57,6 +57,7 @@ FIRST_EPOCH = 1
 RETRY = 0.5          # seconds between two looks at followers that are not linked
 FRAME_ENTRIES = 256  # entries shipped in one frame at most
 MAX_LAG = 10.0       # seconds a follower may stay behind before it leaves the ISR
+LINK_GRACE = 1.0     # seconds a leader's lost link may stay down before its followers elect
 # A replica log's segment size (whole segments are released); smaller in tests.
 SEGMENT_SIZE = int(os.environ.get("WARREN_REPLICA_SEGMENT_BYTES", 64 << 20))
 
@@ -289,8 +290,8 @@ class Replicas:
                 self._committed(led, led.state.grow_failed(node))
 
     def _stopped(self, node: str) -> None:
-        """A member stopped running: the queues it led elect a new leader, the first running
-        in-sync member by name (this node, if so)."""
+        """A member stopped running (or its link stayed down: _unreachable): the queues it led
+        elect a new leader, the first running in-sync member by name (this node, if so)."""
         running = self.links.membership.running
         for key, record in list(self.records.items()):
             if record.leader != node:
@@ -451,6 +452,14 @@ class Replicas:
         for followed in self.followed.values():
             if followed.leader == node:
                 followed.state.leader_epoch = None
+        # A killed node's links end at once: its queues need not wait for its lease (5 s) to
+        # elect. Safe under the rules whatever the cause (an old leader cannot commit without
+        # its successor); a link that is back within the grace elects nothing.
+        asyncio.get_running_loop().call_later(LINK_GRACE, self._unreachable, node)
+
+    def _unreachable(self, node: str) -> None:
+        if not self.links.peer(node).up:
+            self._stopped(node)
 
     # ---------------------------------------------------------------- a leader's side
     def _led(self, meta: Meta) -> Led:
