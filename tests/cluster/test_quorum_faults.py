@@ -116,3 +116,46 @@ def test_kill_9_of_the_leader_round_after_round_loses_nothing(three, make_node):
     assert len(publisher.confirmed) > ROUNDS * 10
     print(f"{len(publisher.confirmed)} confirmed, {len(duplicated)} duplicated, stalls: "
           f"max {max(stalls):.1f} s, mean {sum(stalls) / len(stalls):.1f} s")
+
+
+def test_a_leader_paused_past_its_lease_never_confirms_what_the_queue_lacks(three):  # noqa: F811
+    """SIGSTOP of the leader for longer than its lease: another member leads meanwhile; a
+    publish the paused leader reads once it runs again is either confirmed and in the queue,
+    or not confirmed (a nack, or its connection closed): never confirmed and missing."""
+    a, b, c = three
+    connection = pika.BlockingConnection(a.pika_params())
+    channel = connection.channel()
+    channel.queue_declare("qq-paused", durable=True, arguments=QQ)
+    channel.confirm_delivery()
+    channel.basic_publish("", "qq-paused", b"before", pika.BasicProperties(delivery_mode=2))
+    outcome: list[str] = []
+
+    def publish_while_paused() -> None:
+        try:
+            channel.basic_publish("", "qq-paused", b"while-paused", pika.BasicProperties(delivery_mode=2))
+            outcome.append("confirmed")
+        except pika.exceptions.NackError:
+            outcome.append("nacked")
+        except Exception as err:  # (its connection closed: not confirmed)
+            outcome.append(f"closed: {err!r}")
+    a.proc.send_signal(signal.SIGSTOP)
+    try:
+        publisher = threading.Thread(target=publish_while_paused, daemon=True)
+        publisher.start()
+        wait_for(lambda: leader(b, "qq-paused") not in (None, a.name), timeout=20, what="another leader")
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+    publisher.join(30)
+    assert outcome, "the publish was never answered"
+    print("outcome:", outcome)
+    got = []
+    reader = pika.BlockingConnection(b.pika_params())
+    while True:
+        method, _, body = reader.channel().basic_get("qq-paused", auto_ack=True)
+        if method is None:
+            break
+        got.append(body)
+    reader.close()
+    assert b"before" in got
+    if outcome[0] == "confirmed":
+        assert b"while-paused" in got, "confirmed by the paused leader, and not in the queue"
