@@ -11,7 +11,7 @@ from warren.amqp.message import Message
 from warren.store.persister import Persister
 from warren.store.queued_message import QueuedMessage
 from warren.store.replica_log import ReplicaLog
-from warren.store.replicated import ReplicatedQueueStore
+from warren.store.replicated import PAGED, ReplicatedQueueStore
 
 
 class Waiter:
@@ -116,3 +116,20 @@ def test_a_ttl_deadline_survives_the_replay(tmp_path):
     persister.sync_now()
     _, replayed = open_store(tmp_path)
     assert abs(replayed.peek().expiry - qm.expiry) < 0.01
+
+
+def test_ready_messages_beyond_the_window_are_read_back_from_the_log(tmp_path):
+    persister = Persister(str(tmp_path))
+    replica = ReplicaLog(persister, str(tmp_path / "q"))
+    store = ReplicatedQueueStore(replica, epoch=1, window=2)
+    for seq in range(1, 6):
+        publish(store, seq)
+    assert sum(qm.message is PAGED for qm in store._fresh) == 3  # (only the window's bodies in memory)
+    assert store.ready_bytes == sum(len(f"body-{n}") for n in range(1, 6))
+    assert [bytes(store.pop().message.body) for _ in range(2)] == [b"body-1", b"body-2"]
+    assert bytes(store.peek().message.body) == b"body-3"
+    assert store.ready_bytes == sum(len(f"body-{n}") for n in range(3, 6))
+    persister.sync_now()
+    replayed = ReplicatedQueueStore.recover(ReplicaLog(persister, str(tmp_path / "q")), epoch=1)
+    assert bodies(replayed) == [b"body-1", b"body-2", b"body-3", b"body-4", b"body-5"]
+    assert replayed.ready_bytes == sum(len(f"body-{n}") for n in range(1, 6))

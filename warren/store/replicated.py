@@ -48,6 +48,9 @@ _RETURN = struct.Struct(">QQI")     # id, new seq, deliveries
 # qm.seg of a message in the log: it has a durable record (so the queue waits for a copy's
 # safety before settling it, as for a disk store's record).
 IN_LOG: Any = object()
+# qm.message of a ready message whose body is only in the log (read back when it is next).
+PAGED = Message("", "", b"", b"", b"")
+WINDOW = 10_000  # ready messages kept in memory, from the head; the others are read back
 
 
 def _ids(qms: Iterable[QueuedMessage]) -> bytes:
@@ -80,9 +83,11 @@ class CommitPoint:
 class ReplicatedQueueStore:
     """The queue's messages in memory, their changes in its replica log."""
 
-    def __init__(self, log: ReplicaLog, epoch: int):
+    def __init__(self, log: ReplicaLog, epoch: int, window: int = WINDOW):
         self.log = log
         self.epoch = epoch
+        self.window = window
+        self._sizes: dict[int, int] = {}  # a paged message's body size, by id
         self._fresh: deque[QueuedMessage] = deque()
         self._requeued = RequeuedMessages()
         self.ready_bytes = 0
@@ -148,14 +153,19 @@ class ReplicatedQueueStore:
         pass  # (never holds a record back)
 
     def push(self, qm: QueuedMessage) -> None:
-        self._fresh.append(qm)
         self.ready_bytes += len(qm.message.body)
+        if len(self._fresh) >= self.window:  # (beyond the window: its body is read back when it is next)
+            self._sizes[qm.off] = len(qm.message.body)
+            qm.message = PAGED
+        self._fresh.append(qm)
 
     def pop(self) -> QueuedMessage | None:
         if self._requeued:
             qm = self._requeued.take()
         elif self._fresh:
             qm = self._fresh.popleft()
+            if qm.message is PAGED:
+                self._load(qm)
         else:
             return None
         self.ready_bytes -= len(qm.message.body)
@@ -164,7 +174,16 @@ class ReplicatedQueueStore:
     def peek(self) -> QueuedMessage | None:
         if self._requeued:
             return self._requeued.first()
-        return self._fresh[0] if self._fresh else None
+        if not self._fresh:
+            return None
+        qm = self._fresh[0]
+        if qm.message is PAGED:
+            self._load(qm)
+        return qm
+
+    def _load(self, qm: QueuedMessage) -> None:
+        self._sizes.pop(qm.off, None)
+        qm.message = _message(self.log.read(qm.off).payload)
 
     def drop_head(self, n: int) -> list[QueuedMessage]:
         taken: list[QueuedMessage] = []
@@ -190,8 +209,9 @@ class ReplicatedQueueStore:
 
     def purge(self) -> int:
         count = len(self)
-        for qm in self.peek_all():
+        for qm in self._requeued.in_order() + list(self._fresh):
             self.by_id.pop(qm.off, None)
+        self._sizes.clear()
         self._fresh.clear()
         self._requeued.clear()
         self.ready_bytes = 0
@@ -199,6 +219,10 @@ class ReplicatedQueueStore:
         return count
 
     def peek_all(self) -> list[QueuedMessage]:
+        """(Management views: every paged body is read back.)"""
+        for qm in self._fresh:
+            if qm.message is PAGED:
+                self._load(qm)
         return self._requeued.in_order() + list(self._fresh)
 
     def destroy(self) -> None:
@@ -216,13 +240,10 @@ class ReplicatedQueueStore:
         now_wall, now = time.time(), time.monotonic()
         for entry in log.entries(log.first):
             kind, payload = entry.kind, entry.payload
-            if kind == ENQUEUE:
+            if kind == ENQUEUE:  # (its body stays in the log: read back when it is needed)
                 seq, deliveries, expiry, route_len, header_len = _ENQUEUE.unpack_from(payload)
-                at = _ENQUEUE.size
-                route = payload[at:at + route_len]
-                header = payload[at + route_len:at + route_len + header_len]
-                body = payload[at + route_len + header_len:]
-                qm = QueuedMessage(seq, Message(*_route_parts(route), route, header, body), deliveries > 0)
+                qm = QueuedMessage(seq, PAGED, deliveries > 0)
+                store._sizes[entry.offset] = len(payload) - _ENQUEUE.size - route_len - header_len
                 qm.deliveries = deliveries
                 qm.off, qm.seg, qm.durable = entry.offset, IN_LOG, True
                 if expiry >= 0:
@@ -250,17 +271,33 @@ class ReplicatedQueueStore:
                 for ident in [i for i in live if i not in out]:
                     del live[ident]
                 ahead.clear()
+        sizes, store._sizes = store._sizes, {}
         for ident, qm in live.items():  # (in offset order: the order they were enqueued)
             store.by_id[ident] = qm
+            store.ready_bytes += sizes[ident]
             if ident in out:  # its consumer is gone with the old leader: back, counted, ahead
                 qm.deliveries += 1
                 qm.redelivered = True
                 store.max_seq += 1
                 qm.seq = store.max_seq
+                store._load(qm)
                 store._requeued.push(qm)
             elif ident in ahead:
+                store._load(qm)
                 store._requeued.push(qm)
             else:
+                if len(store._fresh) < store.window:
+                    store._load(qm)
+                else:
+                    store._sizes[ident] = sizes[ident]
                 store._fresh.append(qm)
-            store.ready_bytes += len(qm.message.body)
         return store
+
+
+def _message(payload: bytes) -> Message:
+    """The message of an ENQUEUE entry's payload."""
+    _seq, _deliveries, _expiry, route_len, header_len = _ENQUEUE.unpack_from(payload)
+    at = _ENQUEUE.size
+    route = payload[at:at + route_len]
+    header = payload[at + route_len:at + route_len + header_len]
+    return Message(*_route_parts(route), route, header, payload[at + route_len + header_len:])
