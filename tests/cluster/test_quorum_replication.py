@@ -14,6 +14,7 @@ import threading
 import pika
 import requests
 
+from .test_ctl_cluster import ctl
 from .test_definitions import three  # noqa: F401  (the fixture)
 from .test_membership import wait_for
 
@@ -165,6 +166,10 @@ def test_the_api_shows_leader_members_and_online(three):  # noqa: F811
         assert (q["type"], q["leader"], q["node"]) == ("quorum", b.name, b.name)
         assert q["members"][0] == b.name and sorted(q["members"]) == sorted(n.name for n in (a, b, c))
         assert sorted(q["online"]) == sorted(q["members"])
+    listed = ctl(a, "list_queues", "name", "type", "leader", "members", "online", "--no-table-headers", "--quiet")
+    assert listed.returncode == 0, listed
+    row = next(line for line in listed.stdout.splitlines() if line.startswith("qq-api"))
+    assert row.split("\t")[:3] == ["qq-api", "quorum", b.name] and a.name in row.split("\t")[4], row
     c.proc.send_signal(signal.SIGKILL)
     wait_for(lambda: c.name not in requests.get(f"{a.api}/queues/%2F/qq-api", auth=("guest", "guest"),
                                                 timeout=30).json()["online"], timeout=15, what="c offline")
