@@ -1,7 +1,8 @@
 """A replicated queue's store (warren/store/replicated.py) on one replica: publishes confirmed
 once committed, every change an entry, and a replay of the log (a restart, or another replica
 taking over) that rebuilds the queue: order, delivery counts, what was handed out and not
-settled back ahead and redelivered, purges, returns."""
+settled back ahead and redelivered (or kept for its holder, when it may still be there),
+purges, returns."""
 
 from __future__ import annotations
 
@@ -91,6 +92,33 @@ def test_the_log_replays_to_the_same_queue(tmp_path):
     assert replayed.max_seq > 101 and len(replayed) == 5
     assert replayed.ready_bytes == sum(len(b) for b in bodies(replayed))
     assert qms[0].off == 0 and set(replayed.by_id) == {qm.off for qm in replayed.peek_all()}
+
+
+def test_what_a_surviving_holder_held_stays_parked_for_it(tmp_path):
+    persister, store = open_store(tmp_path)
+    for seq in range(1, 6):
+        publish(store, seq)
+    for holder in ("b/run/1", "b/run/1", "a/run/7", "", "c/run/2"):
+        store.delivered(store.pop(), holder)
+    persister.sync_now()
+    replica = ReplicaLog(persister, str(tmp_path / "q"))
+    replayed = ReplicatedQueueStore.recover(replica, epoch=2, keep=lambda holder: holder.startswith(("b/", "c/")))
+    # the dead node's and the old leader's own consumers' messages are back, ahead, counted
+    assert bodies(replayed) == [b"body-3", b"body-4"]
+    assert all(qm.deliveries == 1 and qm.redelivered for qm in replayed.peek_all())
+    assert {h: sorted(bytes(qm.message.body) for qm in held.values()) for h, held in replayed.parked.items()} == {
+        "b/run/1": [b"body-1", b"body-2"], "c/run/2": [b"body-5"]}
+    assert replayed.ready_bytes == sum(len(b) for b in bodies(replayed))
+    replayed.log_returns()  # (as the new leader does)
+    claimed = replayed.claim("b/run/1")
+    assert sorted(claimed) == [0, 1] and all(qm.deliveries == 1 for qm in claimed.values())
+    assert replayed.unpark(4) is not None and replayed.unpark(4) is None and not replayed.parked
+    # settled where it was claimed: gone from the next replay too
+    replayed.settle(claimed[0])
+    persister.sync_now()
+    again = ReplicatedQueueStore.recover(ReplicaLog(persister, str(tmp_path / "q")), epoch=3,
+                                         keep=lambda holder: True)
+    assert {h: sorted(held) for h, held in again.parked.items()} == {"b/run/1": [1], "c/run/2": [4]}
 
 
 def test_a_purge_replays_as_a_purge_and_keeps_what_was_handed_out(tmp_path):

@@ -39,7 +39,7 @@ Meta = dict[str, Any]
 # packed meta: JSON cost 32 µs a message over the four of them (bench/RESULTS.md, "Classic
 # queues across a cluster's nodes"), struct under 1. Its first octet is the frame's kind; a
 # JSON meta starts with "{".
-_DELIVER = struct.Struct(">BIQ?")        # kind, consumer id, delivery id, redelivered
+_DELIVER = struct.Struct(">BIq?")        # kind, consumer id, delivery id (a replicated queue's: ~message id), redelivered
 _CREDIT = struct.Struct(">BII")          # kind, consumer id, credit
 _SETTLE = struct.Struct(">B??I")         # kind, ack, requeue, count; then the delivery ids
 _SETTLED = struct.Struct(">BI")          # kind, count; then (sequence number, safe) each
@@ -58,7 +58,7 @@ def encode_meta(meta: Meta) -> bytes:
         return _CREDIT.pack(CREDIT, meta["cid"], meta["n"])
     if op == "settle":
         dids = meta["dids"]
-        return _SETTLE.pack(SETTLE, meta["ack"], meta["requeue"], len(dids)) + struct.pack(f">{len(dids)}Q", *dids)
+        return _SETTLE.pack(SETTLE, meta["ack"], meta["requeue"], len(dids)) + struct.pack(f">{len(dids)}q", *dids)
     if op == "settled":
         return _SETTLED.pack(SETTLED, len(meta["seqs"])) + b"".join(
             _SEQ_OK.pack(seq, ok) for seq, ok in zip(meta["seqs"], meta["oks"]))
@@ -81,7 +81,7 @@ def decode_meta(data: bytes) -> Meta:
     if kind == SETTLE:
         _, ack, requeue, count = _SETTLE.unpack_from(data)
         return {"op": "settle", "ack": ack, "requeue": requeue,
-                "dids": list(struct.unpack_from(f">{count}Q", data, _SETTLE.size))}
+                "dids": list(struct.unpack_from(f">{count}q", data, _SETTLE.size))}
     if kind == SETTLED:
         _, count = _SETTLED.unpack_from(data)
         pairs = [_SEQ_OK.unpack_from(data, _SETTLED.size + i * _SEQ_OK.size) for i in range(count)]

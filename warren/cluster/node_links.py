@@ -29,7 +29,7 @@ from .node_link import Link, Meta, message_from
 from .queue_home import HomeSession
 from .replicas import replicas_of
 from .tasks import cancelled
-from .remote_queue import RemoteMessage, RemoteQueue, home_down
+from .remote_queue import Holding, RemoteMessage, RemoteQueue, RemoteQuorumQueue, home_down
 
 if TYPE_CHECKING:
     from ..broker.broker import Broker
@@ -84,7 +84,7 @@ class RemoteSettlement:
 class RemoteConsumer:
     """This node's record of one of its consumers of a queue of another node."""
 
-    __slots__ = ("consumer", "queue", "cid", "in_flight", "reserved", "open")
+    __slots__ = ("consumer", "queue", "cid", "in_flight", "reserved", "open", "holding")
 
     def __init__(self, consumer: Consumer, queue: RemoteQueue, cid: int):
         self.consumer = consumer
@@ -93,6 +93,7 @@ class RemoteConsumer:
         self.in_flight = 0  # credit granted, deliveries not arrived yet
         self.reserved = 0   # of those, counted in its channel's global credit (basic.qos global)
         self.open = False   # the home accepted it
+        self.holding: Holding | None = None  # what it holds across leaders (a replicated queue's)
 
 
 class Peer:
@@ -188,10 +189,19 @@ class Peer:
         self.by_consumer.clear()
         for state in consumers.values():
             self._release(state)
-            consumer = state.consumer
-            if consumer in state.queue.consumers:
-                state.queue.consumers.remove(consumer)
-            consumer.channel.consumer_cancelled(consumer)
+            self._gone(state)
+
+    def _gone(self, state: RemoteConsumer) -> None:
+        """A consumer this home no longer serves: cancelled, unless its queue is replicated
+        (it waits for the queue's next leader: RemoteQuorumQueue.orphan)."""
+        consumer, queue = state.consumer, state.queue
+        if consumer not in queue.consumers:
+            return
+        if isinstance(queue, RemoteQuorumQueue) and not queue.deleted:
+            queue.orphan(consumer)
+            return
+        queue.consumers.remove(consumer)
+        consumer.channel.consumer_cancelled(consumer)
 
     # sending -------------------------------------------------------------------------------
     def request(self, meta: Meta, done: Done, answer: Callable[[Meta], Any],
@@ -244,9 +254,13 @@ class Peer:
                 self.consumers.pop(cid, None)
                 self.by_consumer.pop(consumer, None)
             done(result, error)
-        self.request({"op": "consume", "vhost": queue.vhost.name, "queue": queue.name, "cid": cid,
+        meta: Meta = {"op": "consume", "vhost": queue.vhost.name, "queue": queue.name, "cid": cid,
                       "tag": consumer.tag, "no_ack": consumer.no_ack, "exclusive": consumer.exclusive,
-                      "arguments": _jsonable(consumer.arguments)}, finished, accepted)
+                      "arguments": _jsonable(consumer.arguments)}
+        if isinstance(queue, RemoteQuorumQueue) and not consumer.no_ack:
+            state.holding = holding = queue.holding(consumer)
+            meta["holder"], meta["held"] = holding.holder, list(holding.held)
+        self.request(meta, finished, accepted)
 
     def cancel(self, consumer: Consumer) -> None:
         state = self.by_consumer.pop(consumer, None)
@@ -288,7 +302,7 @@ class Peer:
 
     def settle(self, qm: RemoteMessage, ack: bool, requeue: bool) -> None:
         link = self.link
-        if link is None or qm.link != self.generation:
+        if link is None or qm.link != self.generation or qm.home != self.node:
             return  # (the link it came on ended: its home has given it back already)
         last = self._last_settle
         if last is not None and link.pending(last) and (last["ack"], last["requeue"]) == (ack, requeue):
@@ -304,7 +318,8 @@ class Peer:
             if meta.get("empty"):
                 return None, 0
             route, header, body = blobs
-            qm = RemoteMessage(meta["did"], message_from(route, header, body), meta["redelivered"], generation)
+            qm = RemoteMessage(meta["did"], message_from(route, header, body), meta["redelivered"], generation,
+                               self.node)
             queue.delivered(qm, no_ack, True)  # (handed out: its stats here, as ops.get's)
             return qm, int(meta["messages"])
         self.request({"op": "get", "vhost": queue.vhost.name, "queue": queue.name, "no_ack": no_ack}, done,
@@ -365,7 +380,11 @@ class Peer:
             state.reserved -= 1
             consumer.credit.used -= 1  # (counted again as the channel delivers it)
         route, header, body = blobs
-        qm = RemoteMessage(meta["did"], message_from(route, header, body), meta["redelivered"], self.generation)
+        did = meta["did"]
+        qm = RemoteMessage(did, message_from(route, header, body), meta["redelivered"], self.generation, self.node,
+                           state.holding)
+        if state.holding is not None:
+            state.holding.held[~did] = qm
         consumer.channel.deliver(consumer, qm)
         if consumer.no_ack:
             self.grant(consumer)
@@ -377,10 +396,7 @@ class Peer:
             return
         self.by_consumer.pop(state.consumer, None)
         self._release(state)
-        consumer = state.consumer
-        if consumer in state.queue.consumers:
-            state.queue.consumers.remove(consumer)
-        consumer.channel.consumer_cancelled(consumer)
+        self._gone(state)
 
 
 class NodeLinks:

@@ -6,14 +6,20 @@ The other node checked permissions and exclusivity against its own copy of the m
 cluster's); here the queue's state decides: exclusive consumers, if-unused, counts. A consumer
 of the other node gets no more than the credit its node granted (LinkConsumer.ready), and
 what it holds unacked comes back (requeued, redelivered) when the link ends, as a channel's
-does when it closes."""
+does when it closes.
+
+A replicated queue's deliveries are named by their message ids (the complement, ~id, so that
+they never meet another queue's counter): a consumer of another node keeps them across
+leaders. It names itself by a *holder* key that outlives the link (written into the queue's
+log with what it is handed) and, re-attaching to a new leader, claims what it still holds
+(warren.store.replicated's parked messages)."""
 
 from __future__ import annotations
 
 import json
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..broker import ops
 from ..broker.auth import User
@@ -23,6 +29,7 @@ from ..broker.enqueue import enqueue
 from ..broker.errors import AMQPError, access_refused, internal_error, not_found
 from ..broker.limits import usage
 from ..broker.queues import CONSUMER_ARGUMENTS
+from ..store.replicated import ReplicatedQueueStore
 from ..store.settlement import SETTLED, Settlement
 from .node_link import Link, Meta, message_from
 from .replicas import Replicas, replicas_of
@@ -44,10 +51,11 @@ NODE_USER = User("node-link", "", ("administrator",))
 class LinkConsumer(Consumer):
     """A consumer of another node: served while its node's credit lasts."""
 
-    __slots__ = ("granted", "cid")
+    __slots__ = ("granted", "cid", "holder")
     remote = True  # (its node lists it, as one of its channel's)
     granted: int  # deliveries its node let it have, not sent yet
     cid: int      # its id on the link
+    holder: str   # its key across leaders (a replicated queue's), or ""
 
     def ready(self) -> bool:
         return self.granted > 0 and self.gate.delivering
@@ -185,9 +193,23 @@ class HomeSession:
                                 b"", self.link)
         consumer.granted = 0
         consumer.cid = meta["cid"]
+        consumer.holder = str(meta.get("holder") or "")
         self.consumers[consumer.cid] = consumer
         queue.add_consumer(consumer)
+        if consumer.holder and isinstance(queue.store, ReplicatedQueueStore):
+            self._claim(queue, consumer, {int(off) for off in meta.get("held") or ()})
         return {}, ()
+
+    def _claim(self, queue: Queue, consumer: LinkConsumer, held: set[int]) -> None:
+        """A consumer re-attaching after its queue's leader changed: what it still holds stays
+        its own (acked here later), what it no longer holds goes back."""
+        for off, qm in cast(ReplicatedQueueStore, queue.store).claim(consumer.holder).items():
+            if off in held:
+                self.unacked[~off] = (qm, queue, consumer)
+                consumer.unacked += 1
+            else:
+                queue.reject(qm, True)
+                self._kicked.add(queue)
 
     def _credit(self, meta: Meta, blobs: list[bytes]) -> None:
         consumer = self.consumers.get(meta["cid"])
@@ -204,15 +226,18 @@ class HomeSession:
     def deliver(self, consumer: Consumer, qm: QueuedMessage) -> None:  # (DeliverySink)
         assert isinstance(consumer, LinkConsumer)
         consumer.granted -= 1
-        self.next_did += 1
-        did = self.next_did
+        if consumer.holder:
+            did = ~qm.off
+        else:
+            self.next_did += 1
+            did = self.next_did
         queue = consumer.queue
         if consumer.no_ack:
             queue.delivered(qm, True)
         else:
             self.unacked[did] = (qm, queue, consumer)
             consumer.unacked += 1
-            queue.delivered(qm, False)
+            queue.delivered(qm, False, holder=consumer.holder)
         message = qm.message
         self.link.send({"op": "deliver", "cid": consumer.cid, "did": did, "redelivered": qm.redelivered},
                        message.route, message.header, _octets(message.body))
@@ -232,6 +257,19 @@ class HomeSession:
                 ops.settle(qm, queue, consumer, ack, requeue)
                 if not ack:
                     self._kicked.add(queue)
+
+    def _settle_parked(self, meta: Meta, blobs: list[bytes]) -> None:
+        """Settlements of a replicated queue's deliveries made before its leader changed (or
+        before their consumer re-attached): by message id, wherever the message is held here."""
+        queue = self._queue(meta)
+        store = queue.store
+        for off, ack, requeue in zip(meta["offs"], meta["acks"], meta["requeues"]):
+            entry = self.unacked.pop(~int(off), None)
+            if entry is not None:
+                ops.settle(entry[0], entry[1], entry[2], bool(ack), bool(requeue))
+            elif isinstance(store, ReplicatedQueueStore) and (parked := store.unpark(int(off))) is not None:
+                ops.settle(parked, queue, None, bool(ack), bool(requeue))
+            self._kicked.add(queue)
 
     def _give_back(self, meta: Meta, blobs: list[bytes]) -> None:
         """Deliveries that reached no client (their consumer had gone): back in place, as if
@@ -399,6 +437,7 @@ def _octets(body) -> bytes:
 _HANDLERS = {
     "publish": HomeSession._publish, "consume": HomeSession._consume, "credit": HomeSession._credit,
     "cancel": HomeSession._cancel, "settle": HomeSession._settle, "give_back": HomeSession._give_back,
+    "settle_parked": HomeSession._settle_parked,
     "get": HomeSession._get, "counts": HomeSession._counts, "purge": HomeSession._purge,
     "delete": HomeSession._delete, "stats": HomeSession._stats, "applied": HomeSession._applied,
     # (the management API's listings and closes, and the limits' counts)

@@ -11,8 +11,11 @@ message routed to it goes nowhere (returned when mandatory), as a RabbitMQ clust
 
 from __future__ import annotations
 
+import itertools
+import uuid
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Self, cast
 
+from ..broker import ops
 from ..broker.errors import AMQPError, internal_error, not_found, not_implemented
 from ..broker.queue_flow import QueueCredit
 from ..broker.queues.classic import ClassicQueue
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
     from ..broker.ports import Scheduler
     from ..broker.queue_flow import HeldPublisher
     from ..broker.consumer import Consumer
+    from ..broker.queues.base import Queue
     from ..store.settlement import Settlement, Ticket
 
 Done = Callable[[Any, "BaseException | None"], None]
@@ -35,6 +39,7 @@ class Peer(Protocol):
     """This node's link to a queue's home, as its stand-ins use it (warren.cluster.node_links.Peer)."""
 
     up: bool
+    generation: int              # how many times its link came up (a delivery names the one it came on)
     busy: bool                   # its write buffer is full
     held: set[QueueCredit]       # stand-ins' credits holding publishers until it drains
 
@@ -52,14 +57,31 @@ class NodeLinks(Protocol):
 
 
 class RemoteMessage(QueuedMessage):
-    """A delivery from a queue's home: `seq` is the home's id of it on the link `link`
-    (an ack after that link ended goes nowhere: the home gave the message back already)."""
+    """A delivery from a queue's home: `seq` is the home's id of it on the link `link` to
+    `home` (an ack after that link ended goes nowhere: the home gave the message back already,
+    unless it is held by a consumer of a replicated queue, `holding`: its id is ~seq)."""
 
-    __slots__ = ("link",)
+    __slots__ = ("link", "home", "holding")
 
-    def __init__(self, did: int, message: Message, redelivered: bool, link: int):
+    def __init__(self, did: int, message: Message, redelivered: bool, link: int, home: str,
+                 holding: Holding | None = None):
         super().__init__(did, message, redelivered)
         self.link = link
+        self.home = home
+        self.holding = holding
+
+
+class Holding:
+    """What one consumer of a replicated queue holds, by message id, whichever node leads the
+    queue; `holder` names it in the queue's log (unique to this run of this node)."""
+
+    __slots__ = ("holder", "held")
+    _ids = itertools.count(1)
+    _run = uuid.uuid4().hex[:12]
+
+    def __init__(self, node: str):
+        self.holder = f"{node}/{self._run}/{next(self._ids)}"
+        self.held: dict[int, RemoteMessage] = {}
 
 
 def home_down(home: str, queue: str, vhost: str) -> AMQPError:
@@ -215,7 +237,7 @@ class RemoteQueue(ClassicQueue):
             for consumer in self.consumers:
                 peer.grant(consumer)
 
-    def delivered(self, qm, no_ack: bool, get: bool = False) -> None:
+    def delivered(self, qm, no_ack: bool, get: bool = False, holder: str = "") -> None:
         if no_ack:
             self.stats["get_no_ack" if get else "deliver_no_ack"] += 1
         else:
@@ -243,7 +265,13 @@ class RemoteQueue(ClassicQueue):
 class RemoteQuorumQueue(RemoteQueue):
     """The stand-in of a quorum queue another node leads (warren.cluster.replicas): a quorum
     queue's checks here (its arguments, equivalence, delete flags, no global qos), the rest at
-    its leader (its home)."""
+    its leader (its home).
+
+    Its consumers outlive a leader: when the link to it ends they are *orphans* (not
+    cancelled: their clients see nothing), keep what they hold, and re-attach to whichever
+    node leads next (resume), claiming what they still hold; settlements made meanwhile wait
+    (`pending`) and go to that node by message id. When this node is the one that leads next,
+    they become consumers of its queue (`adopt`) and settle there (`successor`)."""
 
     CAPABILITIES = QuorumQueue.CAPABILITIES
     check_delete = QuorumQueue.check_delete
@@ -253,8 +281,113 @@ class RemoteQuorumQueue(RemoteQueue):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._warned: set[str] = set()
+        self.holdings: dict[Consumer, Holding] = {}
+        self.orphans: set[Consumer] = set()
+        self.pending: list[tuple[int, bool, bool]] = []  # (message id, ack, requeue)
+        self.successor: Queue | None = None  # this node's own queue, once it leads here
+        self.adopted: dict[int, QueuedMessage] = {}  # its messages that orphans held, by id
 
     def add_consumer(self, consumer) -> None:
         if consumer.credit.limit:
             raise not_implemented(f"{self.describe()} does not support global qos")
         super().add_consumer(consumer)
+
+    def holding(self, consumer: Consumer) -> Holding:
+        holding = self.holdings.get(consumer)
+        if holding is None:
+            holding = self.holdings[consumer] = Holding(self.node.config.node_name)
+        return holding
+
+    def remove_consumer(self, consumer) -> None:
+        self.orphans.discard(consumer)
+        self.holdings.pop(consumer, None)
+        super().remove_consumer(consumer)
+
+    # a leader lost, the next one found -------------------------------------------------
+    def orphan(self, consumer: Consumer) -> None:
+        """The link its leader's deliveries came on ended: it waits for the next leader."""
+        self.orphans.add(consumer)
+
+    def resume(self) -> None:
+        """Re-attach the orphans to the home (the queue's leader now) and send what they
+        settled meanwhile; nothing while the link to it is down (tried again later)."""
+        if self.deleted or not self.reachable:
+            return
+        peer = self.peer
+        orphans, self.orphans = self.orphans, set()
+        for consumer in orphans:
+            holding = self.holding(consumer)
+            for qm in holding.held.values():  # (settled at this home from now on)
+                qm.home, qm.link = self.home, peer.generation
+
+            def resumed(_: Any, error: BaseException | None, consumer: Consumer = consumer) -> None:
+                if error is None:
+                    self.deliver_ready()
+                elif isinstance(error, AMQPError) and error.code == 404 and not self.deleted:
+                    self.orphans.add(consumer)  # (its home no longer leads it: the next one will)
+                elif consumer in self.consumers:
+                    self.consumers.remove(consumer)
+                    self.holdings.pop(consumer, None)
+                    consumer.channel.consumer_cancelled(consumer)
+            peer.consume(self, consumer, resumed)
+        self._send_pending()
+
+    def _send_pending(self) -> None:
+        if not self.pending:
+            return
+        if self.successor is not None:
+            pending, self.pending = self.pending, []
+            for off, ack, requeue in pending:
+                qm = self.adopted.pop(off, None)
+                if qm is not None:
+                    ops.settle(qm, self.successor, None, ack, requeue)
+            self.successor.deliver_ready()
+        elif self.reachable:
+            pending, self.pending = self.pending, []
+            offs, acks, requeues = (list(t) for t in zip(*pending))
+            self.peer.request({"op": "settle_parked", **self._where(), "offs": offs, "acks": acks,
+                               "requeues": requeues}, lambda _, __: None, lambda meta: None)
+
+    def adopt(self, queue: Queue, claim: Callable[[str], dict[int, QueuedMessage]]) -> None:
+        """This node leads the queue now (`queue`, which took this stand-in's place): its
+        consumers become the queue's, what they still hold is claimed from it (and what they
+        no longer hold goes back), and what they settle from now on is settled there."""
+        old_home = self.peer
+        self.successor = queue
+        self.home = self.node.config.node_name
+        consumers = list(self.consumers)
+        self.consumers.clear()
+        self.orphans.clear()
+        for consumer in consumers:
+            old_home.cancel(consumer)  # (if it was still attached there: a leader deposed, not dead)
+            holding = self.holding(consumer)
+            for off, qm in claim(holding.holder).items():
+                if off in holding.held:
+                    self.adopted[off] = qm
+                else:
+                    queue.reject(qm, True)
+            consumer.queue = queue
+            queue.add_consumer(consumer)
+        self._send_pending()
+        queue.deliver_ready()
+
+    # settlement: by the link it came on, or by id once its leader changed ------------------
+    def ack(self, qm) -> None:
+        self.stats["ack"] += 1
+        self._settle(qm, True, False)
+
+    def reject(self, qm, requeue: bool, closed: bool = False) -> None:
+        self._settle(qm, False, requeue)
+
+    def _settle(self, qm: RemoteMessage, ack: bool, requeue: bool) -> None:
+        holding = qm.holding
+        if holding is None:
+            self.peer.settle(qm, ack, requeue)
+            return
+        off = ~qm.seq
+        holding.held.pop(off, None)
+        if self.successor is None and qm.home == self.home and self.reachable and qm.link == self.peer.generation:
+            self.peer.settle(qm, ack, requeue)
+        else:
+            self.pending.append((off, ack, requeue))
+            self._send_pending()

@@ -19,8 +19,9 @@ committed. Every node watches the records: the new leader takes the queue's plac
 (its store rebuilt from its log), the old one (if it runs) gives it up for a stand-in and
 follows, and the other nodes' stand-ins point at the new leader.
 
-Not yet: consumers in the log (a leader's death cancels its consumers everywhere: clients
-consume again), and the fault tests the design lists (docs/design-replicated-queues.md)."""
+Consumers survive a leader: what each is handed is in the log with its holder key
+(warren.store.replicated), a new leader keeps what consumers of running nodes held for them
+(PARK_GRACE at most), and their nodes re-attach them to it (RemoteQuorumQueue.resume, adopt)."""
 
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ RETRY = 0.5          # seconds between two looks at followers that are not linke
 FRAME_ENTRIES = 256  # entries shipped in one frame at most
 MAX_LAG = 10.0       # seconds a follower may stay behind before it leaves the ISR
 LINK_GRACE = 1.0     # seconds a leader's lost link may stay down before its followers elect
+PARK_GRACE = 10.0    # seconds a new leader keeps what consumers of running nodes held for them
 # A replica log's segment size (whole segments are released); smaller in tests.
 SEGMENT_SIZE = int(os.environ.get("WARREN_REPLICA_SEGMENT_BYTES", 64 << 20))
 
@@ -216,6 +218,7 @@ class Replicas:
             for followed in list(self.followed.values()):
                 if followed.state.leader_epoch is None and not followed.asking:
                     self._follow(followed)
+            self._resume_orphans()
             now = time.monotonic()
             for led in list(self.led.values()):
                 self._release(led)
@@ -226,6 +229,15 @@ class Replicas:
                     led.state.grow(node)
                     await self._change_isr(led, tuple(sorted(led.state.isr)), set())
             await asyncio.sleep(RETRY)
+
+    def _resume_orphans(self) -> None:
+        """Consumers (and settlements) of stand-ins that wait for their queue's leader: to it,
+        once the link to it is up."""
+        for vhost_name, name in list(self.records):
+            vhost = self.broker.vhosts.get(vhost_name)
+            queue = None if vhost is None else vhost.queues.get(name)
+            if isinstance(queue, RemoteQuorumQueue) and (queue.orphans or queue.pending):
+                queue.resume()
 
     def _release(self, led: Led) -> None:
         """Whole segments below the release cursor (and the committed offset) go, here and
@@ -291,8 +303,12 @@ class Replicas:
 
     def _stopped(self, node: str) -> None:
         """A member stopped running (or its link stayed down: _unreachable): the queues it led
-        elect a new leader, the first running in-sync member by name (this node, if so)."""
+        elect a new leader, the first running in-sync member by name (this node, if so), and
+        what its consumers held of queues this node took over goes back."""
         running = self.links.membership.running
+        for led in list(self.led.values()):
+            if any(holder.partition("/")[0] == node for holder in led.store.parked):
+                self._give_up(led.key, led.store, node)
         for key, record in list(self.records.items()):
             if record.leader != node:
                 continue
@@ -335,9 +351,9 @@ class Replicas:
             return
         self.records[key] = record
         if record.leader != before.leader or record.epoch != before.epoch:
-            self._leader_changed(key, record)
+            self._leader_changed(key, record, before.leader)
 
-    def _leader_changed(self, key: Key, record: Record) -> None:
+    def _leader_changed(self, key: Key, record: Record, lost: str) -> None:
         vhost_name, name = key
         vhost = self.broker.vhosts.get(vhost_name)
         queue = None if vhost is None else vhost.queues.get(name)
@@ -353,13 +369,22 @@ class Replicas:
         if record.leader == self.node and followed is not None:  # elected: the queue is here now
             del self.followed[key]
             log_ = followed.log
-            store = ReplicatedQueueStore.recover(log_, record.epoch)
+            running = self.links.membership.running
+            store = ReplicatedQueueStore.recover(
+                log_, record.epoch, lambda holder: (node := holder.partition("/")[0]) != lost and node in running)
             state = Leader(self.node, record.members, record.isr, record.epoch, log_.history, log_.end, log_.durable,
                            time.monotonic())
             self._lead(key, log_, store, state)
             leader_queue = TYPES["quorum"](vhost, name, queue.durable, None, False, queue.arguments, store)
             leader_queue.members, leader_queue.incarnation = record.members, queue.incarnation
+            leader_queue.unacked_count = sum(map(len, store.parked.values()))  # (held by consumers still there)
+            store.log_returns()
+            if isinstance(queue, RemoteQuorumQueue):  # this node's consumers of it stay, its own now
+                queue.adopt(leader_queue, store.claim)
             self.broker.metadata.replace_queue(vhost_name, name, leader_queue)
+            leader_queue.deliver_ready()
+            if store.parked:  # (the other nodes' consumers have a while to re-attach and claim theirs)
+                asyncio.get_running_loop().call_later(PARK_GRACE, self._give_up, key, store, None)
             log.warning("%s: leader now (epoch %d)", key, record.epoch)
             return
         if led is not None:  # another node leads now: give the queue up, follow it
@@ -377,8 +402,22 @@ class Replicas:
             followed.leader = record.leader
             followed.state.knows(record.epoch)
             followed.state.leader_epoch = None
-        if getattr(queue, "remote", False):
+        if isinstance(queue, RemoteQuorumQueue):
             queue.home = record.leader
+            queue.resume()
+
+    def _give_up(self, key: Key, store: ReplicatedQueueStore, node: str | None) -> None:
+        """What consumers held when this node took the queue over and have not claimed (those
+        of `node`, which stopped running, or every one once PARK_GRACE is over) goes back."""
+        led = self.led.get(key)
+        vhost = self.broker.vhosts.get(key[0])
+        queue = None if vhost is None else vhost.queues.get(key[1])
+        if led is None or led.store is not store or queue is None or queue.remote:
+            return
+        for holder in [h for h in store.parked if node is None or h.partition("/")[0] == node]:
+            for qm in store.claim(holder).values():
+                queue.reject(qm, True)
+        queue.deliver_ready()
 
     # ---------------------------------------------------------------- a follower's side
     def _follow(self, followed: Followed) -> None:

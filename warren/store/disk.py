@@ -212,7 +212,7 @@ class DiskQueueStore:
         self._requeued.push(qm)
         self.ready_bytes += len(qm.message.body)
 
-    def delivered(self, qm: QueuedMessage) -> None:
+    def delivered(self, qm: QueuedMessage, holder: str = "") -> None:
         """Handed to a consumer that must ack: leave a mark so a restart sets redelivered."""
         seg = qm.seg
         if seg is not None and qm.durable:

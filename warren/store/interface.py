@@ -49,8 +49,9 @@ class QueueStore(Protocol):
         """Put a delivered message back at its original position."""
         ...
 
-    def delivered(self, qm: QueuedMessage) -> None:
-        """Handed to a consumer that must ack (recorded so a restart sets redelivered)."""
+    def delivered(self, qm: QueuedMessage, holder: str = "") -> None:
+        """Handed to a consumer that must ack (recorded so a restart sets redelivered); a
+        replicated store records its holder too (warren.store.replicated)."""
         ...
 
     def carry_deliveries(self, qm: QueuedMessage) -> None:

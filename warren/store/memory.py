@@ -25,7 +25,7 @@ class MemoryQueueStore:
     def write_held(self, qm: QueuedMessage) -> None:
         pass  # (never holds)
 
-    def delivered(self, qm: QueuedMessage) -> None:
+    def delivered(self, qm: QueuedMessage, holder: str = "") -> None:
         pass
 
     def destroy(self) -> None:

@@ -130,8 +130,8 @@ class PriorityQueueStore:
     def requeue(self, qm: QueuedMessage) -> None:
         self._level(qm).requeue(qm)
 
-    def delivered(self, qm: QueuedMessage) -> None:
-        self._level(qm).delivered(qm)
+    def delivered(self, qm: QueuedMessage, holder: str = "") -> None:
+        self._level(qm).delivered(qm, holder)
 
     def settle(self, qm: QueuedMessage) -> None:
         self._level(qm).settle(qm)

@@ -10,7 +10,8 @@ Entries (kind, payload):
 - SETTLE: ids gone for good (acked, rejected, expired, dead-lettered, dropped);
 - RETURN: an id back ahead of the ready messages with a new seq (rabbit_fifo's returns);
   a requeue to the tail is an ENQUEUE of the copy and a SETTLE of the original;
-- DELIVERED: ids handed to consumers that must ack;
+- DELIVERED: ids handed to a consumer that must ack, and who holds them (its *holder*: the
+  key a consumer of another node keeps across leaders, or "" for one of the leader's node);
 - PURGE: every ready message at that point settled.
 
 A publish is confirmed once its ENQUEUE is *committed* (`commit`: on one node, on disk; on a
@@ -19,15 +20,18 @@ Entries are committed in order, so a SETTLE never outlives the ENQUEUE it settle
 requeue's copy is in the log before its original goes.
 
 Replaying the log (recover) rebuilds the store as the queue was after its last committed, or
-last written, entry: a message handed out and not settled comes back redelivered with its
-count one higher, ahead of the ready ones (rabbit_fifo returns a lost consumer's messages so)."""
+last written, entry: a message handed out and not settled stays *parked* with its holder when
+that consumer may still be there (its node runs: it re-attaches to the new leader and acks
+it there, as a quorum queue's consumers on surviving nodes do in RabbitMQ), and otherwise comes
+back redelivered with its count one higher, ahead of the ready ones (rabbit_fifo returns a lost
+consumer's messages so)."""
 
 from __future__ import annotations
 
 import struct
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..amqp.message import Message
 from .disk import _route_parts
@@ -44,6 +48,7 @@ ENQUEUE, SETTLE, RETURN, DELIVERED, PURGE = 1, 2, 3, 4, 5
 _ENQUEUE = struct.Struct(">QIqHI")  # seq, deliveries, expiry (wall ms, -1: none), route length, header length
 _IDS = struct.Struct(">Q")
 _RETURN = struct.Struct(">QQI")     # id, new seq, deliveries
+_HOLDER = struct.Struct(">H")       # a DELIVERED entry's holder length (the holder, then ids)
 
 # qm.seg of a message in the log: it has a durable record (so the queue waits for a copy's
 # safety before settling it, as for a disk store's record).
@@ -96,6 +101,10 @@ class ReplicatedQueueStore:
         self.failed = False
         self._points: deque[CommitPoint] = deque()
         self.max_seq = 0
+        # What consumers held when this replica took over, by holder, until they re-attach
+        # (claim) or the leader gives up on them: not ready, counted unacked.
+        self.parked: dict[str, dict[int, QueuedMessage]] = {}
+        self.returned: list[QueuedMessage] = []  # what a replay gave back of what was handed out
 
     # ------------------------------------------------------------------ commits
     def commit(self, end: int) -> None:
@@ -197,8 +206,31 @@ class ReplicatedQueueStore:
         self._requeued.push(qm)
         self.ready_bytes += len(qm.message.body)
 
-    def delivered(self, qm: QueuedMessage) -> None:
-        self._append(DELIVERED, _IDS.pack(qm.off))
+    def delivered(self, qm: QueuedMessage, holder: str = "") -> None:
+        key = holder.encode()
+        self._append(DELIVERED, _HOLDER.pack(len(key)) + key + _IDS.pack(qm.off))
+
+    def claim(self, holder: str) -> dict[int, QueuedMessage]:
+        """What `holder` held when this replica took over (it re-attached, or is given up on)."""
+        return self.parked.pop(holder, {})
+
+    def log_returns(self) -> None:
+        """Write what the replay gave back as returns (only once this replica surely leads: a
+        replica that may follow writes nothing of its own)."""
+        returned, self.returned = self.returned, []
+        for qm in returned:
+            if self.by_id.get(qm.off) is qm:
+                self._append(RETURN, _RETURN.pack(qm.off, qm.seq, qm.deliveries))
+
+    def unpark(self, ident: int) -> QueuedMessage | None:
+        """A parked message settled by id (its consumer acked it before re-attaching)."""
+        for holder, held in self.parked.items():
+            qm = held.pop(ident, None)
+            if qm is not None:
+                if not held:
+                    del self.parked[holder]
+                return qm
+        return None
 
     def carry_deliveries(self, qm: QueuedMessage) -> None:
         pass  # (its ENQUEUE carries the count)
@@ -231,12 +263,14 @@ class ReplicatedQueueStore:
 
     # ------------------------------------------------------------------ replay
     @classmethod
-    def recover(cls, log: ReplicaLog, epoch: int) -> ReplicatedQueueStore:
-        """The store as the log leaves it (module docstring), to lead it in `epoch`."""
+    def recover(cls, log: ReplicaLog, epoch: int, keep: Callable[[str], bool] = lambda holder: False
+                ) -> ReplicatedQueueStore:
+        """The store as the log leaves it (module docstring), to lead it in `epoch`; what a
+        holder for which `keep` is true held stays parked with it."""
         store = cls(log, epoch)
         live: dict[int, QueuedMessage] = {}
         ahead: set[int] = set()        # returned ahead of the ready ones
-        out: set[int] = set()          # handed out, not settled
+        out: dict[int, str] = {}       # handed out, not settled: by whom
         now_wall, now = time.time(), time.monotonic()
         for entry in log.entries(log.first):
             kind, payload = entry.kind, entry.payload
@@ -254,18 +288,20 @@ class ReplicatedQueueStore:
                 for (ident,) in _IDS.iter_unpack(payload):
                     live.pop(ident, None)
                     ahead.discard(ident)
-                    out.discard(ident)
+                    out.pop(ident, None)
             elif kind == RETURN:
                 ident, seq, deliveries = _RETURN.unpack(payload)
                 if ident in live:
                     live[ident].seq, live[ident].deliveries, live[ident].redelivered = seq, deliveries, True
                     ahead.add(ident)
-                    out.discard(ident)
+                    out.pop(ident, None)
                     store.max_seq = max(store.max_seq, seq)
             elif kind == DELIVERED:
-                for (ident,) in _IDS.iter_unpack(payload):
+                (length,) = _HOLDER.unpack_from(payload)
+                holder = bytes(payload[_HOLDER.size:_HOLDER.size + length]).decode()
+                for (ident,) in _IDS.iter_unpack(payload[_HOLDER.size + length:]):
                     if ident in live:
-                        out.add(ident)
+                        out[ident] = holder
                         ahead.discard(ident)
             elif kind == PURGE:
                 for ident in [i for i in live if i not in out]:
@@ -275,13 +311,21 @@ class ReplicatedQueueStore:
         for ident, qm in live.items():  # (in offset order: the order they were enqueued)
             store.by_id[ident] = qm
             store.ready_bytes += sizes[ident]
-            if ident in out:  # its consumer is gone with the old leader: back, counted, ahead
+            held_by = out.get(ident)
+            if held_by is not None and keep(held_by):  # (its consumer may re-attach: it keeps it)
+                qm.deliveries += 1
+                qm.redelivered = True
+                store._load(qm)
+                store.parked.setdefault(held_by, {})[ident] = qm
+                store.ready_bytes -= sizes[ident]
+            elif held_by is not None:  # its consumer is gone with the old leader: back, counted, ahead
                 qm.deliveries += 1
                 qm.redelivered = True
                 store.max_seq += 1
                 qm.seq = store.max_seq
                 store._load(qm)
                 store._requeued.push(qm)
+                store.returned.append(qm)
             elif ident in ahead:
                 store._load(qm)
                 store._requeued.push(qm)

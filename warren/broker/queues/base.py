@@ -529,15 +529,16 @@ class Queue:
             pending[0][0].notify(self)
 
     # settlement --------------------------------------------------------------
-    def delivered(self, qm, no_ack: bool, get: bool = False) -> None:
-        """qm was handed out by a consumer delivery (or basic.get when `get`)."""
+    def delivered(self, qm, no_ack: bool, get: bool = False, holder: str = "") -> None:
+        """qm was handed out by a consumer delivery (or basic.get when `get`); `holder`: who
+        holds it, for a replicated queue's new leader (warren.store.replicated)."""
         qm.deliveries += 1
         if no_ack:
             self.store.settle(qm)
             self.stats["get_no_ack" if get else "deliver_no_ack"] += 1
         else:
             self.unacked_count += 1
-            self.store.delivered(qm)
+            self.store.delivered(qm, holder)
             self.stats["get" if get else "deliver"] += 1
         if qm.redelivered:
             self.stats["redeliver"] += 1

@@ -325,7 +325,7 @@ class StreamQueue(Queue):
         raise not_implemented(f"basic.get not supported by stream queues {self.describe()}")
 
     # settlement: only credit -------------------------------------------------------------
-    def delivered(self, qm, no_ack: bool, get: bool = False) -> None:
+    def delivered(self, qm, no_ack: bool, get: bool = False, holder: str = "") -> None:
         self.unacked_count += 1
         self.stats["deliver"] += 1
 
