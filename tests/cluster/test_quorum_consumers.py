@@ -93,3 +93,35 @@ def test_consumers_on_surviving_nodes_keep_what_they_hold_and_go_on(three):  # n
     probe.close()
     for x in survivors:
         x.connection.close()
+
+
+def test_a_deposed_leaders_own_consumers_follow_the_queue(three):  # noqa: F811
+    """The leader paused past its lease (SIGSTOP) is replaced; back (SIGCONT), it follows,
+    and its consumers, not cancelled, are served by the new leader."""
+    a, b, c = three
+    connection = pika.BlockingConnection(a.pika_params())
+    channel = connection.channel()
+    channel.queue_declare("qq-deposed", durable=True, arguments=QQ)
+    connection.close()
+    on_a = Consumer(a, "qq-deposed")
+    a.proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: leader(c, "qq-deposed") == b.name, timeout=20, what="b elected")
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+    wait_for(lambda: on_a.pump() or leader(a, "qq-deposed") == b.name, timeout=20, what="a following")
+    publisher = pika.BlockingConnection(c.pika_params())
+    out = publisher.channel()
+    out.confirm_delivery()
+    for n in range(3):
+        out.basic_publish("", "qq-deposed", f"after-{n}".encode(), pika.BasicProperties(delivery_mode=2))
+    publisher.close()
+    wait_for(lambda: on_a.pump() or len(on_a.held) == 3, timeout=10, what="a's consumer served by b")
+    assert not on_a.cancelled
+    assert [body for _, body, _ in on_a.held] == [b"after-0", b"after-1", b"after-2"]
+    on_a.ack_all()
+    on_a.pump(0.3)
+    probe = pika.BlockingConnection(b.pika_params())
+    assert probe.channel().queue_declare("qq-deposed", passive=True).method.message_count == 0
+    probe.close()
+    on_a.connection.close()

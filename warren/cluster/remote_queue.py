@@ -308,6 +308,16 @@ class RemoteQuorumQueue(RemoteQueue):
         """The link its leader's deliveries came on ended: it waits for the next leader."""
         self.orphans.add(consumer)
 
+    def inherit(self, queue: Queue) -> None:
+        """This node led the queue and no longer does (`queue`, its queue until now, gives its
+        place to this stand-in): its consumers here stay, orphans until they re-attach to the
+        new leader (what they hold was handed out as the leader's own: it comes back there)."""
+        for consumer in [c for c in queue.consumers if not c.remote]:
+            queue.consumers.remove(consumer)
+            consumer.queue = self
+            self.consumers.add(consumer)
+            self.orphans.add(consumer)
+
     def resume(self) -> None:
         """Re-attach the orphans to the home (the queue's leader now) and send what they
         settled meanwhile; nothing while the link to it is down (tried again later)."""

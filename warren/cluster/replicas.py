@@ -394,7 +394,9 @@ class Replicas:
             stand_in = RemoteQuorumQueue(vhost, name, queue.durable, None, False, queue.arguments, record.leader,
                                          self.broker)
             stand_in.members, stand_in.incarnation = record.members, queue.incarnation
+            stand_in.inherit(queue)
             self.broker.metadata.replace_queue(vhost_name, name, stand_in)
+            stand_in.resume()
             self._follow_log(key, record.leader, led.log, record.epoch)
             log.warning("%s: %s leads it now (epoch %d); following", key, record.leader, record.epoch)
             return
