@@ -14,7 +14,6 @@ import requests
 from conftest import EXTERNAL, channel_error, connection_error
 from .dlx_helpers import deaths, get_one, wait_count, wait_until
 
-pytestmark = pytest.mark.not_on_warren_cluster("quorum queues are refused on a Warren cluster for now (540)")
 
 QQ = {"x-queue-type": "quorum"}
 warren_only = pytest.mark.skipif(bool(EXTERNAL), reason="needs its own Warren broker")
