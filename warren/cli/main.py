@@ -211,7 +211,9 @@ def _cluster(broker: Broker, cluster: dict | None, listen: list[Listen], seed: l
                 "amqp": [[entry.host, entry.port] for entry in listen if entry.tls is None],
                 "dist": [advertised_host(dist_host, broker.config.node_name), dist_port]}
     etcd = Etcd(list(config.endpoints))
-    membership = Membership(config, etcd, identity, broker.config, broker.alarms)
+    persister = broker.persister
+    membership = Membership(config, etcd, identity, broker.config, broker.alarms,
+                            None if persister is None else persister.stalled)
     links = broker.node_links = NodeLinks(config, etcd, membership, broker, dist_host, dist_port)
     replicas = broker.metadata.replicas
     assert isinstance(replicas, Replicas)  # (made before the definitions' recovery)

@@ -39,6 +39,7 @@ from .tasks import cancelled
 log = logging.getLogger("warren.cluster")
 
 RETRY = 1.0  # seconds between two attempts to reach etcd
+STALL = 0.4  # of the liveness TTL: a sync that long means a stalled disk
 
 
 class Forget(Enum):
@@ -52,12 +53,17 @@ class Membership:
     """A service of the node's server (start/stop); `members` and `running` are the view."""
 
     def __init__(self, config: ClusterConfig, etcd: Etcd, identity: dict[str, Any], node: NodeConfig,
-                 alarms: Alarms | None = None):
+                 alarms: Alarms | None = None, disk_stalled: Callable[[float], bool] | None = None):
         self.config = config
         self.etcd = etcd
         self.identity = identity  # what the running record tells the other nodes
         self.node = node  # whose default cluster name is the cluster's (see _apply)
         self.alarms = alarms  # this node's resource alarms go out, the others' come in
+        # Whether the node's disk has not finished a sync for that many seconds: it then stops
+        # renewing its lease, so that it stops running for the others (its replicated queues
+        # are led elsewhere) rather than hold up every confirm (LavinMQ's lesson).
+        self.disk_stalled = disk_stalled
+        self._said_stalled = False
         self.members: dict[str, dict] = {}  # node -> its member record
         self.running: dict[str, dict] = {}  # node -> its running record
         self.registered = asyncio.Event()   # set while this node's records are in etcd
@@ -106,6 +112,8 @@ class Membership:
     async def _run(self) -> None:
         while True:
             try:
+                while self._stalled():  # (not running again until its disk is back)
+                    await asyncio.sleep(RETRY)
                 await self._register()
                 await _all_or_none(self._renew(), self._follow(), self._publish_alarms())
             except EtcdError as err:
@@ -144,9 +152,21 @@ class Membership:
         TTL) means registering again."""
         while True:
             await asyncio.sleep(self.config.liveness_ttl / 3)
+            if self._stalled():
+                continue
             for lease in self._leases:
                 if await self.etcd.keepalive(lease) <= 0:
                     raise EtcdError(f"lease {lease:x} expired")
+
+    def _stalled(self) -> bool:
+        stalled = self.disk_stalled is not None and self.disk_stalled(self.config.liveness_ttl * STALL)
+        if stalled and not self._said_stalled:
+            log.error("node %s: its disk has not finished a sync for %.0f s: its lease is not renewed until it "
+                      "does (the other nodes see it stopped)", self.config.node_name, self.config.liveness_ttl * STALL)
+        elif not stalled and self._said_stalled:
+            log.warning("node %s: its disk syncs again", self.config.node_name)
+        self._said_stalled = stalled
+        return stalled
 
     def _own_alarms(self) -> list[str]:
         return sorted(self.alarms) if self.alarms is not None else []

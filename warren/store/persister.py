@@ -38,6 +38,7 @@ import itertools
 import logging
 import os
 import shutil
+import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
@@ -93,6 +94,7 @@ class Persister:
         self.waiting: set[SyncWaiter] = set()  # channels with confirms waiting for a batch
         self.close_after_sync: list[int] = []
         self.syncing_fds: list[int] = []       # what the running fsync covers
+        self.sync_started = 0.0                # when the running fsync started (monotonic)
         # Credit flow (see the module's docstring).
         self.flow_high = FLOW_HIGH
         self.flow_low = FLOW_LOW
@@ -289,6 +291,7 @@ class Persister:
         self.to_sync = set()
         self.batch = StoreBatch(self, batch + 1)
         self.syncing = True
+        self.sync_started = time.monotonic()
         self.syncing_bytes, self.unsynced = self.unsynced, 0
         if self.run_in_thread is None:
             try:
@@ -298,6 +301,11 @@ class Persister:
                 self._sync_done(batch, str(err))
             return
         self.run_in_thread(lambda: _fsync_all(fds), lambda error: self._sync_done(batch, error))
+
+    def stalled(self, seconds: float) -> bool:
+        """Whether the running fsync has taken longer than `seconds` (a stalled disk: a
+        cluster member then stops renewing its lease, warren.cluster.membership)."""
+        return self.syncing and time.monotonic() - self.sync_started > seconds
 
     def _sync_done(self, batch: int, error: str | None) -> None:
         self.syncing = False
