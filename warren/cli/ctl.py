@@ -1786,7 +1786,7 @@ def quorum_status(ctx, args):
         raise _refusal(err) from None
     ctx.out.flush()
     if ctx.out.json:
-        print(compact_json(rows), flush=True)
+        ctx.out.table(QUORUM_STATUS_COLUMNS, [], rows)  # (one member a line, as rabbitmq-queues)
         return
     print(pretty_table(QUORUM_STATUS_COLUMNS, [[str(r.get(c, "")) for c in QUORUM_STATUS_COLUMNS] for r in rows]),
           flush=True)
