@@ -81,15 +81,13 @@ def running_nodes(broker: Broker) -> set[str]:
     return here if replicas is None else here | set(replicas.links.membership.running)
 
 
-def _replicas(broker: Broker) -> Replicas | None:
-    return replicas_of(broker)
-
-
-def _changer(replicas: Replicas, queue: Queue):
+def _record_of(broker: Broker, queue: Queue) -> tuple[Replicas, tuple[str, str]]:
+    """The cluster's replicated queues and this queue's key among them."""
+    replicas = replicas_of(broker)
     key = (queue.vhost.name, queue.name)
-    if key not in replicas.records:
+    if replicas is None or key not in replicas.records:
         raise MembersError("not_found")
-    return key
+    return replicas, key
 
 
 async def add_member(broker: Broker, vhost: str, name: str, node: str) -> None:
@@ -98,9 +96,7 @@ async def add_member(broker: Broker, vhost: str, name: str, node: str) -> None:
         raise MembersError("node_not_running")
     if node in _members(broker, queue):
         return  # (idempotent, as RabbitMQ)
-    replicas = _replicas(broker)
-    assert replicas is not None  # (another running node: a cluster)
-    key = _changer(replicas, queue)
+    replicas, key = _record_of(broker, queue)
 
     def added(record: Record) -> Record | None:
         return None if node in record.members else replace(record, members=(*record.members, node))
@@ -114,9 +110,7 @@ async def delete_member(broker: Broker, vhost: str, name: str, node: str) -> Non
         return  # (idempotent, as RabbitMQ)
     if members == (node,):
         raise MembersError("last_node")
-    replicas = _replicas(broker)
-    assert replicas is not None
-    key = _changer(replicas, queue)
+    replicas, key = _record_of(broker, queue)
     running = running_nodes(broker)
 
     def removed(record: Record) -> Record | None:
@@ -198,7 +192,7 @@ def _quorum_queues(broker: Broker) -> list[Queue]:
 async def status(broker: Broker, vhost: str, name: str) -> list[dict[str, Any]]:
     """quorum_status's rows, one per member in the record's order, as the leader knows them."""
     queue = _quorum_queue(broker, vhost, name, CLASSIC_STATUS)
-    replicas = _replicas(broker)
+    replicas = replicas_of(broker)
     if replicas is None or (vhost, name) not in replicas.records:
         raise MembersError("not_replicated", f"{queue.describe()} has a single member on a node alone: "
                                              "it keeps no replicated log to show")
