@@ -163,17 +163,56 @@ def test_what_a_cluster_cannot_do_yet_refuses_the_whole_file(three):
     }
     answer = post(c, refused)
     assert (answer.status_code, answer.json()) == (400, {"error": "bad_request", "reason": (
-        "not supported on a Warren cluster yet, quorum queues: 'qq' in vhost '/'; stream queues: 'sq' in vhost '/'; "
+        "not supported on a Warren cluster yet, stream queues: 'sq' in vhost '/'; "
         "shovels: 'sh' in vhost '/'; federation: 'up' in vhost '/', policy 'fed' in vhost '/': nothing was imported")})
     # One of them alone is enough; the vhost-scoped import names them too.
-    answer = post(a, {"queues": [{"name": "qq2", "durable": True, "arguments": {"x-queue-type": "quorum"}}]},
+    answer = post(a, {"queues": [{"name": "sq2", "durable": True, "arguments": {"x-queue-type": "stream"}}]},
                   "/definitions/%2F")
     assert (answer.status_code, answer.json()["reason"]) == (
-        400, "not supported on a Warren cluster yet, quorum queues: 'qq2' in vhost '/': nothing was imported")
+        400, "not supported on a Warren cluster yet, stream queues: 'sq2' in vhost '/': nothing was imported")
     for node in three:
         assert "never" not in [v["name"] for v in get(node, "/vhosts")]
         assert [q["name"] for q in get(node, "/queues")] == []
         assert get(node, "/parameters") == [] and get(node, "/policies") == []
+
+
+def test_quorum_queues_imported_are_placed_and_replicated_as_a_declare_on_the_importing_node(three):
+    a, b, c = three
+    answer = post(b, {"queues": [
+        {"name": "qq.imp", "vhost": "/", "durable": True, "auto_delete": False,
+         "arguments": {"x-queue-type": "quorum"}},
+        {"name": "qq.two", "vhost": "/", "durable": True, "auto_delete": False,
+         "arguments": {"x-queue-type": "quorum", "x-quorum-initial-group-size": 2}}]})
+    assert answer.status_code == 204, answer.text
+    for node in three:
+        wait_for(lambda: {q["name"]: (q.get("leader"), sorted(q.get("members", []))) for q in get(node, "/queues")}
+                 == {"qq.imp": (b.name, sorted([a.name, b.name, c.name])), "qq.two": (b.name, sorted([b.name, a.name]))},
+                 timeout=5, what=f"the imported quorum queues led by b on {node.name}")
+    assert get(b, "/queues/%2F/qq.two")["members"][0] == b.name  # (placement: the importing node first)
+    publisher = pika.BlockingConnection(a.pika_params())
+    channel = publisher.channel()
+    channel.confirm_delivery()
+    for n in range(20):
+        channel.basic_publish("", "qq.imp", str(n).encode(), pika.BasicProperties(delivery_mode=2))
+    publisher.close()
+    b.proc.send_signal(signal.SIGKILL)  # its leader: the replicas made by the import take over
+    b.proc.wait()
+    wait_for(lambda: leader(c, "qq.imp") in (a.name, c.name), timeout=15, what="a new leader of the imported queue")
+    consumer = pika.BlockingConnection(c.pika_params())
+    channel = consumer.channel()
+    got = []
+    while True:
+        method, _, body = channel.basic_get("qq.imp", auto_ack=True)
+        if method is None:
+            break
+        got.append(int(body))
+    consumer.close()
+    assert got == list(range(20))
+
+
+def leader(node, queue: str) -> str | None:
+    answer = requests.get(f"{node.api}/queues/%2F/{queue}", auth=AUTH, timeout=5)
+    return answer.json().get("leader") if answer.ok else None
 
 
 def test_a_vhost_import_through_one_node(three):

@@ -168,6 +168,7 @@ def test_every_verb_without_flags(broker, local, guarded_vhost, uid, tmp_path):
         local("set_vm_memory_high_watermark", "0.4")
         local("set_disk_free_limit", "50MB")
         assert f'cluster_name\t"c-{uid}"' in local("list_global_parameters")
+        queue_verbs_on_a_node_alone(broker, local, uid)
         local("clear_permissions", "-p", vhost, user)
         assert local("-q", "list_permissions", "-p", vhost).splitlines()[1:] == []
         assert local("help", "purge_queue").startswith("Usage")
@@ -188,6 +189,33 @@ def test_every_verb_without_flags(broker, local, guarded_vhost, uid, tmp_path):
     help_lines = local("help").split("Available commands:")[1].split("Global options")[0].splitlines()
     verbs = {line.split()[0] for line in help_lines if line.strip()}
     assert len(verbs) > 40 and verbs <= local.verbs, verbs - local.verbs
+
+
+def queue_verbs_on_a_node_alone(broker, local, uid):
+    """rabbitmq-queues' verbs on a node alone, whose quorum queues have one member, this node:
+    RabbitMQ 3.10's answers on a single node (checked there), but quorum_status, refused (such
+    a queue keeps no replicated log)."""
+    qq = f"qq-{uid}"
+    conn = pika.BlockingConnection(broker.pika_params())
+    conn.channel().queue_declare(qq, durable=True, arguments={"x-queue-type": "quorum"})
+    conn.close()
+    out = run_ctl("add_member", qq, "rabbit@nowhere", data_dir=broker.data_dir)
+    assert (out.returncode, out.stdout, out.stderr) == (
+        69, f"Adding a replica for queue {qq} on node rabbit@nowhere...\n", "Error:\nnode_not_running\n"), out
+    local.verbs.add("add_member")
+    assert local("delete_member", qq, "zz@x") == f"Removing a replica of queue {qq} on node zz@x...\n"
+    assert local("shrink", "zz@x") == "Shrinking quorum queues on zz@x...\n\n"
+    assert local("grow", "zz@x", "all") == "Growing all quorum queues on zz@x...\n\n"
+    out = local("check_if_node_is_quorum_critical")
+    assert out.endswith(" seems to be the only one in a single node cluster, the check does not apply\n"), out
+    assert json.loads(local("check_if_node_is_quorum_critical", "--formatter", "json")) == {
+        "message": "Target node seems to be the only one in a single node cluster, the check does not apply",
+        "result": "ok"}
+    out = run_ctl("quorum_status", qq, data_dir=broker.data_dir)
+    assert out.returncode == 69 and out.stderr.startswith(f"Error:\nqueue '{qq}' in vhost '/' has a single member"), out
+    local.verbs.add("quorum_status")
+    out = run_ctl("delete_member", qq, out.stdout.split(" on node ")[1].split(" ...")[0], data_dir=broker.data_dir)
+    assert (out.returncode, out.stderr) == (69, "Error:\nlast_node\n"), out
 
 
 def test_control_socket_is_the_brokers_users_only(broker):

@@ -333,6 +333,36 @@ def test_a_commit_needs_a_majority_and_every_in_sync_member():
     assert leader.shrunk({"c"}) and leader.committed == 3
 
 
+def test_members_changed_counts_the_majority_over_the_new_members():
+    leader = Leader("a", ["a"], ["a"], 1, EpochHistory(), 0, 0)
+    leader.append(2)
+    assert leader.synced(2) and leader.committed == 2  # one member: itself
+    assert not leader.members_changed(["a", "b", "c"], ["a"])  # added: out of the ISR, counted in the majority
+    with pytest.raises(ReplicationError):
+        Leader("a", ["a"], ["a"], 1, EpochHistory(), 0, 0).welcome("b")  # (not a member before the change)
+    leader.welcome("b")
+    leader.ready("b", 0, 0, 0.0)
+    leader.append(1)
+    assert not leader.synced(3)  # a alone of three: no majority
+    leader.to_send("b")
+    assert leader.acknowledged("b", 3, 0.0) and leader.committed == 3  # a and b: a majority
+    assert leader.catching_up() == {"b"}
+    leader.grow("b")
+    leader.welcome("c")
+    leader.ready("c", 0, 0, 0.0)
+    leader.append(1)
+    leader.synced(4)
+    leader.to_send("b")
+    assert not leader.acknowledged("c", 0, 0.0)  # b is in sync and lacks it
+    assert not leader.members_changed(["a", "c"], ["a"])  # b removed: its progress and ISR place go,
+    assert "b" not in leader.followers and leader.isr == {"a"}
+    assert leader.committed == 3  # and a majority of [a, c] still needs c
+    leader.to_send("c")
+    assert leader.acknowledged("c", 4, 0.0) and leader.committed == 4
+    with pytest.raises(ValueError):
+        leader.members_changed(["b", "c"], ["b"])  # (a leader is removed only once it has handed over)
+
+
 def test_a_follower_refuses_an_older_leader_once_it_knows_a_newer_epoch():
     follower = Follower(EpochHistory(), epoch=1)
     assert follower.synchronise(1, [], 0) == 0

@@ -23,7 +23,7 @@ from .links import ConnectionLink, ExclusiveOwner
 from .exchanges import TYPES
 from .policy import Policy, PolicyError
 from .metadata import change, commands
-from . import federation_upstreams, limits, missing_exchange, parameters as runtime_parameters, queues, shovel
+from . import federation_upstreams, limits, missing_exchange, ops, parameters as runtime_parameters, queues, shovel
 
 if TYPE_CHECKING:
     from .node import Node
@@ -166,13 +166,19 @@ class _Now:
     def home(self, q: dict) -> str | None:
         return q.get("node")  # (a cluster member's journal: see _queue_json)
 
+    def replicas(self, q: dict, arguments: dict) -> tuple[tuple[str, ...] | None, str | None]:
+        """A replicated queue's members and incarnation (a cluster member's journal: see _queue_json)."""
+        members = q.get("members")
+        return tuple(members) if isinstance(members, list) and members else None, q.get("incarnation")
+
 
 class _Plan(_Now):
     """Where a cluster member's import puts its commands: into one batch for the cluster's log
     (ClusterImport), checked as _Now checks them, against the metadata as it is and what the
     batch's commands before them will make (an import's definitions of one kind depend on
     each other only through what they name: vhosts, users, exchanges, queues). Classic queues
-    get this node as their home, as RabbitMQ's import declares them on the importing node."""
+    get this node as their home, as RabbitMQ's import declares them on the importing node, and
+    quorum queues lead from it first, with their replicas where placement puts them."""
 
     def __init__(self, broker: Node) -> None:
         super().__init__(broker)
@@ -218,6 +224,11 @@ class _Plan(_Now):
     def home(self, q: dict) -> str | None:
         return self.broker.config.node_name
 
+    def replicas(self, q: dict, arguments: dict) -> tuple[tuple[str, ...] | None, str | None]:
+        """A quorum queue is placed as a client's declare on this node places it (led from here
+        first, replicas on other members)."""
+        return ops.replicas_of_new(self.broker, arguments)
+
 
 # What a batch of an import holds at most: well within etcd's request limit (1.5 MiB).
 BATCH_ITEMS = 1000
@@ -230,8 +241,9 @@ class ClusterImport:
     batch one entry every node applies (commands.Batch). Like a node alone's import (and
     RabbitMQ's), it is not atomic: what was imported before the first bad definition stays.
 
-    What a cluster cannot do yet (quorum queues, streams, shovels, federation) refuses the
-    whole import before anything is imported.
+    What a cluster cannot do yet (streams, shovels, federation) refuses the whole import
+    before anything is imported. A quorum queue is placed as a client's declare on the
+    importing node places it (_Plan.replicas).
 
         for step in ClusterImport(broker, data, user).steps():
             await (the cluster's log carries out step())
@@ -295,9 +307,8 @@ class ClusterImport:
 
 
 def cluster_refusals(data: dict) -> str | None:
-    """Why a cluster cannot import these definitions yet (every definition it cannot: quorum
-    queues and streams are not replicated yet, shovels and federation links would run on
-    every node), or None. The texts are the cluster's (warren.cluster.metadata_log)."""
+    """Why a cluster cannot import these definitions yet (every definition it cannot: streams
+    are not replicated yet, shovels and federation links would run on every node), or None. The texts are the cluster's (warren.cluster.metadata_log)."""
     found: dict[str, list[str]] = {}
 
     def listed(kind: str) -> list:
@@ -307,8 +318,8 @@ def cluster_refusals(data: dict) -> str | None:
     for q in listed("queues"):
         arguments = q.get("arguments")
         queue_type = arguments.get("x-queue-type") if isinstance(arguments, dict) else None
-        if queue_type in ("quorum", "stream"):
-            found.setdefault(f"{queue_type} queues", []).append(_named(q))
+        if queue_type == "stream":
+            found.setdefault("stream queues", []).append(_named(q))
     for p in listed("parameters"):
         component = p.get("component")
         if component == shovel.COMPONENT:
@@ -479,11 +490,10 @@ def _load_queue(sink, q):
     owner = q.get("owner")  # (a cluster member's journal: see _queue_json)
     if isinstance(owner, list) and len(owner) == 5:
         owner = ExclusiveOwner(owner[0], owner[1], ConnectionLink(*owner[2:]))
-    members = q.get("members")  # (a cluster member's journal: a replicated queue's)
+    arguments = _arguments(q)
+    members, incarnation = sink.replicas(q, arguments)
     sink.apply(commands.DeclareQueue(vhost.name, q["name"], q.get("durable", True), owner or None,
-                                     q.get("auto_delete", False), _arguments(q), sink.home(q),
-                                     tuple(members) if isinstance(members, list) and members else None,
-                                     q.get("incarnation")))
+                                     q.get("auto_delete", False), arguments, sink.home(q), members, incarnation))
 
 
 def _load_binding(sink, b):

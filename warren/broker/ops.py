@@ -211,12 +211,7 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
     # On a cluster a queue lives on the node of the connection that declares it, and a
     # replicated one (quorum) is led from there first, with its replicas on other members.
     home = actor.broker.config.node_name if actor.broker.metadata.log is not None else None
-    members = incarnation = None
-    links = actor.broker.node_links
-    if home is not None and links is not None and name not in vhost.queues and args.get("x-queue-type") == "quorum":
-        size = args.get("x-quorum-initial-group-size", 3)
-        members = links.placement(size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 3)
-        incarnation = uuid.uuid4().hex
+    members, incarnation = replicas_of_new(actor.broker, args) if name not in vhost.queues else (None, None)
     q, created = yield DeclareQueue(vhost.name, name, durable and not exclusive, owner, auto_delete, args, home,
                                     members, incarnation)
     if created:
@@ -224,6 +219,17 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
     else:
         q.touch()
     return q, created
+
+
+def replicas_of_new(broker: Node, args: dict) -> tuple[tuple[str, ...] | None, str | None]:
+    """A new quorum queue declared through this cluster member: its members (placement: this
+    node first) and its incarnation; (None, None) for other queues, and on a node alone."""
+    links = broker.node_links
+    if broker.metadata.log is None or links is None or args.get("x-queue-type") != "quorum":
+        return None, None
+    size = args.get("x-quorum-initial-group-size", 3)
+    members = links.placement(size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 3)
+    return members, uuid.uuid4().hex
 
 
 @Operation

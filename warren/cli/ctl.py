@@ -61,11 +61,12 @@ class UsageError(CtlError):
 class HttpError(Exception):
     """A non-2xx answer from the API (kept for the verb to turn into its own message)."""
 
-    def __init__(self, status: int, error: str, reason: str):
+    def __init__(self, status: int, error: str, reason: str, body: dict | None = None):
         super().__init__(f"{status} {error}: {reason}")
         self.status = status
         self.error = error
         self.reason = reason
+        self.body = body or {}  # the whole JSON answer (a failed health check's details)
 
 
 # --- the HTTP client ------------------------------------------------------------------------
@@ -168,6 +169,7 @@ class Api:
             raw = err.read()
             if err.code not in (401, 403):
                 self.answered()
+            info = None
             try:
                 info = json.loads(raw)
                 error, reason = str(info.get("error", "")), str(info.get("reason", ""))
@@ -186,7 +188,7 @@ class Api:
                                           f"{where} (HTTP {err.code}: {reason or error}). "
                                           "Check --user and --password; the user needs the "
                                           "'administrator' tag (or 'monitoring' to list)." + hint) from None
-            raise HttpError(err.code, error, reason) from None
+            raise HttpError(err.code, error, reason, info if isinstance(info, dict) else None) from None
         except urllib.error.URLError as err:
             if self.control_socket is not None and getattr(err.reason, "errno", None) in _NO_CONTROL:
                 raise _ControlSocketGone(self.control_socket, err.reason.strerror or str(err.reason)) from None
@@ -268,6 +270,7 @@ class Output:
     def __init__(self, formatter: str, quiet: bool, silent: bool, headers: bool):
         self.json = formatter == "json"
         self.quiet = quiet or silent or self.json
+        self.silent = silent
         self.headers = headers and not silent
 
         self.pending: list[str] = []
@@ -1737,6 +1740,167 @@ def forget_cluster_node(ctx, args):
         raise
 
 
+# --- rabbitmq-queues' verbs (warren.cluster.queue_members, through /api/quorum-queues) --------
+
+def _local_only(ctx, name: str) -> None:
+    """These change or read a node's replicas as rabbitmq-queues does over Erlang distribution:
+    through a node's control socket only."""
+    if not ctx.api.local:
+        raise CtlError(EX_NOPERM, f"Error: {name} needs a node's control socket: run warrenctl on a member's "
+                                  "machine as the broker's user, without --host, --port, --user or --password.")
+
+
+def _refusal(err: HttpError) -> CtlError:
+    """The broker's refusal as rabbitmq-queues prints it: Error: and its text, exit 69."""
+    if err.status in (400, 404, 409, 503) and err.reason:
+        return Failed(err.reason)
+    return CtlError(EX_SOFTWARE, f"Error:\n{err.reason or err.error} (HTTP {err.status})")
+
+
+def pretty_table(columns: list[str], rows: list[list[str]]) -> str:
+    """rabbitmq-queues' PrettyTable: a box around a header row and the rows."""
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(columns)]
+
+    def line(left: str, mid: str, right: str) -> str:
+        return left + mid.join("─" * (w + 2) for w in widths) + right
+
+    def cells(values: list[str]) -> str:
+        return "│" + "│".join(f" {v.ljust(w)} " for v, w in zip(values, widths)) + "│"
+    return "\n".join([line("┌", "┬", "┐"), cells(columns), line("├", "┼", "┤"), *(cells(r) for r in rows),
+                      line("└", "┴", "┘")])
+
+
+QUORUM_STATUS_COLUMNS = ["Node Name", "Raft State", "Log Index", "Commit Index", "Snapshot Index", "Term",
+                         "Machine Version"]
+
+
+@verb("quorum_status", "quorum_status [--vhost <vhost>] <queue>", (1, 1),
+      help="Displays quorum status of a quorum queue (through a node's control socket).")
+def quorum_status(ctx, args):
+    (name,) = args
+    _local_only(ctx, "quorum_status")
+    ctx.out.info(f"Status of quorum queue {name} on node {_node_name(ctx)} ...")
+    try:
+        rows = ctx.api.get(f"/quorum-queues/{q(ctx.vhost)}/{q(name)}/status") or []
+    except HttpError as err:
+        raise _refusal(err) from None
+    ctx.out.flush()
+    if ctx.out.json:
+        ctx.out.table(QUORUM_STATUS_COLUMNS, [], rows)  # (one member a line, as rabbitmq-queues)
+        return
+    print(pretty_table(QUORUM_STATUS_COLUMNS, [[str(r.get(c, "")) for c in QUORUM_STATUS_COLUMNS] for r in rows]),
+          flush=True)
+
+
+@verb("add_member", "add_member [--vhost <vhost>] <queue> <node>", (2, 2),
+      help="Adds a quorum queue member (replica) on the given node.")
+def add_member(ctx, args):
+    name, node = args
+    _local_only(ctx, "add_member")
+    ctx.out.info(f"Adding a replica for queue {name} on node {node}...")
+    try:
+        ctx.api.put(f"/quorum-queues/{q(ctx.vhost)}/{q(name)}/members/{q(node)}", None)
+    except HttpError as err:
+        raise _refusal(err) from None
+
+
+@verb("delete_member", "delete_member [--vhost <vhost>] <queue> <node>", (2, 2),
+      help="Removes a quorum queue member (replica) on the given node (its leader's moves first).")
+def delete_member(ctx, args):
+    name, node = args
+    _local_only(ctx, "delete_member")
+    ctx.out.info(f"Removing a replica of queue {name} on node {node}...")
+    try:
+        ctx.api.delete(f"/quorum-queues/{q(ctx.vhost)}/{q(name)}/members/{q(node)}")
+    except HttpError as err:
+        raise _refusal(err) from None
+
+
+def _outcomes(ctx, outcomes: list, errors_only: bool) -> None:
+    outcomes = [o for o in outcomes if not errors_only or o["result"] != "ok"]
+    rows = [[o["vhost"], o["name"], str(o["size"]), _outcome_text(o["result"])] for o in outcomes]
+    json_rows = [{"vhost": o["vhost"], "name": o["name"], "size": o["size"], "result": _outcome_text(o["result"])}
+                 for o in outcomes]
+    ctx.out.table(["vhost", "name", "size", "result"], rows, json_rows, empty_line=True)
+
+
+def _outcome_text(result: str) -> str:
+    """rabbitmq-queues' words for a queue's result (format_result)."""
+    if result == "ok":
+        return "ok"
+    if result == "last_node":
+        return "error: the last node cannot be removed"
+    if result == "timeout":
+        return "error: the operation timed out and may not have been completed"
+    return f"error: {result}"
+
+
+@verb("grow", "grow <node> <all | even> [--vhost-pattern <pattern>] [--queue-pattern <pattern>] [--errors-only]",
+      (2, 2), options=("vhost-pattern", "queue-pattern", "errors-only"),
+      help="Grows quorum queue clusters by adding a member (replica) on the specified node for all matching queues.")
+def grow(ctx, args):
+    node, strategy = args
+    if strategy not in ("all", "even"):
+        raise UsageError(f'Error (argument validation): "strategy \'{strategy}\' is not recognised."\n'
+                         f"Arguments given:\n\t{' '.join(['grow', *args])}\n\n{verb_help('grow')}")
+    _local_only(ctx, "grow")
+    ctx.out.info(f"Growing {strategy} quorum queues on {node}...")
+    body = {"node": node, "strategy": strategy, "vhost_pattern": ctx.options.get("vhost-pattern", ".*"),
+            "queue_pattern": ctx.options.get("queue-pattern", ".*")}
+    try:
+        outcomes = ctx.api.post("/quorum-queues/grow", body) or []
+    except HttpError as err:
+        raise _refusal(err) from None
+    _outcomes(ctx, outcomes, bool(ctx.options.get("errors-only")))
+
+
+@verb("shrink", "shrink <node> [--errors-only]", (1, 1), options=("errors-only",),
+      help="Shrinks quorum queue clusters by removing any members (replicas) on the given node.")
+def shrink(ctx, args):
+    (node,) = args
+    _local_only(ctx, "shrink")
+    ctx.out.info(f"Shrinking quorum queues on {node}...")
+    try:
+        outcomes = ctx.api.post("/quorum-queues/shrink", {"node": node}) or []
+    except HttpError as err:
+        raise _refusal(err) from None
+    _outcomes(ctx, outcomes, bool(ctx.options.get("errors-only")))
+
+
+@verb("check_if_node_is_quorum_critical", "check_if_node_is_quorum_critical",
+      help="Health check that exits with a non-zero code if there are queues with minimum online quorum "
+           "(queues that would lose their quorum if the target node is shut down).")
+def check_if_node_is_quorum_critical(ctx, args):
+    node = _node_name(ctx)
+    ctx.out.info(f"Checking if node {node} is critical for quorum of any quorum queues ...")
+    try:
+        answer = ctx.api.get("/health/checks/node-is-quorum-critical") or {}
+    except HttpError as err:
+        if err.status != 503:
+            raise
+        answer = err.body
+    ctx.out.flush()
+    queues = answer.get("queues") or []
+    if answer.get("status") == "ok":
+        if answer.get("reason") == "single node cluster":
+            text = f"Node {node} seems to be the only one in a single node cluster, the check does not apply"
+            result = {"result": "ok", "message": "Target node seems to be the only one in a single node cluster, "
+                                                 "the check does not apply"}
+        else:
+            text, result = f"Node {node} reported no quorum queues with minimum quorum", {"result": "ok"}
+        if ctx.out.json:
+            print(compact_json(result), flush=True)
+        elif not ctx.out.silent:
+            print(text, flush=True)
+        return
+    if ctx.out.json:
+        print(compact_json({"message": f"Node {node} reported local queues with minimum online quorum",
+                            "queues": queues, "result": "error"}), flush=True)
+        raise CtlError(EX_UNAVAILABLE, "")
+    raise CtlError(EX_UNAVAILABLE, "" if ctx.out.silent else "\n".join(
+        f"{queue['readable_name']} would lose quorum if node {node} is stopped" for queue in queues))
+
+
 @verb("help", "help [<command>]", (0, 1), help="Displays usage information for a command.")
 def help_verb(ctx, args):
     if args:
@@ -1758,8 +1922,8 @@ REMOTE_SETTINGS = ("host", "port", "user", "password")
 GLOBAL_FLAGS = {"quiet", "silent", "no-table-headers", "help"}
 SHORT = {"p": "vhost", "q": "quiet", "s": "silent", "t": "timeout", "?": "help", "h": "help"}
 VERB_SHORT = {"e": "if-empty", "u": "if-unused"}
-VERB_VALUE_OPTIONS = {"priority", "apply-to", "missing-exchange"}
-VERB_FLAGS = {"if-empty", "if-unused", "global", "online", "offline"}
+VERB_VALUE_OPTIONS = {"priority", "apply-to", "missing-exchange", "vhost-pattern", "queue-pattern"}
+VERB_FLAGS = {"if-empty", "if-unused", "global", "online", "offline", "errors-only"}
 FORMATTERS = ("table", "json")
 
 GLOBAL_HELP = f"""\

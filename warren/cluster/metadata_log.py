@@ -297,7 +297,7 @@ class MetadataLog:
 
 def _not_yet(store: MetadataStore, command: Command) -> str | None:
     """What a cluster cannot do yet (and says so, rather than do it on each node alone):
-    quorum queues and streams, until they are replicated; shovels and federation, whose links
+    streams, until they are replicated; shovels and federation, whose links
     would run on every node. A batch is refused whole for the first of its commands refused."""
     what = None
     if isinstance(command, Batch):

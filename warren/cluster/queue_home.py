@@ -399,6 +399,9 @@ class HomeSession:
     def _replica_ack(self, meta: Meta, blobs: list[bytes]) -> None:
         self._replicas().acknowledged(self._peer(), meta)
 
+    def _quorum_status(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
+        return {"rows": self._replicas().status((str(meta["vhost"]), str(meta["queue"])))}, ()
+
     def _peer(self) -> str:
         assert self.link.peer is not None  # (frames are handled once the link is up)
         return self.link.peer
@@ -443,4 +446,5 @@ _HANDLERS = {
     # (the management API's listings and closes, and the limits' counts)
     "usage": HomeSession._usage, "records": HomeSession._records, "close": HomeSession._close,
     "follow": HomeSession._follow, "ready": HomeSession._ready, "replica_ack": HomeSession._replica_ack,
+    "quorum_status": HomeSession._quorum_status,
 }

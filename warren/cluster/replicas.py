@@ -32,9 +32,9 @@ import os
 import time
 import urllib.parse
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
-from ..broker.errors import not_found
+from ..broker.errors import internal_error, not_found
 from ..broker.queues import TYPES
 from .etcd import EtcdError, absent, mod_revision_is, put_op
 from ..store.replica_log import ReplicaLog
@@ -60,6 +60,8 @@ FRAME_ENTRIES = 256  # entries shipped in one frame at most
 MAX_LAG = 10.0       # seconds a follower may stay behind before it leaves the ISR
 LINK_GRACE = 1.0     # seconds a leader's lost link may stay down before its followers elect
 PARK_GRACE = 10.0    # seconds a new leader keeps what consumers of running nodes held for them
+MACHINE_VERSION = 2  # (quorum_status's column: RabbitMQ 3.10's rabbit_fifo version)
+CHANGE_ATTEMPTS = 20  # transactions a change of a record's members tries before it gives up
 # A replica log's segment size (whole segments are released); smaller in tests.
 SEGMENT_SIZE = int(os.environ.get("WARREN_REPLICA_SEGMENT_BYTES", 64 << 20))
 
@@ -339,12 +341,9 @@ class Replicas:
         key = self._key_of(etcd_key)
         if key is None or key not in self.records:
             return  # (a queue this node does not have: deleted, or not declared here yet)
-        try:
-            data = json.loads(value)
-            record = Record(tuple(data["members"]), str(data["leader"]), int(data["epoch"]), tuple(data["isr"]),
-                            revision)
-        except (ValueError, KeyError, TypeError) as err:
-            log.error("%s: the queue's record cannot be read: %s", key, err)
+        record = self._parsed(value, revision)
+        if record is None:
+            log.error("%s: the queue's record cannot be read: %r", key, value[:200])
             return
         before = self.records[key]
         if record.revision <= before.revision:
@@ -352,6 +351,69 @@ class Replicas:
         self.records[key] = record
         if record.leader != before.leader or record.epoch != before.epoch:
             self._leader_changed(key, record, before.leader)
+        if record.members != before.members:
+            self._members_changed(key, record)
+
+    def _members_changed(self, key: Key, record: Record) -> None:
+        """add_member, delete_member (warren.cluster.queue_members): a node added follows the
+        queue (its log made), one removed stops and deletes its log; the leader counts its
+        majority over the new members."""
+        vhost = self.broker.vhosts.get(key[0])
+        queue = None if vhost is None else vhost.queues.get(key[1])
+        if queue is not None:
+            queue.members = record.members
+        led = self.led.get(key)
+        if led is not None and record.leader == self.node:
+            for node in set(led.links) - set(record.members):
+                del led.links[node]
+            self._committed(led, led.state.members_changed(record.members, record.isr))
+            log.info("%s: members now %s", key, list(record.members))
+        followed = self.followed.get(key)
+        if self.node not in record.members and followed is not None:
+            del self.followed[key]
+            followed.log.destroy()
+            log.info("%s: no longer a member here; its replica is deleted", key)
+        elif self.node in record.members and led is None and followed is None:
+            self._follow_log(key, record.leader, self._log(*key), record.epoch)
+            log.info("%s: a member here now; following %s", key, record.leader)
+
+    async def change_members(self, key: Key, change: Callable[[Record], Record | None]) -> Record | None:
+        """Rewrite a queue's record as `change` says (None: nothing to change), from etcd's
+        newest, again if another transaction came first. The record written, or None."""
+        for _ in range(CHANGE_ATTEMPTS):
+            declared = self.records.get(key)
+            if declared is None:
+                raise not_found(f"no replicated queue '{key[1]}' in vhost '{key[0]}'")
+            etcd_key = self._record_key(key)
+            try:
+                _, kvs = await self.links.etcd.get(etcd_key)
+            except EtcdError as err:
+                raise internal_error(f"the queue's record could not be read from etcd: {err}") from None
+            current = declared if not kvs else self._parsed(kvs[0].value, kvs[0].mod_revision)
+            if current is None:
+                raise internal_error(f"the record of queue '{key[1]}' in vhost '{key[0]}' cannot be read")
+            changed = change(current)
+            if changed is None:
+                return None
+            guard = absent(etcd_key) if not kvs else mod_revision_is(etcd_key, current.revision)
+            try:
+                result = await self.links.etcd.txn([guard], [put_op(etcd_key, changed.value())])
+            except EtcdError as err:
+                raise internal_error(f"the queue's record could not be written to etcd: {err}") from None
+            if result.succeeded:
+                self._record_read(etcd_key, changed.value(), result.revision)  # (before the watch: answered as done)
+                return changed
+            await asyncio.sleep(0.05)
+        raise internal_error(f"the record of queue '{key[1]}' in vhost '{key[0]}' kept changing: try again")
+
+    @staticmethod
+    def _parsed(value: bytes, revision: int) -> Record | None:
+        try:
+            data = json.loads(value)
+            return Record(tuple(data["members"]), str(data["leader"]), int(data["epoch"]), tuple(data["isr"]),
+                          revision)
+        except (ValueError, KeyError, TypeError):
+            return None
 
     def _leader_changed(self, key: Key, record: Record, lost: str) -> None:
         vhost_name, name = key
@@ -512,9 +574,37 @@ class Replicas:
     def follow(self, node: str, link: Link, meta: Meta) -> dict:
         """A follower on `node` links (HomeSession: a request on its link): what it synchronises with."""
         led = self._led(meta)
+        if node not in led.state.members:  # (added or removed, and this leader has not seen it yet)
+            raise not_found(f"node '{node}' is not a member of queue '{meta['queue']}' in vhost '{meta['vhost']}'")
         epoch, starts, end = led.state.welcome(node)
         led.links[node] = link
         return {"epoch": epoch, "starts": [list(s) for s in starts], "end": end, "first": led.log.first}
+
+    def status(self, key: Key) -> list[dict[str, Any]]:
+        """quorum_status's rows as this leader knows them (RabbitMQ's columns, one row per
+        member in the record's order): a follower's log index is what it acknowledged on disk;
+        a member not following now is `noproc` (its node runs) or `nodedown`."""
+        led = self.led.get(key)
+        if led is None:
+            raise not_found(f"this node does not lead queue '{key[1]}' in vhost '{key[0]}'")
+        state = led.state
+        running = set(self.links.membership.running) | {self.node}
+        rows: list[dict[str, Any]] = []
+        for node in self.records[key].members:
+            progress = state.followers.get(node)
+            if node == self.node:
+                role, index = "leader", state.log_end
+            elif progress is not None:
+                role, index = "follower", progress.durable
+            else:
+                rows.append({"Node Name": node, "Raft State": "noproc" if node in running else "nodedown",
+                             "Log Index": "", "Commit Index": "", "Snapshot Index": "", "Term": "",
+                             "Machine Version": ""})
+                continue
+            rows.append({"Node Name": node, "Raft State": role, "Log Index": index,
+                         "Commit Index": min(index, state.committed), "Snapshot Index": "undefined",
+                         "Term": state.epoch, "Machine Version": MACHINE_VERSION})
+        return rows
 
     def ready(self, node: str, meta: Meta) -> None:
         led = self._led(meta)

@@ -219,6 +219,21 @@ class Leader:
         self.committed = committed
         return True
 
+    # ------------------------------------------------------------------ members
+    def members_changed(self, members: Iterable[str], isr: Iterable[str]) -> bool:
+        """etcd's record has new members (add_member, delete_member: a transaction anyone may
+        send). A removed member leaves the ISR and its progress goes; an added one is waited
+        for by the majority from now, and joins the ISR once caught up (catching_up). The
+        ISR keeps its rule: it holds etcd's. True: the committed offset moved."""
+        members = set(members)
+        if self.node not in members:
+            raise ValueError(f"{self.node} leads a queue whose members do not include it")
+        for node in self.members - members:
+            self.followers.pop(node, None)
+        self.members = members
+        self.isr = (self.isr & members) | (set(isr) & members) | {self.node}
+        return self._advance()
+
     # ------------------------------------------------------------------ the ISR
     def lagging(self, now: float, max_lag: float) -> set[str]:
         """ISR members (not the leader) that have not caught up for `max_lag` seconds: the

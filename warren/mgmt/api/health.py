@@ -11,6 +11,7 @@ from aiohttp import web
 from ...amqp.properties import encode_header
 from ...broker import ops, x509
 from ...broker.errors import AMQPError
+from ...cluster import queue_members
 from ..access import ANY, VHOST, access
 from .. import changes
 from .. import stats
@@ -105,7 +106,17 @@ async def virtual_hosts(request):
 @routes.get("/api/health/checks/node-is-quorum-critical")
 @access(ANY)
 async def quorum_critical(request):
-    return json_response({"status": "ok", "reason": "single node cluster"})
+    """This node's quorum queues that would lose their quorum if it stopped
+    (warren.cluster.queue_members, as rabbit_quorum_queue:list_with_minimum_quorum_for_cli)."""
+    broker = request.app["broker"]
+    if queue_members.single_node_cluster(broker):
+        return json_response({"status": "ok", "reason": "single node cluster"})
+    critical = queue_members.quorum_critical(broker)
+    if not critical:
+        return json_response(OK)
+    return _failed({"reason": "There are quorum queues that would lose their quorum if the target node is shut down",
+                    "queues": [{"readable_name": q.describe(), "name": q.name, "virtual_host": q.vhost.name,
+                                "type": "quorum"} for q in critical]})
 
 
 @routes.get("/api/health/checks/node-is-mirror-sync-critical")
