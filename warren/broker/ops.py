@@ -376,7 +376,7 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
     else:
         queues = vhost.route(x, routing_key, message)
     if vhost.remote_queues:  # a queue whose home is down takes nothing: unroutable (as RabbitMQ)
-        queues = [q for q in queues if q.reachable]
+        queues = [q for q in queues if q.routable]
     xstats = x.stats
     xstats["publish_in"] += 1
     xstats["publish_out"] += len(queues)

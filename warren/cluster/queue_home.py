@@ -30,7 +30,7 @@ from ..broker.errors import AMQPError, access_refused, internal_error, not_found
 from ..broker.limits import usage
 from ..broker.queues import CONSUMER_ARGUMENTS
 from ..store.replicated import ReplicatedQueueStore
-from ..store.settlement import SETTLED, Settlement
+from ..store.settlement import REJECTED, SETTLED, Settlement
 from .node_link import Link, Meta, message_from
 from .replicas import Replicas, replicas_of
 
@@ -127,14 +127,17 @@ class HomeSession:
     def _publish(self, meta: Meta, blobs: list[bytes]) -> None:
         route, header, body = blobs
         vhost = self.broker.metadata.vhosts.get(meta["vhost"])
-        queues = [] if vhost is None else [q for name in meta["queues"]
-                                           if (q := vhost.queues.get(name)) is not None
-                                           and not q.remote]
+        named = [] if vhost is None else [q for name in meta["queues"] if (q := vhost.queues.get(name)) is not None]
+        queues = [q for q in named if not q.remote]
         message = message_from(route, header, body)
         message.ttl = meta.get("ttl")
         if meta.get("cc") is not None:
             message.cc_keys = tuple(meta["cc"])
         settlement = enqueue(message, queues, True, None) if queues else SETTLED
+        if len(queues) < len(named):
+            # A queue the other node thinks is here is not (a replicated queue's leader moved,
+            # and one of the two nodes has not heard yet): a nack, never a confirm of nothing.
+            settlement = REJECTED
         self.publishes.append((meta["seq"], settlement))
 
     def _check_flow(self) -> None:
