@@ -177,6 +177,8 @@ class Load:
         self.nacked = self.returned = self.returned_after_ack = self.lost_publishes = 0
         self.retry: collections.deque[int] = collections.deque()
         self.acked_at: dict[int, float] = {}
+        self.acked_attempts: set[str] = set()
+        self.returned_attempts: set[str] = set()
         self.kills: list[float] = []
         self.last_confirm = 0.0
         self.kill_at = float("inf")  # set by the main thread just before a kill
@@ -193,16 +195,7 @@ class Load:
         return f"amqp://guest:guest@127.0.0.1:{self.ports[node]}/"
 
     def _run(self) -> None:
-        load = self
-
-        class LateReturns(logging.Handler):
-            def emit(self, record: logging.LogRecord) -> None:
-                if record.msg.startswith("Unhandled message") and record.args:
-                    body = record.args[0].body  # type: ignore[index]
-                    load._late_return(int(body[:body.index(b".")]))
-
         channel_log = logging.getLogger("aiormq.channel")
-        channel_log.addHandler(LateReturns())
         channel_log.propagate = False  # (a broker's cancel is logged as a warning: expected here)
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # (returned futures never awaited)
         asyncio.set_event_loop(self.loop)
@@ -223,18 +216,39 @@ class Load:
         return next((acked for acked, sent, i in list(self.acks_after_kill)
                      if i in self.confirmed and (sent > self.kill_at or not sent_after)), None)
 
-    def _late_return(self, i: int) -> None:
-        """A basic.return that came after its publish's basic.ack (aiormq cannot match it then):
-        the message is not in the queue, so its id is not confirmed."""
-        self.returned_after_ack += 1
-        if i in self.confirmed:
-            self.confirmed.discard(i)
-            self.retry.append(i)
+    def _returned(self, attempt: str) -> None:
+        """A basic.return of the publish `attempt` ("id.attempt", its message-id). One that came
+        after its publish's basic.ack (aiormq then drops it unseen) means the id is not
+        confirmed after all: it is sent again."""
+        self.returned_attempts.add(attempt)
+        if attempt in self.acked_attempts:
+            self.returned_after_ack += 1
+            i = int(attempt.split(".")[0])
+            if i in self.confirmed:
+                self.confirmed.discard(i)
+                self.retry.append(i)
+
+    def _watch_returns(self, channel) -> None:
+        """Every basic.return of `channel` seen here first: aiormq matches a return to its
+        publish by message-id only while the publish awaits its confirm."""
+        from aiormq.channel import Returning
+        from aiormq.exceptions import PublishError
+
+        async def on_return(frame) -> None:
+            header = await channel._Channel__get_content_header()
+            message = await channel._read_content(frame, header)
+            attempt = message.header.properties.message_id
+            self._returned(attempt)
+            tag = channel.message_id_delivery_tag.get(attempt)
+            confirmation = channel.confirmations.pop(tag, None) if tag is not None else None
+            if confirmation is not None and not confirmation.done():
+                channel.confirmations[tag] = Returning()
+                confirmation.set_exception(PublishError(message, frame))
+        channel._on_return_frame = on_return
 
     async def _publisher(self) -> None:
         import aiormq
         from aiormq.abc import Basic
-        props = Basic.Properties(delivery_mode=2)
         next_id = 0
         retry = self.retry
         while not self.stopping:
@@ -242,6 +256,7 @@ class Load:
             try:
                 conn = await asyncio.wait_for(aiormq.connect(self._url(node)), 10)
                 channel = await conn.channel(publisher_confirms=True, on_return_raises=True)
+                self._watch_returns(channel)
             except Exception:
                 await asyncio.sleep(0.2)
                 continue
@@ -253,11 +268,16 @@ class Load:
             async def publish(i: int) -> None:
                 sent = time.monotonic()
                 self.attempts[i] += 1
+                attempt = f"{i}.{self.attempts[i]}"
                 try:
                     answer = await channel.basic_publish(
                         str(i).encode().ljust(BODY_SIZE, b"."), routing_key=self.queue,
-                        properties=props, mandatory=True)
-                    if isinstance(answer, Basic.Ack):
+                        properties=Basic.Properties(delivery_mode=2, message_id=attempt), mandatory=True)
+                    if isinstance(answer, Basic.Ack) and attempt in self.returned_attempts:
+                        self.returned += 1  # (returned, then acked: not in the queue)
+                        retry.append(i)
+                    elif isinstance(answer, Basic.Ack):
+                        self.acked_attempts.add(attempt)
                         now = time.monotonic()
                         self.confirmed.add(i)
                         self.acked_at[i] = now
