@@ -197,6 +197,7 @@ class Load:
     def _run(self) -> None:
         channel_log = logging.getLogger("aiormq.channel")
         channel_log.propagate = False  # (a broker's cancel is logged as a warning: expected here)
+        channel_log.addHandler(logging.NullHandler())
         logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # (returned futures never awaited)
         asyncio.set_event_loop(self.loop)
         self.loop.run_until_complete(asyncio.gather(self._publisher(), self._consumer()))
@@ -290,7 +291,12 @@ class Load:
                 except aiormq.exceptions.PublishError:  # (returned: unroutable for now)
                     self.returned += 1
                     retry.append(i)
-                except Exception:  # (the channel or connection gone: its fate unknown)
+                except aiormq.exceptions.DeliveryError:  # (aiormq raises a basic.nack)
+                    self.nacked += 1
+                    retry.append(i)
+                except Exception as err:  # (the channel or connection gone: its fate unknown)
+                    if len(self.errors) < 5 and not broken.is_set():
+                        self.errors.append(f"publisher on node {node + 1}: {err!r}")
                     self.lost_publishes += 1
                     retry.append(i)
                     broken.set()
@@ -434,6 +440,7 @@ def failover(cluster, args) -> dict:
             break
         got[int(body[:body.index(b".")])] += 1
         drained += 1
+    info = queue_info(cluster, queue) or {}
     ch.queue_delete(queue)
     conn.close()
     duplicated = {i for i, n in got.items() if n > 1}
@@ -443,8 +450,11 @@ def failover(cluster, args) -> dict:
               "duplicated_first_attempt": sum(1 for i in duplicated if load.attempts[i] == 1),
               "redelivered": load.redelivered, "drained_after": drained, "nacked": load.nacked,
               "returned": load.returned, "returned_after_ack": load.returned_after_ack,
-              "publishes_lost_with_a_connection": load.lost_publishes}
+              "publishes_lost_with_a_connection": load.lost_publishes,
+              "left_unacked": info.get("messages_unacknowledged")}
     log(f"{cluster.name} failover checker: {counts}")
+    for error in load.errors:
+        log(f"{cluster.name} failover: {error}")
     lost = sorted(load.confirmed - set(got))
     if lost:  # when the lost ones were confirmed, from the nearest kill before
         near = [load.acked_at[i] - max((k for k in load.kills if k <= load.acked_at[i]), default=0.0)
@@ -456,9 +466,9 @@ def failover(cluster, args) -> dict:
         "fo_confirm_any_s": statistics.median(x["confirm_any_s"] for x in rounds),
         "fo_delivery_s": statistics.median(x["delivery_s"] for x in rounds if x["delivery_s"] is not None)
         if any(x["delivery_s"] is not None for x in rounds) else None,
-        "fo_restart_online_s": statistics.median(x["restart_to_online_s"] for x in rounds)}
+        "fo_restart_to_online_s": statistics.median(x["restart_to_online_s"] for x in rounds)}
     metrics.update({f"fo_{k}": v for k, v in counts.items()})
-    return {"metrics": metrics, "rounds": rounds, "counts": counts}
+    return {"metrics": metrics, "rounds": rounds, "counts": counts, "errors": load.errors}
 
 
 # --------------------------------------------------------------------------
@@ -480,7 +490,7 @@ for _pl, _who in (("across", "leader node 3, publisher on node 1, consumer on no
 ROWS += [("fo_confirm_sent_after_s", "failover: kill -9 of the leader to the first confirm of a publish sent after it, s"),
          ("fo_confirm_any_s", "failover: kill -9 of the leader to the first confirm (any publish), s"),
          ("fo_delivery_s", "failover: kill -9 of the leader to the next delivery, s"),
-         ("fo_restart_online_s", "failover: killed node started again to all three members online, s"),
+         ("fo_restart_to_online_s", "failover: killed node started again to all three members online, s"),
          ("fo_confirmed", "failover checker: confirmed"),
          ("fo_lost", "failover checker: lost (confirmed, never read)"),
          ("fo_unexpected", "failover checker: unexpected (read, never published)"),
@@ -490,7 +500,8 @@ ROWS += [("fo_confirm_sent_after_s", "failover: kill -9 of the leader to the fir
          ("fo_nacked", "failover: publishes nacked"),
          ("fo_returned", "failover: publishes returned (unroutable), the return before the confirm"),
          ("fo_returned_after_ack", "failover: publishes returned after their confirm (not counted confirmed)"),
-         ("fo_publishes_lost_with_a_connection", "failover: publishes whose channel or connection closed")]
+         ("fo_publishes_lost_with_a_connection", "failover: publishes whose channel or connection closed"),
+         ("fo_left_unacked", "failover checker: unacked in the queue after the drain (no consumer left)")]
 COUNTS = {k for k, _ in ROWS if k.startswith("fo_") and not k.endswith("_s")}
 
 
