@@ -268,6 +268,8 @@ class WarrenCluster:
         self.nodes: list[subprocess.Popen] = []
         self.ports: list[int] = []
         self.etcd_client: list[int] = []
+        self.names = [f"warren-{i + 1}@localhost" for i in range(NODES)]
+        self._spawns: list[tuple[list[str], dict, str]] = []  # each node's argv, env, directory
 
     def start(self) -> None:
         etcd = shutil.which("etcd")
@@ -311,18 +313,43 @@ class WarrenCluster:
                     f.write(f"cluster_formation.etcd.endpoints.{j} = 127.0.0.1:{c}\n")
                 f.write(f"distribution.listener.port_range.min = {dist[i]}\n"
                         f"distribution.listener.port_range.max = {dist[i]}\n")
-            argv = [sys.executable, "-m", "warren", "server", "--node-name", f"warren-{i + 1}@localhost",
+            argv = [sys.executable, "-m", "warren", "server", "--node-name", self.names[i],
                     "--config", conf, "--data-dir", os.path.join(d, "data"), "--port", str(self.ports[i]),
                     "--management-port", str(self.mgmt[i]), "--prometheus-port", "0"]
-            with open(os.path.join(d, "warren.log"), "ab") as lf:
-                self.nodes.append(spawn(argv, env=env, cwd=d, stdout=lf, stderr=lf))
-        deadline = time.monotonic() + 60
-        for i, port in enumerate(self.ports):
-            while amqp_probe(port) is None:
-                if self.nodes[i].poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"warren-{i + 1} did not start; see {self.tmp}")
-                time.sleep(0.2)
+            self._spawns.append((argv, env, d))
+            self.nodes.append(self._spawn(i))
+        for i in range(NODES):
+            self._wait_node(i)
         log(f"warren: etcd on {clients}, nodes on {self.ports}")
+
+    def _spawn(self, i: int) -> subprocess.Popen:
+        argv, env, d = self._spawns[i]
+        with open(os.path.join(d, "warren.log"), "ab") as lf:
+            return spawn(argv, env=env, cwd=d, stdout=lf, stderr=lf)
+
+    def _wait_node(self, i: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while amqp_probe(self.ports[i]) is None:
+            if self.nodes[i].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"warren-{i + 1} did not start; see {self.tmp}")
+            time.sleep(0.2)
+
+    def api(self, i: int) -> str:
+        """Node i's management API (needs args.mgmt)."""
+        return f"http://127.0.0.1:{self.mgmt[i]}/api"
+
+    def kill(self, i: int) -> None:
+        """kill -9 of node i's process group, as a crash; restart(i) starts it again."""
+        try:
+            os.killpg(self.nodes[i].pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.nodes[i].wait(30)
+
+    def restart(self, i: int) -> None:
+        """Node i again after kill(i): the same name, ports, configuration and data."""
+        self.nodes[i] = self._spawn(i)
+        self._wait_node(i)
 
     @staticmethod
     def _etcd_healthy(port: int) -> bool:
@@ -387,6 +414,16 @@ class RabbitCluster:
     def start(self) -> None:
         self.cluster.start()
         self.ports = [n.port for n in self.cluster.nodes]
+        self.names = self.cluster.nodenames
+
+    def api(self, i: int) -> str:
+        return self.cluster.nodes[i].mgmt_api
+
+    def kill(self, i: int) -> None:
+        self.cluster.nodes[i].kill()
+
+    def restart(self, i: int) -> None:
+        self.cluster.nodes[i].restart()
 
     def cpu(self) -> dict[str, float]:
         return {"broker": sum(group_cpu_seconds(n.pid) for n in self.cluster.nodes)}
@@ -481,15 +518,16 @@ def measure_queues(cluster, args, round_no: int) -> dict:
 
 
 def queue_run(cluster, args, queue: str, home: int, pub_node: int, cons_node: int,
-              profile_tag: str) -> tuple[dict, dict]:
-    """One durable classic queue declared through `home`, a confirming publisher on `pub_node`,
-    a manually acking consumer on `cons_node`: (figures, the clients' JSON)."""
+              profile_tag: str, queue_type: str = "classic") -> tuple[dict, dict]:
+    """One durable queue (of `queue_type`) declared through `home`, a confirming publisher on
+    `pub_node`, a manually acking consumer on `cons_node`: (figures, the clients' JSON)."""
     ports = cluster.ports
     workdir = tempfile.mkdtemp(prefix="cluster-bench-q-")
     ps = ProcSet(workdir)
     profilers: list[subprocess.Popen] = []
     try:
-        run_setup(ports[home], "--queue", queue, "--durable")
+        run_setup(ports[home], "--queue", queue, "--durable",
+                  *(("--queue-type", queue_type) if queue_type != "classic" else ()))
         # every node the clients use has the queue (on Warren it reaches them through the log)
         for n in {pub_node, cons_node} - {home}:
             r = subprocess.run(loadgen(ports[n], "count", "--queue", queue, "--seconds", 10),
