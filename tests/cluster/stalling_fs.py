@@ -90,8 +90,8 @@ class Passthrough(Operations):
     def open(self, path, flags):
         return os.open(self._full(path), flags)
 
-    def create(self, path, mode, fi=None):
-        return os.open(self._full(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    def create(self, path, mode, fi=None):  # (fusepy does not pass the flags: read and write)
+        return os.open(self._full(path), os.O_RDWR | os.O_CREAT, mode)
 
     def read(self, path, length, offset, fh):
         return os.pread(fh, length, offset)

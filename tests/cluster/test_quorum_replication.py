@@ -212,3 +212,37 @@ def test_the_logs_release_what_no_live_message_needs(make_node, monkeypatch):
             return False
     wait_for(taken_over, timeout=20, what="a new leader")
     assert got == [b"live"]
+
+
+def test_a_publish_between_two_leaders_is_answered_never_dropped(three):  # noqa: F811
+    """Right after the leader's kill -9 (before the next is elected) a confirmed publish through
+    another node is routed to the queue and nacked (RabbitMQ's channel would hold it for the
+    next leader), never returned as unroutable, never left unanswered."""
+    a, b, c = three
+    connection = pika.BlockingConnection(c.pika_params())
+    channel = connection.channel()
+    channel.queue_declare("qq-between", durable=True, arguments=QQ)
+    channel.confirm_delivery()
+    channel.basic_publish("", "qq-between", b"before", pika.BasicProperties(delivery_mode=2), mandatory=True)
+    declarer = pika.BlockingConnection(a.pika_params())  # (a leads it: the declare's node)
+    declarer.channel().queue_declare("qq-between-a", durable=True, arguments=QQ)
+    declarer.close()
+    outcome: list[str] = []
+
+    def publish() -> None:
+        try:
+            channel.basic_publish("", "qq-between-a", b"between", pika.BasicProperties(delivery_mode=2),
+                                  mandatory=True)
+            outcome.append("confirmed")
+        except pika.exceptions.NackError:
+            outcome.append("nacked")
+        except pika.exceptions.UnroutableError:
+            outcome.append("returned")
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait()
+    time.sleep(0.2)  # (c's link to a is down; no election before LINK_GRACE)
+    thread = threading.Thread(target=publish, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert outcome == ["nacked"], f"answered {outcome or 'never'}"
+    connection.close()

@@ -72,7 +72,10 @@ class RemoteSettlement:
         return self.safe
 
     def notify(self, waiter: SyncWaiter) -> None:
-        self.waiter = waiter
+        if self.safe is not None:  # (decided already: a link that was down, a nack at once)
+            waiter.store_synced()
+        else:
+            self.waiter = waiter
 
     def decide(self, safe: bool) -> None:
         self.safe = safe

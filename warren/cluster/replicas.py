@@ -217,20 +217,26 @@ class Replicas:
 
     async def _follow_forever(self) -> None:
         while True:
-            for followed in list(self.followed.values()):
-                if followed.state.leader_epoch is None and not followed.asking:
-                    self._follow(followed)
-            self._resume_orphans()
-            now = time.monotonic()
-            for led in list(self.led.values()):
-                self._release(led)
-                lagging = led.state.lagging(now, MAX_LAG)
-                if lagging:
-                    await self._change_isr(led, tuple(n for n in led.state.isr if n not in lagging), lagging)
-                for node in led.state.catching_up():
-                    led.state.grow(node)
-                    await self._change_isr(led, tuple(sorted(led.state.isr)), set())
+            try:
+                await self._look_around()
+            except Exception:  # (a bug must not end the loop every replicated queue needs)
+                log.exception("replicated queues: looking at followers and leaders failed")
             await asyncio.sleep(RETRY)
+
+    async def _look_around(self) -> None:
+        for followed in list(self.followed.values()):
+            if followed.state.leader_epoch is None and not followed.asking:
+                self._follow(followed)
+        self._resume_orphans()
+        now = time.monotonic()
+        for led in list(self.led.values()):
+            self._release(led)
+            lagging = led.state.lagging(now, MAX_LAG)
+            if lagging:
+                await self._change_isr(led, tuple(n for n in led.state.isr if n not in lagging), lagging)
+            for node in led.state.catching_up():
+                led.state.grow(node)
+                await self._change_isr(led, tuple(sorted(led.state.isr)), set())
 
     def _resume_orphans(self) -> None:
         """Consumers (and settlements) of stand-ins that wait for their queue's leader: to it,
@@ -335,6 +341,9 @@ class Replicas:
                             self._record_read(event.kv.key, event.kv.value, event.kv.mod_revision)
             except EtcdError as err:
                 log.warning("replicated queues: following their records: %s", err)
+                await asyncio.sleep(RETRY)
+            except Exception:  # (read again from the start: a bug must not stop every election)
+                log.exception("replicated queues: following their records failed")
                 await asyncio.sleep(RETRY)
 
     def _record_read(self, etcd_key: bytes, value: bytes, revision: int) -> None:
@@ -644,6 +653,10 @@ class Replicas:
         """What each leader appended this tick, to each of its followers: one frame per queue
         (or per FRAME_ENTRIES) and follower."""
         self._shipping = False
+        # What was appended outside a channel's or a link's read (a delivery as a link drains,
+        # a timer, a takeover) is written and synced now too: a publish waiting for its
+        # confirm may be behind it, and nothing else would start the group commit.
+        self.broker.durability.flush()
         to_ship, self._to_ship = self._to_ship, set()
         for led in to_ship:
             vhost, name = led.key
