@@ -262,7 +262,8 @@ class Peer:
                       "arguments": _jsonable(consumer.arguments)}
         if isinstance(queue, RemoteQuorumQueue) and not consumer.no_ack:
             state.holding = holding = queue.holding(consumer)
-            meta["holder"], meta["held"] = holding.holder, list(holding.held)
+            meta["holder"], meta["held"], meta["acked"] = holding.holder, list(holding.held), list(holding.acked)
+            holding.acked.clear()
         self.request(meta, finished, accepted)
 
     def cancel(self, consumer: Consumer) -> None:

@@ -200,16 +200,20 @@ class HomeSession:
         self.consumers[consumer.cid] = consumer
         queue.add_consumer(consumer)
         if consumer.holder and isinstance(queue.store, ReplicatedQueueStore):
-            self._claim(queue, consumer, {int(off) for off in meta.get("held") or ()})
+            self._claim(queue, consumer, {int(off) for off in meta.get("held") or ()},
+                        {int(off) for off in meta.get("acked") or ()})
         return {}, ()
 
-    def _claim(self, queue: Queue, consumer: LinkConsumer, held: set[int]) -> None:
+    def _claim(self, queue: Queue, consumer: LinkConsumer, held: set[int], acked: set[int]) -> None:
         """A consumer re-attaching after its queue's leader changed: what it still holds stays
-        its own (acked here later), what it no longer holds goes back."""
+        its own (acked here later), what it acked lately is settled (the ack may have died
+        with the old leader), and the rest goes back."""
         for off, qm in cast(ReplicatedQueueStore, queue.store).claim(consumer.holder).items():
             if off in held:
                 self.unacked[~off] = (qm, queue, consumer)
                 consumer.unacked += 1
+            elif off in acked:
+                queue.ack(qm)
             else:
                 queue.reject(qm, True)
                 self._kicked.add(queue)

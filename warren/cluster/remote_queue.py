@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
+from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Self, cast
 
 from ..broker import ops
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     from ..store.settlement import Settlement, Ticket
 
 Done = Callable[[Any, "BaseException | None"], None]
+
+RECENT_ACKS = 10_000  # a consumer's acks remembered for its queue's next leader (Holding.acked)
 
 
 class Peer(Protocol):
@@ -75,13 +78,16 @@ class Holding:
     """What one consumer of a replicated queue holds, by message id, whichever node leads the
     queue; `holder` names it in the queue's log (unique to this run of this node)."""
 
-    __slots__ = ("holder", "held")
+    __slots__ = ("holder", "held", "acked")
     _ids = itertools.count(1)
     _run = uuid.uuid4().hex[:12]
 
     def __init__(self, node: str):
         self.holder = f"{node}/{self._run}/{next(self._ids)}"
         self.held: dict[int, RemoteMessage] = {}
+        # Its latest acks: one sent to a leader that died may never have reached its log, and
+        # the next leader would deliver the message again (told at a re-attach, it settles it).
+        self.acked: deque[int] = deque(maxlen=RECENT_ACKS)
 
 
 def home_down(home: str, queue: str, vhost: str) -> AMQPError:
@@ -378,9 +384,12 @@ class RemoteQuorumQueue(RemoteQueue):
         for consumer in consumers:
             old_home.cancel(consumer)  # (if it was still attached there: a leader deposed, not dead)
             holding = self.holding(consumer)
+            acked = set(holding.acked)
             for off, qm in claim(holding.holder).items():
                 if off in holding.held:
                     self.adopted[off] = qm
+                elif off in acked:
+                    queue.ack(qm)
                 else:
                     queue.reject(qm, True)
             consumer.queue = queue
@@ -403,6 +412,8 @@ class RemoteQuorumQueue(RemoteQueue):
             return
         off = ~qm.seq
         holding.held.pop(off, None)
+        if ack:
+            holding.acked.append(off)
         if self.successor is None and qm.home == self.home and self.reachable and qm.link == self.peer.generation:
             self.peer.settle(qm, ack, requeue)
         else:
