@@ -246,3 +246,30 @@ def test_a_publish_between_two_leaders_is_answered_never_dropped(three):  # noqa
     thread.join(10)
     assert outcome == ["nacked"], f"answered {outcome or 'never'}"
     connection.close()
+
+
+def test_the_balanced_leader_locator_spreads_leaders(three):  # noqa: F811
+    """x-queue-leader-locator=balanced (and a policy's queue-leader-locator, which wins over
+    it) leads each new queue from the running member leading fewest; client-local (the
+    default) from the declaring node."""
+    a, b, c = three
+    connection = pika.BlockingConnection(a.pika_params())
+    channel = connection.channel()
+    for n in range(3):
+        channel.queue_declare(f"qq-balanced-{n}", durable=True,
+                              arguments={**QQ, "x-queue-leader-locator": "balanced"})
+    channel.queue_declare("qq-local", durable=True, arguments=QQ)
+    assert requests.put(f"{a.api}/policies/%2F/spread", auth=("guest", "guest"), timeout=5, json={
+        "pattern": "^qq-policy", "apply-to": "queues", "definition": {"queue-leader-locator": "balanced"}}).ok
+    channel.queue_declare("qq-policy", durable=True, arguments={**QQ, "x-queue-leader-locator": "client-local"})
+    connection.close()
+    leaders = [wait_for(lambda: requests.get(f"{b.api}/queues/%2F/qq-balanced-{n}", auth=("guest", "guest"),
+                                             timeout=5).json().get("leader"), timeout=10, what="the queue on b")
+               for n in range(3)]
+    assert sorted(leaders) == sorted(node.name for node in three)
+    assert requests.get(f"{c.api}/queues/%2F/qq-local", auth=("guest", "guest"), timeout=5).json()["leader"] == a.name
+    # a leads two now, b and c one each: the policy's balanced picks b or c
+    assert requests.get(f"{c.api}/queues/%2F/qq-policy", auth=("guest", "guest"), timeout=5).json()["leader"] != a.name
+    # used through the declaring node as any other
+    publish_confirmed(a, "qq-balanced-1", [b"x"], time.monotonic() + 20)
+    assert drain(c, "qq-balanced-1") == [b"x"]

@@ -166,10 +166,11 @@ class _Now:
     def home(self, q: dict) -> str | None:
         return q.get("node")  # (a cluster member's journal: see _queue_json)
 
-    def replicas(self, q: dict, arguments: dict) -> tuple[tuple[str, ...] | None, str | None]:
-        """A replicated queue's members and incarnation (a cluster member's journal: see _queue_json)."""
+    def replicas(self, vhost, q: dict, arguments: dict) -> tuple[tuple[str, ...] | None, str | None, str | None]:
+        """A replicated queue's members, incarnation and first leader (a cluster member's
+        journal: see _queue_json)."""
         members = q.get("members")
-        return tuple(members) if isinstance(members, list) and members else None, q.get("incarnation")
+        return tuple(members) if isinstance(members, list) and members else None, q.get("incarnation"), self.home(q)
 
 
 class _Plan(_Now):
@@ -224,10 +225,11 @@ class _Plan(_Now):
     def home(self, q: dict) -> str | None:
         return self.broker.config.node_name
 
-    def replicas(self, q: dict, arguments: dict) -> tuple[tuple[str, ...] | None, str | None]:
-        """A quorum queue is placed as a client's declare on this node places it (led from here
+    def replicas(self, vhost, q: dict, arguments: dict) -> tuple[tuple[str, ...] | None, str | None, str | None]:
+        """A quorum queue is placed as a client's declare on this node places it (its leader
         first, replicas on other members)."""
-        return ops.replicas_of_new(self.broker, arguments)
+        members, incarnation = ops.replicas_of_new(self.broker, vhost, q["name"], arguments)
+        return members, incarnation, members[0] if members else self.home(q)
 
 
 # What a batch of an import holds at most: well within etcd's request limit (1.5 MiB).
@@ -491,9 +493,9 @@ def _load_queue(sink, q):
     if isinstance(owner, list) and len(owner) == 5:
         owner = ExclusiveOwner(owner[0], owner[1], ConnectionLink(*owner[2:]))
     arguments = _arguments(q)
-    members, incarnation = sink.replicas(q, arguments)
+    members, incarnation, home = sink.replicas(vhost, q, arguments)
     sink.apply(commands.DeclareQueue(vhost.name, q["name"], q.get("durable", True), owner or None,
-                                     q.get("auto_delete", False), arguments, sink.home(q), members, incarnation))
+                                     q.get("auto_delete", False), arguments, home, members, incarnation))
 
 
 def _load_binding(sink, b):

@@ -60,10 +60,10 @@ class NodeLinks(Protocol):
     def online(self, nodes: list[str]) -> list[str]:
         """Those of `nodes` that run now (a replicated queue's members that are online)."""
 
-    def placement(self, size: int) -> tuple[str, ...]:
-        """The members of a replicated queue declared here: this node (its first leader,
-        RabbitMQ's client-local) and size - 1 others, running ones first, those with the
-        fewest replicas first (rabbit_queue_location)."""
+    def placement(self, size: int, balanced: bool = False) -> tuple[str, ...]:
+        """The members of a replicated queue declared here, its first leader first: this node
+        (RabbitMQ's client-local) or, `balanced`, the running member leading fewest; and size - 1
+        others, running ones first, those with the fewest replicas first (rabbit_queue_location)."""
 
 
 class Node(Protocol):

@@ -32,7 +32,9 @@ from . import missing_exchange
 from .publish_checks import check_properties
 from . import queues
 from .queues import CONSUMER_ARGUMENTS, check_server_named
+from .queues.quorum import QuorumQueue
 from .names import server_named
+from .policy import best
 from . import stream_offsets_request
 from .sender_selected import route_sender_selected
 from ..store.settlement import SETTLED, Settlement
@@ -211,7 +213,9 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
     # On a cluster a queue lives on the node of the connection that declares it, and a
     # replicated one (quorum) is led from there first, with its replicas on other members.
     home = actor.broker.config.node_name if actor.broker.metadata.log is not None else None
-    members, incarnation = replicas_of_new(actor.broker, args) if name not in vhost.queues else (None, None)
+    members, incarnation = replicas_of_new(actor.broker, vhost, name, args) if name not in vhost.queues else (None, None)
+    if members:
+        home = members[0]  # (its leader)
     q, created = yield DeclareQueue(vhost.name, name, durable and not exclusive, owner, auto_delete, args, home,
                                     members, incarnation)
     if created:
@@ -221,14 +225,24 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
     return q, created
 
 
-def replicas_of_new(broker: Node, args: dict) -> tuple[tuple[str, ...] | None, str | None]:
-    """A new quorum queue declared through this cluster member: its members (placement: this
-    node first) and its incarnation; (None, None) for other queues, and on a node alone."""
+def replicas_of_new(broker: Node, vhost: VHost, name: str, args: dict) -> tuple[tuple[str, ...] | None, str | None]:
+    """A new quorum queue declared through this cluster member: its members (placement: its
+    leader first, this node unless its locator is balanced) and its incarnation; (None, None)
+    for other queues, and on a node alone. The locator is the policy's `queue-leader-locator`,
+    else the x-queue-leader-locator argument; random and least-leaders mean balanced, any
+    other value client-local (rabbit_queue_location)."""
     links = broker.node_links
     if broker.metadata.log is None or links is None or args.get("x-queue-type") != "quorum":
         return None, None
     size = args.get("x-quorum-initial-group-size", 3)
-    members = links.placement(size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 3)
+    locator = args.get("x-queue-leader-locator")
+    policy = best(vhost.policies, "queue", name, QuorumQueue.CAPABILITIES.policy_keys) if vhost.policies else None
+    if policy is not None and "queue-leader-locator" in policy.definition:
+        locator = policy.definition["queue-leader-locator"]
+    if isinstance(locator, bytes):
+        locator = locator.decode(errors="replace")
+    members = links.placement(size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 3,
+                              locator in ("balanced", "random", "least-leaders"))
     return members, uuid.uuid4().hex
 
 

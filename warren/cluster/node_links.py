@@ -563,18 +563,30 @@ class NodeLinks:
         """(warren.broker.node.NodeLinks)"""
         return [node for node in nodes if node in self.membership.running]
 
-    def placement(self, size: int) -> tuple[str, ...]:
-        """The members of a replicated queue declared here (warren.broker.node.NodeLinks)."""
+    def placement(self, size: int, balanced: bool = False) -> tuple[str, ...]:
+        """The members of a replicated queue declared here, its leader first
+        (warren.broker.node.NodeLinks): this node and the others holding fewest replicas,
+        running ones first (rabbit_queue_location); led from here, or (`balanced`) by the
+        running member leading fewest."""
         me = self.config.node_name
         replicas: dict[str, int] = {}
+        leading: dict[str, int] = {}
         for vhost in self.broker.vhosts.values():
             for queue in vhost.queues.values():
-                for node in getattr(queue, "members", None) or ():
+                members = getattr(queue, "members", None)
+                if members:
+                    leader = queue.home if queue.remote else me
+                    leading[leader] = leading.get(leader, 0) + 1
+                for node in members or ():
                     replicas[node] = replicas.get(node, 0) + 1
         running = self.membership.running
         others = sorted((node for node in self.membership.members if node != me),
                         key=lambda node: (node not in running, replicas.get(node, 0), node))
-        return (me, *others[:size - 1])
+        members = (me, *others[:size - 1])
+        if balanced:
+            leader = min((n for n in members if n in running or n == me), key=lambda n: leading.get(n, 0))
+            members = (leader, *(n for n in members if n != leader))
+        return members
 
     def replicated(self, revision: int, then: Callable[[], None]) -> None:
         """Call `then` once every member linked to this node has applied the metadata log up
