@@ -23,6 +23,8 @@ else:
 class Passthrough(Operations):
     """Every call on `root`'s files, fsync waiting while `stall` is set."""
 
+    use_ns = True  # (times in nanoseconds, fusepy's newer convention)
+
     def __init__(self, root: str):
         self.root = root
         self.stall = threading.Event()
@@ -85,7 +87,7 @@ class Passthrough(Operations):
         return os.link(self._full(name), self._full(target))
 
     def utimens(self, path, times=None):
-        return os.utime(self._full(path), times)
+        return os.utime(self._full(path), ns=times) if times else os.utime(self._full(path))
 
     def open(self, path, flags):
         return os.open(self._full(path), flags)
