@@ -15,6 +15,7 @@ import uuid
 
 import pika
 import pytest
+import requests
 
 from conftest import free_port, start_broker
 from crash.links import Netns
@@ -23,7 +24,7 @@ from .conftest import cluster_conf, dist_lines
 from .test_definitions import three  # noqa: F401  (the fixture)
 from .test_membership import nodes, wait_for
 from .test_metadata_faults import netns  # noqa: F401  (the fixture)
-from .total_queue import (QQ, Batch, Consumer, Publisher, check, leader, online, publish_windows, read_all,
+from .total_queue import (AUTH, QQ, Batch, Consumer, Publisher, check, leader, online, publish_windows, read_all,
                           records)
 
 NAMES = [f"warren-{n}@localhost" for n in "abc"]
@@ -41,30 +42,44 @@ def no_tracebacks(*brokers) -> None:
         assert "Traceback" not in broker.log(), broker.log()[-3000:]
 
 
+def listed(broker, queue: str) -> dict | None:
+    """The queue's node and state as `broker` lists it (GET /api/queues/%2F)."""
+    try:
+        answer = requests.get(f"{broker.api}/queues/%2F", auth=AUTH, timeout=5)
+    except requests.RequestException:
+        return None
+    return next(({"node": q["node"], "state": q["state"]} for q in answer.json() if q["name"] == queue), None)
+
+
 def all_online(brokers, queue: str) -> bool:
     return all(online(broker, queue) == sorted(NAMES) for broker in brokers)
 
 
 # ------------------------------------------------------------------ a partition
 class PartitionedCluster:
-    """Three nodes on one etcd cluster: a and b in this network namespace, c in `netns` (cut
-    off from etcd, a, b and this namespace's clients by netns.cut()). Every node's node links
-    listen on an address both namespaces reach; each node also takes AMQP on 127.0.0.1 of its
-    own namespace (a client thread inside the namespace reaches c there while it is cut off)."""
+    """Three nodes on one etcd cluster: a and b in this network namespace, c in `netns`, cut
+    off from a, b and this namespace's clients by netns.cut(), and from etcd too unless
+    `etcd_apart` (then c reaches etcd over a second veth pair that is never cut). Every node's
+    node links listen on an address both namespaces reach; each node also takes AMQP on
+    127.0.0.1 of its own namespace (a client thread inside the namespace reaches c there
+    while it is cut off)."""
 
-    def __init__(self, make_etcd, netns: Netns):  # noqa: F811
+    def __init__(self, make_etcd, netns: Netns, etcd_apart: bool):  # noqa: F811
         self.netns = netns
         self.etcd = make_etcd(3, everywhere=True)
         self.prefix = "t-" + uuid.uuid4().hex[:10]
         self.brokers: list = []
-        root = [f"{netns.root_addr}:{m.client_port}" for m in self.etcd.members]
+        path = netns.add_path() if etcd_apart else None
+        etcd_from_c = [f"{(path or netns).root_addr}:{m.client_port}" for m in self.etcd.members]
         self.a = self._start(NAMES[0], netns.root_addr, self.etcd.endpoints)
         self.b = self._start(NAMES[1], netns.root_addr, self.etcd.endpoints)
-        self.c = self._start(NAMES[2], netns.ns_addr, root, inside=True)
+        # (c's API on the path that stays, if there is one)
+        self.c = self._start(NAMES[2], netns.ns_addr, etcd_from_c, api=(path or netns).ns_addr)
 
-    def _start(self, name: str, address: str, endpoints: list[str], inside: bool = False):
+    def _start(self, name: str, address: str, endpoints: list[str], api: str | None = None):
+        inside = api is not None
         conf = cluster_conf(endpoints, self.prefix, "loopback_users = none",
-                            *((f"management.tcp.ip = {address}",) if inside else ()), *dist_lines(free_port()))
+                            *((f"management.tcp.ip = {api}",) if inside else ()), *dist_lines(free_port()))
         # (the first address is the node links' and the one the others dial)
         broker = start_broker("--node-name", name, "--config", conf, "--host", address, "--host", "127.0.0.1",
                               "--prometheus-port", "0", wait=False,
@@ -72,7 +87,7 @@ class PartitionedCluster:
         self.brokers.append(broker)
         broker.name = name
         if inside:
-            broker.host = broker.api_host = address
+            broker.host, broker.api_host = address, api
         deadline = time.monotonic() + 20
         while True:
             assert broker.proc.poll() is None, broker.log()
@@ -88,15 +103,16 @@ class PartitionedCluster:
             broker.stop(signal.SIGKILL)
 
 
-def test_a_partitioned_leader_is_replaced_confirms_nothing_alone_and_rejoins_as_a_follower(make_etcd, netns):  # noqa: F811
-    cluster = PartitionedCluster(make_etcd, netns)
+def partition_the_leader(make_etcd, netns: Netns, etcd_apart: bool) -> None:  # noqa: F811
+    """c leads the queue; publishers go through a and b (outside) and, from inside c's
+    namespace, through c; c is cut off for 8 s (past its lease), then healed."""
+    cluster = PartitionedCluster(make_etcd, netns, etcd_apart)
     a, b, c = cluster.a, cluster.b, cluster.c
     try:
         for broker in (a, b, c):
             wait_for(lambda: nodes(broker) == dict.fromkeys(NAMES, True), timeout=20, what="three running")
         declare(c, "qq-cut")
         wait_for(lambda: all_online((a, b, c), "qq-cut") and leader(a, "qq-cut") == c.name, what="c leading")
-        # Publishers through a and b (outside), and one inside c's namespace, on c itself.
         outside = Publisher([a, b], "qq-cut")
         inside = Publisher([c], "qq-cut", base=10_000_000, enter=netns.enter,
                            params=lambda _: pika.ConnectionParameters(
@@ -112,8 +128,17 @@ def test_a_partitioned_leader_is_replaced_confirms_nothing_alone_and_rejoins_as_
             wait_for(lambda: leader(a, "qq-cut") in (a.name, b.name), timeout=15, what="a new leader")
             elected = time.monotonic()
             wait_for(lambda: outside.last_confirm > elected, timeout=15, what="confirms again through a and b")
-            time.sleep(max(0.0, cut + 8 - time.monotonic()))  # (past c's lease: it is not running for a and b)
-            assert not nodes(a)[c.name]
+            if etcd_apart:
+                # c, still running for the others, learns of its successor from etcd: it
+                # follows (its queue a stand-in) and nacks what it could not commit.
+                new_leader = leader(a, "qq-cut")
+                # (its API lists the queue as down: its leader is out of reach)
+                wait_for(lambda: listed(c, "qq-cut") == {"node": new_leader, "state": "down"}, timeout=10,
+                         what="c stepping down while cut off")
+                wait_for(lambda: any(t > cut for t, _ in inside.failures), timeout=10,
+                         what="c's publisher told while cut off")
+            time.sleep(max(0.0, cut + 8 - time.monotonic()))  # (past c's lease)
+            assert nodes(a)[c.name] == etcd_apart  # (running, for the others, only while its lease is renewed)
         finally:
             healed = time.monotonic()
             netns.heal()
@@ -136,6 +161,14 @@ def test_a_partitioned_leader_is_replaced_confirms_nothing_alone_and_rejoins_as_
         no_tracebacks(a, b, c)
     finally:
         cluster.stop()
+
+
+def test_a_partitioned_leader_is_replaced_confirms_nothing_alone_and_rejoins_as_a_follower(make_etcd, netns):  # noqa: F811
+    partition_the_leader(make_etcd, netns, etcd_apart=False)
+
+
+def test_a_leader_that_reaches_etcd_but_not_its_followers_is_replaced_and_steps_down(make_etcd, netns):  # noqa: F811
+    partition_the_leader(make_etcd, netns, etcd_apart=True)
 
 
 # ------------------------------------------------------------------ etcd's majority lost
