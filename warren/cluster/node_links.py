@@ -72,6 +72,9 @@ class RemoteSettlement:
         return self.safe
 
     def notify(self, waiter: SyncWaiter) -> None:
+        if self.safe is not None:  # (decided before it was waited for: a publish while the link was down)
+            waiter.store_synced()
+            return
         self.waiter = waiter
 
     def decide(self, safe: bool) -> None:
