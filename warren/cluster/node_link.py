@@ -31,10 +31,12 @@ WRITE_HIGH = 4 << 20       # above this many buffered octets the link says it is
 HANDSHAKE_TIMEOUT = 5.0
 # A partition or a stopped peer ends no connection (no RST, no FIN): each end sends a tick
 # when it sent nothing for TICK seconds, and a link that brought nothing for SILENCE seconds
-# while it was read is dead (Erlang's net_ticktime, shorter as a node's lease is 5 s): what
-# waits on it fails, and the queues its peer led elect.
+# while it was read is dead: what waits on it fails, and the queues its peer led elect.
+# (Erlang's net_ticktime is 60 s; shorter here, as a quorum queue's followers elect once the
+# link to its leader is dead, and RabbitMQ's fail over within seconds; longer than a node's
+# lease, so that a home that stalls a few seconds keeps its links.)
 TICK = 1.0
-SILENCE = 5.0
+SILENCE = 10.0
 SLICE = 16                 # frames handled in one turn of the loop (see Link._handle_frames; 64: a
 #                            consumer on another node fell behind, bench/RESULTS.md)
 
