@@ -33,12 +33,13 @@ class Publisher(threading.Thread):
     """Publishes base, base + 1, ... with confirms through whichever node answers (round robin
     over `nodes`); a publish whose fate is unknown (nack, connection lost) is sent again as a
     new attempt of the same id. `enter` runs first in the thread (e.g. Netns.enter: the thread
-    then connects from inside a network namespace)."""
+    then connects from inside a network namespace). Not `mandatory`: a message that went
+    nowhere but was confirmed counts as confirmed (and lost)."""
 
     def __init__(self, nodes: list, queue: str, *, base: int = 0, enter: Callable[[], None] | None = None,
-                 params: Callable | None = None):
+                 params: Callable | None = None, mandatory: bool = True):
         super().__init__(daemon=True)
-        self.nodes, self.queue, self.base, self.enter = nodes, queue, base, enter
+        self.nodes, self.queue, self.base, self.enter, self.mandatory = nodes, queue, base, enter, mandatory
         self.params = params or (lambda node: node.pika_params(socket_timeout=5, blocked_connection_timeout=5))
         self.confirmed: set[int] = set()
         self.attempted: collections.Counter[int] = collections.Counter()
@@ -61,7 +62,7 @@ class Publisher(threading.Thread):
                 while not self.stop.is_set():
                     self.attempted[n] += 1
                     channel.basic_publish("", self.queue, str(n).encode(), pika.BasicProperties(delivery_mode=2),
-                                          mandatory=True)
+                                          mandatory=self.mandatory)
                     self.confirmed.add(n)
                     self.last_confirm = time.monotonic()
                     self.confirm_times.append(self.last_confirm)
