@@ -124,10 +124,19 @@ class Consumer(threading.Thread):
         assert not self.is_alive(), "the consumer did not stop"
 
 
-def read_all(node, queue: str, idle: float = 3.0) -> collections.Counter[int]:
+class Read(collections.Counter):
+    """What read_all() read: id -> deliveries, and the deliveries that said they were
+    redeliveries (`redelivered`)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.redelivered: collections.Counter[int] = collections.Counter()
+
+
+def read_all(node, queue: str, idle: float = 3.0) -> Read:
     """Every message left in the queue, consumed (auto-ack) through `node` until none came
     for `idle` seconds."""
-    got: collections.Counter[int] = collections.Counter()
+    got = Read()
     connection = pika.BlockingConnection(node.pika_params(socket_timeout=10))
     channel = connection.channel()
     channel.basic_qos(prefetch_count=2000)
@@ -135,6 +144,8 @@ def read_all(node, queue: str, idle: float = 3.0) -> collections.Counter[int]:
         if method is None:
             break
         got[int(body)] += 1
+        if method.redelivered:
+            got.redelivered[int(body)] += 1
     channel.cancel()
     left = channel.queue_declare(queue, passive=True).method.message_count
     connection.close()
@@ -159,7 +170,7 @@ def check(publishers: list[Publisher], got: collections.Counter[int],
     confirmed = set().union(*(p.confirmed for p in publishers))
     attempted: collections.Counter[int] = sum((p.attempted for p in publishers), collections.Counter())
     seen = collections.Counter(got)
-    redelivered: collections.Counter[int] = collections.Counter()
+    redelivered: collections.Counter[int] = collections.Counter(getattr(got, "redelivered", {}))
     for consumer in consumers:
         seen.update(consumer.got)
         redelivered.update(consumer.redelivered)
