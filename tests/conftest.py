@@ -143,6 +143,7 @@ class BrokerProcess:
         self.host = host
         self.port = port
         self.mgmt_port = mgmt_port  # the management HTTP API's port
+        self.api_host = "127.0.0.1"  # where it listens (another address for a broker in a network namespace)
         self.proc = proc
         self.data_dir = data_dir
         self.log_path = log_path
@@ -150,7 +151,7 @@ class BrokerProcess:
     @property
     def api(self) -> str:
         """Base URL of the management HTTP API."""
-        return f"http://127.0.0.1:{self.mgmt_port}/api"
+        return f"http://{self.api_host}:{self.mgmt_port}/api"
 
     @property
     def url(self) -> str:

@@ -6,7 +6,6 @@ time (duplicates only of unconfirmed publishes)."""
 
 from __future__ import annotations
 
-import collections
 import signal
 import threading
 import time
@@ -16,51 +15,9 @@ import requests
 
 from .test_definitions import three  # noqa: F401  (the fixture)
 from .test_membership import wait_for
+from .total_queue import AUTH, QQ, Publisher, check, leader, read_all
 
-QQ = {"x-queue-type": "quorum"}
 ROUNDS = 20
-AUTH = ("guest", "guest")
-
-
-class Publisher(threading.Thread):
-    """Publishes 0, 1, 2, ... with confirms through whichever node answers; a publish whose
-    fate is unknown (nack, connection lost) is sent again as a new attempt of the same id."""
-
-    def __init__(self, nodes: list, queue: str):
-        super().__init__(daemon=True)
-        self.nodes, self.queue = nodes, queue
-        self.confirmed: set[int] = set()
-        self.attempted: collections.Counter[int] = collections.Counter()
-        self.stop = threading.Event()
-        self.last_confirm = time.monotonic()
-
-    def run(self) -> None:
-        n, turn = 0, 0
-        while not self.stop.is_set():
-            node = self.nodes[turn % len(self.nodes)]
-            turn += 1
-            try:
-                connection = pika.BlockingConnection(node.pika_params(socket_timeout=5, blocked_connection_timeout=5))
-                channel = connection.channel()
-                channel.confirm_delivery()
-                while not self.stop.is_set():
-                    self.attempted[n] += 1
-                    channel.basic_publish("", self.queue, str(n).encode(), pika.BasicProperties(delivery_mode=2),
-                                          mandatory=True)
-                    self.confirmed.add(n)
-                    self.last_confirm = time.monotonic()
-                    n += 1
-                connection.close()
-            except Exception:  # (nack, unroutable, a node gone: the same id again, elsewhere)
-                time.sleep(0.1)
-
-
-def leader(node, queue: str) -> str | None:
-    try:
-        answer = requests.get(f"{node.api}/queues/%2F/{queue}", auth=AUTH, timeout=5)
-        return answer.json().get("leader") if answer.ok else None
-    except requests.RequestException:
-        return None
 
 
 def test_kill_9_of_the_leader_round_after_round_loses_nothing(three, make_node):  # noqa: F811
@@ -97,24 +54,8 @@ def test_kill_9_of_the_leader_round_after_round_loses_nothing(three, make_node):
     finally:
         publisher.stop.set()
         publisher.join(30)
-    got: collections.Counter[int] = collections.Counter()
-    reader = pika.BlockingConnection(nodes[0].pika_params())
-    channel = reader.channel()
-    while True:
-        method, _, body = channel.basic_get("qq-torture", auto_ack=True)
-        if method is None:
-            break
-        got[int(body)] += 1
-    reader.close()
-    lost = publisher.confirmed - set(got)
-    unexpected = set(got) - set(publisher.attempted)
-    duplicated = {n for n, count in got.items() if count > 1}
-    assert not lost, f"lost {len(lost)} confirmed: {sorted(lost)[:20]}"
-    assert not unexpected, f"unexpected: {sorted(unexpected)[:20]}"
-    assert all(publisher.attempted[n] > 1 for n in duplicated), (
-        f"duplicates of publishes confirmed the first time: {sorted(n for n in duplicated if publisher.attempted[n] == 1)}")
-    assert len(publisher.confirmed) > ROUNDS * 10
-    print(f"{len(publisher.confirmed)} confirmed, {len(duplicated)} duplicated, stalls: "
+    outcome = check([publisher], read_all(nodes[0], "qq-torture"), at_least=ROUNDS * 10)
+    print(f"{outcome}, stalls: "
           f"max {max(stalls):.1f} s, mean {sum(stalls) / len(stalls):.1f} s")
 
 

@@ -279,6 +279,7 @@ class Netns:
         self.root_dev, self.ns_dev = f"wpr{tag}", f"wpn{tag}"  # (15 characters at most)
         self.root_addr, self.ns_addr = self._free_subnet()
         self.made = False
+        self.paths: list[Path] = []
 
     @staticmethod
     def _free_subnet() -> tuple[str, str]:
@@ -321,13 +322,43 @@ class Netns:
     def heal(self) -> None:
         self._ip("link", "set", self.ns_dev, "up", ns=True)
 
+    def add_path(self) -> "Path":
+        """Another veth pair into the namespace, with addresses of its own, cut and healed on
+        its own: what a process in the namespace reaches at its root_addr stays reachable
+        while the first pair is cut (a partial partition)."""
+        path = Path(self, f"{self.root_dev}b", f"{self.ns_dev}b")
+        self.paths.append(path)
+        return path
+
     def close(self) -> None:
-        """Remove the pair and the namespace (kill the processes in it first)."""
+        """Remove the pairs and the namespace (kill the processes in it first)."""
         if not self.made:
             return
+        for path in self.paths:
+            subprocess.run(["ip", "link", "del", path.root_dev], capture_output=True, timeout=30)
         subprocess.run(["ip", "link", "del", self.root_dev], capture_output=True, timeout=30)
         subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=30)
         self.made = False
+
+
+class Path:
+    """A further veth pair into a Netns (Netns.add_path)."""
+
+    def __init__(self, netns: Netns, root_dev: str, ns_dev: str):
+        self.netns, self.root_dev, self.ns_dev = netns, root_dev, ns_dev
+        self.root_addr, self.ns_addr = netns._free_subnet()
+        ip = netns._ip
+        ip("link", "add", root_dev, "type", "veth", "peer", "name", ns_dev, "netns", netns.name)
+        ip("addr", "add", f"{self.root_addr}/30", "dev", root_dev)
+        ip("link", "set", root_dev, "up")
+        ip("addr", "add", f"{self.ns_addr}/30", "dev", ns_dev, ns=True)
+        self.heal()
+
+    def cut(self) -> None:
+        self.netns._ip("link", "set", self.ns_dev, "down", ns=True)
+
+    def heal(self) -> None:
+        self.netns._ip("link", "set", self.ns_dev, "up", ns=True)
 
 
 # ------------------------------------------------------------------ a Warren broker

@@ -1,11 +1,15 @@
 """The node link's frames (warren.cluster.node_link): every kind of meta comes back as sent,
-blobs exactly, and a damaged frame is refused."""
+blobs exactly, and a damaged frame is refused; an idle link stays up on its ticks, and one
+whose peer went silent ends."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from warren.cluster.node_link import decode_meta, encode_meta, frame, parse
+from warren.cluster import node_link
+from warren.cluster.node_link import Link, decode_meta, encode_meta, frame, parse, proof
 
 METAS = [
     {"op": "deliver", "cid": 7, "did": 2 ** 40, "redelivered": True},
@@ -43,3 +47,59 @@ def test_a_damaged_frame_is_refused():
         parse(data[4:-1])  # the blob runs past the frame
     with pytest.raises(ValueError):
         decode_meta(b"[1, 2]")  # JSON, not an object
+
+
+# ------------------------------------------------------------------ ticks and silence
+async def _server(monkeypatch, frames: list) -> tuple[asyncio.AbstractServer, list[Link], int]:
+    monkeypatch.setattr(node_link, "TICK", 0.1)
+    monkeypatch.setattr(node_link, "SILENCE", 0.5)
+    accepted: list[Link] = []
+
+    def made() -> Link:
+        link = Link(SECRET, "home@localhost", False)
+        link.on_frame = lambda meta, blobs: frames.append(meta)
+        accepted.append(link)
+        return link
+    server = await asyncio.get_running_loop().create_server(made, "127.0.0.1", 0)
+    return server, accepted, server.sockets[0].getsockname()[1]
+
+
+SECRET = b"cluster secret"
+
+
+@pytest.mark.asyncio
+async def test_an_idle_link_stays_up_on_ticks_alone(monkeypatch):
+    frames: list = []
+    server, accepted, port = await _server(monkeypatch, frames)
+    loop = asyncio.get_running_loop()
+    _, dialled = await loop.create_connection(lambda: Link(SECRET, "entry@localhost", True), "127.0.0.1", port)
+    assert await asyncio.wait_for(dialled.ready, 5) == "home@localhost"
+    lost: list[str] = []
+    dialled.on_lost = lambda: lost.append("dialled")
+    accepted[0].on_lost = lambda: lost.append("accepted")
+    await asyncio.sleep(1.5)  # (three times the silence: nothing but ticks went either way)
+    assert not lost and not dialled.closed and not accepted[0].closed
+    assert frames == []  # (a tick is not a frame for the link's user)
+    dialled.close()
+    server.close()
+
+
+@pytest.mark.asyncio
+async def test_a_link_whose_peer_goes_silent_ends(monkeypatch):
+    """A peer that answered the handshake and then sends nothing (stopped, or cut off: no
+    FIN, no RST) is dropped after SILENCE seconds, and what waits on the link is told."""
+    frames: list = []
+    server, accepted, port = await _server(monkeypatch, frames)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    size = int.from_bytes(await reader.readexactly(4), "big")
+    hello, _ = parse(await reader.readexactly(size))
+    writer.writelines(frame({"op": "proof", "node": "entry@localhost",
+                             "mac": proof(SECRET, hello["nonce"], "entry@localhost")}))
+    await asyncio.wait_for(accepted[0].ready, 5)
+    lost = asyncio.get_running_loop().create_future()
+    accepted[0].on_lost = lambda: lost.set_result(None)
+    started = asyncio.get_running_loop().time()
+    await asyncio.wait_for(lost, 5)  # (its ticks kept coming meanwhile: the socket is read, not answered)
+    assert 0.5 <= asyncio.get_running_loop().time() - started < 2
+    writer.close()
+    server.close()

@@ -363,6 +363,22 @@ def test_members_changed_counts_the_majority_over_the_new_members():
         leader.members_changed(["b", "c"], ["b"])  # (a leader is removed only once it has handed over)
 
 
+def test_a_leader_cut_off_from_its_followers_keeps_them_in_sync_for_an_election():
+    """Past MAX_LAG without its followers, a leader may not drop both: it could commit nothing
+    with the ISR it would be left (no majority), and they, a majority, must stay electable."""
+    leader = Leader("a", NODES, NODES, 1, EpochHistory(), 0, 0)
+    for n in ("b", "c"):
+        leader.welcome(n)
+        leader.ready(n, 0, 0, 0.0)
+    leader.append(3)
+    for n in ("b", "c"):
+        leader.unlinked(n)
+    assert leader.lagging(MAX_LAG + 1, MAX_LAG) == set()
+    leader.welcome("b")
+    leader.ready("b", 3, 3, MAX_LAG + 1)
+    assert leader.lagging(MAX_LAG + 2, MAX_LAG) == {"c"}  # (b and a are a majority)
+
+
 def test_a_follower_refuses_an_older_leader_once_it_knows_a_newer_epoch():
     follower = Follower(EpochHistory(), epoch=1)
     assert follower.synchronise(1, [], 0) == 0

@@ -389,8 +389,12 @@ def route(actor: Actor, exchange_name: str, routing_key: str, route_bytes: bytes
         queues = route_sender_selected(vhost, x, message)
     else:
         queues = vhost.route(x, routing_key, message)
-    if vhost.remote_queues:  # a queue whose home is down takes nothing: unroutable (as RabbitMQ)
-        queues = [q for q in queues if q.routable]
+    if vhost.remote_queues:
+        # A classic queue whose home is down takes nothing: unroutable (as RabbitMQ). A quorum
+        # queue whose leader is out of reach takes it, and its stand-in nacks it (as RabbitMQ's
+        # channel nacks a quorum queue's publish it cannot hand to a leader): never a confirm
+        # of a message that went nowhere.
+        queues = [q for q in queues if q.reachable or q.CAPABILITIES.nacked_when_out_of_reach]
     xstats = x.stats
     xstats["publish_in"] += 1
     xstats["publish_out"] += len(queues)

@@ -29,6 +29,14 @@ _LEN = struct.Struct(">I")
 MAX_FRAME = 1 << 31        # a message body may be as large as AMQP allows (frames are not split here)
 WRITE_HIGH = 4 << 20       # above this many buffered octets the link says it is busy (credit waits)
 HANDSHAKE_TIMEOUT = 5.0
+# A partition or a stopped peer ends no connection (no RST, no FIN): each end sends a tick
+# when it sent nothing for TICK seconds, and a link that brought nothing for SILENCE seconds
+# while it was read is dead: what waits on it fails, and the queues its peer led elect.
+# (Erlang's net_ticktime is 60 s; shorter here, as a quorum queue's followers elect once the
+# link to its leader is dead, and RabbitMQ's fail over within seconds; longer than a node's
+# lease, so that a home that stalls a few seconds keeps its links.)
+TICK = 1.0
+SILENCE = 10.0
 SLICE = 16                 # frames handled in one turn of the loop (see Link._handle_frames; 64: a
 #                            consumer on another node fell behind, bench/RESULTS.md)
 
@@ -168,6 +176,8 @@ class Link(asyncio.Protocol):
         self._pending: list[tuple[Meta, tuple[bytes | memoryview, ...]]] = []
         self._holds: set[str] = set()  # why the socket is not read now
         self._slicing = False          # the rest of a read waits for the loop's next turn
+        self._heard = 0.0              # (loop time) when the last octets came
+        self._sent = 0.0               # (loop time) when the last frames went
 
     # asyncio.Protocol ------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -179,6 +189,7 @@ class Link(asyncio.Protocol):
             asyncio.get_running_loop().call_later(HANDSHAKE_TIMEOUT, self._handshake_timeout)
 
     def data_received(self, data: bytes) -> None:
+        self._heard = asyncio.get_running_loop().time()
         if self._slicing:  # (read before the pause took effect: behind what waits)
             self._buffer += data
             return
@@ -219,7 +230,7 @@ class Link(asyncio.Protocol):
             pos += 4 + size
             if self.peer is None:
                 self._handshake(meta)
-            else:
+            elif meta.get("op") != "tick":
                 self.on_frame(meta, blobs)
         self._buffer = bytearray(view[pos:])
         self.release_reading("slice")
@@ -281,6 +292,7 @@ class Link(asyncio.Protocol):
             for meta, blobs in pending:
                 chunks += frame(meta, *blobs)
             self.transport.writelines(chunks)
+            self._sent = asyncio.get_running_loop().time()
 
     def close(self) -> None:
         if self.transport is not None:
@@ -319,6 +331,23 @@ class Link(asyncio.Protocol):
         self.peer = peer
         if not self.ready.done():
             self.ready.set_result(peer)
+        loop = asyncio.get_running_loop()
+        self._heard = loop.time()
+        loop.call_later(TICK, self._tick)
+
+    def _tick(self) -> None:
+        if self.closed:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        if self._holds:
+            self._heard = now  # (not read meanwhile: its silence says nothing)
+        elif now - self._heard > SILENCE:
+            self.abort(f"nothing came for {SILENCE:.0f} s")
+            return
+        if now - self._sent >= TICK:
+            self.send({"op": "tick"})
+        loop.call_later(TICK, self._tick)
 
     def _handshake_timeout(self) -> None:
         if self.peer is None and not self.closed:

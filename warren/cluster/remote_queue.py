@@ -298,13 +298,6 @@ class RemoteQuorumQueue(RemoteQueue):
             raise not_implemented(f"{self.describe()} does not support global qos")
         super().add_consumer(consumer)
 
-    @property
-    def routable(self) -> bool:
-        """Between two leaders a publish is routed to it all the same, and nacked (RabbitMQ's
-        channel holds it for the next leader; never unroutable and confirmed, as a classic
-        queue whose home is down)."""
-        return True
-
     def holding(self, consumer: Consumer) -> Holding:
         holding = self.holdings.get(consumer)
         if holding is None:

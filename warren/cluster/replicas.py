@@ -260,14 +260,18 @@ class Replicas:
             progress = led.state.followers.get(node)
             if progress is not None and progress.sent < led.log.first:
                 led.state.unlinked(node)  # (behind what is released: it follows again, from the first entry)
-            link.send({"op": "release", "vhost": vhost, "queue": name, "cursor": cursor})
+            link.send({"op": "release", "vhost": vhost, "queue": name, "cursor": cursor, "first": led.log.first})
 
     def release(self, node: str, meta: Meta) -> None:
-        """The leader on `node` released its log below a cursor (Peer: a frame of its link)."""
+        """The leader on `node` released its log below a cursor, and its log starts at `first`
+        (Peer: a frame of its link)."""
         followed = self.followed.get((meta["vhost"], meta["queue"]))
         if followed is not None and followed.leader == node:
             cursor = int(meta["cursor"])
-            if followed.log.end < cursor:  # (behind it: follow again, to start where the leader's log does)
+            # Behind what the leader holds: follow again, to start where its log does. (Behind
+            # the cursor only, it catches up as it is: a follower back from a restart under a
+            # consumer that keeps the queue short is always behind the cursor for a while.)
+            if followed.log.end < int(meta.get("first", cursor)):
                 followed.state.leader_epoch = None
             followed.log.drop_before(min(cursor, followed.log.durable))
 
@@ -620,7 +624,8 @@ class Replicas:
         self._committed(led, led.state.ready(node, int(meta["cut"]), int(meta["durable"]), time.monotonic()))
         link = led.links.get(node)
         if led.released and link is not None:  # (what it may drop of what it kept while away)
-            link.send({"op": "release", "vhost": meta["vhost"], "queue": meta["queue"], "cursor": led.released})
+            link.send({"op": "release", "vhost": meta["vhost"], "queue": meta["queue"], "cursor": led.released,
+                       "first": led.log.first})
         self._ship_soon(led)
 
     def acknowledged(self, node: str, meta: Meta) -> None:

@@ -237,7 +237,10 @@ class Leader:
     # ------------------------------------------------------------------ the ISR
     def lagging(self, now: float, max_lag: float) -> set[str]:
         """ISR members (not the leader) that have not caught up for `max_lag` seconds: the
-        leader may send the transaction that drops them (then call shrunk)."""
+        leader may send the transaction that drops them (then call shrunk). None if that would
+        leave the ISR without a majority of the members: commits need a majority anyway, and
+        the members out of this leader's reach must stay electable (a leader cut off from its
+        followers but not from etcd would otherwise leave them no one to elect)."""
         out = set()
         for node in self.isr - {self.node}:
             progress = self.followers.get(node)
@@ -246,6 +249,8 @@ class Leader:
             last = progress.caught_up_at if progress is not None else self.started
             if now - last > max_lag:
                 out.add(node)
+        if len(self.isr - out) <= len(self.members) // 2:
+            return set()
         return out
 
     def shrunk(self, nodes: Iterable[str]) -> bool:

@@ -132,12 +132,6 @@ class Queue:
     def reachable(self) -> bool:
         return True
 
-    @property
-    def routable(self) -> bool:
-        """Whether a publish routed to it goes to it (else unroutable: a classic queue whose
-        home is down, warren.cluster.remote_queue)."""
-        return self.reachable
-
     def down(self) -> Exception:
         """The error of a use of this queue while it cannot be reached (never, for a queue of
         this node: see warren.cluster.remote_queue)."""

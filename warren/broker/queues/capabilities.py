@@ -30,3 +30,5 @@ class Capabilities:
     leader: bool = False                    # ... and its leader
     sac_successor_by_priority: bool = True  # single active consumer: the successor is the highest
     #                                         priority's (else the earliest registered, as rabbit_fifo)
+    nacked_when_out_of_reach: bool = False  # a publish while its home (leader) is out of reach is
+    #                                         nacked (rabbit_fifo_client), not routed nowhere (then confirmed)

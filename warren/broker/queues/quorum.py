@@ -98,7 +98,8 @@ class QuorumQueue(Queue):
         # rabbit_quorum_queue:ra_machine_config: a policy's expires and overflow beat the arguments.
         policy_wins=frozenset({"expires", "overflow"}),
         server_named=False, durable_only=True, members=True, leader=True,
-        sac_successor_by_priority=False)  # rabbit_fifo activates the earliest registered waiting consumer
+        sac_successor_by_priority=False,  # rabbit_fifo activates the earliest registered waiting consumer
+        nacked_when_out_of_reach=True)
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
