@@ -13,7 +13,7 @@ import pika
 
 from .test_definitions import three  # noqa: F401  (the fixture)
 from .test_membership import wait_for
-from .test_quorum_faults import leader
+from .total_queue import leader
 
 QQ = {"x-queue-type": "quorum"}
 TOTAL = 120
