@@ -16,6 +16,7 @@ import subprocess
 import pika
 
 from .test_ctl_cluster import ctl
+from .test_quorum_replication import drain
 from .test_definitions import three  # noqa: F401  (the fixture)
 from .test_membership import wait_for
 
@@ -36,19 +37,6 @@ def publish(node, name: str, bodies) -> None:
     for body in bodies:
         channel.basic_publish("", name, body, PERSISTENT)
     connection.close()
-
-
-def drain(node, name: str) -> list[bytes]:
-    connection = pika.BlockingConnection(node.pika_params())
-    channel = connection.channel()
-    got = []
-    while True:
-        method, _, body = channel.basic_get(name, auto_ack=True)
-        if method is None:
-            break
-        got.append(body)
-    connection.close()
-    return got
 
 
 def status(node, name: str) -> dict[str, dict]:
