@@ -35,7 +35,9 @@ if TYPE_CHECKING:
 
 Done = Callable[[Any, "BaseException | None"], None]
 
-RECENT_ACKS = 10_000  # a consumer's acks remembered for its queue's next leader (Holding.acked)
+# A consumer's acks remembered for its queue's next leader (Holding.acked): those a leader's
+# death may lose are the last few milliseconds' (on the link, or not yet on a follower's log).
+RECENT_ACKS = 1_000
 
 
 class Peer(Protocol):
@@ -388,7 +390,6 @@ class RemoteQuorumQueue(RemoteQueue):
             consumer.queue = queue
             queue.add_consumer(consumer)
         self._send_pending()
-        queue.deliver_ready()
 
     # settlement: by the link it came on, or by id once its leader changed ------------------
     def ack(self, qm) -> None:
