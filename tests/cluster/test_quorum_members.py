@@ -14,6 +14,7 @@ import signal
 import subprocess
 
 import pika
+import requests
 
 from .test_ctl_cluster import ctl
 from .test_quorum_replication import drain
@@ -117,7 +118,6 @@ def test_delete_member_removes_its_log_and_moves_leadership_off_a_removed_leader
 
 
 def node_queues(node) -> list[dict]:
-    import requests
     return requests.get(f"{node.api}/queues/%2F", auth=("guest", "guest"), timeout=5).json()
 
 
@@ -187,3 +187,23 @@ def test_grow_shrink_and_quorum_critical(three, make_node, etcd):  # noqa: F811
     assert out.returncode == 0, out
     assert out.stdout.splitlines()[1:] == ["vhost\tname\tsize\tresult",
                                            "/\tqq.one\t1\terror: the last node cannot be removed"], out
+
+
+def test_the_verbs_routes_are_the_control_sockets_alone(three):  # noqa: F811
+    """RabbitMQ's API has no routes for these verbs (its CLI calls the node over Erlang
+    distribution): Warren's are warrenctl's on the control socket; no user over TCP passes,
+    an administrator neither."""
+    a, _, _ = three
+    connection = pika.BlockingConnection(a.pika_params())
+    connection.channel().queue_declare("qq-socket", durable=True, arguments=QQ)
+    connection.close()
+    refused = {"error": "not_authorised", "reason": "Only warrenctl on the node's control socket may do this"}
+    for method, path in [("GET", "/quorum-queues/%2F/qq-socket/status"), ("HEAD", "/quorum-queues/%2F/qq-socket/status"),
+                         ("PUT", f"/quorum-queues/%2F/qq-socket/members/{a.name}"),
+                         ("DELETE", f"/quorum-queues/%2F/qq-socket/members/{a.name}"),
+                         ("POST", "/quorum-queues/grow"), ("POST", "/quorum-queues/shrink")]:
+        answer = requests.request(method, a.api + path, auth=("guest", "guest"), timeout=5,
+                                  json={"node": a.name, "strategy": "all"} if method == "POST" else None)
+        assert answer.status_code == 401, (method, path, answer.status_code)
+        if method != "HEAD":
+            assert answer.json() == refused, (method, path)

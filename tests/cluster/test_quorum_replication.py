@@ -15,7 +15,7 @@ import pika
 import requests
 
 from .test_ctl_cluster import ctl
-from .test_definitions import three  # noqa: F401  (the fixture)
+from .test_definitions import linked, three  # noqa: F401  (the fixture)
 from .test_membership import wait_for
 
 QQ = {"x-queue-type": "quorum"}
@@ -253,6 +253,8 @@ def test_the_balanced_leader_locator_spreads_leaders(three):  # noqa: F811
     it) leads each new queue from the running member leading fewest; client-local (the
     default) from the declaring node."""
     a, b, c = three
+    linked(a, b)
+    linked(a, c)
     connection = pika.BlockingConnection(a.pika_params())
     channel = connection.channel()
     for n in range(3):

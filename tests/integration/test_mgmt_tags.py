@@ -613,6 +613,11 @@ def test_every_route_is_in_the_matrix():
     # Warren-only, for warrenctl on the control socket alone (forget_cluster_node): no user over
     # TCP passes, tested in tests/cluster/test_ctl_cluster.py.
     exercised += [("DELETE", "/cluster-members/X")]
+    # Warren-only, for warrenctl's `rabbitmq-queues` verbs on the control socket alone: no user over
+    # TCP passes, tested in tests/cluster/test_quorum_members.py.
+    exercised += [(m, "/quorum-queues/X/X/status") for m in ("GET", "HEAD")]
+    exercised += [(m, "/quorum-queues/X/X/members/X") for m in ("PUT", "DELETE")]
+    exercised += [("POST", "/quorum-queues/grow"), ("POST", "/quorum-queues/shrink")]
     # The shovel management plugin's routes: tested per tag in test_shovel_move.py::test_who_may_do_what
     # (a RabbitMQ with only the management plugin has none of them).
     exercised += [(m, p) for m in ("GET", "HEAD") for p in ("/shovels", "/shovels/X", "/shovels/vhost/X/X",

@@ -567,7 +567,7 @@ class NodeLinks:
         """The members of a replicated queue declared here, its leader first
         (warren.broker.node.NodeLinks): this node and the others holding fewest replicas,
         running ones first (rabbit_queue_location); led from here, or (`balanced`) by the
-        running member leading fewest."""
+        running member leading fewest (of those this node's links reach: it answers the declare)."""
         me = self.config.node_name
         replicas: dict[str, int] = {}
         leading: dict[str, int] = {}
@@ -584,7 +584,8 @@ class NodeLinks:
                         key=lambda node: (node not in running, replicas.get(node, 0), node))
         members = (me, *others[:size - 1])
         if balanced:
-            leader = min((n for n in members if n in running or n == me), key=lambda n: leading.get(n, 0))
+            reachable = [n for n in members if n == me or n in running and self.peer(n).up]
+            leader = min(reachable, key=lambda n: leading.get(n, 0))
             members = (leader, *(n for n in members if n != leader))
         return members
 
