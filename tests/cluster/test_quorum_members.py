@@ -19,7 +19,7 @@ import requests
 from .test_ctl_cluster import ctl
 from .test_quorum_replication import drain
 from .test_definitions import three  # noqa: F401  (the fixture)
-from .test_membership import wait_for
+from .test_membership import nodes, wait_for
 
 QQ = {"x-queue-type": "quorum"}
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
@@ -207,3 +207,24 @@ def test_the_verbs_routes_are_the_control_sockets_alone(three):  # noqa: F811
         assert answer.status_code == 401, (method, path, answer.status_code)
         if method != "HEAD":
             assert answer.json() == refused, (method, path)
+
+
+def test_forget_cluster_node_takes_the_node_out_of_quorum_queues(three):  # noqa: F811
+    """As RabbitMQ's: a forgotten node is no member of any quorum queue after (those it led
+    are led by another), and nothing confirmed is lost."""
+    a, b, c = three
+    connection = pika.BlockingConnection(c.pika_params())  # (c leads it: client-local)
+    channel = connection.channel()
+    channel.queue_declare("qq-forgotten", durable=True, arguments=QQ)
+    channel.confirm_delivery()
+    for n in range(10):
+        channel.basic_publish("", "qq-forgotten", str(n).encode(), pika.BasicProperties(delivery_mode=2))
+    connection.close()
+    c.stop(signal.SIGTERM)
+    wait_for(lambda: nodes(a)[c.name] is False, timeout=10, what="c stopped")
+    out = ctl(a, "forget_cluster_node", c.name)
+    assert out.returncode == 0, out
+    for node in (a, b):
+        wait_for(lambda: [(q["members"], q.get("leader")) for q in node_queues(node) if q["name"] == "qq-forgotten"]
+                 == [([a.name, b.name], a.name)], timeout=15, what=f"{node.name}: c out of the members")
+    assert sorted(int(body) for body in drain(b, "qq-forgotten")) == list(range(10))

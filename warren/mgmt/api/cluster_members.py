@@ -7,8 +7,11 @@ Refusals carry rabbitmqctl's texts: a node that runs (this one too) is 409 with 
 reach 503. A node alone has no other member: only its own name is refused as running.
 """
 
+import logging
+
 from aiohttp import web
 
+from ...cluster import queue_members
 from ...cluster.etcd import EtcdError
 from ...cluster.membership import Forget
 from .. import stats
@@ -16,6 +19,7 @@ from ..access import CONTROL_SOCKET, access
 from ..app import ApiError
 
 routes = web.RouteTableDef()
+log = logging.getLogger("warren.mgmt")
 
 NOT_A_CLUSTER_NODE = "The node selected is not in the cluster."
 
@@ -40,4 +44,10 @@ async def forget_member(request):
         raise ApiError(409, "node_running", must_stop(node))
     if outcome is Forget.NOT_MEMBER:
         raise ApiError(404, "not_a_cluster_node", NOT_A_CLUSTER_NODE)
+    # As RabbitMQ's forget_cluster_node: the node leaves every quorum queue's members too (a
+    # queue it led is led by another in-sync member; one it alone held keeps it).
+    for kept in await queue_members.shrink(request.app["broker"], node):
+        if kept.error is not None:
+            log.warning("forgetting %s: queue '%s' in vhost '%s' keeps it as a member: %s", node, kept.name,
+                        kept.vhost, kept.error)
     return web.Response(status=204)
