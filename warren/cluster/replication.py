@@ -240,7 +240,10 @@ class Leader:
         leader may send the transaction that drops them (then call shrunk). None if that would
         leave the ISR without a majority of the members: commits need a majority anyway, and
         the members out of this leader's reach must stay electable (a leader cut off from its
-        followers but not from etcd would otherwise leave them no one to elect)."""
+        followers but not from etcd would otherwise leave them no one to elect). A follower
+        not linked counts from this leader's start: once the leader has led `max_lag`, one
+        whose link ended (killed, restarted) leaves at once, rather than hold every confirm up
+        for `max_lag` (commits need every in-sync member)."""
         out = set()
         for node in self.isr - {self.node}:
             progress = self.followers.get(node)
