@@ -11,7 +11,7 @@ import pika
 import pytest
 import requests
 
-from conftest import EXTERNAL, WARREN_CLUSTER, channel_error, pump
+from conftest import EXTERNAL, channel_error, pump
 
 SAC = {"x-single-active-consumer": True}
 MGMT = os.environ.get("WARREN_TEST_MGMT")
@@ -251,8 +251,6 @@ def _activity(d):
     return sorted((c["consumer_tag"], c["active"], c["activity_status"]) for c in d.get("consumer_details", []))
 
 
-@pytest.mark.xfail(WARREN_CLUSTER,
-                   reason="Warren cluster gap: a node's API shows no consumers of a queue whose home is another node")
 def test_management_api_shows_the_active_consumer(api, connection, names):
     ch = connection.channel()
     q = _sac_queue(ch, names("sac-mgmt"))

@@ -312,7 +312,8 @@ class HomeSession:
         return {"messages": messages, "consumers": consumers}, ()
 
     def _stats(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
-        """The counts of some of this node's queues (null for one that is not here)."""
+        """The counts of some of this node's queues, and their single active consumer's tag
+        (null for one that is not here)."""
         out: list[list[int] | None] = []
         for vhost_name, name in meta["queues"]:
             vhost = self.broker.metadata.vhosts.get(vhost_name)
@@ -321,7 +322,7 @@ class HomeSession:
                 out.append(None)
             else:
                 ready, unacked, ready_bytes = queue.message_counts()
-                out.append([ready, unacked, ready_bytes, queue.consumer_count])
+                out.append([ready, unacked, ready_bytes, queue.consumer_count, queue.single_active_consumer_tag])
         return {"stats": out}, ()
 
     def _purge(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:

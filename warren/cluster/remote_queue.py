@@ -123,6 +123,7 @@ class RemoteQueue(ClassicQueue):
         self.node = node  # this node (its node_links, its metadata log)
         self.counts = (0, 0)  # (messages, consumers) as the home last told them
         self.remote_stats = (0, 0, 0, 0)  # (ready, unacked, ready bytes, consumers): the same
+        self.remote_active_tag: str | None = None  # (its single active consumer's tag: the same)
 
     @classmethod
     def stand_in(cls, node: Node, vhost, cmd: DeclareQueue) -> Self:
@@ -163,9 +164,11 @@ class RemoteQueue(ClassicQueue):
             self.credit = LinkCredit(self)
         return self.credit.hold(publisher, None)
 
-    def stats_from_home(self, ready: int, unacked: int, ready_bytes: int, consumers: int) -> None:
+    def stats_from_home(self, ready: int, unacked: int, ready_bytes: int, consumers: int,
+                        active_tag: str | None = None) -> None:
         """What the home last said of it (warren.cluster.node_links refreshes it for the API)."""
         self.remote_stats = (ready, unacked, ready_bytes, consumers)
+        self.remote_active_tag = active_tag
         self.counts = (ready, consumers)
 
     def message_counts(self) -> tuple[int, int, int]:
@@ -175,6 +178,10 @@ class RemoteQueue(ClassicQueue):
     @property
     def consumer_count(self) -> int:
         return self.remote_stats[3]
+
+    @property
+    def single_active_consumer_tag(self) -> str | None:
+        return self.remote_active_tag
 
     def counts_async(self, done: Done) -> None:
         self.peer.request({"op": "counts", **self._where()}, done, self._counted)

@@ -96,7 +96,7 @@ def queue_json(broker: Broker, q: Queue, unacked_bytes: int | None = None, detai
          "policy": q.policy.name if q.policy is not None else None,
          "operator_policy": op.name if op is not None else None,
          "effective_policy_definition": effective_definition(q.policy, op),
-         "single_active_consumer_tag": q.consumers.active.tag if q.consumers.active is not None else None})
+         "single_active_consumer_tag": q.single_active_consumer_tag})
     caps = q.CAPABILITIES
     if caps.members:  # one node: the only member (a stream's JSON has no leader)
         members: list[str] = list(q.members) if q.members else [str(d["node"])]

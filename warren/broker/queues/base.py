@@ -145,6 +145,12 @@ class Queue:
     def consumer_count(self) -> int:
         return len(self.consumers)
 
+    @property
+    def single_active_consumer_tag(self) -> str | None:
+        """The management API's: the tag of the consumer that is active (x-single-active-consumer)."""
+        active = self.consumers.active
+        return active.tag if active is not None else None
+
     def message_counts(self) -> tuple[int, int, int]:
         """(ready, unacknowledged, ready bytes), as the management API shows them."""
         return len(self.store), self.unacked_count, self.store.ready_bytes
