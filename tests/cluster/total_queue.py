@@ -44,6 +44,7 @@ class Publisher(threading.Thread):
         self.confirmed: set[int] = set()
         self.attempted: collections.Counter[int] = collections.Counter()
         self.confirm_times: list[float] = []  # (monotonic) when each confirm came
+        self.confirmed_sends: list[float] = []  # (monotonic) when each confirmed publish was sent
         self.failures: list[tuple[float, str]] = []  # when and why a publish was not confirmed
         self.stop = threading.Event()
         self.last_confirm = time.monotonic()
@@ -61,11 +62,13 @@ class Publisher(threading.Thread):
                 channel.confirm_delivery()
                 while not self.stop.is_set():
                     self.attempted[n] += 1
+                    sent = time.monotonic()
                     channel.basic_publish("", self.queue, str(n).encode(), pika.BasicProperties(delivery_mode=2),
                                           mandatory=self.mandatory)
                     self.confirmed.add(n)
                     self.last_confirm = time.monotonic()
                     self.confirm_times.append(self.last_confirm)
+                    self.confirmed_sends.append(sent)
                     n += 1
                 connection.close()
             except Exception as err:  # (nack, unroutable, a node gone: the same id again, elsewhere)
@@ -74,6 +77,10 @@ class Publisher(threading.Thread):
 
     def confirms_between(self, start: float, end: float) -> int:
         return sum(1 for t in self.confirm_times if start <= t < end)
+
+    def confirmed_sent_between(self, start: float, end: float) -> int:
+        """Confirmed publishes that were sent in [start, end) (whenever their confirm came)."""
+        return sum(1 for t in self.confirmed_sends if start <= t < end)
 
     def finish(self, timeout: float = 30) -> None:
         self.stop.set()
