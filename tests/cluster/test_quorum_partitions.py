@@ -134,6 +134,7 @@ def partition_the_leader(make_etcd, netns: Netns, etcd_apart: bool) -> None:  # 
                  what="confirms through every node")
         cut = time.monotonic()
         netns.cut()
+        severed = time.monotonic()  # (`ip` took a while: the link is down from here at the latest)
         try:
             wait_for(lambda: leader(a, "qq-cut") in (a.name, b.name), timeout=20, what="a new leader")
             elected = time.monotonic()
@@ -154,10 +155,10 @@ def partition_the_leader(make_etcd, netns: Netns, etcd_apart: bool) -> None:  # 
             netns.heal()
         new_leader = leader(a, "qq-cut")
         assert leader(b, "qq-cut") == new_leader
-        # c, cut off, confirmed nothing it was sent after the cut: its followers never got it.
+        # c, cut off, confirmed nothing it was sent once cut: its followers never got it.
         # (What it was sent before may be confirmed later: its followers had acknowledged it,
         # and its own fsync, or the confirm, came late on a loaded machine.)
-        alone = inside.confirmed_sent_between(cut, healed)
+        alone = inside.confirmed_sent_between(severed, healed)
         assert alone == 0, f"c confirmed {alone} publishes while cut off"
         # Healed: c follows the new leader (its queue a stand-in), and takes publishes again.
         wait_for(lambda: leader(c, "qq-cut") == new_leader and all_online((a, b, c), "qq-cut"), timeout=30,
