@@ -378,17 +378,3 @@ def test_the_http_api_of_every_node_shows_the_queue_on_its_home(members):
         wait_for(lambda: shown(member) == [wanted, wanted], timeout=15, what=f"the queue's stats through {member.name}")
     on_c.close()
     on_a.close()
-
-
-@pytest.mark.skipif(RABBITMQ, reason="Warren's own: RabbitMQ has streams on a cluster")
-@pytest.mark.parametrize("kind", ["stream"])
-def test_streams_are_refused_on_a_cluster_for_now(members, kind):
-    a, b, c = members
-    connection = b.connect()
-    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
-        connection.channel().queue_declare("q", durable=True, arguments={"x-queue-type": kind})
-    assert closed.value.reply_code == 540
-    assert closed.value.reply_text.startswith("NOT_IMPLEMENTED - not supported on a Warren cluster yet"), (
-        closed.value.reply_text)
-    for member in (a, b, c):
-        assert refusal(member, lambda ch: ch.queue_declare("q", passive=True)) == no_queue("q"), member.name

@@ -163,13 +163,12 @@ def test_what_a_cluster_cannot_do_yet_refuses_the_whole_file(three):
     }
     answer = post(c, refused)
     assert (answer.status_code, answer.json()) == (400, {"error": "bad_request", "reason": (
-        "not supported on a Warren cluster yet, stream queues: 'sq' in vhost '/'; "
-        "shovels: 'sh' in vhost '/'; federation: 'up' in vhost '/', policy 'fed' in vhost '/': nothing was imported")})
+        "not supported on a Warren cluster yet, shovels: 'sh' in vhost '/'; federation: 'up' in vhost '/', policy 'fed' in vhost '/': nothing was imported")})
     # One of them alone is enough; the vhost-scoped import names them too.
-    answer = post(a, {"queues": [{"name": "sq2", "durable": True, "arguments": {"x-queue-type": "stream"}}]},
+    answer = post(a, {"policies": [{"name": "fed2", "pattern": "^f", "definition": {"federation-upstream": "up"}}]},
                   "/definitions/%2F")
     assert (answer.status_code, answer.json()["reason"]) == (
-        400, "not supported on a Warren cluster yet, stream queues: 'sq2' in vhost '/': nothing was imported")
+        400, "not supported on a Warren cluster yet, federation: policy 'fed2' in vhost '/': nothing was imported")
     for node in three:
         assert "never" not in [v["name"] for v in get(node, "/vhosts")]
         assert [q["name"] for q in get(node, "/queues")] == []
@@ -277,7 +276,8 @@ def test_warrenctl_imports_through_a_node(three, tmp_path):
     for node in three:
         wait_for(lambda: [(q["name"], q["node"]) for q in get(node, "/queues/by-ctl")] == [("cq", c.name)],
                  timeout=2, what=f"the queue on {node.name}")
-    path.write_text(json.dumps({"queues": [{"name": "sq", "vhost": "by-ctl", "arguments": {"x-queue-type": "stream"}}]}))
+    path.write_text(json.dumps({"parameters": [{"vhost": "by-ctl", "component": "federation-upstream", "name": "up",
+                                                "value": {"uri": "amqp://elsewhere"}}]}))
     result = ctl(a, "import_definitions", str(path))
     assert result.returncode != 0
-    assert "not supported on a Warren cluster yet, stream queues: 'sq' in vhost 'by-ctl'" in result.stderr
+    assert "not supported on a Warren cluster yet, federation: 'up' in vhost 'by-ctl'" in result.stderr

@@ -11,7 +11,6 @@ import glob
 import json
 import os
 import signal
-import subprocess
 
 import pika
 import requests
@@ -20,6 +19,7 @@ from .test_ctl_cluster import ctl
 from .test_quorum_replication import drain
 from .test_definitions import three  # noqa: F401  (the fixture)
 from .test_membership import nodes, wait_for
+from .total_queue import records
 
 QQ = {"x-queue-type": "quorum"}
 PERSISTENT = pika.BasicProperties(delivery_mode=2)
@@ -48,13 +48,9 @@ def status(node, name: str) -> dict[str, dict]:
 
 def record(make_node, etcd, name: str) -> dict:
     """The queue's record in etcd (the test's cluster has one replicated queue of that name)."""
-    out = subprocess.run(["etcdctl", "--endpoints", ",".join(etcd.endpoints), "get", "--prefix",
-                          f"/warren/{make_node.prefix}/"], capture_output=True, text=True, timeout=10,
-                         env={**os.environ, "ETCDCTL_API": "3"}, check=True)
-    lines = out.stdout.splitlines()
-    records = [json.loads(value) for key, value in zip(lines[::2], lines[1::2]) if "/queues/" in key]
-    assert len(records) <= 1, records
-    return records[0] if records else {}
+    found = records(etcd.endpoints[0], make_node.prefix)
+    assert len(found) <= 1, found
+    return found[0] if found else {}
 
 
 def replica_dirs(node) -> list[str]:

@@ -196,7 +196,6 @@ SPLIT_SIZES = [(1 << 20) + 3, 5 * LIMIT + 1]
 
 
 @pytest.mark.parametrize("frame_max", [4096, FRAME_MAX])
-@pytest.mark.not_on_warren_cluster("declares a stream and a quorum queue, which a Warren cluster refuses for now (540)")
 def test_split_bodies_through_streams_quorum_queues_dead_letters_returns_and_tx(broker, uid, frame_max):
     expected = [body_of(size, i) for i, size in enumerate(SPLIT_SIZES)]
     stream, quorum, work, dlq = (f"split-{kind}-{uid}" for kind in ("stream", "quorum", "work", "dlq"))

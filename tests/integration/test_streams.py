@@ -22,11 +22,9 @@ import pytest
 import requests
 from pamqp import commands as c
 
-from conftest import EXTERNAL, channel_error, connection_error, pump
+from conftest import EXTERNAL, RABBITMQ, channel_error, connection_error, pump
 from rawamqp import FRAME_BODY, FRAME_HEADER, connect
 from .dlx_helpers import _content_header_table, get_one, is_long, policies, wait_until
-
-pytestmark = pytest.mark.not_on_warren_cluster("streams are refused on a Warren cluster for now (540)")
 
 STREAM = {"x-queue-type": "stream"}
 MGMT = os.environ.get("WARREN_TEST_MGMT")
@@ -233,7 +231,7 @@ def test_max_age_without_leading_digits(connection, uid, value):
     Warren refuses these as it refuses "10x"."""
     ch = connection.channel()
     declare = lambda: ch.queue_declare(f"sage-{uid}", durable=True, arguments={**STREAM, "x-max-age": value})
-    if EXTERNAL:
+    if RABBITMQ:
         connection_error(declare, *INTERNAL_ERROR)
     else:
         channel_error(declare, 406, f"PRECONDITION_FAILED - invalid arg 'x-max-age' for queue 'sage-{uid}' in vhost "
@@ -501,7 +499,7 @@ def test_offsets_rabbitmq_crashes_on(broker, ten, value, term):
     ch = conn.channel()
     ch.basic_qos(prefetch_count=10)
     consume = lambda: ch.basic_consume(ten, lambda *a: None, arguments={"x-stream-offset": value})
-    if EXTERNAL:
+    if RABBITMQ:
         connection_error(consume, *INTERNAL_ERROR)
     else:
         channel_error(consume, 406, f"PRECONDITION_FAILED - invalid arg 'x-stream-offset' for queue '{ten}' in "
@@ -552,8 +550,8 @@ def test_properties_survive_except_cluster_id_and_nested_headers(connection, nam
     assert got == dict(content_type="text/plain", content_encoding="gzip", delivery_mode=2, priority=3,
                        correlation_id="corr", reply_to="reply", expiration="60000", message_id="id",
                        timestamp=1234567890, type="kind", user_id="guest", app_id="app",
-                       cluster_id=None if EXTERNAL else "cluster")
-    kept = {} if EXTERNAL else {"array": [1, "x"], "table": {"n": 1}}
+                       cluster_id=None if RABBITMQ else "cluster")
+    kept = {} if RABBITMQ else {"array": [1, "x"], "table": {"n": 1}}
     assert p0.headers == {"a": "s", "flag": False, "long": 2 ** 40, "neg": -3, "ts": stamp, "void": None,
                           "x-stream-offset": 0, "zz": 1, **kept}
     assert list(p0.headers) == sorted(["a", "flag", "long", "neg", "ts", "void", "x-stream-offset", "zz", *kept])
@@ -569,7 +567,7 @@ def test_a_decimal_header_fails_the_publish(broker, names):
     ch = conn.channel()
     ch.confirm_delivery()
     publish_it = lambda: ch.basic_publish("", q, b"m", pika.BasicProperties(headers={"d": decimal.Decimal("1.5")}))
-    if EXTERNAL:
+    if RABBITMQ:
         connection_error(publish_it, *INTERNAL_ERROR)
         return
     publish_it()
@@ -625,7 +623,7 @@ def test_nack_and_reject_are_not_implemented(broker, ten, how, requeue, multiple
 @pytest.mark.parametrize("requeue, error", [(True, INTERNAL_ERROR), (False, (540, "NOT_IMPLEMENTED - requeue=false"))])
 def test_recover_with_unacked_stream_deliveries(broker, ten, requeue, error):
     """RabbitMQ 3.10 fails with 541 on a requeueing recover; Warren says what it cannot do."""
-    if requeue and not EXTERNAL:
+    if requeue and not RABBITMQ:
         error = (540, f"NOT_IMPLEMENTED - basic.recover not supported by stream queues queue '{ten}' in vhost '/'")
     conn = new_connection(broker)
     consumer = Consumer(conn, ten, prefetch=2, ack=False).wait(2)
@@ -777,7 +775,7 @@ def test_dead_letters_from_a_classic_queue_are_dropped(connection, names):
     wait_until(lambda: [ch.queue_declare(q, passive=True).method.message_count
                         for q in (rejecting, expiring, overflowing)] == [0, 0, 1])
     publish(connection, s, [b"sentinel"])
-    if EXTERNAL:
+    if RABBITMQ:
         consumer = Consumer(connection, s).wait(1).idle(0.2)
         assert consumer.bodies == ["sentinel"] and consumer.offsets == [0]
         return
@@ -804,10 +802,10 @@ def test_at_least_once_dead_letters_reach_the_stream_without_x_death(connection,
     consumer = Consumer(connection, s).wait(1, timeout=10)
     m, props, body = consumer.got[0]
     assert (body, m.exchange, m.routing_key, m.redelivered) == (b"poison", "", s, False)
-    death = {} if EXTERNAL else {"x-death": props.headers.get("x-death")}  # Warren keeps x-death
+    death = {} if RABBITMQ else {"x-death": props.headers.get("x-death")}  # Warren keeps x-death
     assert props.headers == {"h": "v", "x-first-death-exchange": "", "x-first-death-queue": qq,
                              "x-first-death-reason": "rejected", "x-stream-offset": 0, **death}
-    if not EXTERNAL:
+    if not RABBITMQ:
         assert death["x-death"][0]["queue"] == qq and death["x-death"][0]["reason"] == "rejected"
 
 
@@ -885,7 +883,7 @@ async def test_aio_pika_refusals(broker, names, ten):
          f"NOT_IMPLEMENTED - basic.get not supported by stream queues queue '{ten}' in vhost '/'"),
         ("no_ack", aiormq.exceptions.ConnectionNotImplemented,
          f"NOT_IMPLEMENTED - automatic acknowledgement not supported by stream queues queue '{ten}' in vhost '/'"),
-        ("float", aiormq.exceptions.ConnectionInternalError, "INTERNAL_ERROR") if EXTERNAL else
+        ("float", aiormq.exceptions.ConnectionInternalError, "INTERNAL_ERROR") if RABBITMQ else
         ("float", aiormq.exceptions.ChannelPreconditionFailed,
          f"PRECONDITION_FAILED - invalid arg 'x-stream-offset' for queue '{ten}' in vhost '/': "
          "{invalid_stream_offset_arg,{float,1.5}}"),

@@ -309,19 +309,15 @@ class ClusterImport:
 
 
 def cluster_refusals(data: dict) -> str | None:
-    """Why a cluster cannot import these definitions yet (every definition it cannot: streams
-    are not replicated yet, shovels and federation links would run on every node), or None. The texts are the cluster's (warren.cluster.metadata_log)."""
+    """Why a cluster cannot import these definitions yet (every definition it cannot: shovels
+    and federation links would run on every node), or None. The texts are the cluster's
+    (warren.cluster.metadata_log)."""
     found: dict[str, list[str]] = {}
 
     def listed(kind: str) -> list:
         items = data.get(kind)
         return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
-    for q in listed("queues"):
-        arguments = q.get("arguments")
-        queue_type = arguments.get("x-queue-type") if isinstance(arguments, dict) else None
-        if queue_type == "stream":
-            found.setdefault("stream queues", []).append(_named(q))
     for p in listed("parameters"):
         component = p.get("component")
         if component == shovel.COMPONENT:

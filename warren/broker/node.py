@@ -60,10 +60,11 @@ class NodeLinks(Protocol):
     def online(self, nodes: list[str]) -> list[str]:
         """Those of `nodes` that run now (a replicated queue's members that are online)."""
 
-    def placement(self, size: int, balanced: bool = False) -> tuple[str, ...]:
+    def placement(self, size: int | None, balanced: bool = False) -> tuple[str, ...]:
         """The members of a replicated queue declared here, its first leader first: this node
         (RabbitMQ's client-local) or, `balanced`, the running member leading fewest; and size - 1
-        others, running ones first, those with the fewest replicas first (rabbit_queue_location)."""
+        others (None: every other member), running ones first, those with the fewest replicas
+        first (rabbit_queue_location)."""
 
 
 class Node(Protocol):

@@ -33,6 +33,7 @@ from .publish_checks import check_properties
 from . import queues
 from .queues import CONSUMER_ARGUMENTS, check_server_named
 from .queues.quorum import QuorumQueue
+from .queues.stream import StreamQueue
 from .names import server_named
 from .policy import best
 from . import stream_offsets_request
@@ -226,22 +227,31 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
 
 
 def replicas_of_new(broker: Node, vhost: VHost, name: str, args: dict) -> tuple[tuple[str, ...] | None, str | None]:
-    """A new quorum queue declared through this cluster member: its members (placement: its
-    leader first, this node unless its locator is balanced) and its incarnation; (None, None)
-    for other queues, and on a node alone. The locator is the policy's `queue-leader-locator`,
-    else the x-queue-leader-locator argument; random and least-leaders mean balanced, any
-    other value client-local (rabbit_queue_location)."""
+    """A new quorum queue or stream declared through this cluster member: its members
+    (placement: its leader first, this node unless its locator is balanced) and its
+    incarnation; (None, None) for other queues, and on a node alone. A quorum queue has
+    x-quorum-initial-group-size members (3 by default), a stream its initial-cluster-size
+    (the policy's, else x-initial-cluster-size; every member of the cluster by default, as
+    rabbit_stream_queue). The locator is the policy's `queue-leader-locator`, else the
+    x-queue-leader-locator argument; random and least-leaders mean balanced, any other value
+    client-local (rabbit_queue_location)."""
     links = broker.node_links
-    if broker.metadata.log is None or links is None or args.get("x-queue-type") != "quorum":
+    queue_type = args.get("x-queue-type")
+    if broker.metadata.log is None or links is None or queue_type not in ("quorum", "stream"):
         return None, None
-    size = args.get("x-quorum-initial-group-size", 3)
-    locator = args.get("x-queue-leader-locator")
-    policy = best(vhost.policies, "queue", name, QuorumQueue.CAPABILITIES.policy_keys) if vhost.policies else None
-    if policy is not None and "queue-leader-locator" in policy.definition:
-        locator = policy.definition["queue-leader-locator"]
+    caps = (QuorumQueue if queue_type == "quorum" else StreamQueue).CAPABILITIES
+    policy = best(vhost.policies, "queue", name, caps.policy_keys) if vhost.policies else None
+    definition = policy.definition if policy is not None else {}
+    default: int | None = 3
+    if queue_type == "quorum":
+        size = args.get("x-quorum-initial-group-size", 3)
+    else:
+        default = None  # (every member)
+        size = definition.get("initial-cluster-size", args.get("x-initial-cluster-size"))
+    locator = definition.get("queue-leader-locator", args.get("x-queue-leader-locator"))
     if isinstance(locator, bytes):
         locator = locator.decode(errors="replace")
-    members = links.placement(size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else 3,
+    members = links.placement(size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else default,
                               locator in ("balanced", "random", "least-leaders"))
     return members, uuid.uuid4().hex
 

@@ -121,8 +121,9 @@ class VHost:
 
     # queues ------------------------------------------------------------------
     def declare_queue(self, name, durable=False, exclusive_owner=None, auto_delete=False, arguments=None,
-                      store=None):
-        """(queue, created); `store`: a new queue's, made elsewhere (a replicated queue's leader)."""
+                      store=None, kind=None):
+        """(queue, created); `store`: a new queue's, made elsewhere (a replicated queue's leader),
+        and `kind` its class if not its type's (a stream's replica on a cluster member)."""
         existing = self.queues.get(name)
         if existing is not None:
             self.check_exclusive(existing, exclusive_owner, strict=True)
@@ -132,7 +133,7 @@ class VHost:
         if store is None:
             persister = self.broker.persister if self.broker is not None else None
             store = queue_type.make_store(persister, self.name, name, durable, arguments or {})
-        q = queue_type(self, name, durable, exclusive_owner, auto_delete, arguments, store)
+        q = (kind or queue_type)(self, name, durable, exclusive_owner, auto_delete, arguments, store)
         self.queues[name] = q
         if self.policies or self.operator_policies:
             apply_to_queue(self, q)

@@ -297,16 +297,12 @@ class MetadataLog:
 
 def _not_yet(store: MetadataStore, command: Command) -> str | None:
     """What a cluster cannot do yet (and says so, rather than do it on each node alone):
-    streams, until they are replicated; shovels and federation, whose links
-    would run on every node. A batch is refused whole for the first of its commands refused."""
+    shovels and federation, whose links would run on every node. A batch is refused whole
+    for the first of its commands refused."""
     what = None
     if isinstance(command, Batch):
         return next(filter(None, (_not_yet(store, each) for each in command.commands)), None)
-    if isinstance(command, DeclareQueue) and command.name not in store.vhost(command.vhost).queues:
-        queue_type = (command.arguments or {}).get("x-queue-type", "classic")
-        if queue_type == "stream":  # (another type is refused with the declare's 406)
-            what = f"{queue_type} queues: '{command.name}' was not declared"
-    elif isinstance(command, SetShovel):
+    if isinstance(command, SetShovel):
         what = f"shovels: '{command.name}' was not set"
     elif isinstance(command, SetFederationParameter):
         what = f"federation: '{command.name}' was not set"

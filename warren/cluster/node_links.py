@@ -349,6 +349,8 @@ class Peer:
                 replicas.entries(self.node, meta, blobs)
             elif op == "release" and (replicas := replicas_of(self.links.broker)) is not None:
                 replicas.release(self.node, meta)
+            elif op == "commit" and (replicas := replicas_of(self.links.broker)) is not None:
+                replicas.commit(self.node, meta)
             else:
                 raise ValueError(f"unknown operation {op!r}")
         except (KeyError, TypeError, ValueError) as err:
@@ -563,7 +565,7 @@ class NodeLinks:
         """(warren.broker.node.NodeLinks)"""
         return [node for node in nodes if node in self.membership.running]
 
-    def placement(self, size: int, balanced: bool = False) -> tuple[str, ...]:
+    def placement(self, size: int | None, balanced: bool = False) -> tuple[str, ...]:
         """The members of a replicated queue declared here, its leader first
         (warren.broker.node.NodeLinks): this node and the others holding fewest replicas,
         running ones first (rabbit_queue_location); led from here, or (`balanced`) by the
@@ -575,14 +577,14 @@ class NodeLinks:
             for queue in vhost.queues.values():
                 members = getattr(queue, "members", None)
                 if members:
-                    leader = queue.home if queue.remote else me
+                    leader = getattr(queue, "home", None) or me
                     leading[leader] = leading.get(leader, 0) + 1
                 for node in members or ():
                     replicas[node] = replicas.get(node, 0) + 1
         running = self.membership.running
         others = sorted((node for node in self.membership.members if node != me),
                         key=lambda node: (node not in running, replicas.get(node, 0), node))
-        members = (me, *others[:size - 1])
+        members = (me, *(others if size is None else others[:size - 1]))
         if balanced:
             reachable = [n for n in members if n == me or n in running and self.peer(n).up]
             leader = min(reachable, key=lambda n: leading.get(n, 0))

@@ -128,7 +128,7 @@ class HomeSession:
         route, header, body = blobs
         vhost = self.broker.metadata.vhosts.get(meta["vhost"])
         named = [] if vhost is None else [q for name in meta["queues"] if (q := vhost.queues.get(name)) is not None]
-        queues = [q for q in named if not q.remote]
+        queues = [q for q in named if q.writable_here]
         message = message_from(route, header, body)
         message.ttl = meta.get("ttl")
         if meta.get("cc") is not None:

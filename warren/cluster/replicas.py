@@ -39,7 +39,9 @@ from ..broker.queues import TYPES
 from .etcd import EtcdError, absent, mod_revision_is, put_op
 from ..store.replica_log import ReplicaLog
 from ..store.replicated import ReplicatedQueueStore
-from .remote_queue import RemoteQuorumQueue
+from ..store.replicated_stream import ChunkIndex, ReplicatedStream
+from .remote_queue import RemoteQueue, RemoteQuorumQueue
+from .stream_replica import RemoteStreamQueue, ReplicatedStreamQueue
 from .replication import Follower, Leader, ReplicationError
 from .tasks import cancelled
 
@@ -86,13 +88,15 @@ class Record:
 class Led:
     """A queue this node leads."""
 
-    def __init__(self, key: Key, log_: ReplicaLog, store: ReplicatedQueueStore, state: Leader):
+    def __init__(self, key: Key, log_: ReplicaLog, store: ReplicatedQueueStore | ReplicatedStream, state: Leader):
         self.key = key
         self.log = log_
         self.store = store
         self.state = state
         self.links: dict[str, Link] = {}  # follower node -> the link its entries go on
         self.released = 0  # the release cursor last applied
+        self.told: dict[str, int] = {}  # a stream's: the commit point each follower was last sent
+        self.segments = len(log_.segments)  # (a new one: retention is applied)
 
 
 class Followed:
@@ -104,6 +108,7 @@ class Followed:
         self.log = log_
         self.state = state
         self.asking = False  # a follow request is on its way
+        self.stream: ReplicatedStream | None = None  # a stream's replica, read here
 
 
 class Links(Protocol):
@@ -133,11 +138,41 @@ class Replicas:
         self._tasks: list[asyncio.Task] = []
 
     # ---------------------------------------------------------------- MetadataStore's hooks
-    def _log(self, vhost: str, name: str) -> ReplicaLog:
+    def _log(self, vhost: str, name: str, scanned: Callable[[int, bytes], None] | None = None) -> ReplicaLog:
         persister = self.broker.persister
         if persister is None:
             raise not_found("a replicated queue needs a data directory")
-        return ReplicaLog(persister, persister.replica_dir(vhost, name), SEGMENT_SIZE)
+        return ReplicaLog(persister, persister.replica_dir(vhost, name), SEGMENT_SIZE, scanned)
+
+    @staticmethod
+    def replica_type(cmd: DeclareQueue) -> type | None:
+        """The queue type of this node's replica of a queue (None: the declared type's)."""
+        return ReplicatedStreamQueue if _is_stream(cmd) else None
+
+    def holds_replica(self, cmd: DeclareQueue) -> bool:
+        """Whether this node's queue is its own (a leader's, or a stream replica's) rather than
+        a stand-in of another node's."""
+        assert cmd.members is not None
+        return cmd.node == self.node or _is_stream(cmd) and self.node in cmd.members
+
+    def stream_store(self, vhost: VHost, cmd: DeclareQueue) -> ReplicatedStream:
+        """A stream's replica on this member: led from here, or following its leader."""
+        assert cmd.members is not None and cmd.node is not None
+        key = (vhost.name, cmd.name)
+        chunks = ChunkIndex()
+        log_ = self._log(*key, chunks.scanned)
+        epoch = max(FIRST_EPOCH, log_.history.last_epoch)
+        stream = ReplicatedStream(log_, epoch, chunks)
+        stream.leader = cmd.node
+        self._declared(key, cmd)
+        if cmd.node == self.node:
+            stream.lead(epoch)
+            state = Leader(self.node, cmd.members, cmd.members, epoch, log_.history, log_.end, log_.end,
+                           time.monotonic())
+            self._lead(key, log_, stream, state)
+        else:
+            self._follow_log(key, cmd.node, log_, FIRST_EPOCH).stream = stream
+        return stream
 
     def leader_store(self, vhost: VHost, cmd: DeclareQueue) -> ReplicatedQueueStore:
         assert cmd.members is not None
@@ -159,16 +194,20 @@ class Replicas:
         self.records[key] = Record(cmd.members, cmd.node, FIRST_EPOCH, cmd.members)
         self.incarnations[cmd.incarnation or f"{key[0]}/{key[1]}"] = key
 
-    def _lead(self, key: Key, log_: ReplicaLog, store: ReplicatedQueueStore, state: Leader) -> Led:
+    def _lead(self, key: Key, log_: ReplicaLog, store: ReplicatedQueueStore | ReplicatedStream, state: Leader) -> Led:
         led = Led(key, log_, store, state)
         log_.on_durable = lambda durable: self._committed(led, led.state.synced(durable))
         log_.on_append = lambda: self._appended(led)
         self.led[key] = led
+        if isinstance(store, ReplicatedStream):  # (readers wait for nothing its disk and majority hold)
+            self._committed(led, state.synced(log_.durable))
         return led
 
-    def stand_in(self, vhost: VHost, cmd: DeclareQueue) -> RemoteQuorumQueue:
+    def stand_in(self, vhost: VHost, cmd: DeclareQueue) -> RemoteQueue:
+        """The stand-in of a quorum queue another node leads (this node may follow it), or of a
+        stream this node holds no replica of."""
         assert cmd.members is not None and cmd.node is not None
-        queue = RemoteQuorumQueue.stand_in(self.broker, vhost, cmd)
+        queue = (RemoteStreamQueue if _is_stream(cmd) else RemoteQuorumQueue).stand_in(self.broker, vhost, cmd)
         queue.members = cmd.members
         key = (vhost.name, cmd.name)
         queue.incarnation = cmd.incarnation
@@ -248,13 +287,17 @@ class Replicas:
                 queue.resume()
 
     def _release(self, led: Led) -> None:
-        """Whole segments below the release cursor (and the committed offset) go, here and
-        at the followers."""
-        cursor = min(led.store.release_cursor(), led.state.committed)
+        """Whole segments below the release cursor (and, for a quorum queue, the committed
+        offset: a stream's retention is by size and age alone) go, here and at the followers."""
+        cursor = led.store.release_cursor()
+        if isinstance(led.store, ReplicatedQueueStore):
+            cursor = min(cursor, led.state.committed)
         if cursor <= led.released:
             return
         led.released = cursor
         led.log.drop_before(cursor)
+        if isinstance(led.store, ReplicatedStream):
+            led.store.released()
         vhost, name = led.key
         for node, link in list(led.links.items()):
             progress = led.state.followers.get(node)
@@ -274,6 +317,8 @@ class Replicas:
             if followed.log.end < int(meta.get("first", cursor)):
                 followed.state.leader_epoch = None
             followed.log.drop_before(min(cursor, followed.log.durable))
+            if followed.stream is not None:
+                followed.stream.released()
 
     # ---------------------------------------------------------------- records, elections
     def _record_key(self, key: Key) -> bytes:
@@ -319,8 +364,9 @@ class Replicas:
         what its consumers held of queues this node took over goes back."""
         running = self.links.membership.running
         for led in list(self.led.values()):
-            if any(holder.partition("/")[0] == node for holder in led.store.parked):
-                self._give_up(led.key, led.store, node)
+            store = led.store
+            if isinstance(store, ReplicatedQueueStore) and any(h.partition("/")[0] == node for h in store.parked):
+                self._give_up(led.key, store, node)
         for key, record in list(self.records.items()):
             if record.leader != node:
                 continue
@@ -436,6 +482,9 @@ class Replicas:
             return
         led = self.led.get(key)
         followed = self.followed.get(key)
+        if isinstance(queue, ReplicatedStreamQueue):
+            self._stream_leader_changed(key, record, led, followed)
+            return
         if record.leader == self.node and led is not None:  # (restarted, leading still: in the record's epoch)
             led.state = Leader(self.node, record.members, record.isr, record.epoch, led.log.history, led.log.end,
                                led.log.durable, time.monotonic())
@@ -479,9 +528,44 @@ class Replicas:
             followed.leader = record.leader
             followed.state.knows(record.epoch)
             followed.state.leader_epoch = None
-        if isinstance(queue, RemoteQuorumQueue):
+        if isinstance(queue, RemoteQueue):
             queue.home = record.leader
+        if isinstance(queue, RemoteQuorumQueue):
             queue.resume()
+
+    def _stream_leader_changed(self, key: Key, record: Record, led: Led | None, followed: Followed | None) -> None:
+        """A stream's replica here stays the queue, its readers with it: it leads now, or
+        follows the new leader (what it appended and did not commit is nacked)."""
+        if led is not None:
+            stream = cast(ReplicatedStream, led.store)
+            if record.leader == self.node:  # (restarted, leading still: in the record's epoch)
+                led.state = Leader(self.node, record.members, record.isr, record.epoch, led.log.history,
+                                   led.log.end, led.log.durable, time.monotonic())
+                stream.lead(record.epoch)
+                return
+            del self.led[key]
+            self._to_ship.discard(led)
+            stream.leader = record.leader
+            stream.follow()
+            self._follow_log(key, record.leader, led.log, record.epoch).stream = stream
+            log.warning("%s: %s leads the stream now (epoch %d); following", key, record.leader, record.epoch)
+            return
+        if followed is None or followed.stream is None:
+            return
+        stream = followed.stream
+        stream.leader = record.leader
+        if record.leader != self.node:
+            followed.leader = record.leader
+            followed.state.knows(record.epoch)
+            followed.state.leader_epoch = None
+            return
+        del self.followed[key]
+        log_ = followed.log
+        state = Leader(self.node, record.members, record.isr, record.epoch, log_.history, log_.end, log_.durable,
+                       time.monotonic())
+        stream.lead(record.epoch)
+        self._lead(key, log_, stream, state)
+        log.warning("%s: stream leader now (epoch %d)", key, record.epoch)
 
     def _give_up(self, key: Key, store: ReplicatedQueueStore, node: str | None) -> None:
         """What consumers held when this node took the queue over and have not claimed (those
@@ -518,6 +602,8 @@ class Replicas:
                 followed.log.restart_at(first)
                 cut = first
             followed.log.truncate(cut)
+            if followed.stream is not None:
+                followed.stream.truncated(cut)
             followed.state.log_end = followed.log.end  # (the log is the truth: a cut below its head keeps it)
             if peer.link is not None:
                 peer.link.send({"op": "ready", "vhost": vhost, "queue": name, "cut": cut,
@@ -545,9 +631,14 @@ class Replicas:
             return
         if not accepted:
             return
+        stream = followed.stream
         for epoch, kind, payload in zip(epochs, kinds, blobs):
-            followed.log.append(int(epoch), int(kind), payload)  # (the log keeps the history: see Follower.check)
+            offset = followed.log.append(int(epoch), int(kind), payload)  # (the log keeps the history: see Follower.check)
+            if stream is not None:
+                stream.chunks.scanned(offset, payload)
         followed.state.log_end = followed.log.end
+        if stream is not None:
+            stream.leader_says(int(meta.get("committed", 0)))
         if not self._flushing:  # (one write and fsync for what this tick brought, every queue's)
             self._flushing = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -558,6 +649,8 @@ class Replicas:
 
     def _acknowledge(self, followed: Followed, durable: int) -> None:
         followed.state.synced(durable)
+        if followed.stream is not None:
+            followed.stream.durable_moved()
         peer = self.links.peer(followed.leader)
         if followed.state.leader_epoch is not None and peer.link is not None:
             vhost, name = followed.key
@@ -621,6 +714,7 @@ class Replicas:
 
     def ready(self, node: str, meta: Meta) -> None:
         led = self._led(meta)
+        led.told.pop(node, None)  # (a stream's follower back: its readers wait for the commit point)
         self._committed(led, led.state.ready(node, int(meta["cut"]), int(meta["durable"]), time.monotonic()))
         link = led.links.get(node)
         if led.released and link is not None:  # (what it may drop of what it kept while away)
@@ -640,13 +734,24 @@ class Replicas:
                 del led.links[node]
                 led.state.unlinked(node)
 
+    def commit(self, node: str, meta: Meta) -> None:
+        """A stream's leader on `node` says what is committed (Peer: a frame of its link)."""
+        followed = self.followed.get((meta["vhost"], meta["queue"]))
+        if followed is not None and followed.leader == node and followed.stream is not None:
+            followed.stream.leader_says(int(meta["committed"]))
+
     def _committed(self, led: Led, moved: bool) -> None:
         if moved:
             led.store.commit(led.state.committed)
+            if isinstance(led.store, ReplicatedStream):  # (its followers' readers wait for it)
+                self._ship_soon(led)
 
     def _appended(self, led: Led) -> None:
         led.state.log_end = led.log.end  # (the log wrote it and keeps the history: see Follower.check)
         self._ship_soon(led)
+        if len(led.log.segments) != led.segments:  # (a new segment: a stream's retention applies now)
+            led.segments = len(led.log.segments)
+            self._release(led)
 
     def _ship_soon(self, led: Led) -> None:
         self._to_ship.add(led)
@@ -665,15 +770,24 @@ class Replicas:
         to_ship, self._to_ship = self._to_ship, set()
         for led in to_ship:
             vhost, name = led.key
+            committed = led.state.committed
+            stream = isinstance(led.store, ReplicatedStream)
             for node, link in list(led.links.items()):
                 span = led.state.to_send(node)
-                if span is None:
-                    continue
-                for first in range(span[0], span[1], FRAME_ENTRIES):
-                    entries = list(led.log.entries(first, min(first + FRAME_ENTRIES, span[1])))
-                    link.send({"op": "entries", "vhost": vhost, "queue": name, "epoch": led.state.epoch,
-                               "first": first, "epochs": [e.epoch for e in entries],
-                               "kinds": [e.kind for e in entries]}, *[e.payload for e in entries])
+                if span is not None:
+                    for first in range(span[0], span[1], FRAME_ENTRIES):
+                        entries = list(led.log.entries(first, min(first + FRAME_ENTRIES, span[1])))
+                        link.send({"op": "entries", "vhost": vhost, "queue": name, "epoch": led.state.epoch,
+                                   "first": first, "epochs": [e.epoch for e in entries],
+                                   "kinds": [e.kind for e in entries], **({"committed": committed} if stream else {})},
+                                  *[e.payload for e in entries])
+                elif stream and led.told.get(node, -1) < committed:
+                    link.send({"op": "commit", "vhost": vhost, "queue": name, "committed": committed})
+                led.told[node] = committed
+
+
+def _is_stream(cmd: DeclareQueue) -> bool:
+    return (cmd.arguments or {}).get("x-queue-type") == "stream"
 
 
 def replicas_of(broker: Broker) -> Replicas | None:

@@ -40,6 +40,7 @@ _HEAD = struct.Struct(">IIQIB")   # length, checksum, offset, epoch, kind
 _FIXED = struct.Struct(">QIB")    # what the checksum covers before the payload
 HEAD_SIZE = _HEAD.size
 SCAN_WINDOW = 8 << 20
+PEEK = 32  # bytes of each payload shown to `scanned` at start-up
 
 
 class Entry(NamedTuple):
@@ -63,8 +64,12 @@ class _Segment(Segment):
 class ReplicaLog:
     """The log of one replicated queue on this node."""
 
-    def __init__(self, persister: Persister, directory: str, segment_size: int = SEGMENT_SIZE):
+    def __init__(self, persister: Persister, directory: str, segment_size: int = SEGMENT_SIZE,
+                 scanned: Callable[[int, bytes], None] | None = None):
+        """`scanned`: told of each entry found at start-up (its offset and its payload's
+        first PEEK bytes), for what a queue type indexes (a stream's chunk times)."""
         self.persister = persister
+        self._scanned = scanned
         self.directory = directory
         self.segment_size = segment_size
         self.segments: list[_Segment] = []
@@ -158,6 +163,22 @@ class ReplicaLog:
         data = seg.read(pos, 8 + size)
         _, _, at, epoch, kind = _HEAD.unpack_from(data)
         return Entry(at, epoch, kind, data[HEAD_SIZE:])
+
+    def payloads(self, start: int, end: int, max_bytes: int) -> list[bytes]:
+        """The payloads of the entries from `start` on, below `end`, in `start`'s segment and
+        about `max_bytes` of them (at least one): read at once (a reader's bulk read)."""
+        seg, pos = self._locate(start)
+        positions = seg.positions
+        first, last = start - seg.first, min(end, seg.first + len(positions)) - seg.first
+        # (the entries that start within max_bytes of the first, the first always)
+        last = max(first + 1, min(last, bisect.bisect_right(positions, pos + max_bytes, first, last)))
+        stop = positions[last] if last < len(positions) else seg.size
+        data = seg.read(pos, stop - pos)
+        out = []
+        for i in range(first, last):
+            at = positions[i] - pos
+            out.append(data[at + HEAD_SIZE:at + 8 + _HEAD.unpack_from(data, at)[0]])
+        return out
 
     def entries(self, start: int, end: int | None = None) -> Iterator[Entry]:
         for offset in range(start, self.end if end is None else min(end, self.end)):
@@ -267,6 +288,8 @@ class ReplicaLog:
                     return pos + rel
                 seg.positions.append(pos + rel)
                 self.history.appended(epoch, offset)
+                if self._scanned is not None:
+                    self._scanned(offset, bytes(window[rel + HEAD_SIZE:min(end, rel + HEAD_SIZE + PEEK)]))
                 expected += 1
                 rel = end
             if rel == 0:

@@ -68,7 +68,7 @@ class CommitPoint:
 
     __slots__ = ("store", "end", "waiters")
 
-    def __init__(self, store: ReplicatedQueueStore, end: int):
+    def __init__(self, store: Commits, end: int):
         self.store = store
         self.end = end
         self.waiters: list[SyncWaiter] = []
@@ -85,28 +85,15 @@ class CommitPoint:
             self.waiters.append(waiter)
 
 
-class ReplicatedQueueStore:
-    """The queue's messages in memory, their changes in its replica log."""
+class Commits:
+    """A replicated store's commits (a quorum queue's, a stream's): `committed` moves as its
+    leader's rules say, and the appends waiting for it are then settled."""
 
-    def __init__(self, log: ReplicaLog, epoch: int, window: int = WINDOW):
-        self.log = log
-        self.epoch = epoch
-        self.window = window
-        self._sizes: dict[int, int] = {}  # a paged message's body size, by id
-        self._fresh: deque[QueuedMessage] = deque()
-        self._requeued = RequeuedMessages()
-        self.ready_bytes = 0
-        self.by_id: dict[int, QueuedMessage] = {}  # every message not settled, ready or not
-        self.committed = log.end  # (what a replica recovers from is its own: committed again by its leader)
+    def __init__(self, committed: int):
+        self.committed = committed
         self.failed = False
         self._points: deque[CommitPoint] = deque()
-        self.max_seq = 0
-        # What consumers held when this replica took over, by holder, until they re-attach
-        # (claim) or the leader gives up on them: not ready, counted unacked.
-        self.parked: dict[str, dict[int, QueuedMessage]] = {}
-        self.returned: list[QueuedMessage] = []  # what a replay gave back of what was handed out
 
-    # ------------------------------------------------------------------ commits
     def commit(self, end: int) -> None:
         """Entries below `end` are committed: their publishes are confirmed."""
         if end <= self.committed:
@@ -125,17 +112,42 @@ class ReplicatedQueueStore:
             for waiter in point.waiters:
                 waiter.store_synced()
 
+    def _point(self, end: int) -> CommitPoint:
+        """What an append that ends the log at `end` waits for."""
+        points = self._points
+        if points and not points[-1].waiters:
+            points[-1].end = end  # (no one waits on it yet: it covers this entry too)
+            return points[-1]
+        point = CommitPoint(self, end)
+        points.append(point)
+        return point
+
+
+class ReplicatedQueueStore(Commits):
+    """The queue's messages in memory, their changes in its replica log."""
+
+    def __init__(self, log: ReplicaLog, epoch: int, window: int = WINDOW):
+        # (what a replica recovers from is its own: committed again by its leader)
+        super().__init__(log.end)
+        self.log = log
+        self.epoch = epoch
+        self.window = window
+        self._sizes: dict[int, int] = {}  # a paged message's body size, by id
+        self._fresh: deque[QueuedMessage] = deque()
+        self._requeued = RequeuedMessages()
+        self.ready_bytes = 0
+        self.by_id: dict[int, QueuedMessage] = {}  # every message not settled, ready or not
+        self.max_seq = 0
+        # What consumers held when this replica took over, by holder, until they re-attach
+        # (claim) or the leader gives up on them: not ready, counted unacked.
+        self.parked: dict[str, dict[int, QueuedMessage]] = {}
+        self.returned: list[QueuedMessage] = []  # what a replay gave back of what was handed out
+
     def _append(self, kind: int, head: bytes, body: Any = None) -> CommitPoint:
         if self.failed:  # (no longer its leader: its log is a follower's now, written by the leader only)
             return CommitPoint(self, self.log.end + 1)
         self.log.append(self.epoch, kind, head, body)
-        points = self._points
-        if points and not points[-1].waiters:
-            points[-1].end = self.log.end  # (no one waits on it yet: it covers this entry too)
-            return points[-1]
-        point = CommitPoint(self, self.log.end)
-        points.append(point)
-        return point
+        return self._point(self.log.end)
 
     def release_cursor(self) -> int:
         """Below this offset no entry is needed to rebuild the queue: its oldest live message's

@@ -277,43 +277,17 @@ class StreamReader:
         return out
 
 
-class StreamLog:
-    """The segments of one stream, its offsets, retention and readers."""
+class ConsumerOffsets:
+    """Named consumers' offsets (the next offset each will read), saved now and then in
+    TRACKING_FILE in the stream's directory: a crash forgets the last second of them, so those
+    are read again."""
 
-    def __init__(self, persister: Persister, directory: str):
-        self.persister = persister
+    def __init__(self, directory: str):
         self.directory = directory
-        self.segments: list[StreamSegment] = []
-        self._firsts: list[int] = []         # the segments' first offsets (bisect)
-        self.write_seg: StreamSegment | None = None
-        self.first_offset = 0                # the oldest offset still in the log
-        self.next_offset = 0                 # the offset the next message gets
-        # First offsets of the newest chunks: the newest committed one and those after it.
-        self._chunks: deque[int] = deque()
-        self.total_bytes = 0                 # segment bytes (retention by size)
-        self.max_segment_size = DEFAULT_SEGMENT_SIZE
-        self.max_bytes: int | None = None
-        self.max_age_ms: int | None = None
-        self._chunk_open = False
-        self._index_pos = -INDEX_SPACING     # position of the write segment's last index entry
-        self.recent: deque[tuple[int, Message]] = deque()
-        self._recent_bytes = 0
-        # Committed offsets: every offset below `committed` is fsynced. `_pending` holds
-        # [persister batch, the offset after its last message] of the appends not yet safe.
-        self.committed = 0
-        self._pending: deque[list] = deque()  # [StoreBatch, end offset]
-        self._waiting = False
-        self.on_commit: Callable[[], None] | None = None  # told when `committed` moves
-        # Named consumers' offsets (the next offset each will read), saved now and then in
-        # TRACKING_FILE: a crash forgets the last second of them, so those are read again.
         self.tracked: dict[str, int] = {}
         self._tracking_dirty = False
-        if os.path.isdir(directory):
-            self._recover()
-            self._load_tracking()
-        self.committed = self.next_offset
+        self._load_tracking()
 
-    # ----------------------------------------------------------------- tracking
     def track(self, name: str, offset: int) -> None:
         if offset > self.tracked.get(name, -1):
             self.tracked[name] = offset
@@ -345,6 +319,38 @@ class StreamLog:
             return
         if isinstance(data, dict):
             self.tracked = {str(k): int(v) for k, v in data.items() if isinstance(v, int)}
+
+
+class StreamLog(ConsumerOffsets):
+    """The segments of one stream, its offsets, retention and readers."""
+
+    def __init__(self, persister: Persister, directory: str):
+        self.persister = persister
+        self.segments: list[StreamSegment] = []
+        self._firsts: list[int] = []         # the segments' first offsets (bisect)
+        self.write_seg: StreamSegment | None = None
+        self.first_offset = 0                # the oldest offset still in the log
+        self.next_offset = 0                 # the offset the next message gets
+        # First offsets of the newest chunks: the newest committed one and those after it.
+        self._chunks: deque[int] = deque()
+        self.total_bytes = 0                 # segment bytes (retention by size)
+        self.max_segment_size = DEFAULT_SEGMENT_SIZE
+        self.max_bytes: int | None = None
+        self.max_age_ms: int | None = None
+        self._chunk_open = False
+        self._index_pos = -INDEX_SPACING     # position of the write segment's last index entry
+        self.recent: deque[tuple[int, Message]] = deque()
+        self._recent_bytes = 0
+        # Committed offsets: every offset below `committed` is fsynced. `_pending` holds
+        # [persister batch, the offset after its last message] of the appends not yet safe.
+        self.committed = 0
+        self._pending: deque[list] = deque()  # [StoreBatch, end offset]
+        self._waiting = False
+        self.on_commit: Callable[[], None] | None = None  # told when `committed` moves
+        ConsumerOffsets.__init__(self, directory)
+        if os.path.isdir(directory):
+            self._recover()
+        self.committed = self.next_offset
 
     # ----------------------------------------------------------------- figures
     @property

@@ -47,6 +47,15 @@ class Replicas(Protocol):
         """The stand-in of a new replicated queue another node leads (and, on one of its
         members, its replica here)."""
 
+    def holds_replica(self, cmd: c.DeclareQueue) -> bool:
+        """Whether this node's queue is its own (not a stand-in)."""
+
+    def replica_type(self, cmd: c.DeclareQueue) -> type | None:
+        """The class of this node's queue, if not its type's."""
+
+    def stream_store(self, vhost: VHost, cmd: c.DeclareQueue) -> Any:
+        """The store of a stream's replica here."""
+
     def removed(self, vhost: str, name: str) -> None:
         """A replicated queue was deleted: its replica here goes."""
 
@@ -244,13 +253,17 @@ class MetadataStore:
         if cmd.members and cmd.name not in vhost.queues:
             if self.replicas is None:
                 raise internal_error(f"queue '{cmd.name}' is replicated: this node is not in a cluster")
-            checked_type(vhost.name, cmd.name, cmd.durable, cmd.owner is not None, cmd.auto_delete, cmd.arguments)
-            if cmd.node != self.broker.config.node_name:
+            queue_type = checked_type(vhost.name, cmd.name, cmd.durable, cmd.owner is not None, cmd.auto_delete,
+                                      cmd.arguments)
+            queue_type.check_store_arguments(cmd.arguments or {})  # (make_store's checks: the store is made here)
+            if not self.replicas.holds_replica(cmd):
                 q = self.replicas.stand_in(vhost, cmd)
                 vhost.add_queue(q)
                 return q, True
+            replica_type = self.replicas.replica_type(cmd)
+            store = self.replicas.leader_store(vhost, cmd) if replica_type is None else self.replicas.stream_store(vhost, cmd)
             q, created = vhost.declare_queue(cmd.name, cmd.durable, cmd.owner, cmd.auto_delete, cmd.arguments,
-                                             self.replicas.leader_store(vhost, cmd))
+                                             store, replica_type)
             q.members, q.incarnation = cmd.members, cmd.incarnation
             return q, created
         if cmd.node not in (None, self.broker.config.node_name) and cmd.name not in vhost.queues:

@@ -111,6 +111,11 @@ class Queue:
         queue's in-memory default)."""
         return persister.queue_store(vhost, name, durable) if persister is not None else None
 
+    @classmethod
+    def check_store_arguments(cls, arguments: dict[str, Any]) -> None:
+        """What make_store checks of a new queue's arguments, for a store made elsewhere (a
+        replica's on a cluster)."""
+
     # identity ----------------------------------------------------------------
     @property
     def queue_type(self) -> str:
@@ -131,6 +136,13 @@ class Queue:
     @property
     def reachable(self) -> bool:
         return True
+
+    @property
+    def writable_here(self) -> bool:
+        """Whether this node's copy takes publishes itself (on a cluster, a stream replica
+        whose leader is another node sends them there: a publish from another node's link is
+        never sent on again)."""
+        return not self.remote
 
     def down(self) -> Exception:
         """The error of a use of this queue while it cannot be reached (never, for a queue of

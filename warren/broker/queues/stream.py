@@ -25,6 +25,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ...store.queued_message import QueuedMessage
+from ...store.replicated_stream import ReplicatedStream, ReplicatedStreamReader
 from ...store.stream import StreamLog, StreamReader
 from ..errors import not_implemented, precondition_failed
 from ..queue_arguments import NOT_STREAM_ARGS, STREAM_CHECKS, STREAM_EQUIVALENCE_ARGS, check_segment_size
@@ -117,18 +118,22 @@ class StreamQueue(Queue):
                    arguments: dict[str, Any]) -> StreamLog:
         """Its log; its segment size limit is checked here, after its declare properties, as
         RabbitMQ does."""
-        check_segment_size(arguments)
+        cls.check_store_arguments(arguments)
         if persister is None:
             raise precondition_failed("stream queues need a data directory (warren server --data-dir)")
         return StreamLog(persister, persister.queue_dir(vhost, name))
 
+    @classmethod
+    def check_store_arguments(cls, arguments: dict[str, Any]) -> None:
+        check_segment_size(arguments)
+
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        assert isinstance(self.store, StreamLog), "a stream queue's store is a StreamLog"
-        self.log: StreamLog = self.store
+        assert isinstance(self.store, (StreamLog, ReplicatedStream)), "a stream queue's store is a stream's log"
+        self.log: StreamLog | ReplicatedStream = self.store  # (a replica's on a cluster: warren.cluster.stream_replica)
         self.log.on_commit = self._committed
         self.consumers = StreamConsumers()
-        self.readers: dict[Consumer, StreamReader] = {}
+        self.readers: dict[Consumer, StreamReader | ReplicatedStreamReader] = {}
         self.names: dict[Consumer, str] = {}  # named consumers (x-stream-consumer-name)
         self.batching: dict[Consumer, int] = {}  # record-batch consumers: their batch size in bytes
         self._slots: dict[bytes, tuple[bytes, bytes]] = {}  # stored header -> its offset slot
@@ -292,7 +297,8 @@ class StreamQueue(Queue):
                     deliver(consumer, StreamEntry(offset, self._with_offset(message, offset), tracker))
                 credit = consumer.prefetch - consumer.unacked
 
-    def _deliver_batches(self, consumer: Consumer, reader: StreamReader, size: int, tracker: str | None) -> None:
+    def _deliver_batches(self, consumer: Consumer, reader: StreamReader | ReplicatedStreamReader, size: int,
+                         tracker: str | None) -> None:
         deliver = consumer.channel.deliver
         while consumer.prefetch > consumer.unacked and consumer.gate.delivering:
             taken = reader.take_records(size)
