@@ -240,7 +240,7 @@ def test_a_publish_between_two_leaders_is_answered_never_dropped(three):  # noqa
             outcome.append("returned")
     a.proc.send_signal(signal.SIGKILL)
     a.proc.wait()
-    time.sleep(0.2)  # (c's link to a is down; no election before LINK_GRACE)
+    time.sleep(0.02)  # (c's link to a is down; no election before LINK_GRACE, 0.1 s)
     thread = threading.Thread(target=publish, daemon=True)
     thread.start()
     thread.join(10)

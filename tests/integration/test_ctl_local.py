@@ -206,6 +206,8 @@ def queue_verbs_on_a_node_alone(broker, local, uid):
     assert local("delete_member", qq, "zz@x") == f"Removing a replica of queue {qq} on node zz@x...\n"
     assert local("shrink", "zz@x") == "Shrinking quorum queues on zz@x...\n\n"
     assert local("grow", "zz@x", "all") == "Growing all quorum queues on zz@x...\n\n"
+    assert local("rebalance", "classic") == (
+        "Re-balancing leaders of classic queues...\n┌────────┐\n│ Output │\n├────────┤\n│ []     │\n└────────┘\n")
     out = local("check_if_node_is_quorum_critical")
     assert out.endswith(" seems to be the only one in a single node cluster, the check does not apply\n"), out
     assert json.loads(local("check_if_node_is_quorum_critical", "--formatter", "json")) == {

@@ -1867,6 +1867,41 @@ def shrink(ctx, args):
     _outcomes(ctx, outcomes, bool(ctx.options.get("errors-only")))
 
 
+REBALANCE_COLUMNS = ["Node name", "Number of quorum queues", "Number of replicated classic queues"]
+
+
+@verb("rebalance", "rebalance < all | classic | quorum > [--vhost-pattern <pattern>] [--queue-pattern <pattern>]",
+      (1, 1), options=("vhost-pattern", "queue-pattern"),
+      help="Re-balances leaders of replicated queues across up-and-running cluster nodes.")
+def rebalance(ctx, args):
+    """rabbitmq-queues' table: one row per node leading a queue rebalanced, a line between
+    rows; none: its one-cell `Output` table of `[]`. JSON: its {node, result, value} with each
+    row as [column, value] pairs (an Erlang proplist as its CLI encodes one)."""
+    (queue_type,) = args
+    if queue_type not in ("all", "classic", "quorum"):
+        raise Failed(f"type {queue_type} is not supported. Try one of all, classic, quorum.")
+    _local_only(ctx, "rebalance")
+    ctx.out.info(f"Re-balancing leaders of {queue_type} queues...")
+    body = {"type": queue_type, "vhost_pattern": ctx.options.get("vhost-pattern", ".*"),
+            "queue_pattern": ctx.options.get("queue-pattern", ".*")}
+    try:
+        rows = ctx.api.post("/quorum-queues/rebalance", body) or []
+    except HttpError as err:
+        raise _refusal(err) from None
+    if ctx.out.json:
+        print(compact_json({"node": _node_name(ctx), "result": "ok",
+                            "value": [[[c, row[c]] for c in REBALANCE_COLUMNS] for row in rows]}), flush=True)
+        return
+    ctx.out.flush()
+    if not rows:
+        print(pretty_table(["Output"], [["[]"]]), flush=True)
+        return
+    lines = pretty_table(REBALANCE_COLUMNS, [[str(row[c]) for c in REBALANCE_COLUMNS] for row in rows]).split("\n")
+    between, cells = lines[2], lines[3:-1]
+    print("\n".join([*lines[:3], *(f"{between}\n{line}" if i else line for i, line in enumerate(cells)), lines[-1]]),
+          flush=True)
+
+
 @verb("check_if_node_is_quorum_critical", "check_if_node_is_quorum_critical",
       help="Health check that exits with a non-zero code if there are queues with minimum online quorum "
            "(queues that would lose their quorum if the target node is shut down).")

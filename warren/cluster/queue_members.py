@@ -1,23 +1,26 @@
 """The members of a cluster's quorum queues, as RabbitMQ's `rabbitmq-queues` changes and shows
 them (rabbit_quorum_queue.erl, v3.10): add_member, delete_member, grow, shrink, quorum_status,
-and which queues would lose their quorum if this node stopped. Every way in (the management
-API's routes for warrenctl, the health check) calls these.
+rebalance (rabbit_amqqueue.erl's), and which queues would lose their quorum if this node
+stopped. Every way in (the management API's routes for warrenctl, the health check) calls these.
 
 A change of members is a change of the queue's record in etcd (Replicas.change_members, a
 guarded transaction any node may send); every node applies it from its watch: a node added
 makes its replica log and follows the leader (in the ISR once caught up), a node removed stops
 following and deletes its log, and the leader counts its majority over the new members.
 Removing the leader moves leadership first, as Ra does: the same transaction names the first
-running in-sync member leader, in a new epoch (an election, as a leader's death makes one).
+running in-sync member leader, in a new epoch (an election, as a leader's death makes one);
+rebalance moves leadership the same way, to another running in-sync member.
 
 On a node alone a quorum queue has one member, this node: the answers are RabbitMQ's for a
-one-node queue (adding another node: node_not_running; removing this one: last_node), and
-quorum_status is refused (such a queue keeps no replicated log to show).
+one-node queue (adding another node: node_not_running; removing this one: last_node;
+rebalance: every queue stays this node's), and quorum_status is refused (such a queue keeps no
+replicated log to show).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
     from ..broker.broker import Broker
     from ..broker.queues.base import Queue
     from .replicas import Replicas
+
+log = logging.getLogger("warren.cluster.queue_members")
 
 STATUS_TIMEOUT = 5.0  # seconds quorum_status waits for the leader's answer
 
@@ -187,6 +192,128 @@ def _error_name(err: Exception) -> str:
 def _quorum_queues(broker: Broker) -> list[Queue]:
     return [queue for vhost in list(broker.vhosts.values()) for queue in list(vhost.queues.values())
             if queue.queue_type == "quorum"]
+
+
+REBALANCE_TYPES = ("all", "classic", "quorum")
+
+
+@dataclass(frozen=True)
+class Leaders:
+    """One line of rebalance's answer: how many of the queues rebalanced a node leads after."""
+
+    node: str
+    quorum: int
+    classic: int = 0  # (replicated classic queues: mirrored ones, which Warren has none of)
+
+
+@dataclass
+class _LedQueue:
+    """One queue in rebalance's count of its leader's queues (RabbitMQ's {Length, Q, Migrated})."""
+
+    length: int
+    queue: Queue
+    tried: bool = False  # moved here, or not movable: not tried again
+
+
+_rebalancing: set[int] = set()  # the brokers (their id) rebalancing now
+
+
+async def rebalance(broker: Broker, queue_type: str, vhost_pattern: str = ".*",
+                    queue_pattern: str = ".*") -> list[Leaders]:
+    """RabbitMQ's rabbit_amqqueue:rebalance: the matching replicated queues of the type
+    (`all`: quorum queues and mirrored classic ones; Warren's classic queues are never
+    mirrored, so `classic` moves nothing) grouped by leader; while a node leads more than
+    ceil(count / running nodes), its shortest queue (the shortest replica log here) moves to
+    the member with the fewest, one queue at a time, each tried once. The answer: every node
+    that leads one of them, in RabbitMQ's order (node names descending).
+
+    A move is the record's transaction delete_member makes for a leader (a new epoch, the
+    destination leading; the old leader steps down as it sees it), to a member that runs and
+    is in sync (it holds every committed entry): RabbitMQ's candidates are every member but
+    drained nodes, and a transfer to one that cannot lead fails; here such a member is no
+    candidate, and a queue without one, or whose record changed meanwhile, is not moved. One
+    rebalance at a time per node (RabbitMQ's lock is the cluster's)."""
+    if queue_type not in REBALANCE_TYPES:
+        raise MembersError("invalid_type", f"type {queue_type} is not supported. Try one of all, classic, quorum.")
+    _matches(vhost_pattern, "")
+    _matches(queue_pattern, "")
+    if id(broker) in _rebalancing:
+        log.warning("Queue rebalance operation is in progress, please wait.")
+        raise MembersError("rebalance_in_progress")
+    _rebalancing.add(id(broker))
+    try:
+        log.info("Starting queue rebalance operation: '%s' for vhosts matching '%s' and queues matching '%s'",
+                 queue_type, vhost_pattern, queue_pattern)
+        replicas = replicas_of(broker)
+        here = broker.config.node_name
+        by_node: dict[str, list[_LedQueue]] = {}
+        queues = [] if queue_type == "classic" else [
+            queue for queue in _quorum_queues(broker)
+            if (replicas is None or (queue.vhost.name, queue.name) in replicas.records)
+            and _matches(vhost_pattern, queue.vhost.name) and _matches(queue_pattern, queue.name)]
+        for queue in queues:
+            key = (queue.vhost.name, queue.name)
+            leader = here if replicas is None else replicas.records[key].leader
+            by_node.setdefault(leader, []).append(_LedQueue(_log_length(replicas, key), queue))
+        for entries in by_node.values():
+            entries.sort(key=lambda entry: entry.length)
+        running = running_nodes(broker)
+        most = -(-len(queues) // len(running))  # MaxQueuesDesired
+        while await _move_one(broker, by_node, most, running):
+            pass
+        log.info("Finished queue rebalance operation")
+        return [Leaders(node, len(by_node[node])) for node in sorted(by_node, reverse=True)]
+    finally:
+        _rebalancing.discard(id(broker))
+
+
+def _log_length(replicas: Replicas | None, key: tuple[str, str]) -> int:
+    """The entries this node's replica of the queue holds (RabbitMQ's queue_length: its Ra
+    log's here, 0 without one)."""
+    held = None if replicas is None else replicas.led.get(key) or replicas.followed.get(key)
+    return 0 if held is None else held.log.end - held.log.first
+
+
+async def _move_one(broker: Broker, by_node: dict[str, list[_LedQueue]], most: int, running: set[str]) -> bool:
+    """maybe_migrate: the first node (by name) leading more than `most` whose shortest queue
+    was not tried yet has it moved, or marked not movable. False: nothing left to try."""
+    replicas = replicas_of(broker)
+    for node in sorted(by_node):
+        entries = by_node[node]
+        if len(entries) <= most or entries[0].tried:
+            continue
+        entry = entries.pop(0)
+        entry.tried = True
+        key = (entry.queue.vhost.name, entry.queue.name)
+        record = None if replicas is None else replicas.records.get(key)
+        candidates = [] if record is None else [n for n in record.members
+                                                if n != node and n in running and n in record.isr]
+        if replicas is None or not candidates:
+            by_node[node].append(entry)
+            return True
+        destination = min(candidates, key=lambda n: len(by_node.get(n, ())))
+        log.info("Migrating queue %s from node %s with %d queues to node %s with %d queues",
+                 entry.queue.describe(), node, len(entries) + 1, destination, len(by_node.get(destination, ())))
+
+        def moved(current: Record) -> Record | None:
+            if current.leader != node or destination not in current.isr or destination not in running_nodes(broker):
+                return None
+            return Record(current.members, destination, current.epoch + 1, current.isr)
+        try:
+            changed = await replicas.change_members(key, moved)
+        except AMQPError as err:
+            log.warning("Error migrating queue %s: %s", entry.queue.describe(), err)
+            changed = None
+        else:
+            if changed is None:
+                log.warning("Error migrating queue %s: its leader or in-sync members changed", entry.queue.describe())
+        if changed is None:
+            by_node[node].append(entry)
+        else:
+            log.info("Queue %s migrated to %s", entry.queue.describe(), destination)
+            by_node.setdefault(destination, []).append(entry)
+        return True
+    return False
 
 
 async def status(broker: Broker, vhost: str, name: str) -> list[dict[str, Any]]:

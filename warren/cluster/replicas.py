@@ -60,7 +60,7 @@ FIRST_EPOCH = 1
 RETRY = 0.5          # seconds between two looks at followers that are not linked
 FRAME_ENTRIES = 256  # entries shipped in one frame at most
 MAX_LAG = 10.0       # seconds a follower may stay behind before it leaves the ISR
-LINK_GRACE = 1.0     # seconds a leader's lost link may stay down before its followers elect
+LINK_GRACE = 0.1     # seconds a leader's lost link may stay down before its followers elect (a killed node's ends at once)
 PARK_GRACE = 10.0    # seconds a new leader keeps what consumers of running nodes held for them
 MACHINE_VERSION = 2  # (quorum_status's column: RabbitMQ 3.10's rabbit_fifo version)
 CHANGE_ATTEMPTS = 20  # transactions a change of a record's members tries before it gives up
@@ -521,13 +521,14 @@ class Replicas:
             stand_in.inherit(queue)
             self.broker.metadata.replace_queue(vhost_name, name, stand_in)
             stand_in.resume()
-            self._follow_log(key, record.leader, led.log, record.epoch)
+            self._follow(self._follow_log(key, record.leader, led.log, record.epoch))
             log.warning("%s: %s leads it now (epoch %d); following", key, record.leader, record.epoch)
             return
         if followed is not None:
             followed.leader = record.leader
             followed.state.knows(record.epoch)
             followed.state.leader_epoch = None
+            self._follow(followed)  # (at once: the new leader commits nothing without a majority)
         if isinstance(queue, RemoteQueue):
             queue.home = record.leader
         if isinstance(queue, RemoteQuorumQueue):
@@ -547,7 +548,9 @@ class Replicas:
             self._to_ship.discard(led)
             stream.leader = record.leader
             stream.follow()
-            self._follow_log(key, record.leader, led.log, record.epoch).stream = stream
+            followed = self._follow_log(key, record.leader, led.log, record.epoch)
+            followed.stream = stream
+            self._follow(followed)
             log.warning("%s: %s leads the stream now (epoch %d); following", key, record.leader, record.epoch)
             return
         if followed is None or followed.stream is None:
@@ -558,6 +561,7 @@ class Replicas:
             followed.leader = record.leader
             followed.state.knows(record.epoch)
             followed.state.leader_epoch = None
+            self._follow(followed)
             return
         del self.followed[key]
         log_ = followed.log
@@ -583,7 +587,7 @@ class Replicas:
     # ---------------------------------------------------------------- a follower's side
     def _follow(self, followed: Followed) -> None:
         peer = self.links.peer(followed.leader)
-        if not peer.up:
+        if not peer.up or followed.asking:
             return
         followed.asking = True
         vhost, name = followed.key

@@ -1,5 +1,5 @@
 """/api/quorum-queues/...: warrenctl's `rabbitmq-queues` verbs (quorum_status, add_member,
-delete_member, grow, shrink), on the control socket only (access.CONTROL_SOCKET): RabbitMQ's
+delete_member, grow, shrink, rebalance), on the control socket only (access.CONTROL_SOCKET): RabbitMQ's
 management API has no routes for them (its CLI calls rabbit_quorum_queue over Erlang
 distribution), so these are Warren's. The work is warren.cluster.queue_members'.
 
@@ -8,6 +8,9 @@ distribution), so these are Warren's. The work is warren.cluster.queue_members'.
 - POST /api/quorum-queues/grow {"node", "strategy", "vhost_pattern", "queue_pattern"} and
   POST /api/quorum-queues/shrink {"node"}: one {"vhost", "name", "size", "result"} per queue
   touched ("ok", or the error's name).
+- POST /api/quorum-queues/rebalance {"type", "vhost_pattern", "queue_pattern"}: one row per
+  node leading a queue rebalanced, RabbitMQ's columns ("Node name", "Number of quorum queues",
+  "Number of replicated classic queues"), in its order.
 
 A refusal is {"error": name, "reason": the CLI's text} (warrenctl prints the reason).
 """
@@ -24,7 +27,7 @@ from ..resources import read_body, require
 routes = web.RouteTableDef()
 
 _STATUS = {"not_found": 404, "node_not_running": 409, "last_node": 409, "no_in_sync_member": 409,
-           "timeout": 503}
+           "rebalance_in_progress": 409, "timeout": 503}
 
 
 def _refused(err: MembersError | AMQPError) -> ApiError:
@@ -101,3 +104,17 @@ async def shrink(request):
         return _outcomes(await queue_members.shrink(request.app["broker"], _text(body, "node")))
     except (MembersError, AMQPError) as err:
         raise _refused(err) from None
+
+
+@routes.post("/api/quorum-queues/rebalance")
+@access(CONTROL_SOCKET)
+async def rebalance(request):
+    body = await read_body(request)
+    require(body, "type")
+    try:
+        leaders = await queue_members.rebalance(request.app["broker"], _text(body, "type"),
+                                                _text(body, "vhost_pattern", ".*"), _text(body, "queue_pattern", ".*"))
+    except (MembersError, AMQPError) as err:
+        raise _refused(err) from None
+    return json_response([{"Node name": n.node, "Number of quorum queues": n.quorum,
+                           "Number of replicated classic queues": n.classic} for n in leaders])
