@@ -1,5 +1,5 @@
-"""A replicated stream under kill -9 of its leader, as RabbitMQ 3.10 goes through it: the
-surviving replicas elect a new leader at once, publishes through a surviving node go on being
+"""A replicated stream under kill -9 (and SIGSTOP) of its leader, as RabbitMQ 3.10 goes
+through it: the surviving replicas elect a new leader at once, publishes through a surviving node go on being
 confirmed (RabbitMQ sends what was in flight again to the new leader), consumers on the
 surviving nodes are not cancelled and read on. Jepsen's total-queue check (total_queue.py) over
 a few rounds of kills: every confirmed message is in the stream (lost 0), nothing is there that
@@ -12,8 +12,13 @@ The same tests run against a RabbitMQ 3.10 cluster with WARREN_TEST_RABBITMQ_CLU
 from __future__ import annotations
 
 import collections
+import signal
 import threading
 import time
+
+import pika
+import pika.exceptions
+import pytest
 
 from .members import RABBITMQ, Member, all_running, wait_for
 from .test_stream_replication import declare, placement, publish, read, shown  # noqa: F401  (the fixture)
@@ -142,3 +147,49 @@ def test_consumers_on_the_surviving_nodes_read_on_through_the_leaders_death(memb
     assert readers[0].got == readers[1].got
     print(f"first confirm {stall:.2f} s after the kill; {len(publisher.confirmed)} confirmed, "
           f"{len(readers[0].got)} read on each")
+
+
+@pytest.mark.skipif(RABBITMQ, reason="RabbitMQ sees a paused node only after its net_ticktime (60 s)")
+def test_a_leader_paused_past_its_lease_confirms_nothing_its_successor_lacks(members, declare):  # noqa: F811
+    """SIGSTOP of the stream's leader for longer than its lease (5 s): another member leads and
+    confirms meanwhile; a publish the paused leader reads once it runs again is either confirmed
+    and in the stream, or nacked (or its connection closed): never confirmed and missing; and
+    every replica then holds the same messages at the same offsets."""
+    a, b, c = members
+    declare(a, "sq-paused")
+    publish(a, "sq-paused", [b"before"])
+    connection = a.connect()
+    channel = connection.channel()
+    channel.confirm_delivery()
+    outcome: list[str] = []
+
+    def publish_while_paused() -> None:
+        try:
+            channel.basic_publish("", "sq-paused", b"while-paused")
+            outcome.append("confirmed")
+        except pika.exceptions.NackError:
+            outcome.append("nacked")
+        except Exception as err:  # (its connection closed: not confirmed)
+            outcome.append(f"closed: {err!r}")
+    a.signal(signal.SIGSTOP)
+    try:
+        thread = threading.Thread(target=publish_while_paused, daemon=True)
+        thread.start()
+        wait_for(lambda: shown(b, "sq-paused").get("node") not in (None, a.name), timeout=20, what="another leader")
+        publish(b, "sq-paused", [b"while-a-paused"])
+    finally:
+        a.signal(signal.SIGCONT)
+    thread.join(30)
+    assert outcome, "the publish was never answered"
+    publish(c, "sq-paused", [b"end"])
+    reads = {member.name: read(member, "sq-paused", b"end", timeout=30) for member in members}
+    first = reads[a.name]
+    assert all(got == first for got in reads.values()), reads
+    bodies = [body for _, body in first]
+    assert [offset for offset, _ in first] == list(range(len(first)))
+    assert b"before" in bodies and b"while-a-paused" in bodies
+    if outcome[0] == "confirmed":
+        assert b"while-paused" in bodies, "confirmed by the paused leader, and not in the stream"
+    print("outcome:", outcome, bodies)
+    if connection.is_open:
+        connection.close()
