@@ -111,7 +111,8 @@ class StreamQueue(Queue):
         policy_keys=frozenset({"max-length-bytes", "max-age", "stream-max-segment-size-bytes",
                                "queue-leader-locator", "initial-cluster-size"}),
         policy_wins=frozenset({"max-length-bytes", "max-age", "stream-max-segment-size-bytes"}),
-        server_named=False, durable_only=True, counts_unacked=False, members=True)
+        server_named=False, durable_only=True, counts_unacked=False, members=True,
+        nacked_when_out_of_reach=True)
 
     @classmethod
     def make_store(cls, persister: Persister | None, vhost: str, name: str, durable: bool,
