@@ -211,7 +211,8 @@ class Etcd:
                             raise EtcdError(f"{url}: watch canceled: {result.get('cancel_reason', '')}")
                         events = [Event(e.get("type") == "DELETE", _kv(e["kv"])) for e in result.get("events", ())]
                         yield int(result["header"]["revision"]), events
-                except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as err:
+                except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, RuntimeError) as err:
+                    # (RuntimeError: aiohttp's "Connection closed.", the session closed under it)
                     raise EtcdError(f"{url}: watch broke: {err.__class__.__name__} {err}") from err
             raise EtcdError(f"{url}: watch stream closed")
         raise Unavailable("no etcd endpoint answered: " + "; ".join(errors))
