@@ -310,6 +310,3 @@ class ReplicatedStream(Commits, ConsumerOffsets):
 
     def destroy(self) -> None:
         self.log.destroy()
-
-    def shutdown(self) -> None:
-        self.save_tracking()
