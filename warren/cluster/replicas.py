@@ -144,16 +144,13 @@ class Replicas:
             raise not_found("a replicated queue needs a data directory")
         return ReplicaLog(persister, persister.replica_dir(vhost, name), SEGMENT_SIZE, scanned)
 
-    @staticmethod
-    def replica_type(cmd: DeclareQueue) -> type | None:
-        """The queue type of this node's replica of a queue (None: the declared type's)."""
-        return ReplicatedStreamQueue if _is_stream(cmd) else None
-
-    def holds_replica(self, cmd: DeclareQueue) -> bool:
-        """Whether this node's queue is its own (a leader's, or a stream replica's) rather than
-        a stand-in of another node's."""
+    def replica(self, vhost: VHost, cmd: DeclareQueue) -> tuple[ReplicatedQueueStore | ReplicatedStream, type | None] | None:
+        """This node's own copy of a new replicated queue: its store and, if not its type's,
+        its class (a stream's replica); None when this node keeps a stand-in (stand_in)."""
         assert cmd.members is not None
-        return cmd.node == self.node or _is_stream(cmd) and self.node in cmd.members
+        if _is_stream(cmd):
+            return (self.stream_store(vhost, cmd), ReplicatedStreamQueue) if self.node in cmd.members else None
+        return (self.leader_store(vhost, cmd), None) if cmd.node == self.node else None
 
     def stream_store(self, vhost: VHost, cmd: DeclareQueue) -> ReplicatedStream:
         """A stream's replica on this member: led from here, or following its leader."""
@@ -167,9 +164,7 @@ class Replicas:
         self._declared(key, cmd)
         if cmd.node == self.node:
             stream.lead(epoch)
-            state = Leader(self.node, cmd.members, cmd.members, epoch, log_.history, log_.end, log_.end,
-                           time.monotonic())
-            self._lead(key, log_, stream, state)
+            self._lead(key, log_, stream, self._leader_state(replace(self.records[key], epoch=epoch), log_))
         else:
             self._follow_log(key, cmd.node, log_, FIRST_EPOCH).stream = stream
         return stream
@@ -182,11 +177,14 @@ class Replicas:
         # start, says which it leads in, if any.)
         epoch = max(FIRST_EPOCH, log_.history.last_epoch)
         store = ReplicatedQueueStore.recover(log_, epoch)
-        state = Leader(self.node, cmd.members, cmd.members, epoch, log_.history, log_.end, log_.end,
-                       time.monotonic())
         self._declared(key, cmd)
-        self._lead(key, log_, store, state)
+        self._lead(key, log_, store, self._leader_state(replace(self.records[key], epoch=epoch), log_))
         return store
+
+    def _leader_state(self, record: Record, log_: ReplicaLog) -> Leader:
+        """This node's bookkeeping as the leader the record names, over its log as it is."""
+        return Leader(self.node, record.members, record.isr, record.epoch, log_.history, log_.end, log_.durable,
+                      time.monotonic())
 
     def _declared(self, key: Key, cmd: DeclareQueue) -> None:
         """The queue's record as its declare makes it (etcd's, read at start or watched, wins)."""
@@ -486,8 +484,7 @@ class Replicas:
             self._stream_leader_changed(key, record, led, followed)
             return
         if record.leader == self.node and led is not None:  # (restarted, leading still: in the record's epoch)
-            led.state = Leader(self.node, record.members, record.isr, record.epoch, led.log.history, led.log.end,
-                               led.log.durable, time.monotonic())
+            led.state = self._leader_state(record, led.log)
             led.store.epoch = record.epoch
             return
         if record.leader == self.node and followed is not None:  # elected: the queue is here now
@@ -496,8 +493,7 @@ class Replicas:
             running = self.links.membership.running
             store = ReplicatedQueueStore.recover(
                 log_, record.epoch, lambda holder: (node := holder.partition("/")[0]) != lost and node in running)
-            state = Leader(self.node, record.members, record.isr, record.epoch, log_.history, log_.end, log_.durable,
-                           time.monotonic())
+            state = self._leader_state(record, log_)
             self._lead(key, log_, store, state)
             leader_queue = TYPES["quorum"](vhost, name, queue.durable, None, False, queue.arguments, store)
             leader_queue.members, leader_queue.incarnation = record.members, queue.incarnation
@@ -540,8 +536,7 @@ class Replicas:
         if led is not None:
             stream = cast(ReplicatedStream, led.store)
             if record.leader == self.node:  # (restarted, leading still: in the record's epoch)
-                led.state = Leader(self.node, record.members, record.isr, record.epoch, led.log.history,
-                                   led.log.end, led.log.durable, time.monotonic())
+                led.state = self._leader_state(record, led.log)
                 stream.lead(record.epoch)
                 return
             del self.led[key]
@@ -565,8 +560,7 @@ class Replicas:
             return
         del self.followed[key]
         log_ = followed.log
-        state = Leader(self.node, record.members, record.isr, record.epoch, log_.history, log_.end, log_.durable,
-                       time.monotonic())
+        state = self._leader_state(record, log_)
         stream.lead(record.epoch)
         self._lead(key, log_, stream, state)
         log.warning("%s: stream leader now (epoch %d)", key, record.epoch)

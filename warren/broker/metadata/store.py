@@ -40,21 +40,13 @@ class Replicas(Protocol):
     """A cluster member's replicated queues, as the cluster's layer keeps them
     (warren.cluster.replicas.Replicas)."""
 
-    def leader_store(self, vhost: VHost, cmd: c.DeclareQueue) -> Any:
-        """The store of a new replicated queue this node leads."""
-
     def stand_in(self, vhost: VHost, cmd: c.DeclareQueue) -> Any:
         """The stand-in of a new replicated queue another node leads (and, on one of its
         members, its replica here)."""
 
-    def holds_replica(self, cmd: c.DeclareQueue) -> bool:
-        """Whether this node's queue is its own (not a stand-in)."""
-
-    def replica_type(self, cmd: c.DeclareQueue) -> type | None:
-        """The class of this node's queue, if not its type's."""
-
-    def stream_store(self, vhost: VHost, cmd: c.DeclareQueue) -> Any:
-        """The store of a stream's replica here."""
+    def replica(self, vhost: VHost, cmd: c.DeclareQueue) -> tuple[Any, type | None] | None:
+        """This node's own copy of a new replicated queue: its store and, if not its type's,
+        its class; None when this node keeps a stand-in."""
 
     def removed(self, vhost: str, name: str) -> None:
         """A replicated queue was deleted: its replica here goes."""
@@ -256,14 +248,13 @@ class MetadataStore:
             queue_type = checked_type(vhost.name, cmd.name, cmd.durable, cmd.owner is not None, cmd.auto_delete,
                                       cmd.arguments)
             queue_type.check_store_arguments(cmd.arguments or {})  # (make_store's checks: the store is made here)
-            if not self.replicas.holds_replica(cmd):
+            replica = self.replicas.replica(vhost, cmd)
+            if replica is None:
                 q = self.replicas.stand_in(vhost, cmd)
                 vhost.add_queue(q)
                 return q, True
-            replica_type = self.replicas.replica_type(cmd)
-            store = self.replicas.leader_store(vhost, cmd) if replica_type is None else self.replicas.stream_store(vhost, cmd)
             q, created = vhost.declare_queue(cmd.name, cmd.durable, cmd.owner, cmd.auto_delete, cmd.arguments,
-                                             store, replica_type)
+                                             *replica)
             q.members, q.incarnation = cmd.members, cmd.incarnation
             return q, created
         if cmd.node not in (None, self.broker.config.node_name) and cmd.name not in vhost.queues:
