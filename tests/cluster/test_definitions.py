@@ -338,20 +338,23 @@ def test_limits_and_parameters_on_every_node(three):
                  what="the operator policy")
 
 
-def test_shovels_and_federation_are_refused_on_a_cluster(three):
+def test_shovel_and_federation_definitions_set_through_one_member_are_on_every_member(three):
+    """(Each shovel and link runs on one member: tests/cluster/test_links.py.)"""
     a = three[0]
     shovel = {"value": {"src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "dest-queue": "b"}}
-    answer = requests.put(a.api + "/parameters/shovel/%2F/s", json=shovel, auth=AUTH, timeout=30)
-    assert (answer.status_code, answer.json()) == (400, {
-        "error": "bad_request", "reason": "not supported on a Warren cluster yet, shovels: 's' was not set"})
+    assert requests.put(a.api + "/parameters/shovel/%2F/s", json=shovel, auth=AUTH, timeout=30).status_code == 201
     upstream = {"value": {"uri": "amqp://elsewhere"}}
     answer = requests.put(a.api + "/parameters/federation-upstream/%2F/up", json=upstream, auth=AUTH, timeout=30)
-    assert (answer.status_code, answer.json()["reason"]) == (
-        400, "not supported on a Warren cluster yet, federation: 'up' was not set")
+    assert answer.status_code == 201
     answer = requests.put(a.api + "/policies/%2F/fed", json={"pattern": "^f", "definition": {
         "federation-upstream-set": "all"}}, auth=AUTH, timeout=30)
-    assert (answer.status_code, answer.json()["reason"]) == (
-        400, "not supported on a Warren cluster yet, federation: policy 'fed' was not set")
+    assert answer.status_code == 201
+    for node in three:
+        parameters = requests.get(node.api + "/parameters", auth=AUTH, timeout=30).json()
+        assert sorted((p["component"], p["name"]) for p in parameters) == [("federation-upstream", "up"),
+                                                                            ("shovel", "s")], node.name
+        assert [p["name"] for p in requests.get(node.api + "/policies", auth=AUTH, timeout=30).json()] == ["fed"]
+    requests.delete(a.api + "/parameters/shovel/%2F/s", auth=AUTH, timeout=30)
 
 
 def test_a_new_member_takes_the_clusters_definitions_not_its_own_defaults(make_node):

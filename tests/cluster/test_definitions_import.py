@@ -148,31 +148,23 @@ def test_a_bad_file_fails_as_on_a_node_alone(three, make_broker, name):
         wait_for(lambda: shown(node) == expected, timeout=2, what=f"the same definitions on {node.name}")
 
 
-def test_what_a_cluster_cannot_do_yet_refuses_the_whole_file(three):
+def test_shovels_and_federation_are_imported_as_every_other_definition(three):
+    """(They run on one member each: tests/cluster/test_links.py.)"""
     a, b, c = three
-    refused = {
-        "vhosts": [{"name": "never"}],
-        "queues": [{"name": "cq", "vhost": "/", "arguments": {}},
-                   {"name": "qq", "vhost": "/", "durable": True, "arguments": {"x-queue-type": "quorum"}},
-                   {"name": "sq", "vhost": "/", "durable": True, "arguments": {"x-queue-type": "stream"}}],
+    answer = post(c, {
+        "queues": [{"name": "a", "vhost": "/", "durable": True, "arguments": {}},
+                   {"name": "b", "vhost": "/", "durable": True, "arguments": {}}],
         "parameters": [{"vhost": "/", "component": "shovel", "name": "sh", "value": {
                             "src-uri": "amqp://", "src-queue": "a", "dest-uri": "amqp://", "dest-queue": "b"}},
                        {"vhost": "/", "component": "federation-upstream", "name": "up",
                         "value": {"uri": "amqp://elsewhere"}}],
         "policies": [{"vhost": "/", "name": "fed", "pattern": "^f", "definition": {"federation-upstream-set": "all"}}],
-    }
-    answer = post(c, refused)
-    assert (answer.status_code, answer.json()) == (400, {"error": "bad_request", "reason": (
-        "not supported on a Warren cluster yet, shovels: 'sh' in vhost '/'; federation: 'up' in vhost '/', policy 'fed' in vhost '/': nothing was imported")})
-    # One of them alone is enough; the vhost-scoped import names them too.
-    answer = post(a, {"policies": [{"name": "fed2", "pattern": "^f", "definition": {"federation-upstream": "up"}}]},
-                  "/definitions/%2F")
-    assert (answer.status_code, answer.json()["reason"]) == (
-        400, "not supported on a Warren cluster yet, federation: policy 'fed2' in vhost '/': nothing was imported")
+    })
+    assert answer.status_code in (200, 201, 204), answer.text
     for node in three:
-        assert "never" not in [v["name"] for v in get(node, "/vhosts")]
-        assert [q["name"] for q in get(node, "/queues")] == []
-        assert get(node, "/parameters") == [] and get(node, "/policies") == []
+        wait_for(lambda: sorted((p["component"], p["name"]) for p in get(node, "/parameters")) == [
+            ("federation-upstream", "up"), ("shovel", "sh")], timeout=2, what=f"the parameters on {node.name}")
+        assert [p["name"] for p in get(node, "/policies")] == ["fed"]
 
 
 def test_quorum_queues_imported_are_placed_and_replicated_as_a_declare_on_the_importing_node(three):
@@ -279,5 +271,7 @@ def test_warrenctl_imports_through_a_node(three, tmp_path):
     path.write_text(json.dumps({"parameters": [{"vhost": "by-ctl", "component": "federation-upstream", "name": "up",
                                                 "value": {"uri": "amqp://elsewhere"}}]}))
     result = ctl(a, "import_definitions", str(path))
-    assert result.returncode != 0
-    assert "not supported on a Warren cluster yet, federation: 'up' in vhost 'by-ctl'" in result.stderr
+    assert result.returncode == 0, result.stderr
+    for node in three:
+        wait_for(lambda: [p["name"] for p in get(node, "/parameters/federation-upstream/by-ctl")] == ["up"],
+                 timeout=2, what=f"the upstream on {node.name}")

@@ -25,8 +25,6 @@ import pytest
 from conftest import EXTERNAL, start_broker
 from warrenctl_path import WARRENCTL
 
-pytestmark = pytest.mark.not_on_warren_cluster("shovels are refused on a Warren cluster for now (400)")
-
 RABBITMQCTL = os.environ.get("WARREN_TEST_RABBITMQCTL")
 TIMESTAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"  # rabbitmqctl's fmt_ts: every field zero-padded
 # The columns of a running shovel from a queue to a queue (a map's keys: alphabetical).

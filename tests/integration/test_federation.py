@@ -33,9 +33,7 @@ from conftest import EXTERNAL, free_port
 from .http_api import GUEST, HttpApi, q, wait_for
 
 MGMT = os.environ.get("WARREN_TEST_MGMT")
-pytestmark = [pytest.mark.skipif(bool(EXTERNAL) and not MGMT,
-                                 reason="the comparison RabbitMQ node has no management plugin"),
-              pytest.mark.not_on_warren_cluster("federation is refused on a Warren cluster for now (400)")]
+pytestmark = pytest.mark.skipif(bool(EXTERNAL) and not MGMT, reason="the comparison RabbitMQ node has no management plugin")
 
 PASSWORD = "fed-pw"
 # RabbitMQ's texts for a failed login and a vhost the user may not open, as the link's "error".

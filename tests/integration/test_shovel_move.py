@@ -28,9 +28,7 @@ from conftest import EXTERNAL
 from .http_api import HttpApi, q, wait_for
 
 MGMT = os.environ.get("WARREN_TEST_MGMT")
-pytestmark = [pytest.mark.skipif(bool(EXTERNAL) and not MGMT,
-                                 reason="the comparison RabbitMQ node has no management plugin"),
-              pytest.mark.not_on_warren_cluster("shovels are refused on a Warren cluster for now (400)")]
+pytestmark = pytest.mark.skipif(bool(EXTERNAL) and not MGMT, reason="the comparison RabbitMQ node has no management plugin")
 
 PASSWORD = "shovel-pw"
 

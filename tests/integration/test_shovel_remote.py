@@ -33,9 +33,7 @@ from .http_api import q
 from .test_shovel_move import (MGMT, Api, _status, api, connect, declare, drain, gone, publish,  # noqa: F401
                                put_shovel, ready, wait)
 
-pytestmark = [pytest.mark.skipif(bool(EXTERNAL) and not MGMT,
-                                 reason="the comparison RabbitMQ node has no management plugin"),
-              pytest.mark.not_on_warren_cluster("shovels are refused on a Warren cluster for now (400)")]
+pytestmark = pytest.mark.skipif(bool(EXTERNAL) and not MGMT, reason="the comparison RabbitMQ node has no management plugin")
 
 # Characters a URI must percent-encode, in the user's name and password.
 SECRET = "p@ss:w/rd%?#"

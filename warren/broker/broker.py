@@ -18,7 +18,7 @@ from . import federation, shovel
 
 if TYPE_CHECKING:
     from .records import ConnectionHandle
-    from .node import NodeLinks
+    from .node import LinkOwners, NodeLinks
     from .shovel_links import ShovelLinks
     from ..store.persister import Persister
 
@@ -56,6 +56,8 @@ class Broker:
     # A cluster member's links to the other members (warren.cluster.node_links), through
     # which the stand-ins of other nodes' queues reach them; None on a node alone.
     node_links: "NodeLinks | None" = None  # (warren.cluster.node_links.NodeLinks)
+    # Which member runs each shovel and federation link; None on a node alone (this one).
+    link_owners: "LinkOwners | None" = None  # (warren.cluster.link_owners.LinkOwners)
     # Writes what a reply promises before the reply leaves (definitions, message records).
     durability: Durability = field(init=False)
     # The queues that pressed their publishers during the read being handled (queue_flow.py).

@@ -23,7 +23,7 @@ from .links import ConnectionLink, ExclusiveOwner
 from .exchanges import TYPES
 from .policy import Policy, PolicyError
 from .metadata import change, commands
-from . import federation_upstreams, limits, missing_exchange, ops, parameters as runtime_parameters, queues, shovel
+from . import limits, missing_exchange, ops, parameters as runtime_parameters, queues
 
 if TYPE_CHECKING:
     from .node import Node
@@ -243,8 +243,7 @@ class ClusterImport:
     batch one entry every node applies (commands.Batch). Like a node alone's import (and
     RabbitMQ's), it is not atomic: what was imported before the first bad definition stays.
 
-    What a cluster cannot do yet (streams, shovels, federation) refuses the whole import
-    before anything is imported. A quorum queue is placed as a client's declare on the
+    A quorum queue is placed as a client's declare on the
     importing node places it (_Plan.replicas).
 
         for step in ClusterImport(broker, data, user).steps():
@@ -256,9 +255,6 @@ class ClusterImport:
     def __init__(self, broker: Node, data: dict, acting_user: str | None = None) -> None:
         if not isinstance(data, dict):
             raise DefinitionsError("definitions must be a JSON object")
-        refused = cluster_refusals(data)
-        if refused is not None:
-            raise DefinitionsError(refused)
         _check_queue_limits(broker, data)
         self.broker = broker
         self.data = data
@@ -306,43 +302,6 @@ class ClusterImport:
         _grant_creator(plan, self.broker, self.acting_user, self.created)
         if plan.commands:
             yield commands.Batch(tuple(plan.commands))
-
-
-def cluster_refusals(data: dict) -> str | None:
-    """Why a cluster cannot import these definitions yet (every definition it cannot: shovels
-    and federation links would run on every node), or None. The texts are the cluster's
-    (warren.cluster.metadata_log)."""
-    found: dict[str, list[str]] = {}
-
-    def listed(kind: str) -> list:
-        items = data.get(kind)
-        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
-
-    for p in listed("parameters"):
-        component = p.get("component")
-        if component == shovel.COMPONENT:
-            found.setdefault("shovels", []).append(_named(p))
-        elif component in federation_upstreams.COMPONENTS:
-            found.setdefault("federation", []).append(_named(p))
-        elif component == runtime_parameters.OPERATOR_POLICY and _federates(p.get("value"), "definition"):
-            found.setdefault("federation", []).append("operator policy " + _named(p))
-    for p in listed("policies"):
-        if _federates(p, "definition"):
-            found.setdefault("federation", []).append("policy " + _named(p))
-    if not found:
-        return None
-    return ("not supported on a Warren cluster yet, " + "; ".join(f"{what}: {', '.join(names)}"
-                                                               for what, names in found.items())
-            + ": nothing was imported")
-
-
-def _named(item: dict) -> str:
-    return f"'{item.get('name')}' in vhost '{item.get('vhost', '/')}'"
-
-
-def _federates(item, key: str) -> bool:
-    definition = item.get(key) if isinstance(item, dict) else None
-    return isinstance(definition, dict) and bool(federation_upstreams.POLICY_KEYS & definition.keys())
 
 
 def _load_vhost(sink, v) -> None:

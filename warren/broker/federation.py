@@ -34,6 +34,7 @@ from .exchanges.base import freeze
 from .federation_plan import ExchangePlan, QueuePlan
 from .federation_headers import bound_from, queue_link_header, should_forward, with_received_from
 from .federation_upstreams import Upstream, upstreams_for
+from .links import link_key
 from .policy import FEDERATION_KEYS
 from .shovel import Shovel
 from .shovel_config import Config
@@ -64,6 +65,10 @@ class FederationLink(Shovel):
         self.policy = policy
         self.upstream_vhost = ""
         self.error: str | None = None
+
+    @property
+    def link_key(self) -> str:
+        return link_key("federation", self.kind, self.vhost, self.target, self.upstream.name)
 
     def describe(self) -> str:
         return (f"Federation link for {self.kind} '{self.target}' in vhost '{self.vhost}' "
@@ -268,6 +273,14 @@ class QueueLink(FederationLink):
     def restarted(self) -> QueueLink:
         return QueueLink(self.broker, self.vhost, self.queue_name, self.upstream, self.policy)
 
+    def eligible(self) -> bool:
+        """Where the queue is served (on a cluster: a classic queue's home, a quorum queue's
+        leader), which knows its consumers' demand, as RabbitMQ runs the link on the queue's
+        node."""
+        vhost = self.broker.vhosts.get(self.vhost)
+        queue = vhost.queues.get(self.queue_name) if vhost is not None else None
+        return queue is not None and queue.writable_here
+
     def _open_source(self, links: ShovelLinks, endpoint: Network, opened: Opened) -> None:
         self.upstream_vhost = endpoint.vhost
         q = self.broker.vhosts[self.vhost].queues[self.queue_name]
@@ -387,9 +400,9 @@ def statuses(broker: Node, vhost: VHost | None = None) -> list[FederationLink]:
 
 def restart(broker: Node, vhost: VHost, link_id_: str) -> bool:
     """restart_federation_link: the link stops (keeping what it declared upstream) and
-    starts again."""
+    starts again; False if this node runs no such link (on a cluster, another member may)."""
     for key, link in list(vhost.federation_links.items()):
-        if link_id(link) == link_id_:
+        if link_id(link) == link_id_ and link.runs_here():
             link.stop(cleanup=False)
             fresh = vhost.federation_links[key] = link.restarted()
             fresh.start_soon()

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
 UPSTREAM = "federation-upstream"
 UPSTREAM_SET = "federation-upstream-set"
 COMPONENTS = (UPSTREAM, UPSTREAM_SET)
-POLICY_KEYS = frozenset(COMPONENTS)  # (a policy's keys that start federation links: a cluster refuses them)
 FEDERATION = "federation"  # a component the plugin registers that takes no parameter
 DEFAULT_PREFETCH = 1000  # rabbit_federation.hrl ?DEF_PREFETCH
 DIRECT_REFUSED = "names this broker (no host): Warren's federation links need an upstream on another broker"

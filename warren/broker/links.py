@@ -1,5 +1,6 @@
-"""How other objects name a connection: a channel's connection and an exclusive queue's
-owner, as data (so that a queue, a metadata command or another node can hold them)."""
+"""How other objects name a connection (a channel's connection and an exclusive queue's
+owner) and a cluster names a shovel or federation link, as data (so that a queue, a metadata
+command or another node can hold them)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
+from urllib.parse import quote
 
 
 class ConnectionLink(NamedTuple):
@@ -37,3 +39,9 @@ class ExclusiveOwner:
     @classmethod
     def new(cls, node: str, link: ConnectionLink) -> "ExclusiveOwner":
         return cls(node, next(_owner_ids), link)
+
+
+def link_key(*parts: str) -> str:
+    """A shovel's or federation link's name among the links a cluster's members run
+    (warren.cluster.link_owners): its parts, quoted (a name may hold a '/')."""
+    return "/".join(quote(part, safe="") for part in parts)

@@ -67,6 +67,19 @@ class NodeLinks(Protocol):
         first (rabbit_queue_location)."""
 
 
+class LinkOwners(Protocol):
+    """Which member of a cluster runs each shovel and federation link
+    (warren.cluster.link_owners.LinkOwners): one at a time, claimed in etcd."""
+
+    def want(self, link: Any) -> None:
+        """The link runs here once this member holds it (its begin())."""
+
+    def drop(self, link: Any) -> None:
+        """The link stopped for good here: another member may not take it over."""
+
+    def runs(self, link: Any) -> bool: ...
+
+
 class Node(Protocol):
     """One node: its configuration, counters, metadata (changed by commands, read through
     the tables below) and what runs on it."""
@@ -90,6 +103,10 @@ class Node(Protocol):
     @property
     def node_links(self) -> NodeLinks | None:  # (warren.cluster.node_links.NodeLinks)
         """A cluster member's links to the other members (None on a node alone)."""
+
+    @property
+    def link_owners(self) -> LinkOwners | None:
+        """Which member runs each shovel and federation link (None on a node alone: this one)."""
 
     @property
     def links(self) -> ShovelLinks | None:

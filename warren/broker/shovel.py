@@ -56,7 +56,7 @@ from .errors import AMQPError
 from .metadata.commands import ClearShovel, SetShovel
 from .names import server_named
 from .parameter_validation import binary, boolean, enum, invalid_uri, is_int, is_number, number, proplist
-from .links import ConnectionLink, ExclusiveOwner
+from .links import ConnectionLink, ExclusiveOwner, link_key
 from .shovel_config import DEFAULT_PREFETCH, DEFAULT_RECONNECT_DELAY, Config
 from .shovel_declarations import declare_local, queue_name
 from ..store.settlement import Settlement
@@ -335,14 +335,19 @@ def statuses(broker: Node) -> list[Shovel]:
 
 
 def restart(broker: Node, vhost: VHost, name: str) -> bool:
-    """DELETE /api/shovels/vhost/VHOST/NAME/restart: stop the worker and start it again."""
+    """DELETE /api/shovels/vhost/VHOST/NAME/restart: stop the worker and start it again;
+    False if this node does not run it (on a cluster, another member may)."""
     shovel = vhost.shovels.get(name)
-    if shovel is None:
+    if shovel is None or not shovel.runs_here():
         return False
     shovel.stop()
     fresh = vhost.shovels[name] = Shovel(broker, vhost.name, name, shovel.value, shovel.config)
     fresh.start_soon()
     return True
+
+
+def _raise(error: BaseException) -> None:
+    raise error
 
 
 def _local_time(t: time.struct_time | None = None) -> str:
@@ -418,9 +423,32 @@ class Shovel:
         return f"Shovel '{self.name}' in virtual host '{self.vhost}'"
 
     # -------------------------------------------------------------- lifecycle
+    @property
+    def link_key(self) -> str:
+        """Its name among the links a cluster's members run (warren.cluster.link_owners)."""
+        return link_key("shovel", self.vhost, self.name)
+
     def start_soon(self) -> None:
         """Start on the next loop tick (or when the loop starts): an import declares its
-        queues after its parameters."""
+        queues after its parameters. On a cluster, one member runs it: this one once it
+        holds it (Node.link_owners)."""
+        owners = self.broker.link_owners
+        if owners is None:
+            self.begin()
+        else:
+            owners.want(self)
+
+    def runs_here(self) -> bool:
+        """Whether this node runs it (a node alone runs all its shovels)."""
+        owners = self.broker.link_owners
+        return owners is None or owners.runs(self)
+
+    def eligible(self) -> bool:
+        """Whether this member may run it (any may run a shovel)."""
+        return True
+
+    def begin(self) -> None:
+        """Start here, on the next loop tick."""
         scheduler = self.broker.scheduler
         if scheduler is not None and not self.stopped:
             self._cancel_timer()
@@ -444,8 +472,7 @@ class Shovel:
         self.owner = ExclusiveOwner.new(self.broker.config.node_name,
                                         ConnectionLink(self.connection_name, "undefined", "undefined"))
         if isinstance(dest, Direct):
-            if self._attempt(lambda: self._init_local_dest(dest.vhost)):
-                self._dest_ready(src)
+            self._attempt(lambda: self._init_local_dest(dest.vhost, lambda: self._dest_ready(src)))
             return
 
         def dest_up(end: Any) -> None:
@@ -541,15 +568,19 @@ class Shovel:
             self._retry()
         self.broker.durability.flush()
 
-    def _init_local_dest(self, vhost_name: str) -> None:
+    def _init_local_dest(self, vhost_name: str, then: Callable[[], None]) -> None:
         c = self.config
         vhost = self.broker.vhosts.get(vhost_name)
         if vhost is None:
             raise _CannotConnect(f"access to target virtual host '{vhost_name}' was refused (it does not exist)")
-        self.dest_actor = ops.Actor(self.broker, SHOVEL_USER, vhost, self.owner, trusted=True)
-        declare_local(self.dest_actor, c.dest_declarations, self.declared_exclusive)
-        if c.dest_queue is not None:
-            self._ensure_queue(self.dest_actor, c.dest_queue, c.dest_queue_args)
+        actor = self.dest_actor = ops.Actor(self.broker, SHOVEL_USER, vhost, self.owner, trusted=True)
+
+        def declared(last: str) -> None:
+            if c.dest_queue is None:
+                then()
+            else:
+                self._ensure_queue(actor, c.dest_queue, c.dest_queue_args, lambda _: then())
+        declare_local(actor, c.dest_declarations, self.declared_exclusive, self._run, declared)
 
     def _init_local_source(self, vhost_name: str) -> None:
         c = self.config
@@ -557,25 +588,63 @@ class Shovel:
         if vhost is None:
             raise _CannotConnect(f"access to target virtual host '{vhost_name}' was refused (it does not exist)")
         src = self.src_actor = ops.Actor(self.broker, SHOVEL_USER, vhost, self.owner, trusted=True)
-        declared = declare_local(src, c.src_declarations, self.declared_exclusive)
-        if c.src_queue is not None:
-            if not c.static:  # (a static shovel's declarations alone make its queues)
-                self._ensure_queue(src, c.src_queue, c.src_queue_args)
-            queue = ops.readable_queue(src, queue_name(c.src_queue, declared))
+
+        def consume(queue: Any) -> None:
+            # What a passive declare says now, as RabbitMQ asks (the exchange's new queue: 0); of
+            # another member's queue, once its home has counted.
+            queue.counts_async(self._answered(lambda counts: self._consume_source(src, queue, counts[0])))
+
+        def declared(last: str) -> None:
+            if c.src_queue is not None:
+                def ensured(_: Any) -> None:
+                    consume(ops.readable_queue(src, queue_name(c.src_queue or "", last)))
+                if c.static:  # (a static shovel's declarations alone make its queues)
+                    ensured(None)
+                else:
+                    self._ensure_queue(src, c.src_queue, c.src_queue_args, ensured)
+                return
+
+            def made(result: tuple[Any, bool]) -> None:
+                queue = self.exclusive_queue = result[0]
+                self._run(ops.bind, (src, c.src_exchange, "queue", queue.name, c.src_exchange_key, {}),
+                          lambda _: consume(queue))
+            self._run(ops.declare_queue, (src, "", False, False, True), made)
+        declare_local(src, c.src_declarations, self.declared_exclusive, self._run, declared)
+
+    def _run(self, fn: Callable[..., Any], args: tuple, then: Callable[[Any], None]) -> None:
+        """Carry out one of ops' functions, then `then(result)`: at once, or, for an
+        Operation on a cluster member, once the cluster's log has its change (_answered)."""
+        log = self.broker.metadata.log
+        if log is None or not isinstance(fn, Operation):
+            then(fn(*args))
         else:
-            assert c.src_exchange is not None
-            queue, _ = ops.declare_queue(src, "", exclusive=True)
-            self.exclusive_queue = queue
-            ops.bind(src, c.src_exchange, "queue", queue.name, c.src_exchange_key, {})
-        # What a passive declare says now, as RabbitMQ asks (the exchange's new queue: 0).
-        if not self._source_started(queue.declare_ok_counts()[0]):
+            operation = fn
+            log.submit(lambda: operation.change(*args), self._answered(then))
+
+    def _answered(self, then: Callable[[Any], None]) -> Callable[[Any, BaseException | None], None]:
+        """What takes an answer (at once, or from the cluster's log or a queue's home on
+        another member) and carries on with `then(result)`, unless the start it belongs to
+        is over; an error as a failed step of the start. The shovel is not started again
+        meanwhile."""
+        attempt = self.attempts
+        self.connecting = True
+
+        def answered(result: Any, error: BaseException | None) -> None:
+            if attempt == self.attempts and not self.stopped:
+                self.connecting = False
+                self._attempt(lambda: then(result) if error is None else _raise(error))
+        return answered
+
+    def _consume_source(self, src: ops.Actor, queue: Any, length: int) -> None:
+        if not self._source_started(length):
             return
+        c = self.config
         no_ack = c.ack_mode == "no-ack"
         prefetch = 0 if no_ack else self.window
         consumer = ops.consume(src, queue.name, server_named("amq.ctag-"), no_ack, False, c.src_consumer_args,
                                prefetch, Credit(), self, self)  # (no channel-wide prefetch)
         self.queue, self.consumer = consumer.queue, consumer
-        queue.deliver_ready()
+        queue.consume_async(consumer, self._answered(lambda _: queue.deliver_ready()))
 
     def _source_started(self, queue_length: int) -> bool:
         """Both ends are up: running (False: nothing to move, the shovel deleted itself)."""
@@ -594,15 +663,17 @@ class Shovel:
         log.info("%s is running: from %s to %s", self.describe(), self._source_text(), self._dest_text())
         return True
 
-    def _ensure_queue(self, actor: ops.Actor, name: str, arguments: dict) -> None:
+    def _ensure_queue(self, actor: ops.Actor, name: str, arguments: dict, then: Callable[[Any], None]) -> None:
         """rabbit_shovel_parameters:ensure_queue: a passive declare, else a durable queue
-        with the given arguments."""
+        with the given arguments; then `then`."""
         try:
             ops.declare_queue(actor, name, passive=True)
         except AMQPError as err:
             if err.code != 404:
                 raise
-            ops.declare_queue(actor, name, durable=True, arguments=arguments)
+            self._run(ops.declare_queue, (actor, name, False, True, False, False, arguments), then)
+            return
+        then(None)
 
     def _source_text(self) -> str:
         c = self.config
@@ -627,6 +698,16 @@ class Shovel:
         self.stopped = True
         self._cancel_timer()
         self._halt()
+        owners = self.broker.link_owners
+        if owners is not None:
+            owners.drop(self)
+
+    def pause(self) -> None:
+        """Stop running here, for another member to run it (or this one again, later): as
+        stop(), and shown as starting until it runs here again."""
+        self._cancel_timer()
+        self._halt()
+        self.state, self.reason, self.timestamp = "starting", None, _local_time()
 
     def _halt(self) -> None:
         """Stop consuming (stop() or a failure)."""
@@ -727,6 +808,11 @@ class Shovel:
         else:
             consumer.unacked += 1
             queue.delivered(qm, False)
+            if self.remaining_unacked is not None and self.remaining_unacked <= 0:
+                # All it is to move is taken: what a queue of another member sent before it
+                # heard so goes back.
+                self._settle(qm, queue, consumer, ack=False)
+                return
         self.pending.append(qm)
         if self.remaining_unacked is not None:
             self.remaining_unacked -= 1

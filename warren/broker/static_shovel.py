@@ -42,6 +42,14 @@ class StaticShovel(Shovel):
     def describe(self) -> str:
         return f"Shovel '{self.name}'"
 
+    def start_soon(self) -> None:
+        """Every node runs its own config file's shovels, cluster or not (RabbitMQ's static
+        shovels are its node's shovel supervisor's children, the dynamic ones the cluster's)."""
+        self.begin()
+
+    def runs_here(self) -> bool:
+        return True
+
     def _forward_headers(self, fields: list) -> list:
         """rabbit_amqp091_shovel:add_forward_headers_fun of a static shovel."""
         info = [("shovelled-by", self.broker.cluster_name), ("shovel-type", "static"), ("shovel-name", self.name),

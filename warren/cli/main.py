@@ -188,12 +188,14 @@ def _node_name(name: str | None) -> str:
 
 def _cluster(broker: Broker, cluster: dict | None, listen: list[Listen], seed: list):
     """A cluster member's services (warren.cluster): its membership, its node links (to the
-    queues of other members, and theirs to its own) and the metadata log every change of
-    metadata goes through; None for a node alone."""
+    queues of other members, and theirs to its own), the metadata log every change of
+    metadata goes through, its replicated queues and which shovels and federation links it
+    runs; None for a node alone."""
     if cluster is None:
         return None
     from ..cluster.config import ClusterConfig
     from ..cluster.etcd import Etcd
+    from ..cluster.link_owners import LinkOwners
     from ..cluster.membership import Membership
     from ..cluster.metadata_log import MetadataLog
     from ..cluster.node_links import NodeLinks, advertised_host
@@ -220,7 +222,8 @@ def _cluster(broker: Broker, cluster: dict | None, listen: list[Listen], seed: l
     replicas.links = links
     metadata_log = MetadataLog(config, etcd, broker.metadata, seed)
     metadata_log.replicated = links.replicated
-    return membership, links, metadata_log, replicas
+    owners = broker.link_owners = LinkOwners(config, etcd)
+    return membership, links, metadata_log, replicas, owners
 
 
 def _raise_open_files_limit() -> None:

@@ -94,6 +94,10 @@ def absent(key: bytes) -> dict:
     return {"key": _b64(key), "target": "VERSION", "result": "EQUAL", "version": "0"}
 
 
+def value_is(key: bytes, value: bytes) -> dict:
+    return {"key": _b64(key), "target": "VALUE", "result": "EQUAL", "value": _b64(value)}
+
+
 def put_op(key: bytes, value: bytes, lease: int = 0) -> dict:
     return {"request_put": {"key": _b64(key), "value": _b64(value), "lease": str(lease)}}
 

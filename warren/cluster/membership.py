@@ -34,7 +34,7 @@ from ..broker.alarms import Alarms
 from ..broker.node_config import NodeConfig
 from .config import ClusterConfig
 from .etcd import Etcd, EtcdError, absent, delete_op, put_op
-from .tasks import cancelled
+from .tasks import cancelled, first_failure
 
 log = logging.getLogger("warren.cluster")
 
@@ -115,7 +115,7 @@ class Membership:
                 while self._stalled():  # (not running again until its disk is back)
                     await asyncio.sleep(RETRY)
                 await self._register()
-                await _all_or_none(self._renew(), self._follow(), self._publish_alarms())
+                await first_failure(self._renew(), self._follow(), self._publish_alarms())
             except EtcdError as err:
                 if self.error != str(err):
                     log.error("cluster %s: etcd: %s; trying again", self.config.cluster_name, err)
@@ -251,18 +251,6 @@ def _resources(record: dict) -> list[str]:
     """The alarms a running record lists (none in a record that lists none, or not as a list)."""
     alarms = record.get("alarms")
     return [a for a in alarms if isinstance(a, str)] if isinstance(alarms, list) else []
-
-
-async def _all_or_none(*aws: Any) -> None:
-    """Run the coroutines together until one fails; the others are then cancelled (gather
-    alone would leave them running into the next registration)."""
-    tasks = [asyncio.ensure_future(aw) for aw in aws]
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        for task in done:
-            task.result()  # (raises the failure)
-    finally:
-        await cancelled(*tasks)
 
 
 def _json(value: Any) -> bytes:

@@ -27,10 +27,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..broker.errors import internal_error, not_implemented
-from ..broker.federation_upstreams import POLICY_KEYS as FEDERATION_KEYS
-from ..broker.metadata.commands import (Batch, Command, DeclareQueue, DeleteQueue, SetFederationParameter,
-                                        SetPolicy, SetShovel)
+from ..broker.errors import internal_error
+from ..broker.metadata.commands import Command, DeleteQueue
 from ..broker.metadata import change
 from ..broker.metadata.change import Change, Done
 from ..broker.metadata.store import MetadataStore
@@ -148,11 +146,6 @@ class MetadataLog:
                 return
             except Exception as err:  # refused against the metadata as it is
                 _finish(proposal, None, err)
-                return
-            refusal = _not_yet(self.store, command)
-            if refusal is not None:
-                change.close()
-                _finish(proposal, None, not_implemented(refusal))
                 return
             proposal.id = f"{self.config.node_name}/{next(self._ids)}"
             entry = json.dumps({"node": self.config.node_name, "id": proposal.id,
@@ -293,22 +286,6 @@ class MetadataLog:
             _finish(proposal, result, error)
         else:
             self.replicated(revision, functools.partial(_finish, proposal, result, error))
-
-
-def _not_yet(store: MetadataStore, command: Command) -> str | None:
-    """What a cluster cannot do yet (and says so, rather than do it on each node alone):
-    shovels and federation, whose links would run on every node. A batch is refused whole
-    for the first of its commands refused."""
-    what = None
-    if isinstance(command, Batch):
-        return next(filter(None, (_not_yet(store, each) for each in command.commands)), None)
-    if isinstance(command, SetShovel):
-        what = f"shovels: '{command.name}' was not set"
-    elif isinstance(command, SetFederationParameter):
-        what = f"federation: '{command.name}' was not set"
-    elif isinstance(command, SetPolicy) and FEDERATION_KEYS & set(command.policy.definition):
-        what = f"federation: policy '{command.policy.name}' was not set"
-    return None if what is None else "not supported on a Warren cluster yet, " + what
 
 
 def _finish(proposal: _Proposal, result: Any, error: BaseException | None) -> None:

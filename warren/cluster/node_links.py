@@ -548,6 +548,13 @@ class NodeLinks:
                                  lambda meta, blobs: int(meta["closed"]))
         return sum(answers.values())
 
+    async def restart_link(self, kind: str, vhost: str, name: str) -> bool:
+        """Restart the shovel (kind "shovel", by name) or federation link ("federation", by
+        id) that another member runs: whether one did."""
+        answers = await self.ask({"op": "restart_link", "kind": kind, "vhost": vhost, "name": name},
+                                 lambda meta, blobs: bool(meta["restarted"]))
+        return any(answers.values())
+
     def _stopped(self, node: str) -> None:
         """A member stopped running: its transient and exclusive queues go (RabbitMQ deletes
         them when it sees their node go down); its durable ones stay, down until it is back.

@@ -21,7 +21,7 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any, cast
 
-from ..broker import ops
+from ..broker import federation, ops, shovel
 from ..broker.auth import User
 from ..broker.consumer import Consumer, check_consume_arguments
 from ..broker.credit import Credit
@@ -391,6 +391,17 @@ class HomeSession:
                 closed += 1
         return {"closed": closed}, ()
 
+    def _restart_link(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
+        """Restart a shovel or federation link if this node runs it (an API's restart through
+        another node)."""
+        vhost = self.broker.vhosts.get(str(meta["vhost"]))
+        restarted = False
+        if vhost is not None:
+            name = str(meta["name"])
+            restarted = (shovel.restart(self.broker, vhost, name) if meta["kind"] == "shovel"
+                         else federation.restart(self.broker, vhost, name))
+        return {"restarted": restarted}, ()
+
     # replicated queues (warren.cluster.replicas) -----------------------------------------
     def _replicas(self) -> Replicas:
         replicas = replicas_of(self.broker)
@@ -453,6 +464,7 @@ _HANDLERS = {
     "delete": HomeSession._delete, "stats": HomeSession._stats, "applied": HomeSession._applied,
     # (the management API's listings and closes, and the limits' counts)
     "usage": HomeSession._usage, "records": HomeSession._records, "close": HomeSession._close,
+    "restart_link": HomeSession._restart_link,
     "follow": HomeSession._follow, "ready": HomeSession._ready, "replica_ack": HomeSession._replica_ack,
     "quorum_status": HomeSession._quorum_status,
 }

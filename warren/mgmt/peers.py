@@ -13,7 +13,9 @@ A kind and its filter (`where`, field: value, all optional):
 - "connections": name, vhost, user;
 - "channels": name, vhost, connection (its connection's name); details: with consumer_details;
 - "consumers": vhost, queue (with vhost: that queue's consumers, its consumer_details);
-- "totals": one record, {connections, channels, consumers} of the node (the overview's).
+- "totals": one record, {connections, channels, consumers} of the node (the overview's);
+- "shovels", "federation-links": the statuses of those the node runs (one member runs each:
+  warren.cluster.link_owners).
 
 A consumer of another member that a queue here serves (warren.cluster.queue_home) is that
 member's to show, as its channel's: it is not listed here.
@@ -23,8 +25,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, cast
 
-from ..broker import shovel
+from ..broker import federation, shovel
 from .shapes import channel_json, connection_json, consumer_json
+from .stats import node_name
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from ..cluster.node_links import NodeLinks
 
 CONNECTIONS, CHANNELS, CONSUMERS, TOTALS = "connections", "channels", "consumers", "totals"
+SHOVELS, FEDERATION_LINKS = "shovels", "federation-links"
 
 
 def local(broker: Broker, kind: str, where: dict[str, Any]) -> list[dict[str, Any]]:
@@ -50,6 +54,10 @@ def local(broker: Broker, kind: str, where: dict[str, Any]) -> list[dict[str, An
         return [consumer_json(broker, c) for c in _consumers(broker, where.get("vhost"), where.get("queue"))]
     if kind == TOTALS:
         return [totals(broker)]
+    if kind == SHOVELS:
+        return [s.status(node_name(broker)) for s in shovel.statuses(broker) if s.runs_here()]
+    if kind == FEDERATION_LINKS:
+        return [link.link_status(node_name(broker)) for link in federation.statuses(broker) if link.runs_here()]
     raise ValueError(f"no records of kind {kind!r}")
 
 
@@ -110,6 +118,13 @@ async def close_elsewhere(request: web.Request, where: dict[str, Any], reason: s
     """Close the other members' connections that match `where` (name, user or vhost)."""
     links = _links(request.app["broker"])
     return 0 if links is None else await links.close_connections(where, reason)
+
+
+async def restart_elsewhere(request: web.Request, kind: str, vhost: str, name: str) -> bool:
+    """Restart the shovel ("shovel", by name) or federation link ("federation", by id) that
+    another member runs: whether one did."""
+    links = _links(request.app["broker"])
+    return links is not None and await links.restart_link(kind, vhost, name)
 
 
 def source(broker: Broker) -> Callable[[str, dict[str, Any]], list[dict[str, Any]]]:

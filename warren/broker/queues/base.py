@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ...store import MemoryQueueStore, QueueStore
 from ...store.queued_message import QueuedMessage
@@ -178,6 +178,16 @@ class Queue:
     def declare_ok_counts(self) -> tuple[int, int]:
         """(message_count, consumer_count) of a queue.declare-ok."""
         return self.message_count, self.consumer_count
+
+    def counts_async(self, done: Callable[[Any, BaseException | None], None]) -> None:
+        """declare_ok_counts() as the queue's node counts them, to `done(counts, error)` (a
+        queue of another node's asks it: warren.cluster.remote_queue)."""
+        done(self.declare_ok_counts(), None)
+
+    def consume_async(self, consumer: Consumer, done: Callable[[Any, BaseException | None], None]) -> None:
+        """`done(None, error)` once the queue's node has the consumer ops.consume added (at
+        once here; a queue of another node's checks it there and may refuse it)."""
+        done(None, None)
 
     @property
     def delete_ok_count(self) -> int:

@@ -20,12 +20,11 @@ static shovels are neither deleted nor restarted through the API).
 
 from aiohttp import web
 
-from .. import changes
+from .. import changes, peers
 from ...broker import shovel
 from ..access import MONITOR, ListFilter, access, is_admin, login_vhosts, visible
 from ..app import CONTROL_USER, not_found
 from ..resources import flush, list_response, vhost_or_404
-from ..stats import node_name
 
 routes = web.RouteTableDef()
 
@@ -43,47 +42,46 @@ def _own_vhosts(request, user) -> set:
 IN_OWN_VHOSTS = ListFilter(("vhost",), lambda user: user is CONTROL_USER, _own_vhosts)
 
 
-def _statuses(request, vhost=None) -> list:
-    broker = request.app["broker"]
-    node = node_name(broker)
-    statuses = [s.status(node) for s in shovel.statuses(broker)]
+async def _statuses(request, vhost=None) -> list:
+    """The shovels' statuses, of every running member on a cluster (each runs some)."""
+    statuses = await peers.listing(request, peers.SHOVELS)
     # (rabbit_shovel_mgmt:filter_vhost_req, on the JSON: a static shovel has no vhost)
     return [s for s in statuses if vhost is None or s.get("vhost") == vhost.name]
 
 
-def _found(request, vhost) -> None:
-    """404 unless the named shovel is one the user sees."""
+async def _found(request, vhost) -> list:
+    """The vhost's shovels; 404 unless the named shovel is one the user sees."""
     name = request.match_info["name"]
-    if not any(s["name"] == name for s in visible(request, _statuses(request, vhost))):
+    statuses = await _statuses(request, vhost)
+    if not any(s["name"] == name for s in visible(request, statuses)):
         raise not_found()
+    return statuses
 
 
 @routes.get("/api/shovels")
 @access(MONITOR, lists=IN_OWN_VHOSTS)
 async def list_all(request):
-    return list_response(request, _statuses(request))
+    return list_response(request, await _statuses(request))
 
 
 @routes.get("/api/shovels/{vhost}")
 @access(MONITOR, lists=IN_OWN_VHOSTS)
 async def list_vhost(request):
-    return list_response(request, _statuses(request, vhost_or_404(request)))
+    return list_response(request, await _statuses(request, vhost_or_404(request)))
 
 
 @routes.get("/api/shovels/vhost/{vhost}/{name}")
 @routes.get("/api/shovels/vhost/{vhost}/{name}/restart")
 @access(MONITOR, lists=IN_OWN_VHOSTS)
 async def get_one(request):
-    vhost = vhost_or_404(request)
-    _found(request, vhost)
-    return list_response(request, _statuses(request, vhost))
+    return list_response(request, await _found(request, vhost_or_404(request)))
 
 
 @routes.delete("/api/shovels/vhost/{vhost}/{name}")
 @access(MONITOR, lists=IN_OWN_VHOSTS)
 async def delete_one(request):
     vhost = vhost_or_404(request)
-    _found(request, vhost)
+    await _found(request, vhost)
     name = request.match_info["name"]
     await changes.perform(request, lambda: shovel.clear_shovel.change(request.app["broker"], vhost, name))
     flush(request)
@@ -94,6 +92,8 @@ async def delete_one(request):
 @access(MONITOR, lists=IN_OWN_VHOSTS)
 async def restart_one(request):
     vhost = vhost_or_404(request)
-    _found(request, vhost)
-    shovel.restart(request.app["broker"], vhost, request.match_info["name"])
+    await _found(request, vhost)
+    name = request.match_info["name"]
+    if not shovel.restart(request.app["broker"], vhost, name):
+        await peers.restart_elsewhere(request, "shovel", vhost.name, name)
     return web.Response(status=204)
