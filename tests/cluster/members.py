@@ -17,6 +17,9 @@ from integration.http_api import wait_for
 
 AUTH = ("guest", "guest")
 RABBITMQ = os.environ.get("WARREN_TEST_RABBITMQ_CLUSTER") == "1"
+# (the shovel and federation plugins for test_links.py)
+PLUGINS = ["rabbitmq_management", "rabbitmq_shovel", "rabbitmq_shovel_management", "rabbitmq_federation",
+           "rabbitmq_federation_management"]
 
 
 class Member:
@@ -110,10 +113,11 @@ class RabbitMQMember(Member):
 
 
 def rabbitmq_cluster():
-    """A three-node RabbitMQ cluster with the management plugin (started, to be stopped)."""
+    """A three-node RabbitMQ cluster with the management, shovel and federation plugins
+    (started, to be stopped)."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "tools"))
     import rabbitmq_node  # noqa: E402  (tools/ is no package)
-    return rabbitmq_node.RabbitMQCluster(3, plugins=["rabbitmq_management"]).start()
+    return rabbitmq_node.RabbitMQCluster(3, plugins=PLUGINS).start()
 
 
 def all_running(members: list[Member], timeout: float = 60) -> None:

@@ -34,9 +34,9 @@ class Link:
         return bool(self.calls) and self.calls[-1] == "begin"
 
 
-def owners(etcd, prefix: str, node: str, ttl: int = 2) -> LinkOwners:
+def owners(etcd, prefix: str, node: str, ttl: int = 2, linked=lambda node: True) -> LinkOwners:
     config = ClusterConfig(node, tuple(etcd.endpoints), key_prefix=prefix, liveness_ttl=ttl)
-    return LinkOwners(config, Etcd(list(config.endpoints)))
+    return LinkOwners(config, Etcd(list(config.endpoints)), linked)
 
 
 async def until(condition, timeout: float = 10.0) -> None:
@@ -128,4 +128,36 @@ def test_a_restart_on_the_member_that_runs_it_keeps_it_there(etcd):
         assert a.owners == {"r": "a@h"} and a.runs(fresh)
         await a.stop()
         await a.etcd.close()
+    asyncio.run(main())
+
+
+def test_a_holder_whose_node_link_ended_is_taken_over_at_once_and_stops_if_alive(etcd):
+    """A killed member's node links end at once: its links move without waiting for its lease;
+    were it alive after all, it sees its key taken and stops its own."""
+    async def main() -> None:
+        prefix = uuid.uuid4().hex
+        down: set[str] = set()
+        a = owners(etcd, prefix, "a@h", ttl=30)
+        b = owners(etcd, prefix, "b@h", ttl=30, linked=lambda node: node not in down)
+        la, lb = Link("t"), Link("t")
+        a.want(la)
+        await a.start()
+        await until(lambda: la.running)
+        b.want(lb)
+        await b.start()
+        await asyncio.sleep(1.0)
+        assert lb.calls == []
+        b.peer_lost("a@h")  # (a link that is back within the grace changes nothing)
+        await asyncio.sleep(1.5)
+        assert lb.calls == [] and la.running
+        down.add("a@h")
+        started = asyncio.get_running_loop().time()
+        b.peer_lost("a@h")
+        await until(lambda: lb.running and not la.running, timeout=5)
+        assert asyncio.get_running_loop().time() - started < 2.0
+        assert la.calls == ["begin", "pause"]
+        await a.stop()
+        await b.stop()
+        await a.etcd.close()
+        await b.etcd.close()
     asyncio.run(main())

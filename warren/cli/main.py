@@ -222,7 +222,8 @@ def _cluster(broker: Broker, cluster: dict | None, listen: list[Listen], seed: l
     replicas.links = links
     metadata_log = MetadataLog(config, etcd, broker.metadata, seed)
     metadata_log.replicated = links.replicated
-    owners = broker.link_owners = LinkOwners(config, etcd)
+    owners = broker.link_owners = LinkOwners(config, etcd, lambda node: links.peer(node).up)
+    links.on_peer_lost.append(owners.peer_lost)
     return membership, links, metadata_log, replicas, owners
 
 

@@ -8,9 +8,15 @@ its own, written by the first member to find it absent (a transaction), deleted 
 goes (LINGER later), and by etcd when the lease expires (the member died, stopped, or was cut off from etcd for
 the lease's TTL). Every member watches the keys and claims a link whose key went.
 
+A killed member's node links end at once: its links need not wait for its lease to expire.
+Once a member's link to the holder has stayed down LINK_GRACE, it takes the key over in a
+transaction on who holds it (RabbitMQ starts a dead node's child as soon as it sees the node
+down); a holder that is alive after all (cut off from this member only) sees its key change in
+its watch and stops its own.
+
 A member that has not renewed its lease stops its links before the lease can have expired (and
-again when etcd says it has), so a link runs on two members at once only for a renewal's round
-trip after a long pause: a stopped link gives back what it had not settled, at worst a message
+again when etcd says it has), so a link runs on two members at once only for a watch's or a
+renewal's round trip: a stopped link gives back what it had not settled, at worst a message
 goes twice; none is lost.
 
 A federated queue's link is claimed only where the queue is served (a classic queue's home, a
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Protocol
+from typing import Callable, Protocol
 
 from .config import ClusterConfig
 from .etcd import Etcd, EtcdError, absent, delete_op, put_op, value_is
@@ -31,6 +37,7 @@ log = logging.getLogger("warren.cluster")
 RETRY = 1.0     # seconds between two attempts to reach etcd
 RECHECK = 1.0   # seconds between two looks at which links may be claimed here (a queue's leader moves)
 MARGIN = 0.5    # seconds before the lease could expire that the links stop, unrenewed
+LINK_GRACE = 0.1  # seconds a lost node link to a holder may stay down before its links are taken over
 # Seconds a member keeps the key of a link that stopped for good here (its shovel or policy
 # went, or a shovel deleted itself) before deleting it: the other members apply that change
 # within milliseconds, and a member that has not yet would claim the link and start it again.
@@ -56,15 +63,17 @@ class Link(Protocol):
 class LinkOwners:
     """A service of a cluster member's server (start/stop), and the broker's `link_owners`."""
 
-    def __init__(self, config: ClusterConfig, etcd: Etcd):
+    def __init__(self, config: ClusterConfig, etcd: Etcd, linked: Callable[[str], bool] = lambda node: True):
         self.config = config
         self.etcd = etcd
+        self.linked = linked  # whether this member's node link to a member is up
         self.prefix = config.keys.root + b"links/"
         self.me = config.node_name
         self.wanted: dict[str, Link] = {}   # every link this member holds, by key
         self.owners: dict[str, str] = {}    # key -> the member holding it, as last read
         self.running: dict[str, Link] = {}  # the links this member runs
         self._leaving: dict[str, float] = {}  # key -> when to let go of a link that went here
+        self._unlinked: set[str] = set()  # members whose links to take over (their node link is down)
         self._lease = 0
         self._valid_until = 0.0             # loop time before which the lease cannot have expired
         self._expiry: asyncio.TimerHandle | None = None
@@ -102,6 +111,15 @@ class LinkOwners:
 
     def runs(self, link: Link) -> bool:
         return self.running.get(link.link_key) is link
+
+    def peer_lost(self, node: str) -> None:
+        """(NodeLinks.on_peer_lost) The node link to `node` ended: its links are taken over
+        unless it is back within LINK_GRACE."""
+        def unreachable() -> None:
+            if not self.linked(node):
+                self._unlinked.add(node)
+                self._wake.set()
+        asyncio.get_running_loop().call_later(LINK_GRACE, unreachable)
 
     # ------------------------------------------------------------------ the loop
     async def _run(self) -> None:
@@ -171,11 +189,14 @@ class LinkOwners:
     async def _place(self) -> None:
         """Claim the links this member may run and nobody holds, let go of those it runs and
         no longer holds or may run: on a change, and every RECHECK seconds."""
+        loop = asyncio.get_running_loop()
         while True:
+            # (a timer rather than wait_for: Python 3.11's wait_for can swallow the task's cancel)
+            recheck = loop.call_later(RECHECK, self._wake.set)
             try:
-                await asyncio.wait_for(self._wake.wait(), RECHECK)
-            except asyncio.TimeoutError:
-                pass
+                await self._wake.wait()
+            finally:
+                recheck.cancel()
             self._wake.clear()
             if asyncio.get_running_loop().time() >= self._valid_until - MARGIN:
                 continue  # (unrenewed: claim nothing)
@@ -195,6 +216,7 @@ class LinkOwners:
                     del self._leaving[key]
                     if key not in self.wanted:
                         await self._release(key)
+            unlinked, self._unlinked = self._unlinked, set()
             for key, link in list(self.wanted.items()):
                 if key in self.running or not link.eligible():
                     continue
@@ -203,10 +225,14 @@ class LinkOwners:
                     await self._claim(key, link)
                 elif owner == self.me:  # (still this member's, after its links stopped unrenewed)
                     self._begin(key, link)
+                elif owner in unlinked and not self.linked(owner):
+                    await self._claim(key, link, owner)
 
-    async def _claim(self, key: str, link: Link) -> None:
+    async def _claim(self, key: str, link: Link, holder: str | None = None) -> None:
+        """Claim a link nobody holds, or that `holder` holds (taken over)."""
         etcd_key = self.prefix + key.encode()
-        result = await self.etcd.txn([absent(etcd_key)], [put_op(etcd_key, self.me.encode(), self._lease)])
+        held = absent(etcd_key) if holder is None else value_is(etcd_key, holder.encode())
+        result = await self.etcd.txn([held], [put_op(etcd_key, self.me.encode(), self._lease)])
         if not result.succeeded:
             return  # (another member's: the watch tells whose)
         self.owners[key] = self.me

@@ -182,6 +182,8 @@ class Peer:
         replicas = replicas_of(self.links.broker)
         if replicas is not None:
             replicas.peer_lost(self.node)
+        for listener in self.links.on_peer_lost:
+            listener(self.node)
         requests, self.requests = self.requests, {}
         for done, _, meta in requests.values():
             done(None, self._down(meta))
@@ -422,6 +424,7 @@ class NodeLinks:
         self._server: asyncio.base_events.Server | None = None
         self._task: asyncio.Task | None = None
         self.records_source: RecordsSource | None = None  # (none while the API does not run here)
+        self.on_peer_lost: list[Callable[[str], None]] = []  # told of a member whose link to this one ended
         membership.on_stopped.append(self._stopped)
 
     def peer(self, node: str) -> Peer:
