@@ -39,6 +39,13 @@ def owners(etcd, prefix: str, node: str, ttl: int = 2, linked=lambda node: True)
     return LinkOwners(config, Etcd(list(config.endpoints)), linked)
 
 
+async def stopped(*members: LinkOwners) -> None:
+    """Stop the services (a clean stop: their leases revoked) and close their clients."""
+    for member in members:
+        await member.stop()
+        await member.etcd.close()
+
+
 async def until(condition, timeout: float = 10.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not condition():
@@ -63,9 +70,8 @@ def test_one_member_runs_a_link_and_another_takes_it_over_when_its_lease_expires
         started = asyncio.get_running_loop().time()
         await until(lambda: lb.running)
         assert 1.0 < asyncio.get_running_loop().time() - started < 6.0
-        await b.stop()
+        await stopped(b)
         await a.etcd.close()
-        await b.etcd.close()
     asyncio.run(main())
 
 
@@ -85,9 +91,8 @@ def test_a_stopped_member_lets_go_at_once_and_a_dropped_link_runs_nowhere(etcd):
         b.drop(lb)
         await until(lambda: not b.owners, timeout=5)  # (its key went)
         assert lb.calls == ["begin"]  # (a dropped link stops itself)
-        await b.stop()
+        await stopped(b)
         await a.etcd.close()
-        await b.etcd.close()
     asyncio.run(main())
 
 
@@ -106,10 +111,7 @@ def test_a_link_runs_only_where_it_is_eligible_and_moves_when_that_changes(etcd)
         la.may_run, lb.may_run = True, False  # (the queue's leader moved from b to a)
         await until(lambda: la.running and not lb.running, timeout=5)
         assert lb.calls == ["begin", "pause"]
-        await a.stop()
-        await b.stop()
-        await a.etcd.close()
-        await b.etcd.close()
+        await stopped(a, b)
     asyncio.run(main())
 
 
@@ -126,8 +128,7 @@ def test_a_restart_on_the_member_that_runs_it_keeps_it_there(etcd):
         assert fresh.calls == ["begin"] and a.runs(fresh)
         await asyncio.sleep(1.5)
         assert a.owners == {"r": "a@h"} and a.runs(fresh)
-        await a.stop()
-        await a.etcd.close()
+        await stopped(a)
     asyncio.run(main())
 
 
@@ -156,8 +157,27 @@ def test_a_holder_whose_node_link_ended_is_taken_over_at_once_and_stops_if_alive
         await until(lambda: lb.running and not la.running, timeout=5)
         assert asyncio.get_running_loop().time() - started < 2.0
         assert la.calls == ["begin", "pause"]
-        await a.stop()
-        await b.stop()
-        await a.etcd.close()
-        await b.etcd.close()
+        await stopped(a, b)
+    asyncio.run(main())
+
+
+def test_a_link_made_again_where_it_may_not_run_is_let_go_at_once(etcd):
+    """A federated queue deleted and made again on another member (a vhost deleted and its
+    definitions imported again): the old member lets go of its key, the new home claims it."""
+    async def main() -> None:
+        prefix = uuid.uuid4().hex
+        a, b = owners(etcd, prefix, "a@h", ttl=30), owners(etcd, prefix, "b@h", ttl=30)
+        old = Link("q")
+        a.want(old)
+        await a.start()
+        await until(lambda: old.running)
+        b.want(Link("q", eligible=False))
+        await b.start()
+        a.drop(old)
+        again_a, again_b = Link("q", eligible=False), Link("q")
+        a.want(again_a)
+        b.want(again_b)
+        await until(lambda: again_b.running, timeout=3)
+        assert again_a.calls == []
+        await stopped(a, b)
     asyncio.run(main())

@@ -562,7 +562,7 @@ class Shovel:
         left = [u for u in (self._untried[side] or uris) if u != uri]
         self._untried[side] = left
         if left:
-            self.start_soon()
+            self.begin()
         else:
             log.error("%s has no more URIs to try for connection", self.describe())
             self._retry()

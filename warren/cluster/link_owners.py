@@ -74,6 +74,7 @@ class LinkOwners:
         self.running: dict[str, Link] = {}  # the links this member runs
         self._leaving: dict[str, float] = {}  # key -> when to let go of a link that went here
         self._unlinked: set[str] = set()  # members whose links to take over (their node link is down)
+        self._read = False  # whether `owners` is etcd's, read since the lease was granted
         self._lease = 0
         self._valid_until = 0.0             # loop time before which the lease cannot have expired
         self._expiry: asyncio.TimerHandle | None = None
@@ -94,7 +95,7 @@ class LinkOwners:
         once if this member runs its key already."""
         key = link.link_key
         self.wanted[key] = link
-        if key in self.running and self.running[key] is not link:  # (a restart, here)
+        if key in self.running and self.running[key] is not link and link.eligible():  # (a restart, here)
             self.running[key] = link
             link.begin()
             return
@@ -129,6 +130,7 @@ class LinkOwners:
                 asked = asyncio.get_running_loop().time()
                 self._lease = await self.etcd.grant(self.config.liveness_ttl)
                 self._renewed(asked, self.config.liveness_ttl)
+                self._read = False  # (what it knew of the keys may be old: nothing is placed until read again)
                 await first_failure(self._renew(), self._follow(), self._place())
             except EtcdError as err:
                 log.warning("cluster %s: links: etcd: %s; their keys are claimed again", self.config.cluster_name,
@@ -174,6 +176,9 @@ class LinkOwners:
     async def _follow(self) -> None:
         revision, kvs = await self.etcd.get(self.prefix, prefix=True)
         self.owners = {kv.key[len(self.prefix):].decode(): kv.value.decode() for kv in kvs}
+        for key in [key for key in self.running if self.owners.get(key) != self.me]:
+            self.running.pop(key).pause()  # (another member's now)
+        self._read = True
         self._wake.set()
         async for revision, events in self.etcd.watch(self.prefix, revision + 1, prefix=True):
             for event in events:
@@ -184,7 +189,7 @@ class LinkOwners:
                 else:
                     self.owners[key] = event.kv.value.decode()
                 if self.owners.get(key) != self.me and key in self.running:
-                    self.running.pop(key).pause()  # (its lease expired under it: claimed elsewhere)
+                    self.running.pop(key).pause()  # (taken over, or its lease expired under it)
 
     async def _place(self) -> None:
         """Claim the links this member may run and nobody holds, let go of those it runs and
@@ -198,9 +203,9 @@ class LinkOwners:
             finally:
                 recheck.cancel()
             self._wake.clear()
-            if asyncio.get_running_loop().time() >= self._valid_until - MARGIN:
-                continue  # (unrenewed: claim nothing)
-            now = asyncio.get_running_loop().time()
+            now = loop.time()
+            if now >= self._valid_until - MARGIN or not self._read:
+                continue  # (unrenewed, or the keys not read yet: claim nothing)
             for key, link in list(self.running.items()):
                 wanted = self.wanted.get(key) is link
                 if wanted and link.eligible():
@@ -218,13 +223,18 @@ class LinkOwners:
                         await self._release(key)
             unlinked, self._unlinked = self._unlinked, set()
             for key, link in list(self.wanted.items()):
-                if key in self.running or not link.eligible():
+                if key in self.running:
                     continue
-                owner = self.owners.get(key)
-                if owner is None:
+                owner, eligible = self.owners.get(key), link.eligible()
+                if owner == self.me:  # (still this member's: stopped unrenewed, or made again)
+                    if eligible:
+                        self._begin(key, link)
+                    else:  # (a queue made again elsewhere: its home runs its link)
+                        await self._release(key)
+                elif not eligible:
+                    continue
+                elif owner is None:
                     await self._claim(key, link)
-                elif owner == self.me:  # (still this member's, after its links stopped unrenewed)
-                    self._begin(key, link)
                 elif owner in unlinked and not self.linked(owner):
                     await self._claim(key, link, owner)
 

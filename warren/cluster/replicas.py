@@ -199,6 +199,7 @@ class Replicas:
         self.led[key] = led
         if isinstance(store, ReplicatedStream):  # (readers wait for nothing its disk and majority hold)
             self._committed(led, state.synced(log_.durable))
+            store.on_retention = lambda: self._release(led) if self.led.get(led.key) is led else None
         return led
 
     def stand_in(self, vhost: VHost, cmd: DeclareQueue) -> RemoteQueue:
@@ -267,7 +268,8 @@ class Replicas:
         self._resume_orphans()
         now = time.monotonic()
         for led in list(self.led.values()):
-            self._release(led)
+            if isinstance(led.store, ReplicatedQueueStore):  # (a stream's retention applies at a new segment)
+                self._release(led)
             lagging = led.state.lagging(now, MAX_LAG)
             if lagging:
                 await self._change_isr(led, tuple(n for n in led.state.isr if n not in lagging), lagging)

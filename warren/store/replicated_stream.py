@@ -161,6 +161,7 @@ class ReplicatedStream(Commits, ConsumerOffsets):
         self.max_age_ms: int | None = None
         self._chunk_batch: object = None  # the group commit the open chunk's appends join
         self.chunks = chunks
+        self.on_retention: Callable[[], None] = lambda: None  # (the leader's: its retention changed)
 
     # ------------------------------------------------------------------ leading, following
     def lead(self, epoch: int) -> None:
@@ -282,10 +283,11 @@ class ReplicatedStream(Commits, ConsumerOffsets):
     def set_retention(self, max_bytes: int | None, max_age_ms: int | None, max_segment_size: int | None) -> None:
         self.max_bytes, self.max_age_ms = max_bytes, max_age_ms
         self.log.segment_size = max_segment_size or DEFAULT_SEGMENT_SIZE
+        self.on_retention()  # (as osiris evaluates a changed retention at once)
 
     def apply_retention(self) -> int:
         """(The leader's replicas service releases what release_cursor allows, on every
-        replica, twice a second.)"""
+        replica, when a new segment starts and when the retention changes.)"""
         return 0
 
     def release_cursor(self) -> int:
