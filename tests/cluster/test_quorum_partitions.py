@@ -109,6 +109,21 @@ class PartitionedCluster:
             broker.stop(signal.SIGKILL)
 
 
+def publishers_around(a, b, c, netns: Netns, queue: str) -> tuple[Publisher, Publisher]:  # noqa: F811
+    """Publishers to `queue`, started: through a and b (outside), and from inside c's namespace
+    through c. (The inside one's publishes are not mandatory: one c cannot get to the queue's
+    leader must be nacked, as RabbitMQ nacks a replicated queue's publish whose leader is out of
+    reach, never confirmed as if it had been routed nowhere.)"""
+    outside = Publisher([a, b], queue)
+    inside = Publisher([c], queue, base=10_000_000, enter=netns.enter, mandatory=False,
+                       params=lambda _: pika.ConnectionParameters(
+                           "127.0.0.1", c.port, credentials=pika.PlainCredentials("guest", "guest"),
+                           socket_timeout=5, blocked_connection_timeout=5))
+    outside.start()
+    inside.start()
+    return outside, inside
+
+
 def partition_the_leader(make_etcd, netns: Netns, etcd_apart: bool) -> None:  # noqa: F811
     """c leads the queue; publishers go through a and b (outside) and, from inside c's
     namespace, through c; c is cut off for 14 s (past its lease, and past the silence that ends
@@ -120,16 +135,7 @@ def partition_the_leader(make_etcd, netns: Netns, etcd_apart: bool) -> None:  # 
             wait_for(lambda: nodes(broker) == dict.fromkeys(NAMES, True), timeout=20, what="three running")
         declare(c, "qq-cut")
         wait_for(lambda: all_online((a, b, c), "qq-cut") and leader(a, "qq-cut") == c.name, what="c leading")
-        outside = Publisher([a, b], "qq-cut")
-        # (not mandatory: a publish c cannot get to the queue's leader must be nacked, as
-        # RabbitMQ nacks a quorum queue's publish whose leader is out of reach, never confirmed
-        # as if it had been routed nowhere)
-        inside = Publisher([c], "qq-cut", base=10_000_000, enter=netns.enter, mandatory=False,
-                           params=lambda _: pika.ConnectionParameters(
-                               "127.0.0.1", c.port, credentials=pika.PlainCredentials("guest", "guest"),
-                               socket_timeout=5, blocked_connection_timeout=5))
-        outside.start()
-        inside.start()
+        outside, inside = publishers_around(a, b, c, netns, "qq-cut")
         wait_for(lambda: len(outside.confirmed) > 50 and len(inside.confirmed) > 50, timeout=20,
                  what="confirms through every node")
         cut = time.monotonic()

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import time
 
-import pika
 import requests
 
 from .members import Member, wait_for
 from .test_membership import nodes
 from .test_metadata_faults import netns  # noqa: F401  (the fixture)
-from .test_quorum_partitions import NAMES, PartitionedCluster, no_tracebacks
+from .test_quorum_partitions import NAMES, PartitionedCluster, no_tracebacks, publishers_around
 from .test_stream_faults import ids
 from .test_stream_replication import STREAM, publish, read, shown
-from .total_queue import Publisher, check
+from .total_queue import check
 
 
 class Reached(Member):
@@ -58,15 +57,7 @@ def test_a_partitioned_stream_leader_is_replaced_confirms_nothing_alone_and_rejo
         connection.close()
         wait_for(lambda: all(placed(m, "sq-cut") == (c.name, NAMES) for m in (a, b, c)), timeout=20,
                  what="c leading, every replica online")
-        outside = Publisher([a, b], "sq-cut")
-        # (not mandatory: a publish c cannot replicate must be nacked, never confirmed as if it
-        # had been routed nowhere)
-        inside = Publisher([c], "sq-cut", base=10_000_000, enter=netns.enter, mandatory=False,
-                           params=lambda _: pika.ConnectionParameters(
-                               "127.0.0.1", c.port, credentials=pika.PlainCredentials("guest", "guest"),
-                               socket_timeout=5, blocked_connection_timeout=5))
-        outside.start()
-        inside.start()
+        outside, inside = publishers_around(a, b, c, netns, "sq-cut")
         wait_for(lambda: len(outside.confirmed) > 50 and len(inside.confirmed) > 50, timeout=20,
                  what="confirms through every node")
         cut = time.monotonic()
