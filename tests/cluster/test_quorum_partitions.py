@@ -110,8 +110,8 @@ class PartitionedCluster:
 
 
 def publishers_around(a, b, c, netns: Netns, queue: str) -> tuple[Publisher, Publisher]:  # noqa: F811
-    """Publishers to `queue`, started: through a and b (outside), and from inside c's namespace
-    through c. (The inside one's publishes are not mandatory: one c cannot get to the queue's
+    """Publishers to `queue`, started and confirming: through a and b (outside), and from
+    inside c's namespace through c. (The inside one's publishes are not mandatory: one c cannot get to the queue's
     leader must be nacked, as RabbitMQ nacks a replicated queue's publish whose leader is out of
     reach, never confirmed as if it had been routed nowhere.)"""
     outside = Publisher([a, b], queue)
@@ -121,6 +121,8 @@ def publishers_around(a, b, c, netns: Netns, queue: str) -> tuple[Publisher, Pub
                            socket_timeout=5, blocked_connection_timeout=5))
     outside.start()
     inside.start()
+    wait_for(lambda: len(outside.confirmed) > 50 and len(inside.confirmed) > 50, timeout=20,
+             what="confirms through every node")
     return outside, inside
 
 
@@ -136,8 +138,6 @@ def partition_the_leader(make_etcd, netns: Netns, etcd_apart: bool) -> None:  # 
         declare(c, "qq-cut")
         wait_for(lambda: all_online((a, b, c), "qq-cut") and leader(a, "qq-cut") == c.name, what="c leading")
         outside, inside = publishers_around(a, b, c, netns, "qq-cut")
-        wait_for(lambda: len(outside.confirmed) > 50 and len(inside.confirmed) > 50, timeout=20,
-                 what="confirms through every node")
         cut = time.monotonic()
         netns.cut()
         severed = time.monotonic()  # (`ip` took a while: the link is down from here at the latest)

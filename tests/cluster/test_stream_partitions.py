@@ -58,8 +58,6 @@ def test_a_partitioned_stream_leader_is_replaced_confirms_nothing_alone_and_rejo
         wait_for(lambda: all(placed(m, "sq-cut") == (c.name, NAMES) for m in (a, b, c)), timeout=20,
                  what="c leading, every replica online")
         outside, inside = publishers_around(a, b, c, netns, "sq-cut")
-        wait_for(lambda: len(outside.confirmed) > 50 and len(inside.confirmed) > 50, timeout=20,
-                 what="confirms through every node")
         cut = time.monotonic()
         netns.cut()
         severed = time.monotonic()  # (`ip` took a while: the link is down from here at the latest)
