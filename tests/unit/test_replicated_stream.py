@@ -117,6 +117,23 @@ def test_retention_gives_the_cursor_below_which_whole_segments_go(tmp_path):
     assert reader.take(100)[0][0] == stream.first_offset == stream.log.first
 
 
+def test_chunks_within_one_grain_age_with_the_first_of_them(tmp_path):
+    """Chunks appended faster than the grain are known by the first's time: a later chunk (CI
+    found it) must not make them look as young as itself."""
+    persister, stream = open_stream(tmp_path, segment_size=400)
+    for n in range(12):  # (each its own chunk, all within one grain: one index entry)
+        stream.append(message(n))
+        persister.flush()
+    time.sleep(0.3)
+    stream.append(message(12))
+    persister.flush()
+    stream.commit(13)
+    segments = stream.log.segments
+    assert len(segments) >= 3 and len(stream.chunks.stamps) == 2
+    stream.set_retention(None, 200, 400)
+    assert stream.release_cursor() == segments[-1].first  # (all but the newest, which must stay)
+
+
 def test_record_batches_are_the_payloads_as_stored(tmp_path):
     persister, stream = open_stream(tmp_path)
     for n in range(5):

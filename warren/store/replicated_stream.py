@@ -76,13 +76,11 @@ class ChunkIndex:
         return bisect.bisect_left(self.offsets, offset)
 
     def newest_before(self, offset: int) -> float:
-        """No chunk that starts below `offset` is newer than this: the first indexed chunk's
-        time at or after it or, with none, the newest indexed one's and the grain (a chunk is
-        left out only within STAMP_GRAIN of the one before it); infinity with none at all."""
+        """No chunk that starts below `offset` is newer than this: the time of the last indexed
+        chunk below it and the grain (a chunk is left out only within STAMP_GRAIN of the last
+        one indexed before it); infinity with no indexed chunk below it."""
         i = self.at_or_after(offset)
-        if i < len(self.stamps):
-            return self.stamps[i]
-        return self.stamps[-1] + STAMP_GRAIN if self.stamps else float("inf")
+        return self.stamps[i - 1] + STAMP_GRAIN if i else float("inf")
 
     def truncated(self, cut: int) -> None:
         i = self.at_or_after(cut)
