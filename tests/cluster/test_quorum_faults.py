@@ -15,7 +15,7 @@ import requests
 
 from .test_definitions import three  # noqa: F401  (the fixture)
 from .test_membership import wait_for
-from .total_queue import AUTH, QQ, Publisher, check, leader, read_all
+from .total_queue import AUTH, QQ, Consumer, Publisher, check, leader, read_all
 
 ROUNDS = 20
 
@@ -57,6 +57,44 @@ def test_kill_9_of_the_leader_round_after_round_loses_nothing(three, make_node):
     outcome = check([publisher], read_all(nodes[0], "qq-torture"), at_least=ROUNDS * 10)
     print(f"{outcome}, stalls: "
           f"max {max(stalls):.1f} s, mean {sum(stalls) / len(stalls):.1f} s")
+
+
+def test_a_leader_stopped_under_its_own_consumer_hands_nothing_out_twice_as_new(three, make_node):  # noqa: F811
+    """Round after round, the leader stopped (SIGTERM) while a consumer connected to it takes
+    and acks messages as fast as they come: what it was handed before the stop and gets again
+    says it is a redelivery (the stopping node closes its clients before its node links, so
+    their last deliveries and acks reach the followers; CI's rolling restart found it did not)."""
+    nodes = list(three)
+    connection = pika.BlockingConnection(nodes[0].pika_params())
+    connection.channel().queue_declare("qq-stopped", durable=True, arguments=QQ)
+    connection.close()
+    publisher = Publisher(nodes[1:], "qq-stopped")
+    publisher.start()
+    consumers = []
+    try:
+        for _ in range(3):
+            wait_for(lambda: time.monotonic() - publisher.last_confirm < 0.5 and len(publisher.confirmed) > 100,
+                     timeout=30, what="confirms flowing")
+            name = next(filter(None, (leader(node, "qq-stopped") for node in nodes)))
+            victim = next(node for node in nodes if node.name == name)
+            consumer = Consumer([victim], "qq-stopped", prefetch=200)
+            consumers.append(consumer)
+            consumer.start()
+            wait_for(lambda: sum(consumer.got.values()) > 300, timeout=30, what="the consumer taking messages")
+            victim.proc.send_signal(signal.SIGTERM)
+            assert victim.proc.wait(20) == 0, victim.log()[-3000:]
+            consumer.finish()
+            back = make_node(victim.name, data_dir=victim.data_dir, port=victim.port, dist_port=victim.dist_port)
+            nodes[nodes.index(victim)] = back
+            wait_for(lambda: all(sorted(requests.get(f"{node.api}/queues/%2F/qq-stopped", auth=AUTH, timeout=5)
+                                        .json().get("online", [])) == sorted(n.name for n in nodes) for node in nodes),
+                     timeout=30, what="the stopped node back online")
+    finally:
+        publisher.finish()
+        for consumer in consumers:
+            consumer.finish()
+    outcome = check([publisher], read_all(nodes[0], "qq-stopped"), consumers=tuple(consumers), at_least=300)
+    print(f"{outcome}; {sum(sum(c.redelivered.values()) for c in consumers)} redelivered to the consumers")
 
 
 def test_a_leader_paused_past_its_lease_never_confirms_what_the_queue_lacks(three):  # noqa: F811

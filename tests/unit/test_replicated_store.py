@@ -121,6 +121,31 @@ def test_what_a_surviving_holder_held_stays_parked_for_it(tmp_path):
     assert {h: sorted(held) for h, held in again.parked.items()} == {"b/run/1": [1], "c/run/2": [4]}
 
 
+def test_what_a_holder_was_handed_after_the_last_entry_here_is_taken_back_not_delivered_anew(tmp_path):
+    """The old leader handed ids 1 and 2 to a consumer and died before their DELIVERED entry
+    reached this replica: when the consumer re-attaches saying it holds them, they leave the
+    ready ones (fresh or returned) as its own, counted, and a further replay parks them."""
+    persister, store = open_store(tmp_path)
+    for seq in range(1, 7):
+        publish(store, seq)
+    returned = store.pop()
+    store.delivered(returned, "")
+    store.requeue(returned)  # (id 0 back ahead of the fresh ones)
+    persister.sync_now()
+    replayed = ReplicatedQueueStore.recover(ReplicaLog(persister, str(tmp_path / "q")), epoch=2)
+    ready_bytes = replayed.ready_bytes
+    taken = replayed.take_back("b/run/1", [0, 2, 3, 99])
+    assert sorted(taken) == [0, 2, 3] and all(qm.deliveries >= 1 for qm in taken.values())
+    assert bodies(replayed) == [b"body-2", b"body-5", b"body-6"]
+    assert replayed.ready_bytes == ready_bytes - sum(len(qm.message.body) for qm in taken.values())
+    assert replayed.take_back("b/run/1", [2, 3]) == {}  # (no longer ready)
+    persister.sync_now()
+    again = ReplicatedQueueStore.recover(ReplicaLog(persister, str(tmp_path / "q")), epoch=3,
+                                         keep=lambda holder: True)
+    assert {h: sorted(held) for h, held in again.parked.items()} == {"b/run/1": [0, 2, 3]}
+    assert bodies(again) == [b"body-2", b"body-5", b"body-6"]
+
+
 def test_a_purge_replays_as_a_purge_and_keeps_what_was_handed_out(tmp_path):
     persister, store = open_store(tmp_path)
     for seq in range(1, 5):

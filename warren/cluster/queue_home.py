@@ -29,6 +29,7 @@ from ..broker.enqueue import enqueue
 from ..broker.errors import AMQPError, access_refused, internal_error, not_found
 from ..broker.limits import usage
 from ..broker.queues import CONSUMER_ARGUMENTS
+from ..broker.queues.quorum import QuorumQueue
 from ..store.replicated import ReplicatedQueueStore
 from ..store.settlement import REJECTED, SETTLED, Settlement
 from .node_link import Link, Meta, message_from
@@ -198,17 +199,17 @@ class HomeSession:
         consumer.cid = meta["cid"]
         consumer.holder = str(meta.get("holder") or "")
         self.consumers[consumer.cid] = consumer
-        queue.add_consumer(consumer)
-        if consumer.holder and isinstance(queue.store, ReplicatedQueueStore):
-            self._claim(queue, consumer, {int(off) for off in meta.get("held") or ()},
+        if consumer.holder and isinstance(queue.store, ReplicatedQueueStore):  # (before it may be handed any)
+            self._claim(cast(QuorumQueue, queue), consumer, {int(off) for off in meta.get("held") or ()},
                         {int(off) for off in meta.get("acked") or ()})
+        queue.add_consumer(consumer)
         return {}, ()
 
-    def _claim(self, queue: Queue, consumer: LinkConsumer, held: set[int], acked: set[int]) -> None:
+    def _claim(self, queue: QuorumQueue, consumer: LinkConsumer, held: set[int], acked: set[int]) -> None:
         """A consumer re-attaching after its queue's leader changed: what it still holds stays
         its own (acked here later), what it acked lately is settled (the ack may have died
         with the old leader), and the rest goes back."""
-        for off, qm in cast(ReplicatedQueueStore, queue.store).claim(consumer.holder).items():
+        for off, qm in queue.claim(consumer.holder, held | acked).items():
             if off in held:
                 self.unacked[~off] = (qm, queue, consumer)
                 consumer.unacked += 1
@@ -274,7 +275,9 @@ class HomeSession:
             entry = self.unacked.pop(~int(off), None)
             if entry is not None:
                 ops.settle(entry[0], entry[1], entry[2], bool(ack), bool(requeue))
-            elif isinstance(store, ReplicatedQueueStore) and (parked := store.unpark(int(off))) is not None:
+            elif isinstance(store, ReplicatedQueueStore) and (
+                    (parked := store.unpark(int(off))) is not None
+                    or (parked := cast(QuorumQueue, queue).claim("", [int(off)]).get(int(off))) is not None):
                 ops.settle(parked, queue, None, bool(ack), bool(requeue))
             self._kicked.add(queue)
 

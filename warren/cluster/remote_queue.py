@@ -373,7 +373,7 @@ class RemoteQuorumQueue(RemoteQueue):
             self.peer.request({"op": "settle_parked", **self._where(), "offs": offs, "acks": acks,
                                "requeues": requeues}, lambda _, __: None, lambda meta: None)
 
-    def adopt(self, queue: Queue, claim: Callable[[str], dict[int, QueuedMessage]]) -> None:
+    def adopt(self, queue: QuorumQueue) -> None:
         """This node leads the queue now (`queue`, which took this stand-in's place): its
         consumers become the queue's, what they still hold is claimed from it (and what they
         no longer hold goes back), and what they settle from now on is settled there."""
@@ -387,7 +387,7 @@ class RemoteQuorumQueue(RemoteQueue):
             old_home.cancel(consumer)  # (if it was still attached there: a leader deposed, not dead)
             holding = self.holding(consumer)
             acked = set(holding.acked)
-            for off, qm in claim(holding.holder).items():
+            for off, qm in queue.claim(holding.holder, [*holding.held, *acked]).items():
                 if off in holding.held:
                     self.adopted[off] = qm
                 elif off in acked:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 from ..broker.errors import internal_error, not_found
 from ..broker.queues import TYPES
+from ..broker.queues.quorum import QuorumQueue
 from .etcd import EtcdError, absent, mod_revision_is, put_op
 from ..store.replica_log import ReplicaLog
 from ..store.replicated import ReplicatedQueueStore
@@ -497,12 +498,13 @@ class Replicas:
                 log_, record.epoch, lambda holder: (node := holder.partition("/")[0]) != lost and node in running)
             state = self._leader_state(record, log_)
             self._lead(key, log_, store, state)
-            leader_queue = TYPES["quorum"](vhost, name, queue.durable, None, False, queue.arguments, store)
+            leader_queue = cast(QuorumQueue, TYPES["quorum"](vhost, name, queue.durable, None, False, queue.arguments,
+                                                             store))
             leader_queue.members, leader_queue.incarnation = record.members, queue.incarnation
             leader_queue.unacked_count = sum(map(len, store.parked.values()))  # (held by consumers still there)
             store.log_returns()
             if isinstance(queue, RemoteQuorumQueue):  # this node's consumers of it stay, its own now
-                queue.adopt(leader_queue, store.claim)
+                queue.adopt(leader_queue)
             self.broker.metadata.replace_queue(vhost_name, name, leader_queue)
             leader_queue.deliver_ready()
             if store.parked:  # (the other nodes' consumers have a while to re-attach and claim theirs)

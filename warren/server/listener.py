@@ -149,8 +149,9 @@ class Server:
         for kind, address in self._listening:
             log.info("stopped %s on %s", kind, address)
         self.reclaimer.stop()
-        for service in self.services:
-            await service.stop()
+        # The clients first, then the services (as RabbitMQ closes its connections first): what
+        # clients did to a replicated queue until they are gone still reaches its followers over
+        # the node links, and a follower's consumers are cancelled at their leader.
         for proto in list(self.protocols):
             proto.conn.close()
         # Give clients a moment to answer close-ok.
@@ -162,6 +163,9 @@ class Server:
             proto.close()
         for server in self._servers:
             await server.wait_closed()
+        await asyncio.sleep(0.01)  # (what their closing appended is shipped at the end of a tick)
+        for service in self.services:
+            await service.stop()
         persister = self.broker.persister
         if persister is not None:
             while persister.syncing:  # let a running group commit finish first

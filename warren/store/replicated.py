@@ -226,6 +226,39 @@ class ReplicatedQueueStore(Commits):
         """What `holder` held when this replica took over (it re-attached, or is given up on)."""
         return self.parked.pop(holder, {})
 
+    def take_back(self, holder: str, ids: Iterable[int]) -> dict[int, QueuedMessage]:
+        """Those of `ids` that are ready here though `holder` was handed them: their DELIVERED
+        entry died with the old leader, before it reached this replica. They leave the ready
+        ones as handed to it (so a message a consumer holds or acked is not delivered again as
+        new); the caller counts them unacked."""
+        wanted = {ident for ident in ids if ident in self.by_id}
+        if not wanted:
+            return {}
+        taken = {qm.off: qm for qm in self._requeued if qm.off in wanted}
+        if taken:
+            kept = [qm for qm in self._requeued if qm.off not in taken]
+            self._requeued.clear()
+            for qm in kept:
+                self._requeued.push(qm)
+        if len(taken) < len(wanted):  # (fresh ones are in offset order: only the head is looked at)
+            last, head, fresh = max(wanted), [], self._fresh
+            while fresh and fresh[0].off <= last:
+                qm = fresh.popleft()
+                if qm.off in wanted:
+                    taken[qm.off] = qm
+                else:
+                    head.append(qm)
+            fresh.extendleft(reversed(head))
+        for qm in taken.values():
+            if qm.message is PAGED:
+                self._load(qm)
+            self.ready_bytes -= len(qm.message.body)
+            qm.deliveries += 1  # (as the old leader counted its delivery)
+        if taken:
+            key = holder.encode()
+            self._append(DELIVERED, _HOLDER.pack(len(key)) + key + _ids(taken.values()))
+        return taken
+
     def log_returns(self) -> None:
         """Write what the replay gave back as returns (only once this replica surely leads: a
         replica that may follow writes nothing of its own)."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable, cast
 
 from ...amqp import reencode as rt
 from ...amqp.message import Message
@@ -43,6 +43,9 @@ from ..queue_arguments import NOT_QUORUM_ARGS, QUORUM_CHECKS, QUORUM_EQUIVALENCE
 from ..queue_settings import QueueSettings
 from .base import Queue
 from .capabilities import Capabilities
+
+if TYPE_CHECKING:
+    from ...store.replicated import ReplicatedQueueStore
 
 log = logging.getLogger("warren.queue")
 
@@ -180,6 +183,16 @@ class QuorumQueue(Queue):
         super().add_consumer(consumer)
 
     # settlement --------------------------------------------------------------
+    def claim(self, holder: str, ids: Iterable[int] = ()) -> dict[int, QueuedMessage]:
+        """(A replicated queue's new leader) what a consumer re-attaching as `holder` held when
+        this replica took over, and those of `ids` (what it says it holds or acked) that are
+        ready here because the old leader died before their DELIVERED entry reached it."""
+        store = cast("ReplicatedQueueStore", self.store)
+        claimed = store.claim(holder) if holder else {}
+        late = store.take_back(holder, [ident for ident in ids if ident not in claimed])
+        self.unacked_count += len(late)
+        return {**claimed, **late}
+
     def reject(self, qm, requeue: bool, closed: bool = False) -> None:
         """A message that comes back from its closing channel goes ahead of the ready ones
         (rabbit_fifo return_all); a client's requeue without a delivery limit to the tail."""
