@@ -34,13 +34,13 @@ RABBITMQ = bool(EXTERNAL) and not WARREN_CLUSTER
 RUN_ID = (os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex)[:8]
 
 
-# With pytest-xdist (`-n 2`, the README's command) tests are handed out by module (a module's
+# With pytest-xdist (`-n 3`, the README's command) tests are handed out by module (a module's
 # fixtures are made once, on one worker), and the Spark and kill -9 suites form one unit that
 # runs on one worker, one test after another: never two Spark JVMs or crash loops at once on
 # CI's 2 cores. (xdist's own --dist loadgroup ignores xdist_group marks under pytest 9.) Not
 # their modules that start no JVM and time no fault (damaged files, a scripted fake broker):
-# they are ordinary modules. The unit, the longest by far, goes out first: the other worker
-# shares out the rest meanwhile, with no tail where it waits for the unit alone.
+# they are ordinary modules. The unit, the longest by far, goes out first: the other workers
+# share out the rest meanwhile, with no tail where they wait for the unit alone.
 _HEAVY = ("tests/spark/", "tests/crash/")
 _NOT_HEAVY = ("tests/crash/test_corruption.py", "tests/spark/test_sink_wire.py")
 
