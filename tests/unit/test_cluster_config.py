@@ -24,9 +24,10 @@ def test_etcd_endpoints_in_index_order_and_settings():
                   "cluster_formation.etcd.key_prefix = warren-test",
                   "cluster_formation.etcd.cluster_name = east",
                   "cluster_formation.etcd.node_ttl = 40",
+                  "warren.metadata_history = 500",
                   "cluster_name = Production")
     assert config["cluster"] == {"endpoints": ["127.0.0.1:2379", "127.0.0.2:2379"], "key_prefix": "warren-test",
-                                 "cluster_name": "east", "node_ttl": 40}
+                                 "cluster_name": "east", "node_ttl": 40, "history": 500}
     assert config["cluster_name"] == "Production"
 
 
@@ -55,6 +56,8 @@ def test_no_cluster_without_the_etcd_backend():
      "warren.conf:1: cluster_formation.etcd.username: not supported: Warren's etcd client does not log in to etcd"),
     (["cluster_formation.etcd.node_ttl = -1"],
      "warren.conf:1: cluster_formation.etcd.node_ttl: expected an integer from 0 to 2147483647, got -1"),
+    (["warren.metadata_history = 5"],
+     "warren.conf:1: warren.metadata_history: expected an integer from 10 to 4611686018427387904, got 5"),
 ])
 def test_refused(lines, reason):
     assert errors(*lines) == [reason]

@@ -437,7 +437,7 @@ def _load_exchange(sink, x):
         raise DefinitionsError(f"unknown exchange type '{x.get('type')}' for exchange '{x['name']}'")
     sink.apply(commands.DeclareExchange(
         vhost.name, x["name"], x.get("type", "direct"), x.get("durable", True), x.get("auto_delete", False),
-        x.get("internal", False), _arguments(x)))
+        x.get("internal", False), typed_arguments(x)))
 
 
 def _load_queue(sink, q):
@@ -447,7 +447,7 @@ def _load_queue(sink, q):
     owner = q.get("owner")  # (a cluster member's journal: see _queue_json)
     if isinstance(owner, list) and len(owner) == 5:
         owner = ExclusiveOwner(owner[0], owner[1], ConnectionLink(*owner[2:]))
-    arguments = _arguments(q)
+    arguments = typed_arguments(q)
     members, incarnation, home = sink.replicas(vhost, q, arguments)
     sink.apply(commands.DeclareQueue(vhost.name, q["name"], q.get("durable", True), owner or None,
                                      q.get("auto_delete", False), arguments, home, members, incarnation))
@@ -456,7 +456,7 @@ def _load_queue(sink, q):
 def _load_binding(sink, b):
     vhost = _vhost(sink.broker, b)
     sink.apply(commands.Bind(vhost.name, b["source"], b.get("destination_type", "queue"), b["destination"],
-                                        b.get("routing_key", ""), _arguments(b)))
+                                        b.get("routing_key", ""), typed_arguments(b)))
 
 
 # The kinds of definitions, in the order a load applies them.
@@ -466,7 +466,7 @@ _KINDS = (("vhosts", _load_vhost), ("users", _load_user), ("permissions", _load_
           ("exchanges", _load_exchange), ("queues", _load_queue), ("bindings", _load_binding))
 
 
-def _arguments(item: dict) -> dict:
+def typed_arguments(item: dict) -> dict:
     """An item's arguments typed as RabbitMQ's import types JSON in a field table
     (rabbit_misc:to_amqp_table: integers long, other numbers double), so that what checks a
     type (x-federation-upstream's x-max-hops must be a long) finds what the declare gave."""

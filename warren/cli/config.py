@@ -74,6 +74,7 @@ from . import logs
 from . import static_shovels
 from .erlang_terms import Atom, ErlangSyntaxError, ErlList, format_term, parse_erlang_term
 from ..broker import auth_mechanisms, x509
+from ..cluster.config import MIN_HISTORY
 
 log = logging.getLogger("warren.config")
 
@@ -453,7 +454,7 @@ class _Settings:
             etcd = {**etcd, "dist_port": (low[0],)}
         config["cluster"] = {"endpoints": endpoints,
                              **{name: etcd[name][0] for name in ("key_prefix", "cluster_name", "node_ttl",
-                                                                   "dist_port") if name in etcd}}
+                                                                   "dist_port", "history") if name in etcd}}
 
     def error(self, line, key, reason) -> None:
         self.errors.append(f"{self.path}:{line}: {key}: {reason}" if key else f"{self.path}:{line}: {reason}")
@@ -706,6 +707,7 @@ _NEW_STYLE = {
     "cluster_formation.etcd.password": _etcd_refused("Warren's etcd client does not log in to etcd"),
     "distribution.listener.port_range.min": _dist_port("min"),
     "distribution.listener.port_range.max": _dist_port("max"),
+    "warren.metadata_history": _etcd_setting("history", lambda v: _in_range(_integer(v), MIN_HISTORY, 2 ** 62)),
     "warren.queue_window": _simple("queue_window", lambda v: _in_range(_integer(v), 1, 2 ** 31 - 1)),
 }
 

@@ -201,7 +201,8 @@ def _cluster(broker: Broker, cluster: dict | None, listen: list[Listen], seed: l
     from ..cluster.node_links import NodeLinks, advertised_host
     from ..cluster.replicas import Replicas
     config = ClusterConfig(broker.config.node_name, tuple(cluster["endpoints"]),
-                           **{k: cluster[k] for k in ("key_prefix", "cluster_name", "node_ttl") if k in cluster})
+                           **{k: cluster[k] for k in ("key_prefix", "cluster_name", "node_ttl", "history")
+                              if k in cluster})
     amqp = [entry for entry in listen if entry.tls is None] or listen
     # RabbitMQ's distribution port: the AMQP port + 20000 unless configured.
     dist_port = cluster.get("dist_port", amqp[0].port + 20000)
@@ -222,6 +223,7 @@ def _cluster(broker: Broker, cluster: dict | None, listen: list[Listen], seed: l
     replicas.links = links
     metadata_log = MetadataLog(config, etcd, broker.metadata, seed)
     metadata_log.replicated = links.replicated
+    metadata_log.compacts = lambda: min(membership.running, default=None) == config.node_name
     owners = broker.link_owners = LinkOwners(config, etcd, lambda node: links.peer(node).up)
     links.on_peer_lost.append(owners.peer_lost)
     return membership, links, metadata_log, replicas, owners

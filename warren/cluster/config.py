@@ -12,6 +12,10 @@ DEFAULT_NODE_TTL = 30
 # How long a node that stopped renewing stays "running": Warren's own lease, shorter than the
 # discovery key's, since it is what the other nodes act on.
 LIVENESS_TTL = 5
+# etcd revisions of history kept behind the metadata log's latest snapshot
+# (warren.metadata_history; warren.cluster.metadata_snapshot).
+DEFAULT_HISTORY = 10_000
+MIN_HISTORY = 10
 
 
 @dataclass(frozen=True)
@@ -22,6 +26,7 @@ class ClusterConfig:
     cluster_name: str = "default"   # cluster_formation.etcd.cluster_name: which cluster in etcd
     node_ttl: int = DEFAULT_NODE_TTL
     liveness_ttl: int = LIVENESS_TTL
+    history: int = DEFAULT_HISTORY  # warren.metadata_history
     keys: Keys = field(init=False)
 
     def __post_init__(self) -> None:

@@ -164,6 +164,19 @@ class Etcd:
         return TxnResult(bool(answer.get("succeeded")), int(answer["header"]["revision"]),
                          answer.get("responses", []))
 
+    async def delete_prefix(self, prefix: bytes) -> None:
+        await self.call("/v3/kv/deleterange", {"key": _b64(prefix), "range_end": _b64(prefix_end(prefix))})
+
+    async def compact(self, revision: int) -> None:
+        """Drop the history before `revision` (a revision already compacted is no error)."""
+        try:
+            await self.call("/v3/kv/compaction", {"revision": str(revision)})
+        except Unavailable:
+            raise
+        except EtcdError as err:
+            if "compacted" not in str(err):
+                raise
+
     # ---------------------------------------------------------------- leases
     async def grant(self, ttl: int) -> int:
         """A new lease's id."""

@@ -14,7 +14,9 @@ what a client changed through one node is there when it goes on through another.
 etcd's majority writes nothing: its operations fail after TIMEOUT with a clear error.
 
 The revision a node's metadata includes is saved with its definitions (MetadataStore.revision),
-so a restarted node goes on from there."""
+so a restarted node goes on from there; a node whose revision etcd no longer keeps catches up
+from the latest snapshot (warren.cluster.metadata_snapshot, which also says who compacts etcd's
+history, and when)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..broker import definitions
 from ..broker.errors import internal_error
 from ..broker.metadata.commands import Command, DeleteQueue
 from ..broker.metadata import change
@@ -35,6 +38,7 @@ from ..broker.metadata.store import MetadataStore
 from . import command_codec
 from .config import ClusterConfig
 from .etcd import Compacted, Etcd, EtcdError, mod_revision_is, put_op
+from .metadata_snapshot import CHECK, SNAPSHOT_EVERY, Snapshots, SnapshotMissing, catch_up
 from .tasks import cancelled
 
 log = logging.getLogger("warren.cluster")
@@ -77,6 +81,11 @@ class MetadataLog:
         # a change is answered once they have it too, so what a client changed through one
         # node is there through every node (as RabbitMQ's metadata transactions are).
         self.replicated: Callable[[int, Callable[[], None]], None] | None = None
+        self.snapshots = Snapshots(etcd, config.keys.root)
+        # Whether this node is the one that snapshots and compacts (the first running member).
+        self.compacts: Callable[[], bool] = lambda: False
+        self.compacted = 0  # the revision this node last compacted etcd's history to
+        self._snapshot_at = time.monotonic()  # when this node last looked at the snapshot
 
     @property
     def revision(self) -> int:
@@ -85,7 +94,8 @@ class MetadataLog:
     # ----------------------------------------------------------------- service
     async def start(self, server=None) -> None:
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._follow()), loop.create_task(self._write())]
+        self._tasks = [loop.create_task(self._follow()), loop.create_task(self._write()),
+                       loop.create_task(self._compact_forever())]
         self.store.log = self
         try:  # serve with the metadata the cluster has (a first node: its defaults), when etcd answers soon
             await asyncio.wait_for(self._ready(), 5)
@@ -187,24 +197,24 @@ class MetadataLog:
     async def _follow(self) -> None:
         while True:
             try:
-                _, kvs = await self.etcd.get(self.key)
+                now, kvs = await self.etcd.get(self.key)
                 head = kvs[0].mod_revision if kvs else 0  # the last change in the log
                 if self.revision > head:
                     log.error("cluster %s: this node's metadata includes change %d, the log ends at %d: "
                               "is this the cluster's etcd?", self.config.cluster_name, self.revision, head)
                 if self.revision >= head:
                     self._caught_up(head)
-                async for _, events in self.etcd.watch(self.key, self.revision + 1):
+                # (Missing nothing, it watches from etcd's revision now: the history before it
+                # may be compacted, by this cluster or another one on the same etcd.)
+                start = now + 1 if self.revision == head else self.revision + 1
+                async for _, events in self.etcd.watch(self.key, start):
                     for event in events:
                         if not event.deleted and event.kv.mod_revision > self.revision:
                             self._apply(event.kv.mod_revision, event.kv.value)
                     if self.revision >= head:
                         self._caught_up(head)
             except Compacted as err:
-                log.error("cluster %s: the metadata log was compacted past this node's revision %d (to %d): "
-                          "it cannot catch up (start it with an empty data directory)",
-                          self.config.cluster_name, self.revision, err.revision)
-                await asyncio.sleep(10)
+                await self._catch_up(err.revision)
             except EtcdError as err:
                 log.warning("cluster %s: following the metadata log: %s", self.config.cluster_name, err)
                 await asyncio.sleep(RETRY)
@@ -212,6 +222,67 @@ class MetadataLog:
                 log.exception("cluster %s: following the metadata log failed; following again",
                               self.config.cluster_name)
                 await asyncio.sleep(RETRY)
+
+    async def _catch_up(self, compacted: int) -> None:
+        """etcd's history no longer goes back to this node's revision: its tables are brought
+        to the latest snapshot, and it follows the log from there."""
+        try:
+            revision, data = await self.snapshots.read()
+        except (SnapshotMissing, EtcdError, ValueError) as err:
+            log.warning("cluster %s: the metadata log was compacted past this node's revision %d (to %d) and "
+                        "its snapshot cannot be read yet: %s", self.config.cluster_name, self.revision, compacted, err)
+            await asyncio.sleep(RETRY)
+            return
+        if revision <= self.revision:  # (another cluster on the same etcd compacted it: wait for a newer one)
+            log.warning("cluster %s: etcd's history was compacted to %d, past this node's revision %d, and the "
+                        "latest snapshot is of revision %d: waiting for a newer one", self.config.cluster_name,
+                        compacted, self.revision, revision)
+            await asyncio.sleep(CHECK)
+            return
+        before = self.revision
+        deleted, put = catch_up(self.store, data, revision)
+        log.warning("cluster %s: the metadata log was compacted past this node's revision %d: caught up from "
+                    "the snapshot of revision %d (%d objects deleted, %d put)", self.config.cluster_name, before,
+                    revision, deleted, put)
+        advanced, self._advanced = self._advanced, asyncio.Event()
+        advanced.set()
+
+    # ---------------------------------------------------------------- compacting
+    async def _compact_forever(self) -> None:
+        while True:
+            await asyncio.sleep(CHECK)
+            if not self.compacts() or not self.caught_up.is_set():
+                continue
+            try:
+                await self._compact()
+            except EtcdError as err:
+                log.warning("cluster %s: compacting etcd's history: %s", self.config.cluster_name, err)
+            except Exception:  # (a bug must not end the loop: the history would grow for good)
+                log.exception("cluster %s: compacting etcd's history failed", self.config.cluster_name)
+
+    async def _compact(self) -> None:
+        """Once etcd's revision is 2 x history past the last compaction (or SNAPSHOT_EVERY
+        after the last snapshot: another cluster on the same etcd may compact it): a snapshot
+        of these tables if they changed since the latest; then, if due, the history before the
+        older of its revision and etcd's revision less history goes."""
+        history = self.config.history
+        now, _ = await self.etcd.get(self.key)
+        due = now - self.compacted >= 2 * history
+        if not due and time.monotonic() - self._snapshot_at < SNAPSHOT_EVERY:
+            return
+        head = await self.snapshots.head()
+        self._snapshot_at = time.monotonic()
+        if self.revision > head.revision:
+            revision = self.revision  # (export() is of the tables as of this revision: nothing awaits between)
+            if await self.snapshots.write(revision, definitions.export(self.store.broker), head):
+                log.info("cluster %s: snapshot of the metadata at revision %d written", self.config.cluster_name,
+                         revision)
+            head = await self.snapshots.head()
+        target = min(head.revision, now - history)
+        if due and target > self.compacted:
+            await self.etcd.compact(target)
+            log.info("cluster %s: etcd's history compacted to revision %d", self.config.cluster_name, target)
+            self.compacted = target
 
     def _caught_up(self, head: int) -> None:
         if not self.caught_up.is_set():
