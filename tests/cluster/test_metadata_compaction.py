@@ -1,8 +1,8 @@
 """etcd's history compacted behind a snapshot of the metadata (warren/cluster/metadata_snapshot.py):
 the first running member snapshots its tables and compacts etcd once the history passes
-warren.metadata_history revisions; a member stopped meanwhile, and a new one, catch up from the
-snapshot (what was deleted is gone, what was made or changed is there) and follow the log
-after it."""
+warren.metadata_history revisions; a member stopped, killed (-9) or paused meanwhile, and a new
+one, catch up from the snapshot (what was deleted is gone, what was made or changed is there)
+and follow the log after it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import signal
 
 import pika
+import pytest
 import requests
 
 from .test_definitions import AUTH, get, put
@@ -44,7 +45,11 @@ def delete(node, path: str) -> int:
     return requests.delete(node.api + path, auth=AUTH, timeout=30).status_code
 
 
-def test_a_member_stopped_past_the_compacted_history_and_a_new_one_catch_up_from_the_snapshot(make_etcd, make_node):
+@pytest.mark.parametrize("fault", ["SIGTERM", "SIGKILL", "SIGSTOP"])
+def test_a_member_away_past_the_compacted_history_and_a_new_one_catch_up_from_the_snapshot(
+        make_etcd, make_node, fault):
+    """c stopped, killed (-9) or paused (SIGSTOP: its watch may have kept the changes, or find
+    them compacted when it goes on) while the others change and compact; then a new member."""
     store = make_etcd(1)
     a, b, c = (make_node(name, HISTORY, on=store) for name in NAMES[:3])
     for node in (a, b, c):
@@ -65,8 +70,9 @@ def test_a_member_stopped_past_the_compacted_history_and_a_new_one_catch_up_from
     wait_for(lambda: definitions(c) == definitions(a), timeout=20, what="c as a")
     stopped_at = etcd_revision(store.endpoints[0])  # (c's metadata includes no later change)
 
-    c.proc.send_signal(signal.SIGTERM)
-    assert c.proc.wait(20) == 0
+    c.proc.send_signal(getattr(signal, fault))
+    if fault != "SIGSTOP":
+        assert c.proc.wait(20) == (0 if fault == "SIGTERM" else -signal.SIGKILL)
     # While c is stopped: deletions, changes and new objects, past the history etcd keeps.
     ch.queue_delete("q-gone")
     ch.exchange_delete("x-gone")
@@ -83,11 +89,15 @@ def test_a_member_stopped_past_the_compacted_history_and_a_new_one_catch_up_from
              what="etcd's history compacted past where c stopped")
     assert "snapshot of the metadata at revision" in a.log()
 
-    c = make_node(c.name, HISTORY, on=store, data_dir=c.data_dir, port=c.port, dist_port=c.dist_port)
+    if fault == "SIGSTOP":
+        c.proc.send_signal(signal.SIGCONT)
+    else:
+        c = make_node(c.name, HISTORY, on=store, data_dir=c.data_dir, port=c.port, dist_port=c.dist_port)
     d = make_node(NAMES[3], HISTORY, on=store)  # (new: its revision is 0, long compacted)
     for node in (c, d):
         wait_for(lambda: definitions(node) == definitions(a), timeout=30, what=f"{node.name} caught up")
-        assert "caught up from the snapshot of revision" in node.log(), node.log()[-3000:]
+        if node is d or fault != "SIGSTOP":
+            assert "caught up from the snapshot of revision" in node.log(), node.log()[-3000:]
     exported = definitions(c)
     assert not any('"q-gone"' in q for q in exported["queues"]) and any('"q-new-24"' in q for q in exported["queues"])
     assert any('"x-changed"' in x and '"fanout"' in x for x in exported["exchanges"])
