@@ -11,6 +11,7 @@ import threading
 import time
 
 import pika
+import pytest
 import requests
 
 from .test_definitions import three  # noqa: F401  (the fixture)
@@ -59,7 +60,8 @@ def test_kill_9_of_the_leader_round_after_round_loses_nothing(three, make_node):
           f"max {max(stalls):.1f} s, mean {sum(stalls) / len(stalls):.1f} s")
 
 
-def test_a_leader_stopped_under_its_own_consumer_hands_nothing_out_twice_as_new(three, make_node):  # noqa: F811
+@pytest.mark.parametrize("fault", ["SIGTERM", "SIGKILL"])
+def test_a_leader_stopped_under_its_own_consumer_hands_nothing_out_twice_as_new(three, make_node, fault):  # noqa: F811
     """Round after round, the leader stopped (SIGTERM) while a consumer connected to it takes
     and acks messages as fast as they come: what it was handed before the stop and gets again
     says it is a redelivery (the stopping node closes its clients before its node links, so
@@ -81,8 +83,8 @@ def test_a_leader_stopped_under_its_own_consumer_hands_nothing_out_twice_as_new(
             consumers.append(consumer)
             consumer.start()
             wait_for(lambda: sum(consumer.got.values()) > 300, timeout=30, what="the consumer taking messages")
-            victim.proc.send_signal(signal.SIGTERM)
-            assert victim.proc.wait(20) == 0, victim.log()[-3000:]
+            victim.proc.send_signal(getattr(signal, fault))
+            assert victim.proc.wait(20) == (0 if fault == "SIGTERM" else -signal.SIGKILL), victim.log()[-3000:]
             consumer.finish()
             back = make_node(victim.name, data_dir=victim.data_dir, port=victim.port, dist_port=victim.dist_port)
             nodes[nodes.index(victim)] = back
