@@ -182,17 +182,19 @@ class BrokerProcess:
 
 
 def start_broker(*extra_args, data_dir=None, port=None, wait=True, preexec_fn=None,
-                 rlimit_fsize=None, pass_host=True, default_prometheus=False, _retries=2) -> BrokerProcess:
+                 rlimit_fsize=None, pass_host=True, default_prometheus=False, start_timeout=15.0,
+                 _retries=2) -> BrokerProcess:
     """Start `python -m warren server` and wait until it accepts connections.
     preexec_fn runs in the child before exec; rlimit_fsize sets its RLIMIT_FSIZE (bytes);
     pass_host=False leaves out `--host 127.0.0.1` (the broker's default addresses apply), as
     does a --host in extra_args (--host is repeatable: the test's own must not add to it).
     Prometheus metrics are off unless extra_args (the flag, or a config file) say, or
     default_prometheus (15692, as a broker started without either): test brokers don't all
-    try to bind 15692."""
+    try to bind 15692. start_timeout: seconds it may take to listen."""
     again = functools.partial(start_broker, *extra_args, data_dir=data_dir, port=port, wait=wait,
                               preexec_fn=preexec_fn, rlimit_fsize=rlimit_fsize, pass_host=pass_host,
-                              default_prometheus=default_prometheus, _retries=_retries - 1)
+                              default_prometheus=default_prometheus, start_timeout=start_timeout,
+                              _retries=_retries - 1)
     if rlimit_fsize is not None:
         inner = preexec_fn
 
@@ -217,7 +219,7 @@ def start_broker(*extra_args, data_dir=None, port=None, wait=True, preexec_fn=No
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn)
     broker = BrokerProcess("127.0.0.1", port, proc, data_dir, log_path, mgmt_port)
     if wait:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + start_timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 if (mgmt_port is not None and _retries > 0

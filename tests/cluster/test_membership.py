@@ -94,7 +94,8 @@ def test_a_new_node_whose_etcd_is_down_waits_for_the_clusters_definitions(make_n
     wait_for(lambda: nodes(a) == {a.name: True}, what="a registered")
     own.members[0].signal(signal.SIGSTOP)
     try:
-        b = make_node("warren-b@localhost", on=own)
+        # (Its services wait up to 5 s each for etcd before it listens: loaded CI took over 13 s.)
+        b = make_node("warren-b@localhost", on=own, start_timeout=45)
         with pytest.raises(pika.exceptions.ProbableAuthenticationError):
             pika.BlockingConnection(b.pika_params()).close()
         assert "it has never joined" in b.log()

@@ -619,6 +619,7 @@ def test_every_route_is_in_the_matrix():
     exercised += [(m, "/quorum-queues/X/X/members/X") for m in ("PUT", "DELETE")]
     exercised += [("POST", "/quorum-queues/grow"), ("POST", "/quorum-queues/shrink")]
     exercised += [("POST", "/quorum-queues/rebalance")]  # (tests/cluster/test_quorum_rebalance.py)
+    exercised += [(m, "/stream-replicas/X/X/X") for m in ("PUT", "DELETE")]  # (tests/cluster/test_stream_members.py)
     # The shovel management plugin's routes: tested per tag in test_shovel_move.py::test_who_may_do_what
     # (a RabbitMQ with only the management plugin has none of them).
     exercised += [(m, p) for m in ("GET", "HEAD") for p in ("/shovels", "/shovels/X", "/shovels/vhost/X/X",

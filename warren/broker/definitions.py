@@ -601,7 +601,7 @@ def export(broker, durable_only: bool = True) -> dict:
     bindings: list[dict] = []
     policies: list[dict] = []
     parameters: list[dict] = []
-    member = durable_only and broker.metadata.log is not None  # (a cluster member's journal)
+    member = durable_only and broker.metadata.member  # (a cluster member's journal)
     for vhost in broker.vhosts.values():
         policies.extend(p.to_json() for p in vhost.policies.values())
         parameters.extend(runtime_parameters.listed(broker, vhost=vhost))
@@ -655,7 +655,7 @@ def changes(broker, marks: dict) -> list:
     its export) when it exists and survives a restart, else ("delete", kind, its identity).
     kind is the collection of the definitions format it belongs to ("queues", ...)."""
     out = []
-    member = broker.metadata.log is not None
+    member = broker.metadata.member
     vhosts = broker.vhosts
     for (kind, key), binding in marks.items():
         if kind == "vhost":

@@ -146,7 +146,7 @@ class VHost:
     def _member(self) -> bool:
         """On a cluster member every queue, exchange and binding is in the journal (its tables are
         the cluster log's: warren.broker.definitions)."""
-        return self.broker is not None and self.broker.metadata.log is not None
+        return self.broker is not None and self.broker.metadata.member
 
     def add_queue(self, q: "Queue") -> None:
         """A queue made elsewhere (a stand-in for a queue of another node)."""

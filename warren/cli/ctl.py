@@ -1816,6 +1816,32 @@ def delete_member(ctx, args):
         raise _refusal(err) from None
 
 
+# --- rabbitmq-streams' verbs (the same record change, through /api/stream-replicas) -------------
+
+@verb("add_replica", "add_replica [--vhost <vhost>] <queue> <node>", (2, 2),
+      help="Adds a stream queue replica on the given node.")
+def add_replica(ctx, args):
+    name, node = args
+    _local_only(ctx, "add_replica")
+    ctx.out.info(f"Adding a replica for queue {name} on node {node}...")
+    try:
+        ctx.api.put(f"/stream-replicas/{q(ctx.vhost)}/{q(name)}/{q(node)}", None)
+    except HttpError as err:
+        raise _refusal(err) from None
+
+
+@verb("delete_replica", "delete_replica [--vhost <vhost>] <queue> <node>", (2, 2),
+      help="Removes a stream queue replica on the given node.")
+def delete_replica(ctx, args):
+    name, node = args
+    _local_only(ctx, "delete_replica")
+    ctx.out.info(f"Removing a replica of queue {name} on node {node}...")
+    try:
+        ctx.api.delete(f"/stream-replicas/{q(ctx.vhost)}/{q(name)}/{q(node)}")
+    except HttpError as err:
+        raise _refusal(err) from None
+
+
 def _outcomes(ctx, outcomes: list, errors_only: bool) -> None:
     outcomes = [o for o in outcomes if not errors_only or o["result"] != "ok"]
     rows = [[o["vhost"], o["name"], str(o["size"]), _outcome_text(o["result"])] for o in outcomes]

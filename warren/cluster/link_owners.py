@@ -131,6 +131,9 @@ class LinkOwners:
                 self._lease = await self.etcd.grant(self.config.liveness_ttl)
                 self._renewed(asked, self.config.liveness_ttl)
                 self._read = False  # (what it knew of the keys may be old: nothing is placed until read again)
+                # Node links lost under the last lease are no reason to take over now: a member
+                # cut off saw them all end, and its links to them may not be up again yet.
+                self._unlinked.clear()
                 await first_failure(self._renew(), self._follow(), self._place())
             except EtcdError as err:
                 log.warning("cluster %s: links: etcd: %s; their keys are claimed again", self.config.cluster_name,

@@ -50,6 +50,12 @@ class MembersError(Exception):
 # RabbitMQ's CLI texts for the errors it words (the others print as their name).
 CLASSIC_STATUS = "Cannot get quorum status of a classic queue"
 CLASSIC_MEMBERS = "Cannot add members to a classic queue"  # (sic for delete_member too)
+# rabbitmq-streams' (add_replica, delete_replica)
+REPLICAS_OF = {("add", "classic"): "Cannot add replicas to a classic queue",
+               ("add", "quorum"): "Cannot add replicas to a quorum queue",
+               ("delete", "classic"): "Cannot delete replicas from a classic queue",
+               ("delete", "quorum"): "Cannot delete replicas from a quorum queue"}
+LAST_STREAM_MEMBER = "Cannot delete the last member of a stream"
 
 
 @dataclass(frozen=True)
@@ -62,16 +68,22 @@ class Outcome:
     error: str | None = None
 
 
-def _quorum_queue(broker: Broker, vhost: str, name: str, classic_text: str) -> Queue:
+def _quorum_queue(broker: Broker, vhost: str, name: str, classic_text: str, kind: str = "quorum",
+                  verb: str = "add") -> Queue:
+    """The queue whose members a verb for queues of `kind` changes (rabbitmq-queues' verbs:
+    quorum queues; rabbitmq-streams' add_replica and delete_replica: streams)."""
     v = broker.vhosts.get(vhost)
     queue = None if v is None else v.queues.get(name)
     if queue is None:
         raise MembersError("not_found")
+    if kind == "stream" and queue.queue_type in ("classic", "quorum"):
+        raise MembersError(f"{queue.queue_type}_queue_not_supported", REPLICAS_OF[verb, queue.queue_type])
     if queue.queue_type == "classic":
         raise MembersError("classic_queue_not_supported", classic_text)
-    if queue.queue_type != "quorum":
-        raise MembersError("not_supported", f"{queue.describe()} is a {queue.queue_type}: only quorum queues "
-                                            "have their members changed this way")
+    if queue.queue_type != kind:
+        raise MembersError("not_supported", f"{queue.describe()} is a {queue.queue_type}: only "
+                                            f"{'streams' if kind == 'stream' else 'quorum queues'} have their "
+                                            "members changed this way")
     return queue
 
 
@@ -95,9 +107,10 @@ def _record_of(broker: Broker, queue: Queue) -> tuple[Replicas, tuple[str, str]]
     return replicas, key
 
 
-async def add_member(broker: Broker, vhost: str, name: str, node: str) -> None:
-    queue = _quorum_queue(broker, vhost, name, CLASSIC_MEMBERS)
-    if node not in running_nodes(broker):
+async def add_member(broker: Broker, vhost: str, name: str, node: str, kind: str = "quorum") -> None:
+    """rabbitmq-queues add_member; with kind "stream", rabbitmq-streams add_replica."""
+    queue = _quorum_queue(broker, vhost, name, CLASSIC_MEMBERS, kind)
+    if node not in running_nodes(broker):  # (before "already a member", as RabbitMQ's)
         raise MembersError("node_not_running")
     if node in _members(broker, queue):
         return  # (idempotent, as RabbitMQ)
@@ -108,13 +121,17 @@ async def add_member(broker: Broker, vhost: str, name: str, node: str) -> None:
     await replicas.change_members(key, added)
 
 
-async def delete_member(broker: Broker, vhost: str, name: str, node: str) -> None:
-    queue = _quorum_queue(broker, vhost, name, CLASSIC_MEMBERS)
+async def delete_member(broker: Broker, vhost: str, name: str, node: str, kind: str = "quorum") -> None:
+    """rabbitmq-queues delete_member; with kind "stream", rabbitmq-streams delete_replica."""
+    queue = _quorum_queue(broker, vhost, name, CLASSIC_MEMBERS, kind, "delete")
+    last = MembersError("last_node") if kind == "quorum" else MembersError("last_stream_member", LAST_STREAM_MEMBER)
+    if kind == "stream" and node not in running_nodes(broker):  # (rabbit_stream_queue asks first)
+        raise MembersError("node_not_running")
     members = _members(broker, queue)
     if node not in members:
         return  # (idempotent, as RabbitMQ)
     if members == (node,):
-        raise MembersError("last_node")
+        raise last
     replicas, key = _record_of(broker, queue)
     running = running_nodes(broker)
 
@@ -122,7 +139,7 @@ async def delete_member(broker: Broker, vhost: str, name: str, node: str) -> Non
         if node not in record.members:
             return None
         if record.members == (node,):
-            raise MembersError("last_node")
+            raise last
         members = tuple(n for n in record.members if n != node)
         isr = tuple(n for n in record.isr if n != node)
         if record.leader != node:

@@ -49,6 +49,7 @@ from .tasks import cancelled
 if TYPE_CHECKING:
     from ..broker.broker import Broker
     from ..broker.metadata.commands import DeclareQueue
+    from ..broker.queues.base import Queue
     from ..broker.vhost import VHost
     from .config import ClusterConfig
     from .etcd import Etcd
@@ -429,13 +430,41 @@ class Replicas:
             self._committed(led, led.state.members_changed(record.members, record.isr))
             log.info("%s: members now %s", key, list(record.members))
         followed = self.followed.get(key)
-        if self.node not in record.members and followed is not None:
+        if isinstance(queue, (ReplicatedStreamQueue, RemoteStreamQueue)):
+            self._stream_members_changed(key, record, queue)
+        elif self.node not in record.members and followed is not None:
             del self.followed[key]
             followed.log.destroy()
             log.info("%s: no longer a member here; its replica is deleted", key)
         elif self.node in record.members and led is None and followed is None:
             self._follow_log(key, record.leader, self._log(*key), record.epoch)
             log.info("%s: a member here now; following %s", key, record.leader)
+
+    def _stream_members_changed(self, key: Key, record: Record, queue: Queue) -> None:
+        """add_replica, delete_replica (rabbitmq-streams): a node added makes a replica of its
+        own, which follows the leader from the start of the leader's log, and the stream is a
+        ReplicatedStreamQueue here from now on; a node removed (never its leader: the leader
+        moved first) gives it up for a stand-in, its readers cancelled, and deletes it."""
+        vhost_name, name = key
+        vhost = cast("VHost", queue.vhost)
+        if self.node not in record.members and isinstance(queue, ReplicatedStreamQueue) and key not in self.led:
+            self.followed.pop(key, None)
+            stand_in = RemoteStreamQueue(vhost, name, queue.durable, None, False, queue.arguments, record.leader,
+                                         self.broker)
+            stand_in.members, stand_in.incarnation = record.members, queue.incarnation
+            self.broker.metadata.replace_queue(vhost_name, name, stand_in)
+            queue.replica.destroy()
+            log.info("%s: no longer a member here; its replica is deleted", key)
+        elif self.node in record.members and isinstance(queue, RemoteStreamQueue):
+            chunks = ChunkIndex()
+            log_ = self._log(*key, chunks.scanned)
+            stream = ReplicatedStream(log_, max(FIRST_EPOCH, log_.history.last_epoch), chunks)
+            stream.leader = record.leader
+            self._follow_log(key, record.leader, log_, record.epoch).stream = stream
+            replica = ReplicatedStreamQueue(vhost, name, queue.durable, None, False, queue.arguments, stream)
+            replica.members, replica.incarnation = record.members, queue.incarnation
+            self.broker.metadata.replace_queue(vhost_name, name, replica)
+            log.info("%s: a replica here now; following %s", key, record.leader)
 
     async def change_members(self, key: Key, change: Callable[[Record], Record | None]) -> Record | None:
         """Rewrite a queue's record as `change` says (None: nothing to change), from etcd's

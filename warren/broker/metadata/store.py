@@ -92,6 +92,13 @@ class MetadataStore:
         self.replicas: Replicas | None = None
 
     @property
+    def member(self) -> bool:
+        """Whether this node is a cluster member, from before its definitions are recovered (its
+        log is set later, when the services start: a save before then must keep what a
+        member's journal keeps, or the next start recovers its replicated queues as local ones)."""
+        return self.replicas is not None
+
+    @property
     def dirty(self) -> bool:
         """Whether something changed since the last flush."""
         return self.all_changed or bool(self.changes)

@@ -26,18 +26,19 @@ from ..resources import read_body, require
 
 routes = web.RouteTableDef()
 
-_STATUS = {"not_found": 404, "node_not_running": 409, "last_node": 409, "no_in_sync_member": 409,
+_STATUS = {"not_found": 404, "node_not_running": 409, "last_node": 409, "last_stream_member": 409,
+           "no_in_sync_member": 409,
            "rebalance_in_progress": 409, "timeout": 503}
 
 
-def _refused(err: MembersError | AMQPError) -> ApiError:
+def refused(err: MembersError | AMQPError) -> ApiError:
     if isinstance(err, AMQPError):  # (etcd or the leader out of reach, a queue gone meanwhile)
         return ApiError(404 if err.code == 404 else 503, "not_found" if err.code == 404 else "internal_error",
                         err.text)
     return ApiError(_STATUS.get(err.error, 400), err.error, err.reason)
 
 
-def _queue(request) -> tuple[str, str]:
+def queue_of(request) -> tuple[str, str]:
     return request.match_info["vhost"], request.match_info["name"]
 
 
@@ -45,18 +46,18 @@ def _queue(request) -> tuple[str, str]:
 @access(CONTROL_SOCKET)
 async def quorum_status(request):
     try:
-        return json_response(await queue_members.status(request.app["broker"], *_queue(request)))
+        return json_response(await queue_members.status(request.app["broker"], *queue_of(request)))
     except (MembersError, AMQPError) as err:
-        raise _refused(err) from None
+        raise refused(err) from None
 
 
 @routes.put("/api/quorum-queues/{vhost}/{name}/members/{node}")
 @access(CONTROL_SOCKET)
 async def add_member(request):
     try:
-        await queue_members.add_member(request.app["broker"], *_queue(request), request.match_info["node"])
+        await queue_members.add_member(request.app["broker"], *queue_of(request), request.match_info["node"])
     except (MembersError, AMQPError) as err:
-        raise _refused(err) from None
+        raise refused(err) from None
     return web.Response(status=204)
 
 
@@ -64,9 +65,9 @@ async def add_member(request):
 @access(CONTROL_SOCKET)
 async def delete_member(request):
     try:
-        await queue_members.delete_member(request.app["broker"], *_queue(request), request.match_info["node"])
+        await queue_members.delete_member(request.app["broker"], *queue_of(request), request.match_info["node"])
     except (MembersError, AMQPError) as err:
-        raise _refused(err) from None
+        raise refused(err) from None
     return web.Response(status=204)
 
 
@@ -92,7 +93,7 @@ async def grow(request):
                                                   _text(body, "strategy"), _text(body, "vhost_pattern", ".*"),
                                                   _text(body, "queue_pattern", ".*")))
     except (MembersError, AMQPError) as err:
-        raise _refused(err) from None
+        raise refused(err) from None
 
 
 @routes.post("/api/quorum-queues/shrink")
@@ -103,7 +104,7 @@ async def shrink(request):
     try:
         return _outcomes(await queue_members.shrink(request.app["broker"], _text(body, "node")))
     except (MembersError, AMQPError) as err:
-        raise _refused(err) from None
+        raise refused(err) from None
 
 
 @routes.post("/api/quorum-queues/rebalance")
@@ -115,6 +116,6 @@ async def rebalance(request):
         leaders = await queue_members.rebalance(request.app["broker"], _text(body, "type"),
                                                 _text(body, "vhost_pattern", ".*"), _text(body, "queue_pattern", ".*"))
     except (MembersError, AMQPError) as err:
-        raise _refused(err) from None
+        raise refused(err) from None
     return json_response([{"Node name": n.node, "Number of quorum queues": n.quorum,
                            "Number of replicated classic queues": n.classic} for n in leaders])
