@@ -21,6 +21,16 @@ from .total_queue import AUTH, QQ, Consumer, Publisher, check, leader, read_all
 ROUNDS = 20
 
 
+def restart(make_node, nodes: list, victim, queue: str) -> None:
+    """The stopped `victim` started again on its data, in its place in `nodes`, until every
+    node shows the queue online on all of them."""
+    nodes[nodes.index(victim)] = make_node(victim.name, data_dir=victim.data_dir, port=victim.port,
+                                           dist_port=victim.dist_port)
+    wait_for(lambda: all(sorted(requests.get(f"{node.api}/queues/%2F/{queue}", auth=AUTH, timeout=5)
+                                .json().get("online", [])) == sorted(n.name for n in nodes) for node in nodes),
+             timeout=30, what=f"{victim.name} back online")
+
+
 def test_kill_9_of_the_leader_round_after_round_loses_nothing(three, make_node):  # noqa: F811
     nodes = list(three)
     connection = pika.BlockingConnection(nodes[0].pika_params())
@@ -47,11 +57,7 @@ def test_kill_9_of_the_leader_round_after_round_loses_nothing(three, make_node):
                                                                if "replica" in l or "leader" in l or "error" in l)[-3000:])
                 raise
             stalls.append(publisher.last_confirm - killed)
-            back = make_node(victim.name, data_dir=victim.data_dir, port=victim.port, dist_port=victim.dist_port)
-            nodes[nodes.index(victim)] = back
-            wait_for(lambda: all(sorted(requests.get(f"{node.api}/queues/%2F/qq-torture", auth=AUTH, timeout=5)
-                                        .json().get("online", [])) == sorted(n.name for n in nodes) for node in nodes),
-                     timeout=30, what="the killed node back online")
+            restart(make_node, nodes, victim, "qq-torture")
     finally:
         publisher.stop.set()
         publisher.join(30)
@@ -86,11 +92,7 @@ def test_a_leader_stopped_under_its_own_consumer_hands_nothing_out_twice_as_new(
             victim.proc.send_signal(getattr(signal, fault))
             assert victim.proc.wait(20) == (0 if fault == "SIGTERM" else -signal.SIGKILL), victim.log()[-3000:]
             consumer.finish()
-            back = make_node(victim.name, data_dir=victim.data_dir, port=victim.port, dist_port=victim.dist_port)
-            nodes[nodes.index(victim)] = back
-            wait_for(lambda: all(sorted(requests.get(f"{node.api}/queues/%2F/qq-stopped", auth=AUTH, timeout=5)
-                                        .json().get("online", [])) == sorted(n.name for n in nodes) for node in nodes),
-                     timeout=30, what="the stopped node back online")
+            restart(make_node, nodes, victim, "qq-stopped")
     finally:
         publisher.finish()
         for consumer in consumers:

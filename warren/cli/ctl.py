@@ -1792,54 +1792,46 @@ def quorum_status(ctx, args):
           flush=True)
 
 
+def _change_members(ctx, args, verb: str, adding: bool, route: str) -> None:
+    """add_member and delete_member (rabbitmq-queues'), add_replica and delete_replica
+    (rabbitmq-streams'): the same banner, the same refusals."""
+    name, node = args
+    _local_only(ctx, verb)
+    ctx.out.info(f"Adding a replica for queue {name} on node {node}..." if adding
+                 else f"Removing a replica of queue {name} on node {node}...")
+    path = route.format(vhost=q(ctx.vhost), name=q(name), node=q(node))
+    try:
+        if adding:
+            ctx.api.put(path, None)
+        else:
+            ctx.api.delete(path)
+    except HttpError as err:
+        raise _refusal(err) from None
+
+
 @verb("add_member", "add_member [--vhost <vhost>] <queue> <node>", (2, 2),
       help="Adds a quorum queue member (replica) on the given node.")
 def add_member(ctx, args):
-    name, node = args
-    _local_only(ctx, "add_member")
-    ctx.out.info(f"Adding a replica for queue {name} on node {node}...")
-    try:
-        ctx.api.put(f"/quorum-queues/{q(ctx.vhost)}/{q(name)}/members/{q(node)}", None)
-    except HttpError as err:
-        raise _refusal(err) from None
+    _change_members(ctx, args, "add_member", True, "/quorum-queues/{vhost}/{name}/members/{node}")
 
 
 @verb("delete_member", "delete_member [--vhost <vhost>] <queue> <node>", (2, 2),
       help="Removes a quorum queue member (replica) on the given node (its leader's moves first).")
 def delete_member(ctx, args):
-    name, node = args
-    _local_only(ctx, "delete_member")
-    ctx.out.info(f"Removing a replica of queue {name} on node {node}...")
-    try:
-        ctx.api.delete(f"/quorum-queues/{q(ctx.vhost)}/{q(name)}/members/{q(node)}")
-    except HttpError as err:
-        raise _refusal(err) from None
+    _change_members(ctx, args, "delete_member", False, "/quorum-queues/{vhost}/{name}/members/{node}")
 
 
-# --- rabbitmq-streams' verbs (the same record change, through /api/stream-replicas) -------------
-
+# rabbitmq-streams' verbs: a stream's replicas change as a quorum queue's members do.
 @verb("add_replica", "add_replica [--vhost <vhost>] <queue> <node>", (2, 2),
       help="Adds a stream queue replica on the given node.")
 def add_replica(ctx, args):
-    name, node = args
-    _local_only(ctx, "add_replica")
-    ctx.out.info(f"Adding a replica for queue {name} on node {node}...")
-    try:
-        ctx.api.put(f"/stream-replicas/{q(ctx.vhost)}/{q(name)}/{q(node)}", None)
-    except HttpError as err:
-        raise _refusal(err) from None
+    _change_members(ctx, args, "add_replica", True, "/stream-replicas/{vhost}/{name}/{node}")
 
 
 @verb("delete_replica", "delete_replica [--vhost <vhost>] <queue> <node>", (2, 2),
       help="Removes a stream queue replica on the given node.")
 def delete_replica(ctx, args):
-    name, node = args
-    _local_only(ctx, "delete_replica")
-    ctx.out.info(f"Removing a replica of queue {name} on node {node}...")
-    try:
-        ctx.api.delete(f"/stream-replicas/{q(ctx.vhost)}/{q(name)}/{q(node)}")
-    except HttpError as err:
-        raise _refusal(err) from None
+    _change_members(ctx, args, "delete_replica", False, "/stream-replicas/{vhost}/{name}/{node}")
 
 
 def _outcomes(ctx, outcomes: list, errors_only: bool) -> None:
