@@ -216,8 +216,22 @@ def queue_verbs_on_a_node_alone(broker, local, uid):
     out = run_ctl("quorum_status", qq, data_dir=broker.data_dir)
     assert out.returncode == 69 and out.stderr.startswith(f"Error:\nqueue '{qq}' in vhost '/' has a single member"), out
     local.verbs.add("quorum_status")
-    out = run_ctl("delete_member", qq, out.stdout.split(" on node ")[1].split(" ...")[0], data_dir=broker.data_dir)
+    node = out.stdout.split(" on node ")[1].split(" ...")[0]
+    out = run_ctl("delete_member", qq, node, data_dir=broker.data_dir)
     assert (out.returncode, out.stderr) == (69, "Error:\nlast_node\n"), out
+    # rabbitmq-streams' verbs: a stream alone has one replica too.
+    sq = f"sq-{uid}"
+    conn = pika.BlockingConnection(broker.pika_params())
+    conn.channel().queue_declare(sq, durable=True, arguments={"x-queue-type": "stream"})
+    conn.close()
+    out = run_ctl("add_replica", sq, "rabbit@nowhere", data_dir=broker.data_dir)
+    assert (out.returncode, out.stdout, out.stderr) == (
+        69, f"Adding a replica for queue {sq} on node rabbit@nowhere...\n", "Error:\nnode_not_running\n"), out
+    out = run_ctl("delete_replica", sq, node, data_dir=broker.data_dir)
+    assert (out.returncode, out.stdout, out.stderr) == (
+        69, f"Removing a replica of queue {sq} on node {node}...\n",
+        "Error:\nCannot delete the last member of a stream\n"), out
+    local.verbs.update(("add_replica", "delete_replica"))
 
 
 def test_control_socket_is_the_brokers_users_only(broker):
