@@ -68,7 +68,7 @@ class Outcome:
     error: str | None = None
 
 
-def _quorum_queue(broker: Broker, vhost: str, name: str, classic_text: str, kind: str = "quorum",
+def _replicated_queue(broker: Broker, vhost: str, name: str, classic_text: str, kind: str = "quorum",
                   verb: str = "add") -> Queue:
     """The queue whose members a verb for queues of `kind` changes (rabbitmq-queues' verbs:
     quorum queues; rabbitmq-streams' add_replica and delete_replica: streams)."""
@@ -109,7 +109,7 @@ def _record_of(broker: Broker, queue: Queue) -> tuple[Replicas, tuple[str, str]]
 
 async def add_member(broker: Broker, vhost: str, name: str, node: str, kind: str = "quorum") -> None:
     """rabbitmq-queues add_member; with kind "stream", rabbitmq-streams add_replica."""
-    queue = _quorum_queue(broker, vhost, name, CLASSIC_MEMBERS, kind)
+    queue = _replicated_queue(broker, vhost, name, CLASSIC_MEMBERS, kind)
     if node not in running_nodes(broker):  # (before "already a member", as RabbitMQ's)
         raise MembersError("node_not_running")
     if node in _members(broker, queue):
@@ -123,7 +123,7 @@ async def add_member(broker: Broker, vhost: str, name: str, node: str, kind: str
 
 async def delete_member(broker: Broker, vhost: str, name: str, node: str, kind: str = "quorum") -> None:
     """rabbitmq-queues delete_member; with kind "stream", rabbitmq-streams delete_replica."""
-    queue = _quorum_queue(broker, vhost, name, CLASSIC_MEMBERS, kind, "delete")
+    queue = _replicated_queue(broker, vhost, name, CLASSIC_MEMBERS, kind, "delete")
     last = MembersError("last_node") if kind == "quorum" else MembersError("last_stream_member", LAST_STREAM_MEMBER)
     if kind == "stream" and node not in running_nodes(broker):  # (rabbit_stream_queue asks first)
         raise MembersError("node_not_running")
@@ -335,7 +335,7 @@ async def _move_one(broker: Broker, by_node: dict[str, list[_LedQueue]], most: i
 
 async def status(broker: Broker, vhost: str, name: str) -> list[dict[str, Any]]:
     """quorum_status's rows, one per member in the record's order, as the leader knows them."""
-    queue = _quorum_queue(broker, vhost, name, CLASSIC_STATUS)
+    queue = _replicated_queue(broker, vhost, name, CLASSIC_STATUS)
     replicas = replicas_of(broker)
     if replicas is None or (vhost, name) not in replicas.records:
         raise MembersError("not_replicated", f"{queue.describe()} has a single member on a node alone: "
