@@ -378,3 +378,25 @@ def test_the_http_api_of_every_node_shows_the_queue_on_its_home(members):
         wait_for(lambda: shown(member) == [wanted, wanted], timeout=15, what=f"the queue's stats through {member.name}")
     on_c.close()
     on_a.close()
+
+
+@pytest.mark.parametrize("queue_type", ["classic", "quorum"])
+def test_a_consumer_through_another_node_gets_its_whole_prefetch_before_acking(members, queue_type):
+    """A prefetch larger than a link's delivery window (256) is filled without an ack, as on
+    the queue's home: a client acking every 500 of a prefetch of 1,000 is not stalled."""
+    a, b, c = members
+    name = f"q-wide-{queue_type}"
+    on_a = a.connect()
+    on_a.channel().queue_declare(name, durable=True, arguments={"x-queue-type": queue_type})
+    publish_confirmed(a, name, [b"%d" % i for i in range(1200)])
+    on_b = b.connect()
+    channel = on_b.channel()
+    channel.basic_qos(prefetch_count=1000)
+    got = []
+    for method, _, body in channel.consume(name, inactivity_timeout=3):
+        if method is None:
+            break
+        got.append(int(body))
+    assert got == list(range(1000))
+    on_b.close()
+    on_a.close()

@@ -141,18 +141,27 @@ class Read(collections.Counter):
 
 
 def read_all(node, queue: str, idle: float = 3.0) -> Read:
-    """Every message left in the queue, consumed (auto-ack) through `node` until none came
-    for `idle` seconds."""
+    """Every message left in the queue, consumed through `node` until none came for `idle`
+    seconds. Acked (many at a time), not auto-acked: a leader that changes while it is read
+    (a node's lease lost under load) gives back what was not acked, marked redelivered; with
+    auto-ack a message handed out as the leader moved may be lost, as RabbitMQ's may."""
     got = Read()
     connection = pika.BlockingConnection(node.pika_params(socket_timeout=10))
     channel = connection.channel()
     channel.basic_qos(prefetch_count=2000)
-    for method, _, body in channel.consume(queue, auto_ack=True, inactivity_timeout=idle):
+    last, unacked = 0, 0
+    for method, _, body in channel.consume(queue, inactivity_timeout=idle):
         if method is None:
             break
         got[int(body)] += 1
         if method.redelivered:
             got.redelivered[int(body)] += 1
+        last, unacked = method.delivery_tag, unacked + 1
+        if unacked == 500:
+            channel.basic_ack(last, multiple=True)
+            unacked = 0
+    if unacked:
+        channel.basic_ack(last, multiple=True)
     channel.cancel()
     left = channel.queue_declare(queue, passive=True).method.message_count
     connection.close()

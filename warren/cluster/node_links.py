@@ -394,7 +394,7 @@ class Peer:
         if state.holding is not None:
             state.holding.held[~did] = qm
         consumer.channel.deliver(consumer, qm)
-        if consumer.no_ack:
+        if consumer.no_ack or state.in_flight <= WINDOW // 2:  # (a prefetch above the window: its next half)
             self.grant(consumer)
 
     def _cancelled(self, cid: int) -> None:

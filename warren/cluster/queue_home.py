@@ -16,6 +16,7 @@ log with what it is handed) and, re-attaching to a new leader, claims what it st
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections import deque
@@ -31,7 +32,7 @@ from ..broker.limits import usage
 from ..broker.queues import CONSUMER_ARGUMENTS
 from ..broker.queues.quorum import QuorumQueue
 from ..store.replicated import ReplicatedQueueStore
-from ..store.settlement import REJECTED, SETTLED, Settlement
+from ..store.settlement import REJECTED, SETTLED, Settlement, Wake
 from .node_link import Link, Meta, message_from
 from .replicas import Replicas, replicas_of
 
@@ -78,6 +79,11 @@ class HomeSession:
         self.waiting = False
         self._kicked: set[Queue] = set()
         self.paused = False  # reading the link waits for the store or an alarm
+        # A replicated queue's deliveries (and basic.get answers) wait for the commit of what
+        # records them, as a connection's do (warren.session.gated_output), in order:
+        # (point or None, frame meta, blobs, the unacked entry to forget if it never leaves).
+        self.held: deque[tuple[Settlement | None, Meta, tuple, int | None]] = deque()
+        self._unasked: list[Settlement] = []  # their points, asked to wake it at the tick's end
         link.on_frame = self.handle
         link.on_read = self.read_done
         link.on_lost = self.lost
@@ -247,8 +253,51 @@ class HomeSession:
             consumer.unacked += 1
             queue.delivered(qm, False, holder=consumer.holder)
         message = qm.message
-        self.link.send({"op": "deliver", "cid": consumer.cid, "did": did, "redelivered": qm.redelivered},
-                       message.route, message.header, _octets(message.body))
+        self._send_when_committed(queue, {"op": "deliver", "cid": consumer.cid, "did": did,
+                                          "redelivered": qm.redelivered},
+                                  (message.route, message.header, _octets(message.body)),
+                                  None if consumer.no_ack else did)
+
+    def _send_when_committed(self, queue: Queue, meta: Meta, blobs: tuple, did: int | None) -> None:
+        point = queue.delivery_gate() if queue.gated else None
+        if point is None and not self.held:
+            self.link.send(meta, *blobs)
+            return
+        self.held.append((point, meta, blobs, did))
+        unasked = self._unasked
+        if point is not None and (not unasked or unasked[-1] is not point):
+            if not unasked:
+                asyncio.get_running_loop().call_soon(self._ask)
+            unasked.append(point)
+
+    def _ask(self) -> None:
+        """(The tick's end: its points are fixed where its deliveries were recorded.)"""
+        unasked, self._unasked = self._unasked, []
+        wake = Wake(self._committed)
+        for point in unasked:
+            point.notify(wake)
+        self._send_held()
+
+    def _send_held(self) -> None:
+        """Send the held deliveries whose point is committed, in order; drop those whose
+        queue's leader moved first (the new leader hands them out again)."""
+        held = self.held
+        while held:
+            point, meta, blobs, did = held[0]
+            status = True if point is None else point.status()
+            if status is None:
+                return
+            held.popleft()
+            if status:
+                self.link.send(meta, *blobs)
+            elif did is not None and (entry := self.unacked.pop(did, None)) is not None and entry[2] is not None:
+                entry[2].unacked -= 1
+                self._kicked.add(entry[1])
+
+    def _committed(self) -> None:
+        self._send_held()
+        if self._kicked:
+            self.read_done()
 
     def consumer_cancelled(self, consumer: Consumer) -> None:  # (DeliverySink: the queue went away)
         assert isinstance(consumer, LinkConsumer)
@@ -294,7 +343,7 @@ class HomeSession:
                 self._kicked.add(queue)
 
     # the rest of a queue's operations ------------------------------------------------------
-    def _get(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
+    def _get(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple] | None:
         queue = self._queue(meta)
         qm = queue.get()
         if qm is None:
@@ -305,8 +354,13 @@ class HomeSession:
         if not no_ack:
             self.unacked[self.next_did] = (qm, queue, None)
         message = qm.message
-        return ({"did": self.next_did, "redelivered": qm.redelivered, "messages": queue.message_count},
-                (message.route, message.header, _octets(message.body)))
+        answer = {"did": self.next_did, "redelivered": qm.redelivered, "messages": queue.message_count}
+        octets = (message.route, message.header, _octets(message.body))
+        if queue.gated:  # (answered once committed, as a delivery is)
+            self._send_when_committed(queue, {"op": "reply", "rid": meta["rid"], **answer}, octets,
+                                      None if no_ack else self.next_did)
+            return None
+        return answer, octets
 
     def _counts(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
         queue = self._queue(meta)
@@ -436,6 +490,8 @@ class HomeSession:
             ops.settle(qm, queue, consumer, False, True, closed=True)
             kicked.add(queue)
         self.unacked.clear()
+        self.held.clear()
+        self._unasked.clear()
         for consumer in list(self.consumers.values()):
             ops.cancel(consumer)
             kicked.add(consumer.queue)

@@ -94,6 +94,10 @@ class ChannelConnection(records.RecordedConnection, connection_log.LoggedConnect
     def note_output(self, size: int) -> None:
         """`size` more bytes of output this tick (past the high-water mark its consumers pause)."""
 
+    def hold_delivery(self, start: int, point: Settlement, dropped: Callable[[], None] | None = None) -> None:
+        """out[start:] is a replicated queue's delivery: it leaves once `point` is committed
+        (warren.session.gated_output); `dropped` runs if it never does."""
+
     def exclusive_owner(self) -> ExclusiveOwner:
         """How its exclusive queues name it."""
 
@@ -540,6 +544,7 @@ class Channel:
         msg = qm.message
         conn = self.conn
         out = conn.out
+        start = len(out)
         out.append(get_ok_frame(self.id, tag, qm.redelivered, msg.route, message_count))
         content_frames(out, self.id, msg.header, msg.body, conn.frame_max)
         conn.note_output(len(msg.body))
@@ -547,6 +552,8 @@ class Channel:
             # Not counted against the channel's prefetch, as in RabbitMQ.
             self.unacked[tag] = (qm, q, None)
             self._watch_acks()  # but by consumer_timeout
+        if q.gated:
+            self._gate(q, start, tag, m.no_ack)
         self.stats["get_no_ack" if m.no_ack else "get"] += 1
         if qm.redelivered:
             self.stats["redeliver"] += 1
@@ -696,6 +703,7 @@ class Channel:
         msg = qm.message
         conn = self.conn
         out = conn.out
+        start = len(out)
         out.append(deliver_frame(self.id, consumer.prefix, tag, qm.redelivered, msg.route))
         content_frames(out, self.id, msg.header, msg.body, conn.frame_max)
         queue = consumer.queue
@@ -708,9 +716,26 @@ class Channel:
             self.credit.used += 1
             queue.delivered(qm, False)
             self.stats["deliver"] += 1
+        if queue.gated:
+            self._gate(queue, start, tag, consumer.no_ack)
         if qm.redelivered:
             self.stats["redeliver"] += 1
         conn.note_output(len(msg.body) + 64)
+
+    def _gate(self, queue, start: int, tag: int, no_ack: bool) -> None:
+        """The delivery just written to out[start:] waits for its queue's commit, if any."""
+        point = queue.delivery_gate()
+        if point is not None:
+            self.conn.hold_delivery(start, point, None if no_ack else lambda: self._forget(tag))
+
+    def _forget(self, tag: int) -> None:
+        """A delivery that never left (its queue's leader moved first): the client will not
+        settle it, and the new leader hands the message out again."""
+        entry = self.unacked.pop(tag, None)
+        if entry is not None and entry[2] is not None:
+            entry[2].unacked -= 1
+            self.credit.used -= 1
+            self.kick_queues()
 
     def kick_queues(self) -> None:
         """Credit may have been freed: let the queues we consume from deliver again."""

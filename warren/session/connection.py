@@ -34,6 +34,7 @@ from ..broker.metadata.commands import DeleteQueue
 from . import connection_log, frame_errors, records
 from .channel import Channel, HoldInput
 from .closed_transport import ClosedTransport
+from .gated_output import GatedOutput
 from .sasl import credentials
 from .throttle import Reason, Throttle
 
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from ..broker.queue_flow import QueueCredit
     from ..broker.records import ConnectionCounters, ConnectionInfo, ConnectionLink, Usage
     from ..broker.vhost import VHost
+    from ..store.settlement import Settlement
 
 _FRAME_HEAD = struct.Struct(">BHI")
 _unpack_head = _FRAME_HEAD.unpack_from
@@ -152,6 +154,7 @@ class Connection:
         self.out: list[bytes] = []
         self.out_bytes = 0
         self.flush_scheduled = False
+        self.gates = GatedOutput()  # replicated queues' deliveries held in `out`
         self.throttle = Throttle(transport, self._resume_delivering)
         # The resource alarms (warren.broker.alarms), as RabbitMQ's reader sees them: while any
         # is on, on any node of the cluster, the connection is `blocking`; once it publishes it is `blocked` (input stops
@@ -820,22 +823,44 @@ class Connection:
                 channel.emit_confirms()
             self.confirming.clear()
         out = self.out
-        if out:
-            if self.out_bytes < _JOIN_LIMIT:
-                data = b"".join(out)
-                self.send_oct += len(data)
-                self.transport.write(data)
-            else:
-                # Message bodies go to the transport as they are, not copied into one buffer:
-                # a body delivered or fetched many times is held once, by reference.
-                chunks = _coalesce(out)
-                self.send_oct += sum(map(len, chunks))
-                self.transport.writelines(chunks)
+        if self.gates.held:
+            self._flush_gated(out)
+        elif out:
+            self._write(out)
             out.clear()
             self.out_bytes = 0
-            self.send_cnt += 1
-        if self.state == OPEN:
+        if self.state == OPEN and self.out_bytes <= OUTPUT_HIGH_WATER:  # (held deliveries still count)
             self.throttle.discard(Reason.TICK_OUTPUT)
+
+    def _write(self, out: list) -> None:
+        if self.out_bytes < _JOIN_LIMIT:  # (out_bytes: about what `out` holds)
+            data = b"".join(out)
+            self.send_oct += len(data)
+            self.transport.write(data)
+        else:
+            # Message bodies go to the transport as they are, not copied into one buffer:
+            # a body delivered or fetched many times is held once, by reference.
+            chunks = _coalesce(out)
+            self.send_oct += sum(map(len, chunks))
+            self.transport.writelines(chunks)
+        self.send_cnt += 1
+
+    def _flush_gated(self, out: list) -> None:
+        """Write what no replicated queue's delivery holds back (warren.session.gated_output)."""
+        ready = self.gates.releasable(out, self.state != OPEN, self)
+        if ready:
+            self._write(out[:ready])
+            del out[:ready]
+            self.gates.written(ready)
+        self.out_bytes = sum(map(len, out))
+
+    def hold_delivery(self, start: int, point: Settlement, dropped: Callable[[], None] | None = None) -> None:
+        """out[start:] is a delivery of a replicated queue: it leaves once `point` is committed."""
+        self.gates.hold(self.out, start, point, dropped)
+
+    def store_synced(self) -> None:
+        """(A SyncWaiter: a point a held delivery waits for may be committed.)"""
+        self.schedule_flush()
 
     def note_output(self, size: int) -> None:
         """Called for each delivery: pause this connection's consumers past the high-water mark."""
@@ -862,6 +887,9 @@ class Connection:
 
     def send_heartbeat(self) -> None:
         if self.state == CLOSED:
+            return
+        if self.gates.held:  # (not held behind deliveries: a heartbeat goes between any two frames)
+            self.transport.write(HEARTBEAT)
             return
         self.out.append(HEARTBEAT)
         self.flush()

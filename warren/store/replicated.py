@@ -222,6 +222,15 @@ class ReplicatedQueueStore(Commits):
         key = holder.encode()
         self._append(DELIVERED, _HOLDER.pack(len(key)) + key + _IDS.pack(qm.off))
 
+    def delivery_gate(self) -> CommitPoint | None:
+        """What a delivery just recorded (its DELIVERED or SETTLE entry, and the ENQUEUE
+        before it) waits for before it leaves: their commit, or None once they are. A leader
+        that stopped leading gives a point that fails: the delivery never leaves."""
+        end = self.log.end
+        if self.committed >= end:
+            return None
+        return CommitPoint(self, end + 1) if self.failed else self._point(end)
+
     def claim(self, holder: str) -> dict[int, QueuedMessage]:
         """What `holder` held when this replica took over (it re-attached, or is given up on)."""
         return self.parked.pop(holder, {})

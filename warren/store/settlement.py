@@ -19,7 +19,7 @@ they see the persister only as a GroupCommit.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Callable, Protocol
 
 
 class SyncWaiter(Protocol):
@@ -29,6 +29,18 @@ class SyncWaiter(Protocol):
     def store_synced(self) -> None:
         """What the waiter waits for may be settled now (an fsync finished, a held copy went)."""
         ...
+
+
+class Wake:
+    """A SyncWaiter that calls `wake` (a sink holding deliveries until their commit)."""
+
+    __slots__ = ("wake",)
+
+    def __init__(self, wake: Callable[[], None]):
+        self.wake = wake
+
+    def store_synced(self) -> None:
+        self.wake()
 
 
 class GroupCommit(Protocol):

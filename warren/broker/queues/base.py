@@ -49,6 +49,9 @@ class Queue:
     # Whether a message that comes back is delivered with a label (label_redelivery(): a
     # quorum queue's x-delivery-count).
     LABELS_REDELIVERIES = False
+    # Whether a delivery waits for the entry that records it to be committed (a replicated
+    # queue's leader: delivery_gate(), warren.session.gated_output).
+    gated = False
 
     def __init__(self, vhost: QueueHost[Queue], name: str, durable: bool = False,
                  exclusive_owner: ExclusiveOwner | None = None,
@@ -352,6 +355,11 @@ class Queue:
         credit = self.credit
         if credit is not None and credit.held and store.ready_bytes <= FLOW_LOW:
             credit.release()
+
+    def delivery_gate(self) -> Settlement | None:
+        """What the delivery just recorded (delivered()) waits for before it leaves this node,
+        or None: it may leave now."""
+        return None
 
     def get(self):
         """basic.get: the next ready message, or None."""

@@ -108,6 +108,7 @@ class QuorumQueue(Queue):
         super().__init__(*args, **kwargs)
         if hasattr(self.store, "keep_all"):
             self.store.keep_all = True  # a DiskQueueStore: transient messages are written too
+        self.gated = hasattr(self.store, "delivery_gate")  # a replicated queue's leader
         self._rejecting = False  # reject-publish: over the limit, refusing until below 80 %
         self._warned: set[str] = set()
 
@@ -165,6 +166,9 @@ class QuorumQueue(Queue):
     def label_redelivery(self, qm: QueuedMessage) -> None:
         """A message that came back is delivered with its count in x-delivery-count."""
         qm.message = with_delivery_count(qm.message, qm.deliveries)
+
+    def delivery_gate(self):
+        return cast("ReplicatedQueueStore", self.store).delivery_gate()
 
     def get(self):
         """basic.get: refused with single active consumer; the message always carries its
