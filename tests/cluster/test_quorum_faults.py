@@ -6,6 +6,7 @@ time (duplicates only of unconfirmed publishes)."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import threading
 import time
@@ -16,7 +17,7 @@ import requests
 
 from .test_definitions import three  # noqa: F401  (the fixture)
 from .test_membership import wait_for
-from .total_queue import AUTH, QQ, Consumer, Publisher, check, leader, read_all
+from .total_queue import AUTH, QQ, Batch, Consumer, Publisher, check, leader, publish_windows, read_all
 
 ROUNDS = 20
 
@@ -143,3 +144,33 @@ def test_a_leader_paused_past_its_lease_never_confirms_what_the_queue_lacks(thre
     assert b"before" in got
     if outcome[0] == "confirmed":
         assert b"while-paused" in got, "confirmed by the paused leader, and not in the queue"
+
+
+def test_publishes_through_another_node_are_confirmed_across_the_leaders_kill(three):  # noqa: F811
+    """A publisher with confirms on a node that does not lead the queue: what it had on its way
+    to the leader when the leader was killed (-9) is sent again to the next leader, which takes
+    only what its log lacks; so every publish is confirmed, none nacked (as on RabbitMQ, whose
+    quorum queue client resends to a new leader), and each message is in the queue once."""
+    a, b, c = three
+    connection = pika.BlockingConnection(a.pika_params())
+    connection.channel().queue_declare("qq-resent", durable=True, arguments=QQ)
+    connection.close()
+    assert leader(c, "qq-resent") == a.name
+    batch = Batch()
+    total = 20_000
+
+    async def publish_and_kill() -> None:
+        async def kill_after(count: int) -> None:
+            while len(batch.confirmed) < count:
+                await asyncio.sleep(0.01)
+            a.proc.send_signal(signal.SIGKILL)
+        killer = asyncio.ensure_future(kill_after(3000))
+        await publish_windows(c.url, "qq-resent", range(total), batch, window=500)
+        await killer
+    asyncio.run(publish_and_kill())
+    a.proc.wait()
+    assert len(batch.confirmed) == total, f"{total - len(batch.confirmed)} publishes not confirmed"
+    got = read_all(c, "qq-resent")
+    outcome = check([batch], got, at_least=total)
+    assert outcome.duplicated == 0, outcome
+    print(outcome)

@@ -18,18 +18,20 @@ METAS = [
     {"op": "settled", "seqs": [3, 4], "oks": [True, False]},
     {"op": "publish", "seq": 9, "vhost": "/", "queues": ["q", "ünïcode"]},
     {"op": "publish", "seq": 9, "vhost": "v", "queues": ["q"], "ttl": 0},
+    {"op": "publish", "seq": 9, "vhost": "v", "queues": ["qq"], "from": "warren-b@h/0a1b", "n": 2 ** 40, "low": 7},
     {"op": "publish", "seq": 9, "vhost": "v", "queues": ["q"], "cc": ["k1"]},  # (JSON: rare)
+    {"op": "settled", "seqs": [3, 4], "oks": [True, False], "moved": [4]},  # (JSON: rare)
     {"op": "consume", "rid": 3, "vhost": "/", "queue": "q", "arguments": {"x-priority": 5}},
 ]
 
 
-@pytest.mark.parametrize("meta", METAS, ids=lambda m: m["op"] + ("-ttl" if "ttl" in m else "-cc" if "cc" in m else ""))
+@pytest.mark.parametrize("meta", METAS, ids=lambda m: m["op"] + next((f"-{k}" for k in ("ttl", "cc", "from", "moved") if k in m), ""))
 def test_every_meta_comes_back_as_sent(meta):
     assert decode_meta(encode_meta(meta)) == meta
 
 
 def test_the_frequent_frames_are_packed_not_json():
-    for meta in METAS[:6]:
+    for meta in METAS[:7]:
         assert not encode_meta(meta).startswith(b"{"), meta["op"]
 
 
@@ -93,12 +95,12 @@ async def test_a_link_whose_peer_goes_silent_ends(monkeypatch):
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     size = int.from_bytes(await reader.readexactly(4), "big")
     hello, _ = parse(await reader.readexactly(size))
+    started = asyncio.get_running_loop().time()  # (before the last octets it hears from us)
     writer.writelines(frame({"op": "proof", "node": "entry@localhost",
                              "mac": proof(SECRET, hello["nonce"], "entry@localhost")}))
     await asyncio.wait_for(accepted[0].ready, 5)
     lost = asyncio.get_running_loop().create_future()
     accepted[0].on_lost = lambda: lost.set_result(None)
-    started = asyncio.get_running_loop().time()
     await asyncio.wait_for(lost, 5)  # (its ticks kept coming meanwhile: the socket is read, not answered)
     assert 0.5 <= asyncio.get_running_loop().time() - started < 2
     writer.close()

@@ -55,7 +55,9 @@ _SEQ_OK = struct.Struct(">Q?")
 _PUBLISH = struct.Struct(">BQqH")        # kind, sequence number, TTL (-1: none), queue count; then
 #                                          the vhost and the queue names, each a length (2) and UTF-8
 _STR_LEN = struct.Struct(">H")
-DELIVER, CREDIT, SETTLE, SETTLED, PUBLISH = 1, 2, 3, 4, 5
+_FROM = struct.Struct(">QQ")  # PUBLISH_FROM's: then the publish's number and its publisher's lowest
+#                               unanswered one; after the names, the publisher
+DELIVER, CREDIT, SETTLE, SETTLED, PUBLISH, PUBLISH_FROM = 1, 2, 3, 4, 5, 6
 
 
 def encode_meta(meta: Meta) -> bytes:
@@ -67,14 +69,20 @@ def encode_meta(meta: Meta) -> bytes:
     if op == "settle":
         dids = meta["dids"]
         return _SETTLE.pack(SETTLE, meta["ack"], meta["requeue"], len(dids)) + struct.pack(f">{len(dids)}q", *dids)
-    if op == "settled":
+    if op == "settled" and "moved" not in meta:  # (some not decided there: rare, as JSON)
         return _SETTLED.pack(SETTLED, len(meta["seqs"])) + b"".join(
             _SEQ_OK.pack(seq, ok) for seq, ok in zip(meta["seqs"], meta["oks"]))
     if op == "publish" and "cc" not in meta:
         ttl = meta.get("ttl")
         names = [meta["vhost"], *meta["queues"]]
-        return _PUBLISH.pack(PUBLISH, meta["seq"], -1 if ttl is None else ttl, len(meta["queues"])) + b"".join(
-            _STR_LEN.pack(len(b)) + b for b in (n.encode() for n in names))
+        kind, origin = PUBLISH, meta.get("from")
+        if origin is not None:  # (a quorum queue's stand-in numbers its publishes: RemoteQuorumQueue)
+            kind = PUBLISH_FROM
+            names.append(origin)
+        head = _PUBLISH.pack(kind, meta["seq"], -1 if ttl is None else ttl, len(meta["queues"]))
+        if origin is not None:
+            head += _FROM.pack(meta["n"], meta["low"])
+        return head + b"".join(_STR_LEN.pack(len(b)) + b for b in (n.encode() for n in names))
     return json.dumps(meta, separators=(",", ":")).encode()
 
 
@@ -94,14 +102,20 @@ def decode_meta(data: bytes) -> Meta:
         _, count = _SETTLED.unpack_from(data)
         pairs = [_SEQ_OK.unpack_from(data, _SETTLED.size + i * _SEQ_OK.size) for i in range(count)]
         return {"op": "settled", "seqs": [seq for seq, _ in pairs], "oks": [ok for _, ok in pairs]}
-    if kind == PUBLISH:
+    if kind == PUBLISH or kind == PUBLISH_FROM:
         _, seq, ttl, count = _PUBLISH.unpack_from(data)
         pos, names = _PUBLISH.size, []
+        if kind == PUBLISH_FROM:
+            number, low = _FROM.unpack_from(data, pos)
+            pos += _FROM.size
+            count += 1  # (the origin after the queues)
         for _ in range(count + 1):
             (n,) = _STR_LEN.unpack_from(data, pos)
             names.append(data[pos + 2:pos + 2 + n].decode())
             pos += 2 + n
         meta = {"op": "publish", "seq": seq, "vhost": names[0], "queues": names[1:]}
+        if kind == PUBLISH_FROM:
+            meta["from"], meta["n"], meta["low"] = meta["queues"].pop(), number, low
         if ttl >= 0:
             meta["ttl"] = ttl
         return meta

@@ -59,14 +59,17 @@ RecordsSource = Callable[[str, "dict[str, Any]"], "list[Any]"]
 
 class RemoteSettlement:
     """A publish to a queue of another node: safe once its home says so (False: the home
-    refused it, or the link ended first and its fate is unknown: a nack, as RabbitMQ's channel
-    nacks what a queue that died held unconfirmed)."""
+    refused it; or, `moved`, the link ended first, or the queue's leader had moved, and its
+    fate is unknown: a nack, as RabbitMQ's channel nacks what a classic queue that died held
+    unconfirmed; a quorum queue's stand-in sends it again to the next leader instead,
+    RemoteQuorumQueue)."""
 
-    __slots__ = ("safe", "waiter")
+    __slots__ = ("safe", "waiter", "moved")
 
     def __init__(self) -> None:
         self.safe: bool | None = None
         self.waiter: SyncWaiter | None = None
+        self.moved = False
 
     def status(self) -> bool | None:
         return self.safe
@@ -189,6 +192,7 @@ class Peer:
             done(None, self._down(meta))
         settlements, self.settlements = self.settlements, {}
         for settlement in settlements.values():
+            settlement.moved = True
             settlement.decide(False)
         consumers, self.consumers = self.consumers, {}
         self.by_consumer.clear()
@@ -222,26 +226,33 @@ class Peer:
     def _down(self, meta: Meta) -> AMQPError:
         return home_down(self.node, str(meta.get("queue")), str(meta.get("vhost")))
 
-    def publish(self, queue: RemoteQueue, message: Message) -> RemoteSettlement:
+    def publish(self, queue: RemoteQueue, message: Message, origin: tuple[str, int, int] | None = None
+                ) -> RemoteSettlement:
+        """`origin`: a replicated queue's publish (publisher, number, the publisher's lowest
+        unanswered number), so that its next leader knows it if it is sent again (a frame of
+        its own)."""
         link = self.link
         last = self._last_publish
-        if link is not None and last is not None and last[0] is message and link.pending(last[1]):
+        if (origin is None and link is not None and last is not None and last[0] is message
+                and link.pending(last[1])):
             last[1]["queues"].append(queue.name)  # (one frame, one body, for its queues on this home)
             return last[2]
         settlement = RemoteSettlement()
         if link is None:
-            settlement.safe = False
+            settlement.safe, settlement.moved = False, True
             return settlement
         seq = next(self._ids)
         self.settlements[seq] = settlement
         meta: Meta = {"op": "publish", "seq": seq, "vhost": queue.vhost.name, "queues": [queue.name]}
+        if origin is not None:
+            meta["from"], meta["n"], meta["low"] = origin
         if message.ttl is not None:
             meta["ttl"] = message.ttl
         if message.cc_keys is not None:
             meta["cc"] = list(message.cc_keys)
         body = message.body
         link.send(meta, message.route, message.header, body if isinstance(body, bytes) else bytes(body))
-        self._last_publish = (message, meta, settlement)
+        self._last_publish = (message, meta, settlement) if origin is None else None
         return settlement
 
     def consume(self, queue: RemoteQueue, consumer: Consumer, done: Done) -> None:
@@ -339,6 +350,9 @@ class Peer:
                 self._deliver(meta, blobs)
             elif op == "settled":
                 settlements = self.settlements
+                for seq in meta.get("moved", ()):  # (not decided there: a quorum queue's stand-in sends it again)
+                    if seq in settlements:
+                        settlements[seq].moved = True
                 for seq, ok in zip(meta["seqs"], meta["oks"]):
                     settlement = settlements.pop(seq, None)
                     if settlement is not None:

@@ -32,7 +32,7 @@ from ..broker.limits import usage
 from ..broker.queues import CONSUMER_ARGUMENTS
 from ..broker.queues.quorum import QuorumQueue
 from ..store.replicated import ReplicatedQueueStore
-from ..store.settlement import REJECTED, SETTLED, Settlement, Wake
+from ..store.settlement import MOVED, SETTLED, Settlement, Wake
 from .node_link import Link, Meta, message_from
 from .replicas import Replicas, replicas_of
 
@@ -140,11 +140,17 @@ class HomeSession:
         message.ttl = meta.get("ttl")
         if meta.get("cc") is not None:
             message.cc_keys = tuple(meta["cc"])
-        settlement = enqueue(message, queues, True, None) if queues else SETTLED
+        origin = meta.get("from")
+        if origin is not None and len(queues) == 1 and queues[0].gated:  # (a replicated queue's leader)
+            settlement = cast(QuorumQueue, queues[0]).publish_from(message, (str(origin), int(meta["n"])),
+                                                                   int(meta["low"]))
+        else:
+            settlement = enqueue(message, queues, True, None) if queues else SETTLED
         if len(queues) < len(named):
             # A queue the other node thinks is here is not (a replicated queue's leader moved,
-            # and one of the two nodes has not heard yet): a nack, never a confirm of nothing.
-            settlement = REJECTED
+            # and one of the two nodes has not heard yet): never a confirm of nothing; a quorum
+            # queue's stand-in sends it again to the next leader.
+            settlement = MOVED
         self.publishes.append((meta["seq"], settlement))
 
     def _check_flow(self) -> None:
@@ -177,7 +183,7 @@ class HomeSession:
         """Answer the publishes that are decided, in order (confirms are per message there)."""
         self.waiting = False
         publishes = self.publishes
-        seqs, oks = [], []
+        seqs, oks, moved = [], [], []
         while publishes:
             seq, settlement = publishes[0]
             status = settlement.status()
@@ -188,8 +194,10 @@ class HomeSession:
             publishes.popleft()
             seqs.append(seq)
             oks.append(status)
+            if not status and (settlement is MOVED or getattr(settlement, "moved", False)):
+                moved.append(seq)  # (not taken, or its leader stopped leading: its fate is the next leader's)
         if seqs:  # (one frame for all of them)
-            self.link.send({"op": "settled", "seqs": seqs, "oks": oks})
+            self.link.send({"op": "settled", "seqs": seqs, "oks": oks, **({"moved": moved} if moved else {})})
 
     # consumers ------------------------------------------------------------------------------
     def _consume(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:

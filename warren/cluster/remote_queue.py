@@ -12,6 +12,7 @@ message routed to it goes nowhere (returned when mandatory), as a RabbitMQ clust
 from __future__ import annotations
 
 import itertools
+import time
 import uuid
 from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Protocol, Self, cast
@@ -31,13 +32,16 @@ if TYPE_CHECKING:
     from ..broker.queue_flow import HeldPublisher
     from ..broker.consumer import Consumer
     from ..broker.queues.base import Queue
-    from ..store.settlement import Settlement, Ticket
+    from ..store.settlement import Settlement, SyncWaiter, Ticket
 
 Done = Callable[[Any, "BaseException | None"], None]
 
 # A consumer's acks remembered for its queue's next leader (Holding.acked): those a leader's
 # death may lose are the last few milliseconds' (on the link, or not yet on a follower's log).
 RECENT_ACKS = 1_000
+# Seconds a publish to a quorum queue whose leader died unanswered waits for the next leader
+# before it is nacked (Resent).
+RESEND_FOR = 30.0
 
 
 class Peer(Protocol):
@@ -48,7 +52,8 @@ class Peer(Protocol):
     busy: bool                   # its write buffer is full
     held: set[QueueCredit]       # stand-ins' credits holding publishers until it drains
 
-    def publish(self, queue: RemoteQueue, message: Message) -> Settlement: ...
+    def publish(self, queue: RemoteQueue, message: Message, origin: tuple[str, int, int] | None = None
+                ) -> Settlement: ...
     def request(self, meta: dict, done: Done, answer: Callable[[dict], Any]) -> None: ...
     def get(self, queue: RemoteQueue, no_ack: bool, done: Done) -> None: ...
     def consume(self, queue: RemoteQueue, consumer: Consumer, done: Done) -> None: ...
@@ -90,6 +95,55 @@ class Holding:
         # Its latest acks: one sent to a leader that died may never have reached its log, and
         # the next leader would deliver the message again (told at a re-attach, it settles it).
         self.acked: deque[int] = deque(maxlen=RECENT_ACKS)
+
+
+class Resent:
+    """A publish to a quorum queue another node leads, as its publisher's confirm waits on it:
+    safe once a leader says so. If the link to the leader it went to ends first, or another
+    node leads the queue meanwhile, its fate is unknown: rather than nack it, the stand-in
+    sends it again to the leader now, numbered (`n`, in order) so that a leader whose log kept
+    it does not take it twice (rabbit_fifo_client resends its pending enqueues to a new leader
+    so). Nacked if it has not reached a leader RESEND_FOR seconds after it was published."""
+
+    __slots__ = ("queue", "message", "n", "safe", "waiter", "attempt", "sent_to", "since")
+
+    def __init__(self, queue: RemoteQuorumQueue, message: Message, n: int, now: float):
+        self.queue = queue
+        self.message = message
+        self.n = n
+        self.safe: bool | None = None
+        self.waiter: SyncWaiter | None = None
+        self.attempt: Settlement | None = None
+        self.sent_to = ""  # the node its last attempt went to ("": none, or its link ended)
+        self.since = now
+
+    def status(self) -> bool | None:
+        return self.safe
+
+    def notify(self, waiter: SyncWaiter) -> None:
+        if self.safe is not None:
+            waiter.store_synced()
+        else:
+            self.waiter = waiter
+
+    def decide(self, safe: bool) -> None:
+        self.queue.waiting.pop(self.n, None)
+        self.safe = safe
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None:
+            waiter.store_synced()
+
+    def store_synced(self) -> None:
+        """(A SyncWaiter of its attempt.)"""
+        attempt = self.attempt
+        status = None if attempt is None else attempt.status()
+        if status is None or self.safe is not None:
+            return
+        if not status and getattr(attempt, "moved", False) and not self.queue.deleted:
+            self.sent_to = ""
+            self.queue.resend_due = True
+        else:
+            self.decide(status)
 
 
 def home_down(home: str, queue: str, vhost: str) -> AMQPError:
@@ -301,6 +355,51 @@ class RemoteQuorumQueue(RemoteQueue):
         self.pending: list[tuple[int, bool, bool]] = []  # (message id, ack, requeue)
         self.successor: Queue | None = None  # this node's own queue, once it leads here
         self.adopted: dict[int, QueuedMessage] = {}  # its messages that orphans held, by id
+        self.publisher = f"{self.node.config.node_name}/{uuid.uuid4().hex[:12]}"  # (its publishes' origin)
+        self.published = 0  # its publishes so far, numbered in order
+        self.waiting: dict[int, Resent] = {}  # its publishes not answered yet, by number
+        self.resend_due = False  # one of them lost its leader: they go again, in order
+
+    def publish(self, message: Message, ticket: Ticket | None = None) -> Settlement:
+        self.stats["publish"] += 1
+        self.published += 1
+        resent = self.waiting[self.published] = Resent(self, message, self.published, time.monotonic())
+        if self.resend_due:
+            self._resend()  # (behind those that go again: a leader takes a publisher's in order)
+        else:
+            self._attempt(resent)
+        if self.peer.busy:  # the link to its home buffers more than it may: hold the publisher back
+            self.vhost.pressed(self)
+        return resent
+
+    def _attempt(self, resent: Resent) -> None:
+        low = next(iter(self.waiting))  # (every publish below it was confirmed: in the log)
+        if self.successor is not None:
+            resent.sent_to = self.node.config.node_name
+            resent.attempt = cast(QuorumQueue, self.successor).publish_from(resent.message,
+                                                                           (self.publisher, resent.n), low)
+        else:
+            resent.sent_to = self.home
+            resent.attempt = self.peer.publish(self, resent.message, (self.publisher, resent.n, low))
+        resent.attempt.notify(resent)
+
+    def _resend(self) -> None:
+        """Send again, in order, the publishes whose leader is gone or no longer leads, to the
+        leader now (none while it cannot be reached); nack those published RESEND_FOR seconds
+        ago, or every one once the queue is deleted."""
+        leader = self.node.config.node_name if self.successor is not None else self.home
+        reachable = self.successor is not None or self.reachable
+        self.resend_due = False
+        now = time.monotonic()
+        for resent in list(self.waiting.values()):
+            if resent.sent_to == leader:
+                continue
+            if self.deleted or now - resent.since > RESEND_FOR:
+                resent.decide(False)
+            elif reachable:
+                self._attempt(resent)
+            else:
+                self.resend_due = True
 
     def add_consumer(self, consumer) -> None:
         if consumer.credit.limit:
@@ -335,7 +434,9 @@ class RemoteQuorumQueue(RemoteQueue):
 
     def resume(self) -> None:
         """Re-attach the orphans to the home (the queue's leader now) and send what they
-        settled meanwhile; nothing while the link to it is down (tried again later)."""
+        settled meanwhile, and the publishes it never answered; nothing while the link to it
+        is down (tried again later)."""
+        self._resend()
         if self.deleted or not self.reachable:
             return
         peer = self.peer
@@ -397,6 +498,7 @@ class RemoteQuorumQueue(RemoteQueue):
             consumer.queue = queue
             queue.add_consumer(consumer)
         self._send_pending()
+        self._resend()
 
     # settlement: by the link it came on, or by id once its leader changed ------------------
     def ack(self, qm) -> None:

@@ -6,7 +6,11 @@ requeued ones by position); the log is its only durable form.
 Entries (kind, payload):
 
 - ENQUEUE: a message accepted (its seq, delivery count, expiry, route, header, body); the
-  entry's offset is the message's id on every replica;
+  entry's offset is the message's id on every replica. ENQUEUE_FROM is the same with the
+  publish's origin (another node's publisher and its number, in order): a publish that node
+  sends again after the leader that had it died is recognised (`enqueuers`: each publisher's
+  last, taken in order: QuorumQueue.publish_from) and not taken twice (rabbit_fifo's
+  enqueuer sequence numbers);
 - SETTLE: ids gone for good (acked, rejected, expired, dead-lettered, dropped);
 - RETURN: an id back ahead of the ready messages with a new seq (rabbit_fifo's returns);
   a requeue to the tail is an ENQUEUE of the copy and a SETTLE of the original;
@@ -43,9 +47,10 @@ if TYPE_CHECKING:
     from .replica_log import ReplicaLog
     from .settlement import Ticket
 
-ENQUEUE, SETTLE, RETURN, DELIVERED, PURGE = 1, 2, 3, 4, 5
+ENQUEUE, SETTLE, RETURN, DELIVERED, PURGE, ENQUEUE_FROM = 1, 2, 3, 4, 5, 6
 
 _ENQUEUE = struct.Struct(">QIqHI")  # seq, deliveries, expiry (wall ms, -1: none), route length, header length
+_ORIGIN = struct.Struct(">QB")      # ENQUEUE_FROM's: the publish's number, its publisher's length (then it)
 _IDS = struct.Struct(">Q")
 _RETURN = struct.Struct(">QQI")     # id, new seq, deliveries
 _HOLDER = struct.Struct(">H")       # a DELIVERED entry's holder length (the holder, then ids)
@@ -77,6 +82,12 @@ class CommitPoint:
         if self.store.committed >= self.end:
             return True
         return False if self.store.failed else None
+
+    @property
+    def moved(self) -> bool:
+        """(False:) its replica stopped leading first: the entry may yet be committed by the
+        next leader, or not."""
+        return self.store.failed
 
     def notify(self, waiter: SyncWaiter) -> None:
         if self.status() is not None:
@@ -127,8 +138,10 @@ class ReplicatedQueueStore(Commits):
     """The queue's messages in memory, their changes in its replica log."""
 
     def __init__(self, log: ReplicaLog, epoch: int, window: int = WINDOW):
-        # (what a replica recovers from is its own: committed again by its leader)
-        super().__init__(log.end)
+        # Nothing is known committed until its leader's rules say so: a new leader's log may
+        # end in entries its predecessor never committed, and what it delivers, or confirms of
+        # a publish sent again (enqueued), waits for them to be held by a majority.
+        super().__init__(0)
         self.log = log
         self.epoch = epoch
         self.window = window
@@ -142,6 +155,7 @@ class ReplicatedQueueStore(Commits):
         # (claim) or the leader gives up on them: not ready, counted unacked.
         self.parked: dict[str, dict[int, QueuedMessage]] = {}
         self.returned: list[QueuedMessage] = []  # what a replay gave back of what was handed out
+        self.enqueuers: dict[str, int] = {}  # another node's publisher -> the last of its publishes written
 
     def _append(self, kind: int, head: bytes, body: Any = None) -> CommitPoint:
         if self.failed:  # (no longer its leader: its log is a follower's now, written by the leader only)
@@ -162,10 +176,15 @@ class ReplicatedQueueStore(Commits):
         message = qm.message
         expiry = -1 if qm.expiry is None else int((qm.expiry - time.monotonic() + time.time()) * 1000)
         head = _ENQUEUE.pack(qm.seq, qm.deliveries, expiry, len(message.route), len(message.header))
+        kind, origin = ENQUEUE, getattr(message, "origin", None)
+        if origin is not None:
+            publisher = origin[0].encode()
+            kind, head = ENQUEUE_FROM, head + _ORIGIN.pack(origin[1], len(publisher)) + publisher
+            self.enqueuers[origin[0]] = max(origin[1], self.enqueuers.get(origin[0], 0))  # (a requeue's copy: an old n)
         qm.off = self.log.end
         qm.seg = IN_LOG
         qm.durable = True
-        point = self._append(ENQUEUE, head + message.route + message.header, message.body)
+        point = self._append(kind, head + message.route + message.header, message.body)
         self.by_id[qm.off] = qm
         self.max_seq = max(self.max_seq, qm.seq)
         return point
@@ -204,7 +223,9 @@ class ReplicatedQueueStore(Commits):
 
     def _load(self, qm: QueuedMessage) -> None:
         self._sizes.pop(qm.off, None)
-        qm.message = _message(self.log.read(qm.off).payload)
+        entry = self.log.read(qm.off)
+        qm.message = _message(entry.kind, entry.payload)
+
 
     def drop_head(self, n: int) -> list[QueuedMessage]:
         taken: list[QueuedMessage] = []
@@ -328,10 +349,12 @@ class ReplicatedQueueStore(Commits):
         now_wall, now = time.time(), time.monotonic()
         for entry in log.entries(log.first):
             kind, payload = entry.kind, entry.payload
-            if kind == ENQUEUE:  # (its body stays in the log: read back when it is needed)
-                seq, deliveries, expiry, route_len, header_len = _ENQUEUE.unpack_from(payload)
+            if kind == ENQUEUE or kind == ENQUEUE_FROM:  # (its body stays in the log: read back when needed)
+                seq, deliveries, expiry, route_len, header_len, at, origin = _enqueued(kind, payload)
+                if origin is not None:
+                    store.enqueuers[origin[0]] = max(origin[1], store.enqueuers.get(origin[0], 0))
                 qm = QueuedMessage(seq, PAGED, deliveries > 0)
-                store._sizes[entry.offset] = len(payload) - _ENQUEUE.size - route_len - header_len
+                store._sizes[entry.offset] = len(payload) - at - route_len - header_len
                 qm.deliveries = deliveries
                 qm.off, qm.seg, qm.durable = entry.offset, IN_LOG, True
                 if expiry >= 0:
@@ -392,10 +415,20 @@ class ReplicatedQueueStore(Commits):
         return store
 
 
-def _message(payload: bytes) -> Message:
-    """The message of an ENQUEUE entry's payload."""
-    _seq, _deliveries, _expiry, route_len, header_len = _ENQUEUE.unpack_from(payload)
-    at = _ENQUEUE.size
+def _enqueued(kind: int, payload: bytes) -> tuple[int, int, int, int, int, int, tuple[str, int] | None]:
+    """An ENQUEUE or ENQUEUE_FROM entry's seq, delivery count, expiry, route and header
+    lengths, where its route starts, and its origin (None: published on the leader's node)."""
+    seq, deliveries, expiry, route_len, header_len = _ENQUEUE.unpack_from(payload)
+    if kind != ENQUEUE_FROM:
+        return seq, deliveries, expiry, route_len, header_len, _ENQUEUE.size, None
+    n, length = _ORIGIN.unpack_from(payload, _ENQUEUE.size)
+    at = _ENQUEUE.size + _ORIGIN.size
+    return seq, deliveries, expiry, route_len, header_len, at + length, (bytes(payload[at:at + length]).decode(), n)
+
+
+def _message(kind: int, payload: bytes) -> Message:
+    """The message of an ENQUEUE or ENQUEUE_FROM entry's payload."""
+    _seq, _deliveries, _expiry, route_len, header_len, at, _origin = _enqueued(kind, payload)
     route = payload[at:at + route_len]
     header = payload[at + route_len:at + route_len + header_len]
     return Message(*_route_parts(route), route, header, payload[at + route_len + header_len:])

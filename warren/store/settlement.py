@@ -83,6 +83,9 @@ class _Decided:
 
 SETTLED = _Decided(True, "SETTLED")    # nothing to wait for: in memory, or no queue needed a write
 REJECTED = _Decided(False, "REJECTED")  # a queue refused the message (reject-publish): a nack
+# Not taken where it was sent, its fate not decided there: a replicated queue's leader had moved
+# (a stand-in on another node sends it again to the next leader: RemoteQuorumQueue).
+MOVED = _Decided(False, "MOVED")
 
 
 class StoreBatch:

@@ -37,7 +37,7 @@ from ...amqp import reencode as rt
 from ...amqp.message import Message
 from ...amqp.properties import FLAG_HEADERS
 from ...store.queued_message import QueuedMessage
-from ...store.settlement import SETTLED
+from ...store.settlement import MOVED, SETTLED
 from ..errors import not_implemented, resource_locked
 from ..queue_arguments import NOT_QUORUM_ARGS, QUORUM_CHECKS, QUORUM_EQUIVALENCE_ARGS
 from ..queue_settings import QueueSettings
@@ -169,6 +169,22 @@ class QuorumQueue(Queue):
 
     def delivery_gate(self):
         return cast("ReplicatedQueueStore", self.store).delivery_gate()
+
+    def publish_from(self, message: Message, origin: tuple[str, int], low: int):
+        """(A replicated queue's leader) a publish another node sends, named by `origin`
+        (its publisher and number; `low`, that publisher's lowest unanswered number): one it
+        sends again because the leader it went to died is taken only if that leader's log did
+        not keep it, and is confirmed once what this log holds is committed. A publisher's
+        publishes are taken in order only (one that would leave a gap is MOVED: sent again,
+        after the one missing), so that the log holds each publisher's up to a number."""
+        store = cast("ReplicatedQueueStore", self.store)
+        last = max(store.enqueuers.get(origin[0], 0), low - 1)
+        if origin[1] <= last:
+            return store.delivery_gate() or SETTLED
+        if origin[1] > last + 1:
+            return MOVED
+        message.origin = origin
+        return self.publish(message)
 
     def get(self):
         """basic.get: refused with single active consumer; the message always carries its
