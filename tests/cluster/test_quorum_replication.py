@@ -12,6 +12,7 @@ import time
 import threading
 
 import pika
+import pytest
 import requests
 
 from .test_ctl_cluster import ctl
@@ -281,3 +282,33 @@ def test_the_balanced_leader_locator_spreads_leaders(three):  # noqa: F811
     # used through the declaring node as any other
     publish_confirmed(a, "qq-balanced-1", [b"x"], time.monotonic() + 20)
     assert drain(c, "qq-balanced-1") == [b"x"]
+
+
+@pytest.mark.parametrize("how", ["consume", "get"])
+def test_a_consume_or_get_between_two_leaders_waits_for_the_next(three, how):  # noqa: F811
+    """Right after the leader's kill -9 (before the next is elected) a basic.consume or
+    basic.get through another node waits for the next leader and is answered by it, as
+    RabbitMQ's quorum queue client waits: no 404 for a home node that is down."""
+    a, b, c = three
+    connection = pika.BlockingConnection(a.pika_params())
+    channel = connection.channel()
+    channel.queue_declare("qq-waits", durable=True, arguments=QQ)  # (a leads it: the declare's node)
+    channel.confirm_delivery()
+    for body in (b"m0", b"m1"):
+        channel.basic_publish("", "qq-waits", body, pika.BasicProperties(delivery_mode=2))
+    connection.close()
+    on_c = pika.BlockingConnection(c.pika_params(socket_timeout=10)).channel()
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait()
+    time.sleep(0.02)  # (c's link to a is down; no election before LINK_GRACE, 0.1 s)
+    if how == "get":
+        method, _, body = on_c.basic_get("qq-waits", auto_ack=True)
+        assert body == b"m0" and method.message_count == 1
+    else:
+        got = []
+        for method, _, body in on_c.consume("qq-waits", auto_ack=True, inactivity_timeout=3):
+            if method is None:
+                break
+            got.append(body)
+        assert got == [b"m0", b"m1"]
+    on_c.connection.close()

@@ -87,10 +87,11 @@ def _check_exclusive(actor: Actor, queue: Queue) -> None:
     actor.vhost.check_exclusive(queue, actor.owner)
 
 
-def _check_queue_use(actor: Actor, queue: Queue) -> None:
-    """A queue named by an operation: reachable (a queue of another node: its home is up),
-    and not another connection's exclusive queue, in RabbitMQ's order."""
-    if not queue.reachable:
+def _check_queue_use(actor: Actor, queue: Queue, reading: bool = False) -> None:
+    """A queue named by an operation: reachable (a queue of another node: its home is up;
+    a replicated queue's consume or get waits for its next leader instead: `reading`), and
+    not another connection's exclusive queue, in RabbitMQ's order."""
+    if not queue.reachable and not (reading and queue.waits_for_leader):
         raise queue.down()
     actor.vhost.check_exclusive(queue, actor.owner)
 
@@ -180,8 +181,8 @@ def declare_queue(actor: Actor, name: str, passive: bool = False, durable: bool 
     """queue.declare: (queue, created). An empty name gets a server-named queue."""
     vhost = actor.vhost
     existing = vhost.queues.get(name)
-    if existing is not None and not existing.reachable:
-        raise existing.down()  # (before any other check, as RabbitMQ)
+    if existing is not None and not existing.reachable and not existing.waits_for_leader:
+        raise existing.down()  # (before any other check, as RabbitMQ; a quorum queue's counts wait)
     if passive:
         q = vhost.queue(name)
         _check_exclusive(actor, q)
@@ -282,7 +283,7 @@ def readable_queue(actor: Actor, name: str) -> Queue:
     queue is a 403 too), then the lookup, then exclusivity."""
     actor.check("read", "queue", name)
     q = actor.vhost.queue(name)
-    _check_queue_use(actor, q)
+    _check_queue_use(actor, q, reading=True)
     return q
 
 

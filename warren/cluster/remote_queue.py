@@ -343,6 +343,7 @@ class RemoteQuorumQueue(RemoteQueue):
     they become consumers of its queue (`adopt`) and settle there (`successor`)."""
 
     CAPABILITIES = QuorumQueue.CAPABILITIES
+    waits_for_leader = True
     check_delete = QuorumQueue.check_delete
     adjust_settings = QuorumQueue.adjust_settings
     _warn_once = QuorumQueue._warn_once
@@ -359,6 +360,7 @@ class RemoteQuorumQueue(RemoteQueue):
         self.published = 0  # its publishes so far, numbered in order
         self.waiting: dict[int, Resent] = {}  # its publishes not answered yet, by number
         self.resend_due = False  # one of them lost its leader: they go again, in order
+        self.waiting_calls: list[tuple[float, Callable[[Done], None], Done, Callable[[], None]]] = []
 
     def publish(self, message: Message, ticket: Ticket | None = None) -> Settlement:
         self.stats["publish"] += 1
@@ -401,6 +403,55 @@ class RemoteQuorumQueue(RemoteQueue):
             else:
                 self.resend_due = True
 
+    # operations that wait for a leader -----------------------------------------------------
+    def consume_async(self, consumer: Consumer, done: Done) -> None:
+        self._when_led(lambda answered: self.peer.consume(self, consumer, answered), done,
+                       lambda: done(None, None))  # (adopt moved the consumer to this node's queue)
+
+    def get_async(self, no_ack: bool, done: Done) -> None:
+        def here() -> None:  # (this node leads it now: its own queue answers, as ops.get)
+            queue = cast("Queue", self.successor)
+            qm = queue.get()
+            if qm is not None:
+                queue.delivered(qm, no_ack, True)
+            done((qm, queue.message_count, queue), None)
+        self._when_led(lambda answered: self.peer.get(self, no_ack, answered), done, here)
+
+    def counts_async(self, done: Done) -> None:
+        self._when_led(lambda answered: RemoteQueue.counts_async(self, answered), done,
+                       lambda: done(cast("Queue", self.successor).declare_ok_counts(), None))
+
+    def _when_led(self, call: Callable[[Done], None], done: Done, here: Callable[[], None],
+                  since: float | None = None) -> None:
+        """`call` the leader; while none is in reach (the one it had died and the next is not
+        elected yet) or the node asked answers that it no longer leads, wait for the next one,
+        RESEND_FOR seconds at most, as RabbitMQ's quorum queue client waits for a new leader
+        (its channel answers then, where a classic queue's home down is a 404 at once).
+        `here` answers instead if this node is the next leader (adopt)."""
+        started = time.monotonic() if since is None else since
+
+        def waits() -> bool:
+            return not self.deleted and time.monotonic() - started < RESEND_FOR
+
+        if not self.reachable and waits():
+            self.waiting_calls.append((started, call, done, here))
+            return
+
+        def answered(result: Any, error: BaseException | None) -> None:
+            if isinstance(error, AMQPError) and error.code == 404 and waits():
+                self.waiting_calls.append((started, call, done, here))  # (tried again at the next resume)
+            else:
+                done(result, error)
+        call(answered)
+
+    def _call_waiting(self) -> None:
+        calls, self.waiting_calls = self.waiting_calls, []
+        for started, call, done, here in calls:
+            if self.successor is not None:
+                here()
+            else:
+                self._when_led(call, done, here, started)
+
     def add_consumer(self, consumer) -> None:
         if consumer.credit.limit:
             raise not_implemented(f"{self.describe()} does not support global qos")
@@ -437,6 +488,7 @@ class RemoteQuorumQueue(RemoteQueue):
         settled meanwhile, and the publishes it never answered; nothing while the link to it
         is down (tried again later)."""
         self._resend()
+        self._call_waiting()
         if self.deleted or not self.reachable:
             return
         peer = self.peer
@@ -499,6 +551,7 @@ class RemoteQuorumQueue(RemoteQueue):
             queue.add_consumer(consumer)
         self._send_pending()
         self._resend()
+        self._call_waiting()
 
     # settlement: by the link it came on, or by id once its leader changed ------------------
     def ack(self, qm) -> None:

@@ -285,7 +285,7 @@ class Replicas:
         for vhost_name, name in list(self.records):
             vhost = self.broker.vhosts.get(vhost_name)
             queue = None if vhost is None else vhost.queues.get(name)
-            if isinstance(queue, RemoteQuorumQueue) and (queue.orphans or queue.pending or queue.resend_due):
+            if isinstance(queue, RemoteQuorumQueue) and (queue.orphans or queue.pending or queue.resend_due or queue.waiting_calls):
                 queue.resume()
 
     def _release(self, led: Led) -> None:

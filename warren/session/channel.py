@@ -534,7 +534,11 @@ class Channel:
         q, qm = ops.get(self.actor, name, m.no_ack)
         self._got(m, q, qm, q.message_count if qm is not None else 0)
 
-    def _got(self, m, q, qm, message_count: int) -> None:
+    def _got(self, m, q, qm, message_count: int, answered_by=None) -> None:
+        """`answered_by`: the queue that handed it out, when not `q` (a quorum queue whose
+        leader moved to this node while the get waited: RemoteQuorumQueue.get_async)."""
+        if answered_by is not None:
+            q = answered_by
         if qm is None:
             self.stats["get_empty"] += 1
             self.send(spec.BasicGetEmpty(cluster_id=""))

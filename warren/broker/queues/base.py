@@ -52,6 +52,9 @@ class Queue:
     # Whether a delivery waits for the entry that records it to be committed (a replicated
     # queue's leader: delivery_gate(), warren.session.gated_output).
     gated = False
+    # Whether a consume, get or declare waits for a leader out of reach rather than fail (a
+    # quorum queue's stand-in: warren.cluster.remote_queue.RemoteQuorumQueue._when_led).
+    waits_for_leader = False
 
     def __init__(self, vhost: QueueHost[Queue], name: str, durable: bool = False,
                  exclusive_owner: ExclusiveOwner | None = None,
