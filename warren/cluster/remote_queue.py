@@ -452,6 +452,12 @@ class RemoteQuorumQueue(RemoteQueue):
             else:
                 self._when_led(call, done, here, started)
 
+    def stop_timers(self) -> None:
+        """(Deleted: nothing resumes it any more.) What waits for a leader is answered now."""
+        super().stop_timers()
+        self._resend()
+        self._call_waiting()
+
     def add_consumer(self, consumer) -> None:
         if consumer.credit.limit:
             raise not_implemented(f"{self.describe()} does not support global qos")
