@@ -24,6 +24,7 @@ from ..broker.errors import AMQPError, internal_error
 from ..broker.limits import NONE as NO_USAGE
 from ..broker.records import Usage
 from ..broker.metadata.commands import DeleteQueue
+from ..store.settlement import Decision
 from .etcd import EtcdError, absent, put_op
 from .node_link import Link, Meta, message_from
 from .queue_home import HomeSession
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
     from ..broker.broker import Broker
     from ..broker.queue_flow import QueueCredit
     from ..broker.consumer import Consumer
-    from ..store.settlement import SyncWaiter
     from .config import ClusterConfig
     from .etcd import Etcd
     from .membership import Membership
@@ -57,34 +57,18 @@ ASK_TIMEOUT = 1.0   # seconds a question to every member waits for their answers
 RecordsSource = Callable[[str, "dict[str, Any]"], "list[Any]"]
 
 
-class RemoteSettlement:
+class RemoteSettlement(Decision):
     """A publish to a queue of another node: safe once its home says so (False: the home
     refused it; or, `moved`, the link ended first, or the queue's leader had moved, and its
     fate is unknown: a nack, as RabbitMQ's channel nacks what a classic queue that died held
     unconfirmed; a quorum queue's stand-in sends it again to the next leader instead,
     RemoteQuorumQueue)."""
 
-    __slots__ = ("safe", "waiter", "moved")
+    __slots__ = ("moved",)
 
     def __init__(self) -> None:
-        self.safe: bool | None = None
-        self.waiter: SyncWaiter | None = None
+        super().__init__()
         self.moved = False
-
-    def status(self) -> bool | None:
-        return self.safe
-
-    def notify(self, waiter: SyncWaiter) -> None:
-        if self.safe is not None:  # (decided already: a link that was down, a nack at once)
-            waiter.store_synced()
-        else:
-            self.waiter = waiter
-
-    def decide(self, safe: bool) -> None:
-        self.safe = safe
-        waiter, self.waiter = self.waiter, None
-        if waiter is not None:
-            waiter.store_synced()
 
 
 class RemoteConsumer:

@@ -23,6 +23,7 @@ from ..broker.queue_flow import QueueCredit
 from ..broker.queues.classic import ClassicQueue
 from ..broker.queues.quorum import QuorumQueue
 from ..store.queued_message import QueuedMessage
+from ..store.settlement import Decision
 
 if TYPE_CHECKING:
     from ..amqp.message import Message
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from ..broker.queue_flow import HeldPublisher
     from ..broker.consumer import Consumer
     from ..broker.queues.base import Queue
-    from ..store.settlement import Settlement, SyncWaiter, Ticket
+    from ..store.settlement import Settlement, Ticket
 
 Done = Callable[[Any, "BaseException | None"], None]
 
@@ -97,7 +98,7 @@ class Holding:
         self.acked: deque[int] = deque(maxlen=RECENT_ACKS)
 
 
-class Resent:
+class Resent(Decision):
     """A publish to a quorum queue another node leads, as its publisher's confirm waits on it:
     safe once a leader says so. If the link to the leader it went to ends first, or another
     node leads the queue meanwhile, its fate is unknown: rather than nack it, the stand-in
@@ -105,33 +106,20 @@ class Resent:
     it does not take it twice (rabbit_fifo_client resends its pending enqueues to a new leader
     so). Nacked if it has not reached a leader RESEND_FOR seconds after it was published."""
 
-    __slots__ = ("queue", "message", "n", "safe", "waiter", "attempt", "sent_to", "since")
+    __slots__ = ("queue", "message", "n", "attempt", "sent_to", "since")
 
     def __init__(self, queue: RemoteQuorumQueue, message: Message, n: int, now: float):
+        super().__init__()
         self.queue = queue
         self.message = message
         self.n = n
-        self.safe: bool | None = None
-        self.waiter: SyncWaiter | None = None
         self.attempt: Settlement | None = None
         self.sent_to = ""  # the node its last attempt went to ("": none, or its link ended)
         self.since = now
 
-    def status(self) -> bool | None:
-        return self.safe
-
-    def notify(self, waiter: SyncWaiter) -> None:
-        if self.safe is not None:
-            waiter.store_synced()
-        else:
-            self.waiter = waiter
-
     def decide(self, safe: bool) -> None:
         self.queue.waiting.pop(self.n, None)
-        self.safe = safe
-        waiter, self.waiter = self.waiter, None
-        if waiter is not None:
-            waiter.store_synced()
+        super().decide(safe)
 
     def store_synced(self) -> None:
         """(A SyncWaiter of its attempt.)"""
@@ -374,14 +362,17 @@ class RemoteQuorumQueue(RemoteQueue):
             self.vhost.pressed(self)
         return resent
 
+    def _leader(self) -> str:
+        """The node its publishes go to now: its home, or this node once it leads (adopt)."""
+        return self.node.config.node_name if self.successor is not None else self.home
+
     def _attempt(self, resent: Resent) -> None:
         low = next(iter(self.waiting))  # (every publish below it was confirmed: in the log)
+        resent.sent_to = self._leader()
         if self.successor is not None:
-            resent.sent_to = self.node.config.node_name
             resent.attempt = cast(QuorumQueue, self.successor).publish_from(resent.message,
                                                                            (self.publisher, resent.n), low)
         else:
-            resent.sent_to = self.home
             resent.attempt = self.peer.publish(self, resent.message, (self.publisher, resent.n, low))
         resent.attempt.notify(resent)
 
@@ -389,7 +380,7 @@ class RemoteQuorumQueue(RemoteQueue):
         """Send again, in order, the publishes whose leader is gone or no longer leads, to the
         leader now (none while it cannot be reached); nack those published RESEND_FOR seconds
         ago, or every one once the queue is deleted."""
-        leader = self.node.config.node_name if self.successor is not None else self.home
+        leader = self._leader()
         reachable = self.successor is not None or self.reachable
         self.resend_due = False
         now = time.monotonic()

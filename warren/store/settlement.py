@@ -43,6 +43,32 @@ class Wake:
         self.wake()
 
 
+class Decision:
+    """A settlement its holder decides once, when an answer comes (another node's confirm of a
+    publish it was sent): None until then; its waiter is told."""
+
+    __slots__ = ("safe", "waiter")
+
+    def __init__(self) -> None:
+        self.safe: bool | None = None
+        self.waiter: SyncWaiter | None = None
+
+    def status(self) -> bool | None:
+        return self.safe
+
+    def notify(self, waiter: SyncWaiter) -> None:
+        if self.safe is not None:  # (decided already: told at once)
+            waiter.store_synced()
+        else:
+            self.waiter = waiter
+
+    def decide(self, safe: bool) -> None:
+        self.safe = safe
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None:
+            waiter.store_synced()
+
+
 class GroupCommit(Protocol):
     """The persister's group commit as its handles read it (warren.store.persister.Persister)."""
 
