@@ -78,10 +78,6 @@ class Publisher(threading.Thread):
     def confirms_between(self, start: float, end: float) -> int:
         return sum(1 for t in self.confirm_times if start <= t < end)
 
-    def confirmed_sent_between(self, start: float, end: float) -> int:
-        """Confirmed publishes that were sent in [start, end) (whenever their confirm came)."""
-        return sum(1 for t in self.confirmed_sends if start <= t < end)
-
     def finish(self, timeout: float = 30) -> None:
         self.stop.set()
         self.join(timeout)

@@ -189,19 +189,19 @@ def test_ready_messages_beyond_the_window_are_read_back_from_the_log(tmp_path):
 
 
 def test_a_publish_from_another_node_is_known_again_after_a_replay(tmp_path):
-    """ENQUEUE_FROM: the last publish of each publisher of another node is known (to this
-    replica, and to the next leader replaying the log: QuorumQueue.publish_from takes a
-    publisher's in order by it), and its message reads back as a plain one."""
+    """ENQUEUE_FROM: the last publish of each numbered publisher is known (to this replica,
+    and to the next leader replaying the log: QuorumQueue.publish_from takes a publisher's in
+    order by it), and its message reads back as a plain one."""
     persister, store = open_store(tmp_path)
     for n in (1, 2, 3):
         qm = QueuedMessage(n, message(n))
-        qm.message.origin = ("node-b/run", n)
+        store.origin = ("node-b/run", n)
         store.accept(qm)
+        assert store.origin is None  # (taken by that entry only)
         store.push(qm)
-    publish(store, 4)  # (one of the leader's own node)
+    publish(store, 4)  # (one not numbered: a requeue's copy)
     persister.flush()
     assert store.enqueuers == {"node-b/run": 3}
     replayed = ReplicatedQueueStore.recover(ReplicaLog(persister, str(tmp_path / "q")), epoch=2)
     assert replayed.enqueuers == {"node-b/run": 3}
     assert bodies(replayed) == [b"body-1", b"body-2", b"body-3", b"body-4"]
-    assert all(getattr(qm.message, "origin", None) is None for qm in replayed.peek_all())

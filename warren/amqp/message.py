@@ -21,11 +21,7 @@ class Message:
     # cc_keys: the routing keys its CC and BCC headers added at publish (None: none, or not
     # known, as after a restart: then the CC header still says them, BCC is lost). Kept because
     # BCC leaves the header, and dead-lettering without a routing key routes with them again.
-    # origin: (publisher, n) of a publish another node sends to a replicated queue's leader,
-    # which writes it with the message so that a resend is recognised (warren.store.replicated);
-    # unset on every other message.
-    __slots__ = ("exchange", "routing_key", "route", "header", "body", "_props", "ttl", "cc_keys", "origin")
-    origin: tuple[str, int]
+    __slots__ = ("exchange", "routing_key", "route", "header", "body", "_props", "ttl", "cc_keys")
 
     def __init__(self, exchange: str, routing_key: str, route: bytes, header: bytes, body: Body):
         self.exchange = exchange
@@ -36,7 +32,6 @@ class Message:
         self._props: dict[str, Any] | None = None
         self.ttl: int | None = None
         self.cc_keys: tuple[str, ...] | None = None
-        # (origin is left unset, read with getattr: the publish path pays nothing for it)
 
     @property
     def properties(self) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from ..broker.errors import AMQPError, internal_error, not_found, not_implemente
 from ..broker.queue_flow import QueueCredit
 from ..broker.queues.classic import ClassicQueue
 from ..broker.queues.quorum import QuorumQueue
+from ..broker.queues.quorum_publisher import RESEND_FOR, QuorumPublisher
 from ..store.queued_message import QueuedMessage
-from ..store.settlement import Decision
 
 if TYPE_CHECKING:
     from ..amqp.message import Message
@@ -40,9 +40,6 @@ Done = Callable[[Any, "BaseException | None"], None]
 # A consumer's acks remembered for its queue's next leader (Holding.acked): those a leader's
 # death may lose are the last few milliseconds' (on the link, or not yet on a follower's log).
 RECENT_ACKS = 1_000
-# Seconds a publish to a quorum queue whose leader died unanswered waits for the next leader
-# before it is nacked (Resent).
-RESEND_FOR = 30.0
 
 
 class Peer(Protocol):
@@ -96,42 +93,6 @@ class Holding:
         # Its latest acks: one sent to a leader that died may never have reached its log, and
         # the next leader would deliver the message again (told at a re-attach, it settles it).
         self.acked: deque[int] = deque(maxlen=RECENT_ACKS)
-
-
-class Resent(Decision):
-    """A publish to a quorum queue another node leads, as its publisher's confirm waits on it:
-    safe once a leader says so. If the link to the leader it went to ends first, or another
-    node leads the queue meanwhile, its fate is unknown: rather than nack it, the stand-in
-    sends it again to the leader now, numbered (`n`, in order) so that a leader whose log kept
-    it does not take it twice (rabbit_fifo_client resends its pending enqueues to a new leader
-    so). Nacked if it has not reached a leader RESEND_FOR seconds after it was published."""
-
-    __slots__ = ("queue", "message", "n", "attempt", "sent_to", "since")
-
-    def __init__(self, queue: RemoteQuorumQueue, message: Message, n: int, now: float):
-        super().__init__()
-        self.queue = queue
-        self.message = message
-        self.n = n
-        self.attempt: Settlement | None = None
-        self.sent_to = ""  # the node its last attempt went to ("": none, or its link ended)
-        self.since = now
-
-    def decide(self, safe: bool) -> None:
-        self.queue.waiting.pop(self.n, None)
-        super().decide(safe)
-
-    def store_synced(self) -> None:
-        """(A SyncWaiter of its attempt.)"""
-        attempt = self.attempt
-        status = None if attempt is None else attempt.status()
-        if status is None or self.safe is not None:
-            return
-        if not status and getattr(attempt, "moved", False) and not self.queue.deleted:
-            self.sent_to = ""
-            self.queue.resend_due = True
-        else:
-            self.decide(status)
 
 
 def home_down(home: str, queue: str, vhost: str) -> AMQPError:
@@ -344,55 +305,23 @@ class RemoteQuorumQueue(RemoteQueue):
         self.pending: list[tuple[int, bool, bool]] = []  # (message id, ack, requeue)
         self.successor: Queue | None = None  # this node's own queue, once it leads here
         self.adopted: dict[int, QueuedMessage] = {}  # its messages that orphans held, by id
-        self.publisher = f"{self.node.config.node_name}/{uuid.uuid4().hex[:12]}"  # (its publishes' origin)
-        self.published = 0  # its publishes so far, numbered in order
-        self.waiting: dict[int, Resent] = {}  # its publishes not answered yet, by number
-        self.resend_due = False  # one of them lost its leader: they go again, in order
+        self.publisher = QuorumPublisher(self)
         self.waiting_calls: list[tuple[float, Callable[[Done], None], Done, Callable[[], None]]] = []
 
     def publish(self, message: Message, ticket: Ticket | None = None) -> Settlement:
         self.stats["publish"] += 1
-        self.published += 1
-        resent = self.waiting[self.published] = Resent(self, message, self.published, time.monotonic())
-        if self.resend_due:
-            self._resend()  # (behind those that go again: a leader takes a publisher's in order)
-        else:
-            self._attempt(resent)
+        resent = self.publisher.publish(message)
         if self.peer.busy:  # the link to its home buffers more than it may: hold the publisher back
             self.vhost.pressed(self)
         return resent
 
-    def _leader(self) -> str:
-        """The node its publishes go to now: its home, or this node once it leads (adopt)."""
-        return self.node.config.node_name if self.successor is not None else self.home
+    def leader_in_reach(self) -> str | None:
+        """(PublishRoute, until this node leads the queue: adopt gives its publisher to the queue)"""
+        return self.home if self.reachable else None
 
-    def _attempt(self, resent: Resent) -> None:
-        low = next(iter(self.waiting))  # (every publish below it was confirmed: in the log)
-        resent.sent_to = self._leader()
-        if self.successor is not None:
-            resent.attempt = cast(QuorumQueue, self.successor).publish_from(resent.message,
-                                                                           (self.publisher, resent.n), low)
-        else:
-            resent.attempt = self.peer.publish(self, resent.message, (self.publisher, resent.n, low))
-        resent.attempt.notify(resent)
-
-    def _resend(self) -> None:
-        """Send again, in order, the publishes whose leader is gone or no longer leads, to the
-        leader now (none while it cannot be reached); nack those published RESEND_FOR seconds
-        ago, or every one once the queue is deleted."""
-        leader = self._leader()
-        reachable = self.successor is not None or self.reachable
-        self.resend_due = False
-        now = time.monotonic()
-        for resent in list(self.waiting.values()):
-            if resent.sent_to == leader:
-                continue
-            if self.deleted or now - resent.since > RESEND_FOR:
-                resent.decide(False)
-            elif reachable:
-                self._attempt(resent)
-            else:
-                self.resend_due = True
+    def send(self, message: Message, origin: tuple[str, int], low: int) -> Settlement:
+        """(PublishRoute)"""
+        return self.peer.publish(self, message, (*origin, low))
 
     # operations that wait for a leader -----------------------------------------------------
     def consume_async(self, consumer: Consumer, done: Done) -> None:
@@ -446,7 +375,7 @@ class RemoteQuorumQueue(RemoteQueue):
     def stop_timers(self) -> None:
         """(Deleted: nothing resumes it any more.) What waits for a leader is answered now."""
         super().stop_timers()
-        self._resend()
+        self.publisher.resend()
         self._call_waiting()
 
     def add_consumer(self, consumer) -> None:
@@ -473,7 +402,11 @@ class RemoteQuorumQueue(RemoteQueue):
     def inherit(self, queue: Queue) -> None:
         """This node led the queue and no longer does (`queue`, its queue until now, gives its
         place to this stand-in): its consumers here stay, orphans until they re-attach to the
-        new leader (what they hold was handed out as the leader's own: it comes back there)."""
+        new leader (what they hold was handed out as the leader's own: it comes back there),
+        and its publisher's publishes it did not confirm go to the new leader (resume)."""
+        publisher = cast(QuorumQueue, queue).publisher
+        if publisher is not None:  # (what it did not confirm goes to the new leader: resume)
+            self.publisher, publisher.route = publisher, self
         for consumer in [c for c in queue.consumers if not c.remote]:
             queue.consumers.remove(consumer)
             consumer.queue = self
@@ -484,7 +417,7 @@ class RemoteQuorumQueue(RemoteQueue):
         """Re-attach the orphans to the home (the queue's leader now) and send what they
         settled meanwhile, and the publishes it never answered; nothing while the link to it
         is down (tried again later)."""
-        self._resend()
+        self.publisher.resend()
         self._call_waiting()
         if self.deleted or not self.reachable:
             return
@@ -547,7 +480,8 @@ class RemoteQuorumQueue(RemoteQueue):
             consumer.queue = queue
             queue.add_consumer(consumer)
         self._send_pending()
-        self._resend()
+        queue.publisher, self.publisher.route = self.publisher, queue  # (its publishes go on in order there)
+        self.publisher.resend()
         self._call_waiting()
 
     # settlement: by the link it came on, or by id once its leader changed ------------------

@@ -280,13 +280,16 @@ class Replicas:
                 await self._change_isr(led, tuple(sorted(led.state.isr)), set())
 
     def _resume_orphans(self) -> None:
-        """Consumers (and settlements) of stand-ins that wait for their queue's leader: to it,
-        once the link to it is up."""
+        """Consumers, settlements and publishes of stand-ins that wait for their queue's
+        leader: to it, once the link to it is up."""
         for vhost_name, name in list(self.records):
             vhost = self.broker.vhosts.get(vhost_name)
             queue = None if vhost is None else vhost.queues.get(name)
-            if isinstance(queue, RemoteQuorumQueue) and (queue.orphans or queue.pending or queue.resend_due or queue.waiting_calls):
+            if isinstance(queue, RemoteQuorumQueue) and (queue.orphans or queue.pending or queue.publisher.resend_due
+                                                         or queue.waiting_calls):
                 queue.resume()
+            elif isinstance(queue, QuorumQueue) and queue.publisher is not None and queue.publisher.resend_due:
+                queue.publisher.resend()  # (one its log would have taken out of order: sent again)
 
     def _release(self, led: Led) -> None:
         """Whole segments below the release cursor (and, for a quorum queue, the committed

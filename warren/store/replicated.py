@@ -155,7 +155,8 @@ class ReplicatedQueueStore(Commits):
         # (claim) or the leader gives up on them: not ready, counted unacked.
         self.parked: dict[str, dict[int, QueuedMessage]] = {}
         self.returned: list[QueuedMessage] = []  # what a replay gave back of what was handed out
-        self.enqueuers: dict[str, int] = {}  # another node's publisher -> the last of its publishes written
+        self.enqueuers: dict[str, int] = {}  # a publisher -> the last of its publishes written
+        self.origin: tuple[str, int] | None = None  # the publish being accepted (QuorumQueue.publish_from)
 
     def _append(self, kind: int, head: bytes, body: Any = None) -> CommitPoint:
         if self.failed:  # (no longer its leader: its log is a follower's now, written by the leader only)
@@ -176,11 +177,12 @@ class ReplicatedQueueStore(Commits):
         message = qm.message
         expiry = -1 if qm.expiry is None else int((qm.expiry - time.monotonic() + time.time()) * 1000)
         head = _ENQUEUE.pack(qm.seq, qm.deliveries, expiry, len(message.route), len(message.header))
-        kind, origin = ENQUEUE, getattr(message, "origin", None)
+        kind, origin = ENQUEUE, self.origin
         if origin is not None:
+            self.origin = None
             publisher = origin[0].encode()
             kind, head = ENQUEUE_FROM, head + _ORIGIN.pack(origin[1], len(publisher)) + publisher
-            self.enqueuers[origin[0]] = max(origin[1], self.enqueuers.get(origin[0], 0))  # (a requeue's copy: an old n)
+            self.enqueuers[origin[0]] = origin[1]  # (taken in order: QuorumQueue.publish_from)
         qm.off = self.log.end
         qm.seg = IN_LOG
         qm.durable = True

@@ -91,11 +91,12 @@ class Settlement(Protocol):
 
 
 class _Decided:
-    __slots__ = ("safe", "name")
+    __slots__ = ("safe", "name", "moved")
 
-    def __init__(self, safe: bool, name: str):
+    def __init__(self, safe: bool, name: str, moved: bool = False):
         self.safe = safe
         self.name = name
+        self.moved = moved
 
     def status(self) -> bool:
         return self.safe
@@ -110,8 +111,8 @@ class _Decided:
 SETTLED = _Decided(True, "SETTLED")    # nothing to wait for: in memory, or no queue needed a write
 REJECTED = _Decided(False, "REJECTED")  # a queue refused the message (reject-publish): a nack
 # Not taken where it was sent, its fate not decided there: a replicated queue's leader had moved
-# (a stand-in on another node sends it again to the next leader: RemoteQuorumQueue).
-MOVED = _Decided(False, "MOVED")
+# (its node's publisher sends it again to the next leader: QuorumPublisher).
+MOVED = _Decided(False, "MOVED", moved=True)
 
 
 class StoreBatch:

@@ -43,9 +43,11 @@ from ..queue_arguments import NOT_QUORUM_ARGS, QUORUM_CHECKS, QUORUM_EQUIVALENCE
 from ..queue_settings import QueueSettings
 from .base import Queue
 from .capabilities import Capabilities
+from .quorum_publisher import QuorumPublisher
 
 if TYPE_CHECKING:
     from ...store.replicated import ReplicatedQueueStore
+    from ...store.settlement import Settlement, Ticket
 
 log = logging.getLogger("warren.queue")
 
@@ -109,6 +111,9 @@ class QuorumQueue(Queue):
         if hasattr(self.store, "keep_all"):
             self.store.keep_all = True  # a DiskQueueStore: transient messages are written too
         self.gated = hasattr(self.store, "delivery_gate")  # a replicated queue's leader
+        # A replicated queue's leader: this node's publishes are kept until committed, and sent
+        # to the next leader if this one stops leading first (RemoteQuorumQueue.inherit).
+        self.publisher = QuorumPublisher(self) if self.gated else None
         self._rejecting = False  # reject-publish: over the limit, refusing until below 80 %
         self._warned: set[str] = set()
 
@@ -160,6 +165,20 @@ class QuorumQueue(Queue):
             self._rejecting = True  # this one is in; the next ones are refused
         return False
 
+    def publish(self, message: Message, ticket: Ticket | None = None) -> Settlement:
+        publisher = self.publisher
+        if publisher is None:
+            return Queue.publish(self, message, ticket)
+        return publisher.publish(message)
+
+    def leader_in_reach(self) -> str | None:
+        """(PublishRoute: its publisher's, while this node leads the queue.)"""
+        return "here"
+
+    def send(self, message: Message, origin: tuple[str, int], low: int) -> Settlement:
+        """(PublishRoute)"""
+        return self.publish_from(message, origin, low)
+
     # deliver -----------------------------------------------------------------
     LABELS_REDELIVERIES = True
 
@@ -183,8 +202,11 @@ class QuorumQueue(Queue):
             return store.delivery_gate() or SETTLED
         if origin[1] > last + 1:
             return MOVED
-        message.origin = origin
-        return self.publish(message)
+        store.origin = origin  # (for the entry accept writes: cleared there)
+        try:
+            return Queue.publish(self, message)
+        finally:
+            store.origin = None
 
     def get(self):
         """basic.get: refused with single active consumer; the message always carries its
