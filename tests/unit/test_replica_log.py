@@ -104,3 +104,27 @@ def test_segments_below_the_release_cursor_go(tmp_path):
     _, again = open_log(tmp_path, segment_size=300)
     assert (again.first, again.end) == (replica.first, 12)
     assert again.history.epoch_at(again.first) == 1
+
+
+def test_the_last_entries_are_read_from_memory_as_they_are_on_disk(tmp_path, monkeypatch):
+    """What a leader ships in the tick it appended it comes from memory (RECENT_ENTRIES,
+    RECENT_BYTES), and is what the segment holds: before and after the cut of a divergent
+    tail, and past the bounds, where the older entries are read from their segment."""
+    import warren.store.replica_log as replica_log
+    monkeypatch.setattr(replica_log, "RECENT_ENTRIES", 5)
+    persister, replica = open_log(tmp_path, segment_size=300)
+    for n in range(8):
+        replica.append(1, 2, b"h%d:" % n, SplitBody([bytes([n]) * 40, b"!"], 41) if n % 2 else None)
+    replica.truncate(6)
+    replica.append(2, 3, b"after the cut")
+    persister.sync_now()
+    from_memory = list(replica.entries(0))
+    replica._forget_recent()
+    from_disk = list(replica.entries(0))
+    assert from_memory == from_disk
+    assert [e.payload for e in from_disk[5:]] == [b"h5:" + b"\x05" * 40 + b"!", b"after the cut"]
+    monkeypatch.setattr(replica_log, "RECENT_BYTES", 100)
+    for n in range(4):
+        replica.append(2, 1, bytes([n]) * 60)
+    assert replica._recent_bytes <= 100 and len(replica._recent) == 1
+    assert [e.payload for e in replica.entries(7)] == [bytes([n]) * 60 for n in range(4)]

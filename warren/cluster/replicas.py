@@ -337,12 +337,15 @@ class Replicas:
         return self.incarnations.get(urllib.parse.unquote(record_key[len(prefix):].decode(errors="replace")))
 
     async def _write(self, key: Key, record: Record) -> bool:
-        """The guarded transaction: True if `record` is now etcd's (the watch applies it)."""
-        before = self.records.get(key)
-        if before is None:
+        """The guarded transaction: True if `record` is now etcd's (the watch applies it). It
+        is guarded by the revision of the record it was made from (`record.revision`), not by
+        the one this node knows when the write goes: an election decided on a record that a
+        newer one (another node's election) replaced meanwhile must fail, or two nodes would
+        lead in one epoch."""
+        if key not in self.records:
             return False
         etcd_key = self._record_key(key)
-        guard = absent(etcd_key) if before.revision == 0 else mod_revision_is(etcd_key, before.revision)
+        guard = absent(etcd_key) if record.revision == 0 else mod_revision_is(etcd_key, record.revision)
         try:
             result = await self.links.etcd.txn([guard], [put_op(etcd_key, record.value())])
         except EtcdError as err:
