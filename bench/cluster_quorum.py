@@ -31,7 +31,8 @@ Every queue is durable, `x-queue-type: quorum`, three members; the messages 1 Ki
             queue): whatever the consumer did not get is read with basic.get; lost = confirmed
             ids never read (must be 0), unexpected = ids read that were never published,
             duplicated = ids read more than once (of which: ids confirmed at their first
-            attempt, so a redelivery, not a publish sent twice).
+            attempt, so a redelivery, not a publish sent twice; and reads of an id read before
+            that were not flagged redelivered).
 
 Progress goes to stderr, a Markdown table (medians over --repeat rounds of across/leader and
 over the failover rounds, each value in brackets) to stdout. The brokers alternate their order
@@ -174,6 +175,7 @@ class Load:
         self.confirmed: set[int] = set()
         self.received: collections.Counter[int] = collections.Counter()
         self.redelivered = 0
+        self.unflagged = 0  # deliveries of an id read before, without the redelivered flag
         self.nacked = self.returned = self.returned_after_ack = self.lost_publishes = 0
         self.retry: collections.deque[int] = collections.deque()
         self.acked_at: dict[int, float] = {}
@@ -341,6 +343,8 @@ class Load:
 
             async def on_message(message) -> None:
                 i = int(message.body[:message.body.index(b".")])
+                if self.received[i] and not message.delivery.redelivered:
+                    self.unflagged += 1
                 self.received[i] += 1
                 if message.delivery.redelivered:
                     self.redelivered += 1
@@ -438,7 +442,10 @@ def failover(cluster, args) -> dict:
         method, _, body = ch.basic_get(queue, auto_ack=True)
         if method is None:
             break
-        got[int(body[:body.index(b".")])] += 1
+        i = int(body[:body.index(b".")])
+        if got[i] and not method.redelivered:
+            load.unflagged += 1
+        got[i] += 1
         drained += 1
     info = queue_info(cluster, queue) or {}
     ch.queue_delete(queue)
@@ -448,7 +455,7 @@ def failover(cluster, args) -> dict:
               "lost": len(load.confirmed - set(got)), "unexpected": len(set(got) - set(load.attempts)),
               "duplicated": len(duplicated),
               "duplicated_first_attempt": sum(1 for i in duplicated if load.attempts[i] == 1),
-              "redelivered": load.redelivered, "drained_after": drained, "nacked": load.nacked,
+              "redelivered": load.redelivered, "unflagged": load.unflagged, "drained_after": drained, "nacked": load.nacked,
               "returned": load.returned, "returned_after_ack": load.returned_after_ack,
               "publishes_lost_with_a_connection": load.lost_publishes,
               "left_unacked": info.get("messages_unacknowledged")}
@@ -497,6 +504,7 @@ ROWS += [("fo_confirm_sent_after_s", "failover: kill -9 of the leader to the fir
          ("fo_duplicated", "failover checker: duplicated (read more than once)"),
          ("fo_duplicated_first_attempt", "failover checker: of which confirmed at their first attempt"),
          ("fo_redelivered", "failover checker: deliveries flagged redelivered"),
+         ("fo_unflagged", "failover checker: an id read again without the redelivered flag"),
          ("fo_nacked", "failover: publishes nacked"),
          ("fo_returned", "failover: publishes returned (unroutable), the return before the confirm"),
          ("fo_returned_after_ack", "failover: publishes returned after their confirm (not counted confirmed)"),
