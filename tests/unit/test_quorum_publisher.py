@@ -8,7 +8,7 @@ from warren.amqp.message import Message
 from warren.broker.queues import quorum_publisher
 from warren.broker.queues.quorum_publisher import QuorumPublisher
 from warren.cluster.node_links import RemoteSettlement
-from warren.store.settlement import MOVED, REJECTED, SETTLED, Decision
+from warren.store.settlement import MOVED, REJECTED, SETTLED, Decision, Wake
 
 
 class Route:
@@ -31,14 +31,6 @@ class Route:
         return attempt
 
 
-class Waiter:
-    def __init__(self) -> None:
-        self.told = 0
-
-    def store_synced(self) -> None:
-        self.told += 1
-
-
 def message(n: int) -> Message:
     return Message("", "q", b"", b"", f"m{n}".encode())
 
@@ -54,10 +46,10 @@ def test_a_publish_is_answered_as_its_leader_answers_it():
     publisher = QuorumPublisher(route)
     first, second = publisher.publish(message(1)), publisher.publish(message(2))
     assert route.sent == [("b", 1, 1), ("b", 2, 1)]
-    waiter = Waiter()
-    first.notify(waiter)
+    told: list[bool | None] = []
+    first.notify(Wake(lambda: told.append(first.status())))
     route.attempts[0].decide(True)
-    assert (first.status(), waiter.told, second.status()) == (True, 1, None)
+    assert (told, second.status()) == ([True], None)
     route.attempts[1].decide(False)  # (refused there: reject-publish)
     assert second.status() is False
     assert publisher.waiting == {}
