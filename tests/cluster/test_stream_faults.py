@@ -94,7 +94,9 @@ def test_kill_9_of_the_stream_leader_round_after_round_loses_nothing(members, de
             all_running(members)
             deadline = time.monotonic() + 60
             while sorted((last := shown(victim, "sq-torture")).get("online", [])) != names:
-                assert time.monotonic() < deadline, f"{victim.name} not back online in the stream: {last}"
+                assert time.monotonic() < deadline, (  # (its log's end: why, for a failure seen only under load)
+                    f"{victim.name} not back online in the stream: {last}\n"
+                    + "\n".join(victim.log().splitlines()[-60:]))
                 time.sleep(0.1)
     finally:
         publisher.finish()
