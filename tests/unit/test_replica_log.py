@@ -109,10 +109,12 @@ def test_segments_below_the_release_cursor_go(tmp_path):
 def test_the_last_entries_are_read_from_memory_as_they_are_on_disk(tmp_path, monkeypatch):
     """What a leader ships in the tick it appended it comes from memory (RECENT_ENTRIES,
     RECENT_BYTES), and is what the segment holds: before and after the cut of a divergent
-    tail, and past the bounds, where the older entries are read from their segment."""
+    tail, and past the bounds, where the older entries are read from their segment. What is
+    shipped, or appended by a follower, is not kept."""
     import warren.store.replica_log as replica_log
     monkeypatch.setattr(replica_log, "RECENT_ENTRIES", 5)
     persister, replica = open_log(tmp_path, segment_size=300)
+    replica.shipping = True
     for n in range(8):
         replica.append(1, 2, b"h%d:" % n, SplitBody([bytes([n]) * 40, b"!"], 41) if n % 2 else None)
     replica.truncate(6)
@@ -128,3 +130,8 @@ def test_the_last_entries_are_read_from_memory_as_they_are_on_disk(tmp_path, mon
         replica.append(2, 1, bytes([n]) * 60)
     assert replica._recent_bytes <= 100 and len(replica._recent) == 1
     assert [e.payload for e in replica.entries(7)] == [bytes([n]) * 60 for n in range(4)]
+    replica.shipped(replica.end)
+    assert not replica._recent and replica._recent_bytes == 0
+    replica.shipping = False
+    replica.append(2, 1, b"a follower's")
+    assert not replica._recent and replica.read(replica.end - 1).payload == b"a follower's"

@@ -198,6 +198,7 @@ class Replicas:
         led = Led(key, log_, store, state)
         log_.on_durable = lambda durable: self._committed(led, led.state.synced(durable))
         log_.on_append = lambda: self._appended(led)
+        log_.shipping = True
         self.led[key] = led
         if isinstance(store, ReplicatedStream):  # (readers wait for nothing its disk and majority hold)
             self._committed(led, state.synced(log_.durable))
@@ -223,6 +224,8 @@ class Replicas:
         followed = Followed(key, leader, log_, state)
         log_.on_durable = lambda durable: self._acknowledge(followed, durable)
         log_.on_append = None
+        log_.shipping = False
+        log_.shipped(log_.end)
         self.followed[key] = followed
         return followed
 
@@ -821,6 +824,8 @@ class Replicas:
                 elif stream and led.told.get(node, -1) < committed:
                     link.send({"op": "commit", "vhost": vhost, "queue": name, "committed": committed})
                 led.told[node] = committed
+            followers = led.state.followers
+            led.log.shipped(min((followers[n].sent for n in led.links if n in followers), default=led.log.end))
 
 
 def _is_stream(cmd: DeclareQueue) -> bool:

@@ -41,12 +41,13 @@ _FIXED = struct.Struct(">QIB")    # what the checksum covers before the payload
 HEAD_SIZE = _HEAD.size
 SCAN_WINDOW = 8 << 20
 PEEK = 32  # bytes of each payload shown to `scanned` at start-up
-# The last entries appended, kept as they were given, up to these bounds: a leader ships each
-# entry to its followers in the tick it was appended, and reading it back from its segment
-# (two preads, or a walk of the buffered pieces) was a quarter of a leader's CPU (py-spy,
-# bench/RESULTS.md "Quorum queues: entries shipped from memory").
+# A leader's entries appended and not yet shipped to every linked follower, kept as they were
+# given, up to these bounds: it ships each in the tick it was appended, and reading it back
+# from its segment (two preads, or a walk of the buffered pieces) was a quarter of a leader's
+# CPU (py-spy, bench/RESULTS.md "Quorum queues: entries shipped from memory"). A follower
+# keeps none (`shipping` False); one that lags reads from the segments.
 RECENT_ENTRIES = 4096
-RECENT_BYTES = 8 << 20
+RECENT_BYTES = 4 << 20
 
 
 class Entry(NamedTuple):
@@ -88,6 +89,7 @@ class ReplicaLog:
         self._waiting = False
         self.on_durable: Callable[[int], None] | None = None  # told when `durable` moves
         self.on_append: Callable[[], None] | None = None      # told of each entry appended
+        self.shipping = False  # (a leader's: its last entries are kept until shipped)
         self._recent: deque[tuple[int, int, bytes, Body | None]] = deque()  # (epoch, kind, head, body), up to end
         self._recent_bytes = 0
         if os.path.isdir(directory):
@@ -114,12 +116,11 @@ class ReplicaLog:
         record = struct.pack(">II", size, check) + rest
         seg.positions.append(seg.append(record, body))
         self.end = offset + 1
-        recent = self._recent
-        recent.append((epoch, kind, head, body))
-        self._recent_bytes += size
-        while self._recent_bytes > RECENT_BYTES or len(recent) > RECENT_ENTRIES:
-            _, _, old_head, old_body = recent.popleft()
-            self._recent_bytes -= _FIXED.size + len(old_head) + (len(old_body) if old_body is not None else 0)
+        if self.shipping:
+            self._recent.append((epoch, kind, head, body))
+            self._recent_bytes += size
+            if self._recent_bytes > RECENT_BYTES or len(self._recent) > RECENT_ENTRIES:
+                self._drop_recent(1)
         batch = self.persister.durable_append(seg)
         pending = self._pending
         if pending and pending[-1][0] == batch:
@@ -251,6 +252,18 @@ class ReplicaLog:
         self._forget_recent()
         self.history.starts.clear()
         self.first = self.end = self.durable = offset
+
+    def shipped(self, below: int) -> None:
+        """Every linked follower has been sent the entries below `below`: they need not be
+        kept in memory any more."""
+        self._drop_recent(below - (self.end - len(self._recent)))
+
+    def _drop_recent(self, count: int) -> None:
+        recent = self._recent
+        while recent and (count > 0 or self._recent_bytes > RECENT_BYTES or len(recent) > RECENT_ENTRIES):
+            _, _, head, body = recent.popleft()
+            self._recent_bytes -= _FIXED.size + len(head) + (len(body) if body is not None else 0)
+            count -= 1
 
     def _forget_recent(self) -> None:
         self._recent.clear()

@@ -37,7 +37,7 @@ from ...amqp import reencode as rt
 from ...amqp.message import Message
 from ...amqp.properties import FLAG_HEADERS
 from ...store.queued_message import QueuedMessage
-from ...store.settlement import MOVED, SETTLED
+from ...store.settlement import MOVED, REJECTED, SETTLED
 from ..errors import not_implemented, resource_locked
 from ..queue_arguments import NOT_QUORUM_ARGS, QUORUM_CHECKS, QUORUM_EQUIVALENCE_ARGS
 from ..queue_settings import QueueSettings
@@ -175,6 +175,13 @@ class QuorumQueue(Queue):
         """(PublishRoute: its publisher's, while this node leads the queue.)"""
         return "here"
 
+    def stop_timers(self) -> None:
+        """(Deleted, or given up to a stand-in, which took its publisher then: inherit.) Its
+        publishes waiting to be sent again are nacked."""
+        super().stop_timers()
+        if self.publisher is not None and self.publisher.route is self:
+            self.publisher.resend()
+
     def send(self, message: Message, origin: tuple[str, int], low: int) -> Settlement:
         """(PublishRoute)"""
         return self.publish_from(message, origin, low)
@@ -204,9 +211,12 @@ class QuorumQueue(Queue):
             return MOVED
         store.origin = origin  # (for the entry accept writes: cleared there)
         try:
-            return Queue.publish(self, message)
+            settlement = Queue.publish(self, message)
         finally:
             store.origin = None
+        if settlement is REJECTED:  # (refused, not in the log: the publisher's next one is in order)
+            store.enqueuers[origin[0]] = origin[1]
+        return settlement
 
     def get(self):
         """basic.get: refused with single active consumer; the message always carries its

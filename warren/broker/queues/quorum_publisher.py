@@ -82,7 +82,7 @@ class QuorumPublisher:
         self.waiting: dict[int, Resent] = {}  # its publishes not answered yet, by number
         self.resend_due = False  # one of them lost its leader: they go again, in order
 
-    def publish(self, message: Message) -> Resent:
+    def publish(self, message: Message) -> Settlement:
         self.published += 1
         resent = self.waiting[self.published] = Resent(self, message, self.published, time.monotonic())
         leader = self.route.leader_in_reach()
@@ -90,6 +90,8 @@ class QuorumPublisher:
             self.resend()  # (behind those that go again: a leader takes a publisher's in order)
         else:
             self._attempt(resent, leader)
+        if resent.safe is not None and resent.attempt is not None:
+            return resent.attempt  # (answered at once: REJECTED stays REJECTED for its callers)
         return resent
 
     def _attempt(self, resent: Resent, leader: str) -> None:
