@@ -175,16 +175,16 @@ class QuorumQueue(Queue):
         """(PublishRoute: its publisher's, while this node leads the queue.)"""
         return "here"
 
+    def send(self, message: Message, origin: tuple[str, int], low: int) -> Settlement:
+        """(PublishRoute)"""
+        return self.publish_from(message, origin, low)
+
     def stop_timers(self) -> None:
         """(Deleted, or given up to a stand-in, which took its publisher then: inherit.) Its
         publishes waiting to be sent again are nacked."""
         super().stop_timers()
         if self.publisher is not None and self.publisher.route is self:
             self.publisher.resend()
-
-    def send(self, message: Message, origin: tuple[str, int], low: int) -> Settlement:
-        """(PublishRoute)"""
-        return self.publish_from(message, origin, low)
 
     # deliver -----------------------------------------------------------------
     LABELS_REDELIVERIES = True
