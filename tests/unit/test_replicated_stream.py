@@ -7,11 +7,13 @@ the entries' payloads as stored."""
 from __future__ import annotations
 
 import time
+import types
 
 from warren.amqp.codec import shortstr
 from warren.amqp.message import Message
 from warren.store import segments as sg
 from warren.store.persister import Persister
+from warren.store import replicated_stream
 from warren.store.replica_log import ReplicaLog
 from warren.store.replicated_stream import STAMP_GRAIN, ChunkIndex, ReplicatedStream
 
@@ -117,14 +119,17 @@ def test_retention_gives_the_cursor_below_which_whole_segments_go(tmp_path):
     assert reader.take(100)[0][0] == stream.first_offset == stream.log.first
 
 
-def test_chunks_within_one_grain_age_with_the_first_of_them(tmp_path):
+def test_chunks_within_one_grain_age_with_the_first_of_them(tmp_path, monkeypatch):
     """Chunks appended faster than the grain are known by the first's time: a later chunk (CI
-    found it) must not make them look as young as itself."""
+    found it) must not make them look as young as itself. (The stream's clock is the test's:
+    under load, twelve appends took longer than a grain.)"""
+    clock = [1_800_000_000.0]
+    monkeypatch.setattr(replicated_stream, "time", types.SimpleNamespace(time=lambda: clock[0]))
     persister, stream = open_stream(tmp_path, segment_size=400)
     for n in range(12):  # (each its own chunk, all within one grain: one index entry)
         stream.append(message(n))
         persister.flush()
-    time.sleep(0.3)
+    clock[0] += 0.35  # (past the grain and max-age: 100 + 200 ms)
     stream.append(message(12))
     persister.flush()
     stream.commit(13)
