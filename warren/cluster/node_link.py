@@ -76,7 +76,7 @@ def encode_meta(meta: Meta) -> bytes:
         ttl = meta.get("ttl")
         names = [meta["vhost"], *meta["queues"]]
         kind, origin = PUBLISH, meta.get("from")
-        if origin is not None:  # (a quorum queue's stand-in numbers its publishes: RemoteQuorumQueue)
+        if origin is not None:  # (a quorum queue's publishes are numbered: QuorumPublisher)
             kind = PUBLISH_FROM
             names.append(origin)
         head = _PUBLISH.pack(kind, meta["seq"], -1 if ttl is None else ttl, len(meta["queues"]))

@@ -61,8 +61,8 @@ class RemoteSettlement(Decision):
     """A publish to a queue of another node: safe once its home says so (False: the home
     refused it; or, `moved`, the link ended first, or the queue's leader had moved, and its
     fate is unknown: a nack, as RabbitMQ's channel nacks what a classic queue that died held
-    unconfirmed; a quorum queue's stand-in sends it again to the next leader instead,
-    RemoteQuorumQueue)."""
+    unconfirmed; a quorum queue's publisher sends it again to the next leader instead,
+    QuorumPublisher)."""
 
     __slots__ = ("moved",)
 
@@ -334,7 +334,7 @@ class Peer:
                 self._deliver(meta, blobs)
             elif op == "settled":
                 settlements = self.settlements
-                for seq in meta.get("moved", ()):  # (not decided there: a quorum queue's stand-in sends it again)
+                for seq in meta.get("moved", ()):  # (not decided there: its publisher sends it again: QuorumPublisher)
                     if seq in settlements:
                         settlements[seq].moved = True
                 for seq, ok in zip(meta["seqs"], meta["oks"]):

@@ -149,7 +149,7 @@ class HomeSession:
         if len(queues) < len(named):
             # A queue the other node thinks is here is not (a replicated queue's leader moved,
             # and one of the two nodes has not heard yet): never a confirm of nothing; a quorum
-            # queue's stand-in sends it again to the next leader.
+            # queue's publisher sends it again to the next leader.
             settlement = MOVED
         self.publishes.append((meta["seq"], settlement))
 
@@ -194,7 +194,7 @@ class HomeSession:
             publishes.popleft()
             seqs.append(seq)
             oks.append(status)
-            if not status and (settlement is MOVED or getattr(settlement, "moved", False)):
+            if not status and getattr(settlement, "moved", False):
                 moved.append(seq)  # (not taken, or its leader stopped leading: its fate is the next leader's)
         if seqs:  # (one frame for all of them)
             self.link.send({"op": "settled", "seqs": seqs, "oks": oks, **({"moved": moved} if moved else {})})

@@ -7,8 +7,8 @@ Entries (kind, payload):
 
 - ENQUEUE: a message accepted (its seq, delivery count, expiry, route, header, body); the
   entry's offset is the message's id on every replica. ENQUEUE_FROM is the same with the
-  publish's origin (another node's publisher and its number, in order): a publish that node
-  sends again after the leader that had it died is recognised (`enqueuers`: each publisher's
+  publish's origin (its node's publisher and its number, in order: QuorumPublisher): a publish
+  sent again after the leader that had it died or stopped leading is recognised (`enqueuers`: each publisher's
   last, taken in order: QuorumQueue.publish_from) and not taken twice (rabbit_fifo's
   enqueuer sequence numbers);
 - SETTLE: ids gone for good (acked, rejected, expired, dead-lettered, dropped);
@@ -228,7 +228,6 @@ class ReplicatedQueueStore(Commits):
         entry = self.log.read(qm.off)
         qm.message = _message(entry.kind, entry.payload)
 
-
     def drop_head(self, n: int) -> list[QueuedMessage]:
         taken: list[QueuedMessage] = []
         while len(taken) < n and (qm := self.pop()) is not None:
@@ -419,7 +418,7 @@ class ReplicatedQueueStore(Commits):
 
 def _enqueued(kind: int, payload: bytes) -> tuple[int, int, int, int, int, int, tuple[str, int] | None]:
     """An ENQUEUE or ENQUEUE_FROM entry's seq, delivery count, expiry, route and header
-    lengths, where its route starts, and its origin (None: published on the leader's node)."""
+    lengths, where its route starts, and its origin (None: not numbered, as a requeue's copy)."""
     seq, deliveries, expiry, route_len, header_len = _ENQUEUE.unpack_from(payload)
     if kind != ENQUEUE_FROM:
         return seq, deliveries, expiry, route_len, header_len, _ENQUEUE.size, None

@@ -196,7 +196,7 @@ class QuorumQueue(Queue):
     def delivery_gate(self):
         return cast("ReplicatedQueueStore", self.store).delivery_gate()
 
-    def publish_from(self, message: Message, origin: tuple[str, int], low: int):
+    def publish_from(self, message: Message, origin: tuple[str, int], low: int) -> Settlement:
         """(A replicated queue's leader) a publish another node sends, named by `origin`
         (its publisher and number; `low`, that publisher's lowest unanswered number): one it
         sends again because the leader it went to died is taken only if that leader's log did
