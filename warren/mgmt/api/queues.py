@@ -192,5 +192,7 @@ async def get_messages(request):
         ops.settle(qm, q, None, ack and not requeue, requeue)
     if requeue and taken:
         q.deliver_ready()
+    if q.remote and taken:  # (answered once its home has them back: a request after the settles, on their link)
+        await changes.answer(q.counts_async)
     flush(request)
     return json_response(result)
