@@ -3,8 +3,9 @@ records the delivery, as RabbitMQ's quorum queues deliver only what their Raft l
 otherwise a leader that dies (or is replaced) just after a delivery leaves a successor that
 hands the same message out again as new (warren.session.gated_output).
 
-With one follower paused (SIGSTOP) and still in the in-sync set, nothing can commit: a consumer
-or a basic.get, on the leader's node or on another, gets nothing until it runs again."""
+A queue of two members (a majority of two is both) whose follower is paused (SIGSTOP) can
+commit nothing: a consumer or a basic.get, on the leader's node or on the node that holds no
+replica, gets nothing until the follower runs again."""
 
 from __future__ import annotations
 
@@ -14,16 +15,19 @@ import time
 
 import pika
 import pytest
+import requests
 
 from .test_definitions import three  # noqa: F401  (the fixture)
 from .test_membership import wait_for
-from .total_queue import QQ, leader
+from .total_queue import AUTH, QQ, leader
+
+TWO = {**QQ, "x-quorum-initial-group-size": 2}
 
 
 def fill(node, queue: str, count: int) -> None:
     connection = pika.BlockingConnection(node.pika_params())
     channel = connection.channel()
-    channel.queue_declare(queue, durable=True, arguments=QQ)
+    channel.queue_declare(queue, durable=True, arguments=TWO)
     channel.confirm_delivery()
     for n in range(count):
         channel.basic_publish("", queue, str(n).encode(), pika.BasicProperties(delivery_mode=2))
@@ -33,8 +37,11 @@ def fill(node, queue: str, count: int) -> None:
 @pytest.mark.parametrize("how", ["consume", "get"])
 @pytest.mark.parametrize("where", ["leader", "other node"])
 def test_nothing_is_delivered_while_the_delivery_cannot_be_committed(three, how, where):  # noqa: F811
-    a, b, c = three
-    fill(a, "qq-gated", 3)
+    fill(three[0], "qq-gated", 3)
+    members = requests.get(f"{three[0].api}/queues/%2F/qq-gated", auth=AUTH, timeout=5).json()["members"]
+    a = three[0]
+    [b] = [n for n in three if n.name in members and n is not a]
+    [c] = [n for n in three if n.name not in members]
     assert leader(c, "qq-gated") == a.name
     node = a if where == "leader" else c
     connection = pika.BlockingConnection(node.pika_params(heartbeat=0))

@@ -18,6 +18,7 @@ import requests
 from .test_ctl_cluster import ctl
 from .test_definitions import linked, three  # noqa: F401  (the fixture)
 from .test_membership import wait_for
+from .total_queue import records
 
 QQ = {"x-queue-type": "quorum"}
 
@@ -155,6 +156,31 @@ def test_restarted_members_follow_whoever_leads(three, make_node):  # noqa: F811
     expected = {f"{round_}-{n}".encode() for round_ in ("one", "two", "three", "four") for n in range(50)}
     assert not expected - set(got), f"lost: {sorted(expected - set(got))[:10]}"
     assert not set(got) - expected
+
+
+def test_a_whole_cluster_killed_comes_back_with_its_leader_in_a_new_epoch(three, make_node, etcd):  # noqa: F811
+    """Every node killed (the followers first: the record still names the leader), then all
+    started again: the leader leads again only in a new epoch of its own, once a majority
+    reported (it may have lost entries of its old epoch that its followers hold), and nothing
+    confirmed is lost."""
+    a, b, c = three
+    connection = pika.BlockingConnection(a.pika_params())
+    connection.channel().queue_declare("qq-all-killed", durable=True, arguments=QQ)
+    connection.close()
+    deadline = time.monotonic() + 90
+    publish_confirmed(a, "qq-all-killed", [f"before-{n}".encode() for n in range(100)], deadline)
+    for node in (b, c, a):
+        node.proc.send_signal(signal.SIGKILL)
+        node.proc.wait()
+    assert [r.get("leader") for r in records(etcd.endpoints[0], make_node.prefix)] in ([], [a.name])
+    a, b, c = (make_node(n.name, data_dir=n.data_dir, port=n.port, dist_port=n.dist_port) for n in (a, b, c))
+    wait_for(lambda: [(r["leader"], r["epoch"]) for r in records(etcd.endpoints[0], make_node.prefix)]
+             == [(a.name, 2)], timeout=20, what="a leading in epoch 2")
+    publish_confirmed(b, "qq-all-killed", [f"after-{n}".encode() for n in range(100)], deadline)
+    got = drain(c, "qq-all-killed")
+    expected = {f"{when}-{n}".encode() for when in ("before", "after") for n in range(100)}
+    assert not expected - set(got), f"lost: {sorted(expected - set(got))[:10]}"
+    assert sorted(got) == sorted(expected)
 
 
 def test_the_api_shows_leader_members_and_online(three):  # noqa: F811

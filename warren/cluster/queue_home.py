@@ -352,7 +352,7 @@ class HomeSession:
 
     # the rest of a queue's operations ------------------------------------------------------
     def _get(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple] | None:
-        queue = self._queue(meta)
+        queue = self._read_queue(meta)
         qm = queue.get()
         if qm is None:
             return {"empty": True}, ()
@@ -370,8 +370,17 @@ class HomeSession:
             return None
         return answer, octets
 
+    def _read_queue(self, meta: Meta) -> Queue:
+        """The queue a get or its counts read: not a quorum queue's leader not proven yet (its
+        log may lack what is committed); the 404 makes the asker wait for it (_when_led)."""
+        replicas = replicas_of(self.broker)
+        led = None if replicas is None else replicas.led.get((meta["vhost"], meta["queue"]))
+        if led is not None and not led.state.proven:
+            raise not_found(f"queue '{meta['queue']}' in vhost '{meta['vhost']}' has no proven leader yet")
+        return self._queue(meta)
+
     def _counts(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
-        queue = self._queue(meta)
+        queue = self._read_queue(meta)
         queue.touch()
         messages, consumers = queue.declare_ok_counts()
         return {"messages": messages, "consumers": consumers}, ()
@@ -474,8 +483,9 @@ class HomeSession:
             raise internal_error("this node keeps no replicated queues")
         return replicas
 
-    def _follow(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple]:
-        return self._replicas().follow(self._peer(), self.link, meta), ()
+    def _follow(self, meta: Meta, blobs: list[bytes]) -> tuple[dict, tuple] | None:
+        answer = self._replicas().follow(self._peer(), self.link, meta)
+        return None if answer is None else (answer, ())  # (None: the replicas answer once their leader is proven)
 
     def _ready(self, meta: Meta, blobs: list[bytes]) -> None:
         self._replicas().ready(self._peer(), meta)

@@ -39,7 +39,7 @@ from ..broker.queues import TYPES
 from ..broker.queues.quorum import QuorumQueue
 from .etcd import EtcdError, absent, mod_revision_is, put_op
 from ..store.replica_log import ReplicaLog
-from ..store.replicated import ReplicatedQueueStore
+from ..store.replicated import NOOP, ReplicatedQueueStore
 from ..store.replicated_stream import ChunkIndex, ReplicatedStream
 from .remote_queue import RemoteQueue, RemoteQuorumQueue
 from .stream_replica import RemoteStreamQueue, ReplicatedStreamQueue
@@ -63,6 +63,7 @@ RETRY = 0.5          # seconds between two looks at followers that are not linke
 FRAME_ENTRIES = 256  # entries shipped in one frame at most
 MAX_LAG = 10.0       # seconds a follower may stay behind before it leaves the ISR
 LINK_GRACE = 0.1     # seconds a leader's lost link may stay down before its followers elect (a killed node's ends at once)
+FOLLOW_AGAIN = 0.05  # seconds before a follower refused by its leader asks again (a leader not leading yet, or unproven)
 PARK_GRACE = 10.0    # seconds a new leader keeps what consumers of running nodes held for them
 MACHINE_VERSION = 2  # (quorum_status's column: RabbitMQ 3.10's rabbit_fifo version)
 CHANGE_ATTEMPTS = 20  # transactions a change of a record's members tries before it gives up
@@ -99,6 +100,11 @@ class Led:
         self.released = 0  # the release cursor last applied
         self.told: dict[str, int] = {}  # a stream's: the commit point each follower was last sent
         self.segments = len(log_.segments)  # (a new one: retention is applied)
+        # A quorum queue's leader before it is proven (warren.cluster.replication): the
+        # followers' follow requests it answers once it is, by node (their link, request id).
+        self.waiting: dict[str, tuple[Link, int]] = {}
+        self.needs_epoch = False  # restarted: it leads in an epoch of its own, asked for first
+        self.hand_to: str | None = None  # a more up-to-date member it hands the queue over to
 
 
 class Followed:
@@ -137,7 +143,9 @@ class Replicas:
         self._to_ship: set[Led] = set()
         self._shipping = False
         self._flushing = False
+        self._electing: set[Key] = set()  # records being written by this node's elections
         self._tasks: list[asyncio.Task] = []
+        self.started = False  # (a declare before the start is the recovery's: a restart)
 
     # ---------------------------------------------------------------- MetadataStore's hooks
     def _log(self, vhost: str, name: str, scanned: Callable[[int, bytes], None] | None = None) -> ReplicaLog:
@@ -180,13 +188,19 @@ class Replicas:
         epoch = max(FIRST_EPOCH, log_.history.last_epoch)
         store = ReplicatedQueueStore.recover(log_, epoch)
         self._declared(key, cmd)
-        self._lead(key, log_, store, self._leader_state(replace(self.records[key], epoch=epoch), log_))
+        state = self._leader_state(replace(self.records[key], epoch=epoch), log_, majority=True)
+        led = self._lead(key, log_, store, state)
+        if self.started and log_.end == 0 and not log_.history.starts:
+            state.prove()  # (a new queue: no member's log holds anything)
+        else:  # (restarted: its followers may hold entries of its epoch it lost, so it leads in a new one)
+            led.needs_epoch = True
         return store
 
-    def _leader_state(self, record: Record, log_: ReplicaLog) -> Leader:
-        """This node's bookkeeping as the leader the record names, over its log as it is."""
+    def _leader_state(self, record: Record, log_: ReplicaLog, majority: bool = False) -> Leader:
+        """This node's bookkeeping as the leader the record names, over its log as it is
+        (`majority`: a quorum queue's, under Raft's rules, unproven)."""
         return Leader(self.node, record.members, record.isr, record.epoch, log_.history, log_.end, log_.durable,
-                      time.monotonic())
+                      time.monotonic(), majority)
 
     def _declared(self, key: Key, cmd: DeclareQueue) -> None:
         """The queue's record as its declare makes it (etcd's, read at start or watched, wins)."""
@@ -249,6 +263,7 @@ class Replicas:
         loop = asyncio.get_running_loop()
         self.links.membership.on_stopped.append(self._stopped)
         read = loop.create_future()
+        self.started = True
         self._tasks = [loop.create_task(self._follow_forever()), loop.create_task(self._watch_records(read))]
         try:
             await asyncio.wait_for(asyncio.shield(read), 5)
@@ -268,11 +283,23 @@ class Replicas:
 
     async def _look_around(self) -> None:
         for followed in list(self.followed.values()):
-            if followed.state.leader_epoch is None and not followed.asking:
+            record = self.records.get(followed.key)
+            if (record is not None and record.leader == self.node and followed.stream is None
+                    and followed.key not in self._electing):  # (named when it restarted, its bump failed: again)
+                self._elect(followed.key, replace(record, epoch=record.epoch + 1, isr=_with(record.isr, self.node)))
+            elif followed.state.leader_epoch is None and not followed.asking:
                 self._follow(followed)
         self._resume_orphans()
         now = time.monotonic()
         for led in list(self.led.values()):
+            record = self.records.get(led.key)
+            if record is not None and record.leader == self.node and led.key not in self._electing:
+                if led.needs_epoch:  # (guarded by the record this node knows: etcd's, once read, wins)
+                    self._elect(led.key, replace(record, epoch=max(record.epoch, led.log.history.last_epoch) + 1,
+                                                 isr=_with(record.isr, self.node)))
+                elif led.hand_to is not None and record.epoch == led.state.epoch:  # (its first try failed)
+                    self._elect(led.key, replace(record, leader=led.hand_to, epoch=record.epoch + 1,
+                                                 isr=_with(record.isr, led.hand_to)))
             if isinstance(led.store, ReplicatedQueueStore):  # (a stream's retention applies at a new segment)
                 self._release(led)
             lagging = led.state.lagging(now, MAX_LAG)
@@ -339,22 +366,35 @@ class Replicas:
         prefix = self.links.config.keys.root + b"queues/"
         return self.incarnations.get(urllib.parse.unquote(record_key[len(prefix):].decode(errors="replace")))
 
-    async def _write(self, key: Key, record: Record) -> bool:
-        """The guarded transaction: True if `record` is now etcd's (the watch applies it). It
-        is guarded by the revision of the record it was made from (`record.revision`), not by
-        the one this node knows when the write goes: an election decided on a record that a
-        newer one (another node's election) replaced meanwhile must fail, or two nodes would
-        lead in one epoch."""
+    async def _write(self, key: Key, record: Record) -> int:
+        """The guarded transaction: the revision at which `record` is now etcd's (the watch
+        applies it), 0 if it is not. It is guarded by the revision of the record it was made
+        from (`record.revision`), not by the one this node knows when the write goes: an
+        election decided on a record that a newer one (another node's election) replaced
+        meanwhile must fail, or two nodes would lead in one epoch."""
         if key not in self.records:
-            return False
+            return 0
         etcd_key = self._record_key(key)
         guard = absent(etcd_key) if record.revision == 0 else mod_revision_is(etcd_key, record.revision)
         try:
             result = await self.links.etcd.txn([guard], [put_op(etcd_key, record.value())])
         except EtcdError as err:
             log.warning("%s: the queue's record could not be written: %s", key, err)
-            return False
-        return result.succeeded
+            return 0
+        return result.revision if result.succeeded else 0
+
+    def _elect(self, key: Key, record: Record) -> None:
+        """Write a new leader's record (an election, a hand-over, a restarted leader's new
+        epoch) and apply it here at once, without waiting for the watch."""
+        async def elect() -> None:
+            try:
+                revision = await self._write(key, record)
+            finally:
+                self._electing.discard(key)
+            if revision and key in self.records:
+                self._record_read(self._record_key(key), record.value(), revision)
+        self._electing.add(key)
+        asyncio.get_running_loop().create_task(elect())
 
     async def _change_isr(self, led: Led, isr: tuple[str, ...], dropped: set[str]) -> None:
         record = self.records.get(led.key)
@@ -379,13 +419,17 @@ class Replicas:
             if isinstance(store, ReplicatedQueueStore) and any(h.partition("/")[0] == node for h in store.parked):
                 self._give_up(led.key, store, node)
         for key, record in list(self.records.items()):
-            if record.leader != node:
+            followed = self.followed.get(key)
+            if record.leader != node or followed is None or key in self._electing:
                 continue
-            candidates = sorted(n for n in record.isr if n != node and (n in running or n == self.node))
-            if candidates and candidates[0] == self.node and key in self.followed:
-                elected = replace(record, leader=self.node, epoch=record.epoch + 1,
-                                  isr=tuple(n for n in record.isr if n != node))
-                asyncio.get_running_loop().create_task(self._write(key, elected))
+            # (A quorum queue's candidate is any running member: it proves itself, or hands the
+            # queue over to a more up-to-date one. A stream's holds everything committed.)
+            quorum = followed.stream is None
+            candidates = sorted(n for n in (record.members if quorum else record.isr)
+                                if n != node and (n in running or n == self.node))
+            if candidates and candidates[0] == self.node:
+                self._elect(key, replace(record, leader=self.node, epoch=record.epoch + 1,
+                                         isr=_with(tuple(n for n in record.isr if n != node), self.node)))
 
     async def _watch_records(self, read: asyncio.Future) -> None:
         prefix = self.links.config.keys.root + b"queues/"
@@ -393,7 +437,7 @@ class Replicas:
             try:
                 revision, kvs = await self.links.etcd.get(prefix, prefix=True)
                 for kv in kvs:
-                    self._record_read(kv.key, kv.value, kv.mod_revision)
+                    self._record_read(kv.key, kv.value, kv.mod_revision, fresh=False)
                 if not read.done():
                     read.set_result(None)
                 async for _, events in self.links.etcd.watch(prefix, revision + 1, prefix=True):
@@ -407,7 +451,10 @@ class Replicas:
                 log.exception("replicated queues: following their records failed")
                 await asyncio.sleep(RETRY)
 
-    def _record_read(self, etcd_key: bytes, value: bytes, revision: int) -> None:
+    def _record_read(self, etcd_key: bytes, value: bytes, revision: int, fresh: bool = True) -> None:
+        """`fresh`: a change seen as it was made (watched, or written here), not read at the
+        start (or after etcd was lost), when it may name an epoch this node led before it
+        restarted."""
         key = self._key_of(etcd_key)
         if key is None or key not in self.records:
             return  # (a queue this node does not have: deleted, or not declared here yet)
@@ -420,7 +467,7 @@ class Replicas:
             return
         self.records[key] = record
         if record.leader != before.leader or record.epoch != before.epoch:
-            self._leader_changed(key, record, before.leader)
+            self._leader_changed(key, record, before.leader, fresh)
         if record.members != before.members:
             self._members_changed(key, record)
 
@@ -437,6 +484,7 @@ class Replicas:
             for node in set(led.links) - set(record.members):
                 del led.links[node]
             self._committed(led, led.state.members_changed(record.members, record.isr))
+            self._decide_alone(led)
             log.info("%s: members now %s", key, list(record.members))
         followed = self.followed.get(key)
         if isinstance(queue, (ReplicatedStreamQueue, RemoteStreamQueue)):
@@ -513,7 +561,7 @@ class Replicas:
         except (ValueError, KeyError, TypeError):
             return None
 
-    def _leader_changed(self, key: Key, record: Record, lost: str) -> None:
+    def _leader_changed(self, key: Key, record: Record, lost: str, fresh: bool = True) -> None:
         vhost_name, name = key
         vhost = self.broker.vhosts.get(vhost_name)
         queue = None if vhost is None else vhost.queues.get(name)
@@ -524,9 +572,18 @@ class Replicas:
         if isinstance(queue, ReplicatedStreamQueue):
             self._stream_leader_changed(key, record, led, followed)
             return
-        if record.leader == self.node and led is not None:  # (restarted, leading still: in the record's epoch)
-            led.state = self._leader_state(record, led.log)
+        if record.leader == self.node and not fresh and (led is not None or followed is not None):
+            # (This node may have led in that epoch before it restarted and lost entries its
+            # followers hold: it leads in a new one, proven, or not at all.)
+            if key not in self._electing:
+                self._elect(key, replace(record, epoch=record.epoch + 1, isr=_with(record.isr, self.node)))
+            return
+        if record.leader == self.node and led is not None:  # leading still, in a new epoch: it proves itself
+            led.needs_epoch, led.hand_to = False, None
+            self._refuse_waiting(led)
+            led.state = self._leader_state(record, led.log, majority=True)
             led.store.epoch = record.epoch
+            self._decide_alone(led)
             return
         if record.leader == self.node and followed is not None:  # elected: the queue is here now
             del self.followed[key]
@@ -534,8 +591,8 @@ class Replicas:
             running = self.links.membership.running
             store = ReplicatedQueueStore.recover(
                 log_, record.epoch, lambda holder: (node := holder.partition("/")[0]) != lost and node in running)
-            state = self._leader_state(record, log_)
-            self._lead(key, log_, store, state)
+            state = self._leader_state(record, log_, majority=True)
+            led = self._lead(key, log_, store, state)
             leader_queue = cast(QuorumQueue, TYPES["quorum"](vhost, name, queue.durable, None, False, queue.arguments,
                                                              store))
             leader_queue.members, leader_queue.incarnation = record.members, queue.incarnation
@@ -548,11 +605,15 @@ class Replicas:
             if store.parked:  # (the other nodes' consumers have a while to re-attach and claim theirs)
                 asyncio.get_running_loop().call_later(PARK_GRACE, self._give_up, key, store, None)
             log.warning("%s: leader now (epoch %d)", key, record.epoch)
+            self._decide_alone(led)
             return
         if led is not None:  # another node leads now: give the queue up, follow it
             del self.led[key]
             self._to_ship.discard(led)
             led.store.fail()
+            self._refuse_waiting(led)
+            if not led.state.proven:  # (what it wrote unproven no follower has: its position is as reported)
+                led.log.truncate(led.state.epoch_start)
             stand_in = RemoteQuorumQueue(vhost, name, queue.durable, None, False, queue.arguments, record.leader,
                                          self.broker)
             stand_in.members, stand_in.incarnation = record.members, queue.incarnation
@@ -633,6 +694,7 @@ class Replicas:
             if error is not None or self.followed.get(followed.key) is not followed:
                 if error is not None:
                     log.debug("following %s on %s: %s", followed.key, followed.leader, error)
+                    asyncio.get_running_loop().call_later(FOLLOW_AGAIN, self._follow_again, followed)
                 return
             epoch, starts, end, first = result
             cut = followed.state.synchronise(epoch, [tuple(s) for s in starts], end)
@@ -648,8 +710,15 @@ class Replicas:
             if peer.link is not None:
                 peer.link.send({"op": "ready", "vhost": vhost, "queue": name, "cut": cut,
                                 "durable": followed.log.durable})
-        peer.request({"op": "follow", "vhost": vhost, "queue": name}, answered,
+        # (Its log's position: a quorum queue's unproven leader needs it. Its epoch is the
+        # newest it knows, so it refuses every older leader's entries from now on.)
+        peer.request({"op": "follow", "vhost": vhost, "queue": name, "epoch": followed.state.epoch,
+                      "last": followed.log.history.last_epoch, "end": followed.log.end}, answered,
                      lambda meta: (int(meta["epoch"]), meta["starts"], int(meta["end"]), int(meta["first"])))
+
+    def _follow_again(self, followed: Followed) -> None:
+        if self.followed.get(followed.key) is followed and followed.state.leader_epoch is None:
+            self._follow(followed)
 
     def entries(self, node: str, meta: Meta, blobs: list[bytes]) -> None:
         """Entries from the leader on `node` (Peer: a frame of the link to it)."""
@@ -717,14 +786,62 @@ class Replicas:
             raise not_found(f"this node does not lead queue '{meta['queue']}' in vhost '{meta['vhost']}'")
         return led
 
-    def follow(self, node: str, link: Link, meta: Meta) -> dict:
-        """A follower on `node` links (HomeSession: a request on its link): what it synchronises with."""
+    def follow(self, node: str, link: Link, meta: Meta) -> dict | None:
+        """A follower on `node` links (HomeSession: a request on its link): what it synchronises
+        with; None: answered later, once this unproven leader is proven (_decide)."""
         led = self._led(meta)
-        if node not in led.state.members:  # (added or removed, and this leader has not seen it yet)
+        state = led.state
+        if node not in state.members:  # (added or removed, and this leader has not seen it yet)
             raise not_found(f"node '{node}' is not a member of queue '{meta['queue']}' in vhost '{meta['vhost']}'")
+        if not state.proven:
+            if led.needs_epoch or led.hand_to is not None or int(meta.get("epoch", -1)) != state.epoch:
+                raise not_found(f"queue '{meta['queue']}' in vhost '{meta['vhost']}' has no leader in epoch "
+                                f"{meta.get('epoch')} on node '{self.node}' yet")
+            led.waiting[node] = (link, int(meta["rid"]))
+            if state.reported(node, int(meta["last"]), int(meta["end"])):
+                self._decide(led)
+            return None
+        return self._welcome(led, node, link)
+
+    def _welcome(self, led: Led, node: str, link: Link) -> dict:
         epoch, starts, end = led.state.welcome(node)
         led.links[node] = link
         return {"epoch": epoch, "starts": [list(s) for s in starts], "end": end, "first": led.log.first}
+
+    def _decide(self, led: Led) -> None:
+        """A majority reported: this leader is proven (it writes its first entry and answers
+        its followers), or hands the queue over to the most up-to-date member."""
+        state = led.state
+        best = state.best()
+        if best != self.node:
+            led.hand_to = best
+            self._refuse_waiting(led)
+            record = self.records.get(led.key)
+            if record is not None and record.leader == self.node and record.epoch == state.epoch:
+                self._elect(led.key, replace(record, leader=best, epoch=record.epoch + 1, isr=_with(record.isr, best)))
+            log.warning("%s: %s holds more of the log (its last epoch and end %s, here %s); handing the queue "
+                        "over to it", led.key, best, state.reports[best], state.position)
+            return
+        moved = state.prove()
+        led.log.append(state.epoch, NOOP, b"")
+        waiting, led.waiting = led.waiting, {}
+        for node, (link, rid) in waiting.items():
+            link.send({"op": "reply", "rid": rid, **self._welcome(led, node, link)})
+        self._committed(led, moved)
+
+    def _decide_alone(self, led: Led) -> None:
+        """An unproven leader that needs no report (its own is a majority: one member, or the
+        members changed) decides now."""
+        if (not led.state.proven and not led.needs_epoch and led.hand_to is None and led.state.majority
+                and led.state.decided()):
+            self._decide(led)
+
+    def _refuse_waiting(self, led: Led) -> None:
+        """Follow requests waiting for this leader's proof: refused (they ask again)."""
+        waiting, led.waiting = led.waiting, {}
+        err = not_found(f"queue '{led.key[1]}' in vhost '{led.key[0]}' changed leader")
+        for link, rid in waiting.values():
+            link.send({"op": "reply", "rid": rid, "error": [err.code, err.text]})
 
     def status(self, key: Key) -> list[dict[str, Any]]:
         """quorum_status's rows as this leader knows them (RabbitMQ's columns, one row per
@@ -770,6 +887,7 @@ class Replicas:
     def session_lost(self, node: str) -> None:
         """The link a follower on `node` came on ended: its progress goes until it follows again."""
         for led in self.led.values():
+            led.waiting.pop(node, None)  # (its report stands: it refuses older leaders all the same)
             if led.links.get(node) is not None:
                 del led.links[node]
                 led.state.unlinked(node)
@@ -826,6 +944,11 @@ class Replicas:
                 led.told[node] = committed
             followers = led.state.followers
             led.log.shipped(min((followers[n].sent for n in led.links if n in followers), default=led.log.end))
+
+
+def _with(isr: tuple[str, ...], leader: str) -> tuple[str, ...]:
+    """A new record's ISR, which holds its leader (a quorum queue's may be any member)."""
+    return isr if leader in isr else (*isr, leader)
 
 
 def _is_stream(cmd: DeclareQueue) -> bool:

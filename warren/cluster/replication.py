@@ -4,8 +4,8 @@ cluster both replicate this way; the entries' content, their storage, the node l
 carry them and the etcd transactions that change a queue's leader or in-sync set are the
 callers' (this module does no I/O and keeps no entries, only offsets and epochs).
 
-The rules (Kafka's replication with leader epochs, plus a majority as RabbitMQ's quorum
-queues need it; the issue's design):
+The rules (Kafka's replication with leader epochs, plus a majority; streams keep them as
+they are, quorum queues change the commit and the election as Raft's, below):
 
 - A queue's record in etcd names its members, its leader, the leader's *epoch* and its
   in-sync set (ISR). Only a transaction guarded by the record's revision changes it, so etcd
@@ -30,6 +30,22 @@ queues need it; the issue's design):
   also finds a divergence under an older epoch: Kafka's KIP-279.)
 - A follower's progress counts for a leader only from its handshake with that leader: what it
   acknowledged to an earlier leader is not trusted.
+
+Quorum queues (`majority=True`) commit as Raft does, on a majority alone, so that a commit
+waits for the faster half of the followers and not the slowest (measured: bench/RESULTS.md).
+Their ISR says which members caught up, and nothing more: an ISR member may lack committed
+entries, so their leaders follow Raft's election rules instead of the ISR's:
+
+- A new leader is *unproven*: it commits nothing and synchronises no follower until a majority
+  of the members (itself counted) reported their log's position, each having learnt the new
+  epoch first (so it refuses the old leader's entries from then on). Every committed entry is
+  on one of them (two majorities meet). If one of their logs is more up to date than the
+  leader's (Raft's comparison: its last entry's epoch, then its length), the leader hands the
+  queue over to it in a newer epoch instead (`best`); otherwise it holds every committed entry
+  and is *proven*.
+- A leader counts only an entry of its own epoch as committed by a majority; entries of earlier
+  epochs commit with the first of its own (Raft's figure 8). A proven leader writes one entry
+  at once, so that they do.
 """
 
 from __future__ import annotations
@@ -129,7 +145,7 @@ class Leader:
     rules for when they change), its epoch, and each synchronised follower's progress."""
 
     def __init__(self, node: str, members: Iterable[str], isr: Iterable[str], epoch: int,
-                 history: EpochHistory, log_end: int, durable: int, now: float = 0.0):
+                 history: EpochHistory, log_end: int, durable: int, now: float = 0.0, majority: bool = False):
         self.node = node
         self.members = set(members)
         self.isr = set(isr)  # always holds etcd's ISR (the module's rules)
@@ -144,11 +160,48 @@ class Leader:
         self.started = now  # (a follower never linked counts as caught up at the start)
         # Nothing is known committed until this epoch's majority and ISR hold it: entries of
         # earlier epochs are committed again under this one's rules.
+        self.majority = majority  # Raft's rules (the module's), not the ISR's
+        self.proven = not majority
+        self.epoch_start = log_end  # this epoch's first offset
+        self.position = (history.last_epoch, log_end)  # this log's, for the proof
+        self.reports: dict[str, tuple[int, int]] = {}  # unproven: the members' positions
+
+    # ------------------------------------------------------------------ the proof
+    def reported(self, node: str, last_epoch: int, end: int) -> bool:
+        """Unproven: `node`, which knows this leader's epoch (so refuses every older leader),
+        has a log of `end` entries, the last of `last_epoch`. True once a majority of the
+        members, this one counted, reported: `best` may decide."""
+        if node not in self.members or node == self.node or self.proven:
+            raise ReplicationError(f"{node} reports its log to a leader that does not ask for it")
+        self.reports[node] = (last_epoch, end)
+        return self.decided()
+
+    def decided(self) -> bool:
+        """Unproven: a majority of the members, this one counted, reported (one alone is its
+        own majority)."""
+        return len(self.reports) + 1 > len(self.members) // 2
+
+    def best(self) -> str:
+        """The member whose log is the most up to date of those that reported and this
+        leader's own (this one's on a tie): this node, which may `prove` itself, or the one it
+        hands the queue over to."""
+        best, position = self.node, self.position
+        for node in sorted(self.reports):
+            if self.reports[node] > position:
+                best, position = node, self.reports[node]
+        return best
+
+    def prove(self) -> bool:
+        """`best` is this node: it holds every committed entry, and commits from now on. True:
+        the committed offset moved."""
+        self.proven = True
+        self.reports.clear()
+        return self._advance()
 
     # ------------------------------------------------------------------ followers
     def welcome(self, node: str) -> tuple[int, list[tuple[int, int]], int]:
         """A follower links: what it synchronises with (Follower.synchronise)."""
-        if node not in self.members or node == self.node:
+        if node not in self.members or node == self.node or not self.proven:
             raise ReplicationError(f"{node} is not a follower of this queue")
         self.followers.pop(node, None)
         return self.epoch, list(self.history.starts), self.log_end
@@ -209,9 +262,11 @@ class Leader:
 
     def _advance(self) -> bool:
         held = sorted((self._held(node) for node in self.members), reverse=True)
-        by_majority = held[len(self.members) // 2]  # held by at least a majority of the members
-        by_isr = min(self._held(node) for node in self.isr)
-        committed = min(by_majority, by_isr)
+        committed = held[len(self.members) // 2]  # held by at least a majority of the members
+        if not self.majority:
+            committed = min(committed, min(self._held(node) for node in self.isr))
+        elif not self.proven or committed <= self.epoch_start:
+            return False  # (unproven, or no entry of its own epoch on a majority yet: the module's rules)
         if committed <= self.committed:
             return False
         if committed > self.log_end:
@@ -230,6 +285,7 @@ class Leader:
             raise ValueError(f"{self.node} leads a queue whose members do not include it")
         for node in self.members - members:
             self.followers.pop(node, None)
+            self.reports.pop(node, None)
         self.members = members
         self.isr = (self.isr & members) | (set(isr) & members) | {self.node}
         return self._advance()

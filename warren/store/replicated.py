@@ -16,7 +16,9 @@ Entries (kind, payload):
   a requeue to the tail is an ENQUEUE of the copy and a SETTLE of the original;
 - DELIVERED: ids handed to a consumer that must ack, and who holds them (its *holder*: the
   key a consumer of another node keeps across leaders, or "" for one of the leader's node);
-- PURGE: every ready message at that point settled.
+- PURGE: every ready message at that point settled;
+- NOOP: nothing, a proven new leader's first entry (warren.cluster.replication: entries of
+  earlier epochs commit with one of the leader's own).
 
 A publish is confirmed once its ENQUEUE is *committed* (`commit`: on one node, on disk; on a
 cluster, warren.cluster.replication's rule), through the settlement handle accept() returns.
@@ -47,7 +49,7 @@ if TYPE_CHECKING:
     from .replica_log import ReplicaLog
     from .settlement import Ticket
 
-ENQUEUE, SETTLE, RETURN, DELIVERED, PURGE, ENQUEUE_FROM = 1, 2, 3, 4, 5, 6
+ENQUEUE, SETTLE, RETURN, DELIVERED, PURGE, ENQUEUE_FROM, NOOP = 1, 2, 3, 4, 5, 6, 7
 
 _ENQUEUE = struct.Struct(">QIqHI")  # seq, deliveries, expiry (wall ms, -1: none), route length, header length
 _ORIGIN = struct.Struct(">QB")      # ENQUEUE_FROM's: the publish's number, its publisher's length (then it)
