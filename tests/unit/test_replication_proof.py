@@ -124,45 +124,23 @@ def test_a_report_from_the_leader_itself_or_a_non_member_is_refused():
 
 
 # ------------------------------------------------------------------ best
-def test_best_prefers_a_newer_last_epoch_over_a_longer_log():
-    leader = Leader("a", "abcde", "abcde", 4, EpochHistory([(1, 0), (2, 3)]), 9, 9, majority=True)
-    leader.reported("b", 3, 5)  # shorter, but its last entry is of epoch 3
-    leader.reported("c", 1, 20)  # longer, of an older epoch than the leader's
-    assert leader.best() == "b"
-
-
-def test_best_keeps_the_leader_over_a_longer_log_of_an_older_epoch():
-    leader = Leader("a", NODES, NODES, 4, EpochHistory([(1, 0), (2, 3)]), 5, 5, majority=True)
-    leader.reported("b", 1, 20)
-    assert leader.best() == "a"
-
-
-def test_best_prefers_the_longer_log_on_the_same_last_epoch():
-    leader = Leader("a", "abcde", "abcde", 4, EpochHistory([(2, 0)]), 5, 5, majority=True)
-    leader.reported("b", 2, 6)
-    leader.reported("c", 2, 7)
-    leader.reported("d", 2, 4)
-    assert leader.best() == "c"
-
-
-def test_best_is_the_leader_on_equal_positions():
-    leader = Leader("a", "abcde", "abcde", 4, EpochHistory([(2, 0)]), 5, 5, majority=True)
-    leader.reported("c", 2, 5)
-    leader.reported("b", 2, 5)
-    assert leader.best() == "a"
-
-
-def test_best_counts_the_leaders_whole_log_not_only_what_is_on_its_disk():
-    leader = Leader("a", NODES, NODES, 4, EpochHistory([(2, 0)]), 5, 3, majority=True)
-    leader.reported("b", 2, 4)  # longer than the leader's durable 3, shorter than its log's 5
-    assert leader.best() == "a"
-
-
-def test_best_is_the_first_by_name_among_equal_reporters():
-    leader = Leader("a", "abcde", "abcde", 4, EpochHistory([(2, 0)]), 5, 5, majority=True)
-    leader.reported("d", 3, 2)
-    leader.reported("c", 3, 2)
-    assert leader.best() == "c"
+@pytest.mark.parametrize("history, end, durable, reports, best", [
+    # a newer last epoch wins over a longer log of an older one
+    ([(1, 0), (2, 3)], 9, 9, [("b", 3, 5), ("c", 1, 20)], "b"),
+    ([(1, 0), (2, 3)], 5, 5, [("b", 1, 20)], "a"),
+    # the same last epoch: the longer log
+    ([(2, 0)], 5, 5, [("b", 2, 6), ("c", 2, 7), ("d", 2, 4)], "c"),
+    # equal positions: the leader, then the first reporter by name
+    ([(2, 0)], 5, 5, [("c", 2, 5), ("b", 2, 5)], "a"),
+    ([(2, 0)], 5, 5, [("d", 3, 2), ("c", 3, 2)], "c"),
+    # the leader's whole log counts, not only what is on its disk
+    ([(2, 0)], 5, 3, [("b", 2, 4)], "a"),
+])
+def test_best_is_the_most_up_to_date_log(history, end, durable, reports, best):
+    leader = Leader("a", "abcde", "abcde", 4, EpochHistory(list(history)), end, durable, majority=True)
+    for node, last_epoch, log_end in reports:
+        leader.reported(node, last_epoch, log_end)
+    assert leader.best() == best
 
 
 # ------------------------------------------------------------------ Raft's figure 8
