@@ -871,9 +871,14 @@ class Replicas:
 
     def ready(self, node: str, meta: Meta) -> None:
         led = self._led(meta)
+        link = led.links.get(node)
+        if int(meta["cut"]) < led.log.first:  # (released below its cut since its follow was answered)
+            if link is not None:  # (its log ends before this one starts: it follows again, from the start)
+                link.send({"op": "release", "vhost": meta["vhost"], "queue": meta["queue"], "cursor": led.released,
+                           "first": led.log.first})
+            return
         led.told.pop(node, None)  # (a stream's follower back: its readers wait for the commit point)
         self._committed(led, led.state.ready(node, int(meta["cut"]), int(meta["durable"]), time.monotonic()))
-        link = led.links.get(node)
         if led.released and link is not None:  # (what it may drop of what it kept while away)
             link.send({"op": "release", "vhost": meta["vhost"], "queue": meta["queue"], "cursor": led.released,
                        "first": led.log.first})

@@ -40,6 +40,7 @@ _HEAD = struct.Struct(">IIQIB")   # length, checksum, offset, epoch, kind
 _FIXED = struct.Struct(">QIB")    # what the checksum covers before the payload
 HEAD_SIZE = _HEAD.size
 SCAN_WINDOW = 8 << 20
+READ_AHEAD = 1 << 20  # bytes of entries read at once by `entries`
 PEEK = 32  # bytes of each payload shown to `scanned` at start-up
 # A leader's entries appended and not yet shipped to every linked follower, kept as they were
 # given, up to these bounds: it ships each in the tick it was appended, and reading it back
@@ -196,14 +197,29 @@ class ReplicaLog:
         return out
 
     def entries(self, start: int, end: int | None = None) -> Iterator[Entry]:
-        for offset in range(start, self.end if end is None else min(end, self.end)):
+        offset = start
+        while offset < (self.end if end is None else min(end, self.end)):
             recent = self._recent
             at = offset - (self.end - len(recent))
             if at >= 0 and offset >= self.first:  # (appended lately: as it was given)
                 epoch, kind, head, body = recent[at]
                 yield Entry(offset, epoch, kind, head if body is None else head + bytes(body))
-            else:
-                yield self.read(offset)
+                offset += 1
+                continue
+            # Older ones: a run of a segment's entries read at once, READ_AHEAD bytes or one
+            # entry (two preads per entry made a new leader's replay of 50,000 take 270 ms).
+            seg, pos = self._locate(offset)
+            positions = seg.positions
+            first = offset - seg.first
+            last = min(self.end - len(recent) if recent else self.end, self.end if end is None else end,
+                       seg.first + len(positions)) - seg.first
+            last = max(first + 1, min(last, bisect.bisect_right(positions, pos + READ_AHEAD, first, last)))
+            data = seg.read(pos, (positions[last] if last < len(positions) else seg.size) - pos)
+            for i in range(first, last):
+                at = positions[i] - pos
+                size, _, entry_offset, epoch, kind = _HEAD.unpack_from(data, at)
+                yield Entry(entry_offset, epoch, kind, data[at + HEAD_SIZE:at + 8 + size])
+            offset = seg.first + last
 
     # ------------------------------------------------------------------ cutting
     def truncate(self, offset: int) -> None:
