@@ -205,3 +205,28 @@ def test_a_publish_from_another_node_is_known_again_after_a_replay(tmp_path):
     replayed = ReplicatedQueueStore.recover(ReplicaLog(persister, str(tmp_path / "q")), epoch=2)
     assert replayed.enqueuers == {"node-b/run": 3}
     assert bodies(replayed) == [b"body-1", b"body-2", b"body-3", b"body-4"]
+
+
+def test_a_restarted_leader_holds_its_entries_until_it_has_an_epoch_of_its_own(tmp_path):
+    """Before its new epoch (warren.cluster.replicas: its old one may hold entries its followers
+    have and it lost) a restarted leader writes nothing: what it accepts, hands out or settles
+    waits in memory, readable, and is written in the new epoch by `lead`."""
+    persister, store = open_store(tmp_path)
+    publish(store, 1)
+    persister.flush()
+    store.held = []
+    store.window = 1  # (the next publishes are paged: read back from what is held)
+    qm2, point = publish(store, 2)
+    publish(store, 3)
+    store.delivered(store.pop())
+    assert store.log.end == 1 and [qm2.off] == [1]
+    assert bodies(store) == [b"body-2", b"body-3"] and store.pop() is qm2  # (paged, read from the held entries)
+    persister.flush()
+    assert point.status() is None  # (held: not on disk, not committed)
+    store.lead(5)
+    assert store.log.end == 4 and store.log.history.starts == [(1, 0), (5, 1)]  # (two publishes, a delivery)
+    persister.flush()
+    assert point.status() is True
+    persister.sync_now()
+    _, replayed = open_store(tmp_path)
+    assert len(replayed.by_id) == 3

@@ -517,7 +517,7 @@ class HomeSession:
         self.publishes.clear()
         replicas = replicas_of(self.broker)
         if replicas is not None and self.link.peer is not None:
-            replicas.session_lost(self.link.peer)
+            replicas.session_lost(self.link.peer, self.link)
         if self.paused:
             self._stop_waiting()
         for queue in kicked:

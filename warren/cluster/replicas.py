@@ -115,7 +115,8 @@ class Followed:
         self.leader = leader
         self.log = log_
         self.state = state
-        self.asking = False  # a follow request is on its way
+        self.asking: object | None = None  # the follow request on its way (an answer to another is stale)
+        self.refused = 0  # follow requests refused in a row (the first is asked again soon, the rest at RETRY)
         self.stream: ReplicatedStream | None = None  # a stream's replica, read here
 
 
@@ -144,6 +145,7 @@ class Replicas:
         self._shipping = False
         self._flushing = False
         self._electing: set[Key] = set()  # records being written by this node's elections
+        self._records_read = False  # the records as etcd had them at the start
         self._tasks: list[asyncio.Task] = []
         self.started = False  # (a declare before the start is the recovery's: a restart)
 
@@ -194,6 +196,7 @@ class Replicas:
             state.prove()  # (a new queue: no member's log holds anything)
         else:  # (restarted: its followers may hold entries of its epoch it lost, so it leads in a new one)
             led.needs_epoch = True
+            store.held = []
         return store
 
     def _leader_state(self, record: Record, log_: ReplicaLog, majority: bool = False) -> Leader:
@@ -282,12 +285,18 @@ class Replicas:
             await asyncio.sleep(RETRY)
 
     async def _look_around(self) -> None:
+        if not self._records_read:
+            return  # (a restarted follower knows no epoch newer than its log's: it would follow an old leader)
+        membership = self.links.membership
+        if membership.synced.is_set() and self.node in membership.running:  # (a view of etcd's, read whole)
+            for node in {r.leader for r in self.records.values()} - set(membership.running) - {self.node}:
+                self._elect_for(node)  # (again: an election that failed, or a hand-over to a node that died)
         for followed in list(self.followed.values()):
             record = self.records.get(followed.key)
             if (record is not None and record.leader == self.node and followed.stream is None
                     and followed.key not in self._electing):  # (named when it restarted, its bump failed: again)
                 self._elect(followed.key, replace(record, epoch=record.epoch + 1, isr=_with(record.isr, self.node)))
-            elif followed.state.leader_epoch is None and not followed.asking:
+            elif followed.state.leader_epoch is None and followed.asking is None:
                 self._follow(followed)
         self._resume_orphans()
         now = time.monotonic()
@@ -413,11 +422,16 @@ class Replicas:
         """A member stopped running (or its link stayed down: _unreachable): the queues it led
         elect a new leader, the first running in-sync member by name (this node, if so), and
         what its consumers held of queues this node took over goes back."""
-        running = self.links.membership.running
         for led in list(self.led.values()):
             store = led.store
             if isinstance(store, ReplicatedQueueStore) and any(h.partition("/")[0] == node for h in store.parked):
                 self._give_up(led.key, store, node)
+        self._elect_for(node)
+
+    def _elect_for(self, node: str) -> None:
+        """The queues `node` leads, which stopped running: this node elects itself for those
+        whose first running candidate by name it is."""
+        running = self.links.membership.running
         for key, record in list(self.records.items()):
             followed = self.followed.get(key)
             if record.leader != node or followed is None or key in self._electing:
@@ -438,6 +452,7 @@ class Replicas:
                 revision, kvs = await self.links.etcd.get(prefix, prefix=True)
                 for kv in kvs:
                     self._record_read(kv.key, kv.value, kv.mod_revision, fresh=False)
+                self._records_read = True
                 if not read.done():
                     read.set_result(None)
                 async for _, events in self.links.etcd.watch(prefix, revision + 1, prefix=True):
@@ -582,7 +597,7 @@ class Replicas:
             led.needs_epoch, led.hand_to = False, None
             self._refuse_waiting(led)
             led.state = self._leader_state(record, led.log, majority=True)
-            led.store.epoch = record.epoch
+            cast(ReplicatedQueueStore, led.store).lead(record.epoch)
             self._decide_alone(led)
             return
         if record.leader == self.node and followed is not None:  # elected: the queue is here now
@@ -627,6 +642,7 @@ class Replicas:
             followed.leader = record.leader
             followed.state.knows(record.epoch)
             followed.state.leader_epoch = None
+            followed.asking = None  # (a request the old one holds is answered to no one)
             self._follow(followed)  # (at once: the new leader commits nothing without a majority)
         if isinstance(queue, RemoteQueue):
             queue.home = record.leader
@@ -659,6 +675,7 @@ class Replicas:
             followed.leader = record.leader
             followed.state.knows(record.epoch)
             followed.state.leader_epoch = None
+            followed.asking = None
             self._follow(followed)
             return
         del self.followed[key]
@@ -684,18 +701,23 @@ class Replicas:
     # ---------------------------------------------------------------- a follower's side
     def _follow(self, followed: Followed) -> None:
         peer = self.links.peer(followed.leader)
-        if not peer.up or followed.asking:
+        if not peer.up or followed.asking is not None:
             return
-        followed.asking = True
+        token = followed.asking = object()
         vhost, name = followed.key
 
         def answered(result: Any, error: BaseException | None) -> None:
-            followed.asking = False
+            if followed.asking is not token:
+                return  # (asked another leader since)
+            followed.asking = None
             if error is not None or self.followed.get(followed.key) is not followed:
                 if error is not None:
                     log.debug("following %s on %s: %s", followed.key, followed.leader, error)
-                    asyncio.get_running_loop().call_later(FOLLOW_AGAIN, self._follow_again, followed)
+                    followed.refused += 1
+                    asyncio.get_running_loop().call_later(FOLLOW_AGAIN if followed.refused == 1 else RETRY,
+                                                          self._follow_again, followed)
                 return
+            followed.refused = 0
             epoch, starts, end, first = result
             cut = followed.state.synchronise(epoch, [tuple(s) for s in starts], end)
             if cut is None:
@@ -801,6 +823,9 @@ class Replicas:
             if state.reported(node, int(meta["last"]), int(meta["end"])):
                 self._decide(led)
             return None
+        if int(meta.get("epoch", 0)) > state.epoch:  # (it knows this leader was replaced: it asks the next)
+            raise not_found(f"queue '{meta['queue']}' in vhost '{meta['vhost']}' has a leader newer than "
+                            f"epoch {state.epoch}")
         return self._welcome(led, node, link)
 
     def _welcome(self, led: Led, node: str, link: Link) -> dict:
@@ -826,7 +851,11 @@ class Replicas:
         led.log.append(state.epoch, NOOP, b"")
         waiting, led.waiting = led.waiting, {}
         for node, (link, rid) in waiting.items():
-            link.send({"op": "reply", "rid": rid, **self._welcome(led, node, link)})
+            if node in state.members:
+                link.send({"op": "reply", "rid": rid, **self._welcome(led, node, link)})
+            else:  # (removed meanwhile)
+                err = not_found(f"node '{node}' is not a member of queue '{led.key[1]}' in vhost '{led.key[0]}'")
+                link.send({"op": "reply", "rid": rid, "error": [err.code, err.text]})
         self._committed(led, moved)
 
     def _decide_alone(self, led: Led) -> None:
@@ -889,10 +918,14 @@ class Replicas:
         if led is not None:
             self._committed(led, led.state.acknowledged(node, int(meta["durable"]), time.monotonic()))
 
-    def session_lost(self, node: str) -> None:
-        """The link a follower on `node` came on ended: its progress goes until it follows again."""
+    def session_lost(self, node: str, link: Link) -> None:
+        """The link a follower on `node` came on ended: its progress goes until it follows again,
+        and its report with it (the most up-to-date member to hand the queue over to must be
+        in reach; a report left out is always safe)."""
         for led in self.led.values():
-            led.waiting.pop(node, None)  # (its report stands: it refuses older leaders all the same)
+            if led.waiting.get(node, (None,))[0] is link:
+                del led.waiting[node]
+                led.state.reports.pop(node, None)
             if led.links.get(node) is not None:
                 del led.links[node]
                 led.state.unlinked(node)

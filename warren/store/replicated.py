@@ -158,18 +158,35 @@ class ReplicatedQueueStore(Commits):
         self.parked: dict[str, dict[int, QueuedMessage]] = {}
         self.returned: list[QueuedMessage] = []  # what a replay gave back of what was handed out
         self.enqueuers: dict[str, int] = {}  # a publisher -> the last of its publishes written
+        # A restarted leader's entries until it has an epoch of its own (warren.cluster.replicas:
+        # its old one may hold entries its followers have and it lost): written by `lead`.
+        self.held: list[tuple[int, bytes, Any]] | None = None
         self.origin: tuple[str, int] | None = None  # the publish being accepted (QuorumQueue.publish_from)
 
     def _append(self, kind: int, head: bytes, body: Any = None) -> CommitPoint:
         if self.failed:  # (no longer its leader: its log is a follower's now, written by the leader only)
             return CommitPoint(self, self.log.end + 1)
+        if self.held is not None:
+            self.held.append((kind, head, body))
+            return self._point(self.log.end + len(self.held))
         self.log.append(self.epoch, kind, head, body)
         return self._point(self.log.end)
+
+    def lead(self, epoch: int) -> None:
+        """Its leader's epoch from now on: what it held is written in it."""
+        self.epoch = epoch
+        held, self.held = self.held or [], None
+        for kind, head, body in held:
+            self.log.append(epoch, kind, head, body)
+
+    @property
+    def _end(self) -> int:
+        return self.log.end + (len(self.held) if self.held else 0)
 
     def release_cursor(self) -> int:
         """Below this offset no entry is needed to rebuild the queue: its oldest live message's
         (ids go into by_id in offset order), or the log's end when it holds none."""
-        return next(iter(self.by_id), self.log.end)
+        return min(next(iter(self.by_id), self.log.end), self.log.end)
 
     # ------------------------------------------------------------------ QueueStore
     def __len__(self) -> int:
@@ -185,7 +202,7 @@ class ReplicatedQueueStore(Commits):
             publisher = origin[0].encode()
             kind, head = ENQUEUE_FROM, head + _ORIGIN.pack(origin[1], len(publisher)) + publisher
             self.enqueuers[origin[0]] = origin[1]  # (taken in order: QuorumQueue.publish_from)
-        qm.off = self.log.end
+        qm.off = self._end
         qm.seg = IN_LOG
         qm.durable = True
         point = self._append(kind, head + message.route + message.header, message.body)
@@ -227,6 +244,10 @@ class ReplicatedQueueStore(Commits):
 
     def _load(self, qm: QueuedMessage) -> None:
         self._sizes.pop(qm.off, None)
+        if self.held and qm.off >= self.log.end:  # (not written yet: lead)
+            kind, head, body = self.held[qm.off - self.log.end]
+            qm.message = _message(kind, head if body is None else head + bytes(body))
+            return
         entry = self.log.read(qm.off)
         qm.message = _message(entry.kind, entry.payload)
 
@@ -250,7 +271,7 @@ class ReplicatedQueueStore(Commits):
         """What a delivery just recorded (its DELIVERED or SETTLE entry, and the ENQUEUE
         before it) waits for before it leaves: their commit, or None once they are. A leader
         that stopped leading gives a point that fails: the delivery never leaves."""
-        end = self.log.end
+        end = self._end
         if self.committed >= end:
             return None
         return CommitPoint(self, end + 1) if self.failed else self._point(end)
