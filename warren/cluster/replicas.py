@@ -146,6 +146,7 @@ class Replicas:
         self._flushing = False
         self._electing: set[Key] = set()  # records being written by this node's elections
         self._records_read = False  # the records as etcd had them at the start
+        self._to_renew: set[Key] = set()  # named leader by a record read at the start: a new epoch first
         self._tasks: list[asyncio.Task] = []
         self.started = False  # (a declare before the start is the recovery's: a restart)
 
@@ -291,12 +292,14 @@ class Replicas:
         if membership.synced.is_set() and self.node in membership.running:  # (a view of etcd's, read whole)
             for node in {r.leader for r in self.records.values()} - set(membership.running) - {self.node}:
                 self._elect_for(node)  # (again: an election that failed, or a hand-over to a node that died)
+        for key in list(self._to_renew):  # (its write failed: again, from the record as it is now)
+            record = self.records.get(key)
+            if record is None or record.leader != self.node or (key not in self.led and key not in self.followed):
+                self._to_renew.discard(key)
+            elif key not in self._electing:
+                self._elect(key, replace(record, epoch=record.epoch + 1, isr=_with(record.isr, self.node)))
         for followed in list(self.followed.values()):
-            record = self.records.get(followed.key)
-            if (record is not None and record.leader == self.node and followed.stream is None
-                    and followed.key not in self._electing):  # (named when it restarted, its bump failed: again)
-                self._elect(followed.key, replace(record, epoch=record.epoch + 1, isr=_with(record.isr, self.node)))
-            elif followed.state.leader_epoch is None and followed.asking is None:
+            if followed.state.leader_epoch is None and followed.asking is None:
                 self._follow(followed)
         self._resume_orphans()
         now = time.monotonic()
@@ -590,9 +593,12 @@ class Replicas:
         if record.leader == self.node and not fresh and (led is not None or followed is not None):
             # (This node may have led in that epoch before it restarted and lost entries its
             # followers hold: it leads in a new one, proven, or not at all.)
+            self._to_renew.add(key)
             if key not in self._electing:
                 self._elect(key, replace(record, epoch=record.epoch + 1, isr=_with(record.isr, self.node)))
             return
+        if record.leader == self.node:
+            self._to_renew.discard(key)
         if record.leader == self.node and led is not None:  # leading still, in a new epoch: it proves itself
             led.needs_epoch, led.hand_to = False, None
             self._refuse_waiting(led)
