@@ -103,7 +103,6 @@ class Led:
         # A quorum queue's leader before it is proven (warren.cluster.replication): the
         # followers' follow requests it answers once it is, by node (their link, request id).
         self.waiting: dict[str, tuple[Link, int]] = {}
-        self.needs_epoch = False  # restarted: it leads in an epoch of its own, asked for first
         self.hand_to: str | None = None  # a more up-to-date member it hands the queue over to
 
 
@@ -146,7 +145,10 @@ class Replicas:
         self._flushing = False
         self._electing: set[Key] = set()  # records being written by this node's elections
         self._records_read = False  # the records as etcd had them at the start
-        self._to_renew: set[Key] = set()  # named leader by a record read at the start: a new epoch first
+        # Queues this node leads, or a record read at the start names it leader of, since it
+        # (re)started: it leads in an epoch of its own first (its old one may hold entries its
+        # followers have and it lost), asked for until the write succeeds.
+        self._to_renew: set[Key] = set()
         self._tasks: list[asyncio.Task] = []
         self.started = False  # (a declare before the start is the recovery's: a restart)
 
@@ -196,7 +198,7 @@ class Replicas:
         if self.started and log_.end == 0 and not log_.history.starts:
             state.prove()  # (a new queue: no member's log holds anything)
         else:  # (restarted: its followers may hold entries of its epoch it lost, so it leads in a new one)
-            led.needs_epoch = True
+            self._to_renew.add(key)
             store.held = []
         return store
 
@@ -292,12 +294,8 @@ class Replicas:
         if membership.synced.is_set() and self.node in membership.running:  # (a view of etcd's, read whole)
             for node in {r.leader for r in self.records.values()} - set(membership.running) - {self.node}:
                 self._elect_for(node)  # (again: an election that failed, or a hand-over to a node that died)
-        for key in list(self._to_renew):  # (its write failed: again, from the record as it is now)
-            record = self.records.get(key)
-            if record is None or record.leader != self.node or (key not in self.led and key not in self.followed):
-                self._to_renew.discard(key)
-            elif key not in self._electing:
-                self._elect(key, replace(record, epoch=record.epoch + 1, isr=_with(record.isr, self.node)))
+        for key in list(self._to_renew):  # (not asked yet, or its write failed: again, from the record as it is now)
+            self._renew(key)
         for followed in list(self.followed.values()):
             if followed.state.leader_epoch is None and followed.asking is None:
                 self._follow(followed)
@@ -305,13 +303,10 @@ class Replicas:
         now = time.monotonic()
         for led in list(self.led.values()):
             record = self.records.get(led.key)
-            if record is not None and record.leader == self.node and led.key not in self._electing:
-                if led.needs_epoch:  # (guarded by the record this node knows: etcd's, once read, wins)
-                    self._elect(led.key, replace(record, epoch=max(record.epoch, led.log.history.last_epoch) + 1,
-                                                 isr=_with(record.isr, self.node)))
-                elif led.hand_to is not None and record.epoch == led.state.epoch:  # (its first try failed)
-                    self._elect(led.key, replace(record, leader=led.hand_to, epoch=record.epoch + 1,
-                                                 isr=_with(record.isr, led.hand_to)))
+            if (record is not None and record.leader == self.node and led.key not in self._electing
+                    and led.hand_to is not None and record.epoch == led.state.epoch):  # (its first try failed)
+                self._elect(led.key, replace(record, leader=led.hand_to, epoch=record.epoch + 1,
+                                             isr=_with(record.isr, led.hand_to)))
             if isinstance(led.store, ReplicatedQueueStore):  # (a stream's retention applies at a new segment)
                 self._release(led)
             lagging = led.state.lagging(now, MAX_LAG)
@@ -430,6 +425,17 @@ class Replicas:
             if isinstance(store, ReplicatedQueueStore) and any(h.partition("/")[0] == node for h in store.parked):
                 self._give_up(led.key, store, node)
         self._elect_for(node)
+
+    def _renew(self, key: Key) -> None:
+        """A new epoch for this node, the record's leader (guarded by the record it knows:
+        etcd's, once read, wins); nothing to ask for once another node leads."""
+        record = self.records.get(key)
+        replica = self.led.get(key) or self.followed.get(key)
+        if record is None or record.leader != self.node or replica is None:
+            self._to_renew.discard(key)
+        elif key not in self._electing:
+            epoch = max(record.epoch, replica.log.history.last_epoch) + 1
+            self._elect(key, replace(record, epoch=epoch, isr=_with(record.isr, self.node)))
 
     def _elect_for(self, node: str) -> None:
         """The queues `node` leads, which stopped running: this node elects itself for those
@@ -594,13 +600,12 @@ class Replicas:
             # (This node may have led in that epoch before it restarted and lost entries its
             # followers hold: it leads in a new one, proven, or not at all.)
             self._to_renew.add(key)
-            if key not in self._electing:
-                self._elect(key, replace(record, epoch=record.epoch + 1, isr=_with(record.isr, self.node)))
+            self._renew(key)
             return
         if record.leader == self.node:
             self._to_renew.discard(key)
         if record.leader == self.node and led is not None:  # leading still, in a new epoch: it proves itself
-            led.needs_epoch, led.hand_to = False, None
+            led.hand_to = None
             self._refuse_waiting(led)
             led.state = self._leader_state(record, led.log, majority=True)
             cast(ReplicatedQueueStore, led.store).lead(record.epoch)
@@ -822,7 +827,7 @@ class Replicas:
         if node not in state.members:  # (added or removed, and this leader has not seen it yet)
             raise not_found(f"node '{node}' is not a member of queue '{meta['queue']}' in vhost '{meta['vhost']}'")
         if not state.proven:
-            if led.needs_epoch or led.hand_to is not None or int(meta.get("epoch", -1)) != state.epoch:
+            if led.key in self._to_renew or led.hand_to is not None or int(meta.get("epoch", -1)) != state.epoch:
                 raise not_found(f"queue '{meta['queue']}' in vhost '{meta['vhost']}' has no leader in epoch "
                                 f"{meta.get('epoch')} on node '{self.node}' yet")
             led.waiting[node] = (link, int(meta["rid"]))
@@ -867,7 +872,7 @@ class Replicas:
     def _decide_alone(self, led: Led) -> None:
         """An unproven leader that needs no report (its own is a majority: one member, or the
         members changed) decides now."""
-        if (not led.state.proven and not led.needs_epoch and led.hand_to is None and led.state.majority
+        if (not led.state.proven and led.key not in self._to_renew and led.hand_to is None and led.state.majority
                 and led.state.decided()):
             self._decide(led)
 

@@ -186,7 +186,7 @@ class ReplicatedQueueStore(Commits):
     def release_cursor(self) -> int:
         """Below this offset no entry is needed to rebuild the queue: its oldest live message's
         (ids go into by_id in offset order), or the log's end when it holds none."""
-        return min(next(iter(self.by_id), self.log.end), self.log.end)
+        return min(next(iter(self.by_id), self.log.end), self.log.end)  # (a held message is not in the log yet)
 
     # ------------------------------------------------------------------ QueueStore
     def __len__(self) -> int:
